@@ -1,0 +1,223 @@
+//! `ApprovalDesk`: the actor that owns the approval subscriptions, answers each request in its
+//! own task, runs the expiry sweep, and drains on `Lifecycle::drain`.
+//!
+//! Runtime semantics: requests are answered concurrently (Redis scripts, not the actor, make
+//! them atomic), in no particular order; each reply is published once (NATS core,
+//! at-most-once). On drain the subscriptions are drained (messages already received are still
+//! answered), the sweep stops, then the desk waits for its in-flight answers — or for
+//! `Lifecycle::stop` — and stops.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_nats::Subscriber;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle};
+use toolmesh_kernel::wire::{error_body, GateOutcome};
+
+use crate::service::ApprovalService;
+
+/// How often every approval node looks for expired approvals.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A request on a public approvals subject.
+pub(crate) struct ApprovalsRequest(async_nats::Message);
+
+/// A request on the internal gate subject.
+pub(crate) struct GateCall(async_nats::Message);
+
+pub(crate) struct ApprovalDesk {
+    service: ApprovalService,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+    /// Answers and sweeps in progress, so drain can wait for them.
+    tasks: TaskTracker,
+    /// Taken in `started`, where they become streams.
+    subscriptions: Option<(Subscriber, Subscriber)>,
+    open_streams: usize,
+    /// At most one sweep per node at a time, however slow Redis is.
+    sweeping: Arc<AtomicBool>,
+    stopped: Option<oneshot::Sender<()>>,
+}
+
+impl ApprovalDesk {
+    pub fn new(
+        service: ApprovalService,
+        lifecycle: Lifecycle,
+        in_flight: InFlight,
+        approvals: Subscriber,
+        gate: Subscriber,
+        stopped: oneshot::Sender<()>,
+    ) -> Self {
+        Self {
+            service,
+            lifecycle,
+            in_flight,
+            tasks: TaskTracker::new(),
+            subscriptions: Some((approvals, gate)),
+            open_streams: 0,
+            sweeping: Arc::new(AtomicBool::new(false)),
+            stopped: Some(stopped),
+        }
+    }
+
+    /// Answers `message` in a task of its own: one slow or broken request never holds up the
+    /// others, and a panic in it becomes an `internal` reply instead of a silent drop.
+    fn answer<F, Fut>(
+        &self,
+        message: async_nats::Message,
+        kind: &'static str,
+        work: F,
+        on_panic: fn() -> Vec<u8>,
+    ) where
+        F: FnOnce(ApprovalService, async_nats::Message) -> Fut,
+        Fut: Future<Output = Vec<u8>> + Send + 'static,
+    {
+        let Some(reply) = message.reply.clone() else {
+            // Our own `requested` / `decided` events land here too: nobody waits for an answer.
+            tracing::trace!(subject = %message.subject, "{kind} message without reply subject ignored");
+            return;
+        };
+        let guard = self.in_flight.enter();
+        let service = self.service.clone();
+        let nats = service.nats.clone();
+        let work = work(service, message);
+        self.tasks.spawn(async move {
+            let body = match AssertUnwindSafe(work).catch_unwind().await {
+                Ok(body) => body,
+                Err(_) => {
+                    tracing::error!(
+                        kind,
+                        "an approval request handler panicked; answered internal"
+                    );
+                    on_panic()
+                }
+            };
+            respond(&nats, Some(&reply), body).await;
+            drop(guard);
+        });
+    }
+
+    fn sweep(&mut self) {
+        if self.lifecycle.drain.is_cancelled() || self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let service = self.service.clone();
+        let sweeping = self.sweeping.clone();
+        self.tasks.spawn(async move {
+            if AssertUnwindSafe(service.sweep())
+                .catch_unwind()
+                .await
+                .is_err()
+            {
+                tracing::error!("the approval sweep panicked; it runs again next round");
+            }
+            sweeping.store(false, Ordering::Release);
+        });
+    }
+
+    /// Once both subscriptions have drained, wait for the answers in flight, then stop.
+    fn stream_finished(&mut self, ctx: &mut Context<Self>) {
+        self.open_streams = self.open_streams.saturating_sub(1);
+        if self.open_streams > 0 {
+            return;
+        }
+        tracing::info!("approval subscriptions drained; finishing requests in flight");
+        self.tasks.close();
+        let tasks = self.tasks.clone();
+        let stop = self.lifecycle.stop.clone();
+        ctx.wait(
+            async move {
+                tokio::select! {
+                    _ = tasks.wait() => {}
+                    _ = stop.cancelled() => tracing::warn!("approval desk stopped before its requests finished"),
+                }
+            }
+            .into_actor(self)
+            .map(|_, _, ctx| ctx.stop()),
+        );
+    }
+}
+
+impl Actor for ApprovalDesk {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some((approvals, gate)) = self.subscriptions.take() {
+            let drain = self.lifecycle.drain.clone();
+            ctx.add_stream(drainable(approvals, drain.clone()).map(ApprovalsRequest));
+            ctx.add_stream(drainable(gate, drain).map(GateCall));
+            self.open_streams = 2;
+        }
+        ctx.run_interval(SWEEP_EVERY, |desk, _| desk.sweep());
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        tracing::info!("approval desk stopped");
+        if let Some(stopped) = self.stopped.take() {
+            let _ = stopped.send(());
+        }
+    }
+}
+
+impl StreamHandler<ApprovalsRequest> for ApprovalDesk {
+    fn handle(&mut self, ApprovalsRequest(message): ApprovalsRequest, _: &mut Context<Self>) {
+        self.answer(
+            message,
+            "approvals",
+            |service, message| async move {
+                service
+                    .answer(message.subject.as_str(), &message.payload)
+                    .await
+            },
+            || error_body(panicked()),
+        );
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+impl StreamHandler<GateCall> for ApprovalDesk {
+    fn handle(&mut self, GateCall(message): GateCall, _: &mut Context<Self>) {
+        self.answer(
+            message,
+            "gate",
+            |service, message| async move { gate_body(&service.pass_gate(&message.payload).await) },
+            || {
+                let error = panicked();
+                gate_body(&GateOutcome::Refused {
+                    error: error.code,
+                    error_message: error.message,
+                    approval: None,
+                })
+            },
+        );
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+fn gate_body(outcome: &GateOutcome) -> Vec<u8> {
+    serde_json::to_vec(outcome).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a gate outcome does not serialize");
+        br#"{"outcome":"refused","error":"internal","error_message":"the approval actor could not encode its answer; see its logs","approval":null}"#.to_vec()
+    })
+}
+
+fn panicked() -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        "the approval actor failed on this request; look for \"handler panicked\" in the approval node's logs",
+    )
+}

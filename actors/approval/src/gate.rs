@@ -1,0 +1,295 @@
+//! The approval gate (`toolmesh.internal.v1.approval.gate`): a `GateRequest` from the gateway
+//! becomes a `GateOutcome` — create a pending approval, decide in band, or use one.
+
+use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
+use toolmesh_kernel::wire::{is_approval_id, ApprovalRequest, GateOutcome, GateRequest};
+
+use crate::service::{store_error, ApprovalService};
+use crate::store::{Birth, NewApproval, Redeemed, Redemption};
+
+/// Longest `tool_name` accepted (tool names are short identifiers).
+const MAX_TOOL_NAME_LEN: usize = 128;
+/// `arguments_preview` is cut to this many characters before it is stored: it is for a person
+/// deciding, and every list and event carries it.
+pub const MAX_PREVIEW_CHARS: usize = 4096;
+
+impl ApprovalService {
+    /// Answers one gate request. Never fails: every problem is a `Refused`.
+    #[tracing::instrument(skip_all)]
+    pub async fn pass_gate(&self, body: &[u8]) -> GateOutcome {
+        let request = match parse(body) {
+            Ok(request) => request,
+            Err(e) => return refused(e, None),
+        };
+        tracing::debug!(
+            account = %request.invocation.account,
+            invocation_id = %request.invocation.invocation_id,
+            tool = %request.tool_name,
+            "gate"
+        );
+        let grant = request.grant.clone().unwrap_or_default();
+        // With in-band decisions off, `approved` counts for nothing (PROTOCOL.md).
+        let decision = grant.approved.filter(|_| self.config.in_band);
+        match grant.id {
+            None => self.first_call(&request, decision).await,
+            Some(id) => self.redeem(&request, &id, decision).await,
+        }
+    }
+
+    /// A call without an approval id: a new approval, pending or decided in band at once.
+    async fn first_call(&self, request: &GateRequest, decision: Option<bool>) -> GateOutcome {
+        let birth = match decision {
+            None => Birth::Pending,
+            Some(true) => Birth::ApprovedAndUsed,
+            Some(false) => Birth::Rejected,
+        };
+        let ctx = &request.invocation;
+        let new = NewApproval {
+            account: ctx.account.clone(),
+            session_id: ctx.session_id.clone(),
+            invocation_id: ctx.invocation_id.clone(),
+            user_id: ctx.user_id.clone(),
+            agent_id: ctx.agent_id.clone(),
+            tool_name: request.tool_name.clone(),
+            risk_level: request.risk_level,
+            side_effects: request.side_effects.clone(),
+            arguments_sha256: request.arguments_sha256.clone(),
+            arguments_preview: preview(&request.arguments_preview),
+        };
+        let approval = match self.store.create(&new, birth).await {
+            Ok(approval) => approval,
+            Err(e) => return refused(store_error(e), None),
+        };
+        tracing::info!(id = %approval.id, account = %approval.account, tool = %approval.tool_name, ?birth, "approval created");
+        match birth {
+            Birth::Pending => {
+                self.announce_requested(&approval).await;
+                GateOutcome::Required { approval }
+            }
+            Birth::ApprovedAndUsed => {
+                self.announce_decided(&approval).await;
+                GateOutcome::Proceed { approval }
+            }
+            Birth::Rejected => {
+                self.announce_decided(&approval).await;
+                rejected(approval)
+            }
+        }
+    }
+
+    /// A call presenting an approval id, maybe with an in-band decision.
+    async fn redeem(&self, request: &GateRequest, id: &str, decision: Option<bool>) -> GateOutcome {
+        let ctx = &request.invocation;
+        let call = Redemption {
+            session_id: ctx.session_id.clone(),
+            tool_name: request.tool_name.clone(),
+            arguments_sha256: request.arguments_sha256.clone(),
+            invocation_id: ctx.invocation_id.clone(),
+            decision,
+        };
+        let redeemed = match self.store.redeem(&ctx.account, id, &call).await {
+            Ok(redeemed) => redeemed,
+            Err(e) => return refused(store_error(e), None),
+        };
+        match redeemed {
+            Redeemed::NotFound => refused(
+                ToolError::new(
+                    ErrorCode::NotFound,
+                    format!("no approval {id} in account {}; call without an approval id to request one", ctx.account),
+                ),
+                None,
+            ),
+            Redeemed::Mismatch(approval) => {
+                let what = mismatch(&approval, &call);
+                let message = format!(
+                    "approval {id} was granted for another {what}; repeat the call it was granted for, or call without it to request a new approval"
+                );
+                refused(ToolError::new(ErrorCode::ApprovalMismatch, message), Some(approval))
+            }
+            Redeemed::Expired(approval) => expired(approval),
+            Redeemed::Conflict(approval) => {
+                let message = format!(
+                    "approval {id} was already {} by {}; the first decision stands",
+                    decided_word(&approval),
+                    approval.decided_by.as_deref().unwrap_or("someone")
+                );
+                refused(ToolError::new(ErrorCode::Conflict, message), Some(approval))
+            }
+            Redeemed::Pending(approval) => {
+                let message = format!(
+                    "approval {id} is still pending; decide it on {} or wait",
+                    approvals(&approval.account, ApprovalVerb::Decide)
+                );
+                refused(ToolError::new(ErrorCode::ApprovalPending, message), Some(approval))
+            }
+            Redeemed::Rejected { approval, changed } => {
+                if changed {
+                    tracing::info!(id, "approval rejected in band");
+                    self.announce_decided(&approval).await;
+                }
+                rejected(approval)
+            }
+            Redeemed::Used(approval) => {
+                let message = format!(
+                    "approval {id} was already used by another call and runs at most one; call without it to request a new approval"
+                );
+                refused(ToolError::new(ErrorCode::ApprovalExpired, message), Some(approval))
+            }
+            Redeemed::Proceed(approval) => {
+                tracing::info!(id, invocation_id = %ctx.invocation_id, "approval used");
+                self.announce_decided(&approval).await;
+                GateOutcome::Proceed { approval }
+            }
+        }
+    }
+}
+
+/// Parses and checks a gate body; the kernel types already check account and ids.
+fn parse(body: &[u8]) -> Result<GateRequest, ToolError> {
+    let request: GateRequest = serde_json::from_slice(body).map_err(|e| {
+        ToolError::invalid_request(format!("the gate request is not a GateRequest ({e})"))
+    })?;
+    if request.tool_name.is_empty() || request.tool_name.len() > MAX_TOOL_NAME_LEN {
+        return Err(ToolError::invalid_request(format!(
+            "tool_name must be 1 to {MAX_TOOL_NAME_LEN} bytes"
+        )));
+    }
+    let sha = &request.arguments_sha256;
+    if sha.len() != 64
+        || !sha
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(ToolError::invalid_request(
+            "arguments_sha256 must be 64 lowercase hex digits",
+        ));
+    }
+    if let Some(id) = request.grant.as_ref().and_then(|g| g.id.as_deref()) {
+        if !is_approval_id(id) {
+            return Err(ToolError::invalid_request(format!(
+                "approval.id {:?} is not an approval id",
+                id.chars().take(70).collect::<String>()
+            )));
+        }
+    }
+    Ok(request)
+}
+
+/// The preview as stored: cut at [`MAX_PREVIEW_CHARS`] with a visible mark.
+fn preview(text: &str) -> String {
+    match text.char_indices().nth(MAX_PREVIEW_CHARS) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
+
+/// Which part of the binding differs, for the error message.
+fn mismatch(approval: &ApprovalRequest, call: &Redemption) -> String {
+    let mut parts = Vec::new();
+    if approval.tool_name != call.tool_name {
+        parts.push(format!("tool ({})", approval.tool_name));
+    }
+    if approval.session_id != call.session_id {
+        parts.push("session".to_owned());
+    }
+    if approval.arguments_sha256 != call.arguments_sha256 {
+        parts.push("set of arguments".to_owned());
+    }
+    if parts.is_empty() {
+        parts.push("call".to_owned());
+    }
+    parts.join(", ")
+}
+
+fn decided_word(approval: &ApprovalRequest) -> &'static str {
+    use toolmesh_kernel::wire::ApprovalStatus;
+    match approval.status {
+        ApprovalStatus::Rejected => "rejected",
+        _ => "approved",
+    }
+}
+
+fn refused(error: ToolError, approval: Option<ApprovalRequest>) -> GateOutcome {
+    GateOutcome::Refused {
+        error: error.code,
+        error_message: error.message,
+        approval,
+    }
+}
+
+fn rejected(approval: ApprovalRequest) -> GateOutcome {
+    let message = format!(
+        "approval {} was rejected by {}{}; call without it to request a new approval",
+        approval.id,
+        approval.decided_by.as_deref().unwrap_or("someone"),
+        approval
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    refused(
+        ToolError::new(ErrorCode::ApprovalRejected, message),
+        Some(approval),
+    )
+}
+
+fn expired(approval: ApprovalRequest) -> GateOutcome {
+    let message = format!(
+        "approval {} expired at {}; call without it to request a new approval",
+        approval.id, approval.expires_at
+    );
+    refused(
+        ToolError::new(ErrorCode::ApprovalExpired, message),
+        Some(approval),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(body: &str, valid: bool) {
+        assert_eq!(parse(body.as_bytes()).is_ok(), valid, "{body}");
+    }
+
+    fn gate_body(tool: &str, sha: &str, grant: &str) -> String {
+        format!(
+            r#"{{"invocation":{{"account":"acme","invocation_id":"inv-1","session_id":"s-1"}},
+               "tool_name":"{tool}","risk_level":"high","side_effects":["workspace_write"],
+               "arguments_sha256":"{sha}","arguments_preview":"{{}}","grant":{grant}}}"#
+        )
+    }
+
+    #[test]
+    fn gate_bodies() {
+        let sha = "a".repeat(64);
+        check(&gate_body("t", &sha, "null"), true);
+        check(
+            &gate_body("t", &sha, r#"{"id":"appr_1","approved":true}"#),
+            true,
+        );
+        check(&gate_body("t", &sha, r#"{"id":"appr.1"}"#), false);
+        check(&gate_body("", &sha, "null"), false);
+        check(&gate_body(&"t".repeat(129), &sha, "null"), false);
+        check(&gate_body("t", "abc", "null"), false);
+        check(&gate_body("t", &"A".repeat(64), "null"), false);
+        check("", false);
+        check("{}", false);
+        check("[1]", false);
+        check(
+            r#"{"invocation":{"account":"a.b","invocation_id":"i"},"tool_name":"t","risk_level":"low","side_effects":[],"arguments_sha256":"","arguments_preview":""}"#,
+            false,
+        );
+    }
+
+    #[test]
+    fn preview_is_cut_on_a_char_boundary() {
+        assert_eq!(preview("short"), "short");
+        let long = "é".repeat(MAX_PREVIEW_CHARS + 5);
+        let cut = preview(&long);
+        assert_eq!(cut.chars().count(), MAX_PREVIEW_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
+}

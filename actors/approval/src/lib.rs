@@ -1,0 +1,131 @@
+//! toolmesh-approval: the approval actor. It keeps approvals durably and atomically in Redis,
+//! answers the gateway's gate (`toolmesh.internal.v1.approval.gate`) and the public
+//! `toolmesh.v1.approvals.<account>.list|get|decide` subjects, and announces every new and
+//! changed approval on `…requested` / `…decided` (PROTOCOL.md, "Risk and approval").
+//!
+//! Architecture invariant: `store.rs` is the only code that speaks Redis, and every
+//! read-then-write there is one Lua script timed by Redis `TIME`; the actor itself holds no
+//! approval state, so any number of approval nodes can share one Redis.
+
+mod desk;
+mod gate;
+mod requests;
+mod service;
+mod store;
+
+use actix::Actor;
+use tokio::sync::oneshot;
+use toolmesh_kernel::config::ApprovalConfig;
+use toolmesh_kernel::host::{InFlight, Lifecycle};
+use toolmesh_kernel::subjects;
+use toolmesh_kernel::Role;
+
+pub use desk::SWEEP_EVERY;
+pub use gate::MAX_PREVIEW_CHARS;
+pub use requests::{MAX_APPROVER_CHARS, MAX_LIST, MAX_REASON_CHARS};
+
+use crate::desk::ApprovalDesk;
+use crate::service::ApprovalService;
+use crate::store::ApprovalStore;
+
+/// What the approval actor needs besides NATS.
+#[derive(Clone)]
+pub struct ApprovalSettings {
+    /// `TOOLMESH_REDIS_URL`.
+    pub redis_url: String,
+    pub config: ApprovalConfig,
+}
+
+impl std::fmt::Debug for ApprovalSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password; keep it out of logs.
+        let redis_url = match self.redis_url.split_once("://") {
+            Some((scheme, rest)) if rest.contains('@') => {
+                format!(
+                    "{scheme}://***@{}",
+                    rest.rsplit_once('@').map_or("", |(_, host)| host)
+                )
+            }
+            _ => self.redis_url.clone(),
+        };
+        f.debug_struct("ApprovalSettings")
+            .field("redis_url", &redis_url)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Why the approval actor could not start. Redis being down is not one of them: the actor
+/// starts anyway, keeps connecting in the background and answers `unavailable` meanwhile.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalStartError {
+    /// The URL is malformed (not echoed: it may hold a password).
+    #[error("TOOLMESH_REDIS_URL is not a valid Redis URL: {0}")]
+    RedisUrl(#[source] redis::RedisError),
+    #[error("could not subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: String,
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+    #[error("could not confirm the approval subscriptions with the NATS server: {0}")]
+    Flush(#[source] async_nats::client::FlushError),
+}
+
+/// A running approval actor.
+#[derive(Debug)]
+pub struct ApprovalHandle {
+    stopped: oneshot::Receiver<()>,
+}
+
+impl ApprovalHandle {
+    /// Resolves once the actor has drained (after `lifecycle.drain` is cancelled) and stopped.
+    pub async fn stopped(self) {
+        // A dropped sender means the actor is gone all the same.
+        let _ = self.stopped.await;
+    }
+}
+
+/// Starts the approval actor; call inside an actix `System`. Returns once its subscriptions
+/// are live on the server, so a request sent afterwards is answered.
+pub async fn spawn(
+    nats: async_nats::Client,
+    settings: ApprovalSettings,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+) -> Result<ApprovalHandle, ApprovalStartError> {
+    let (store, connector) = ApprovalStore::new(&settings.redis_url, &settings.config)
+        .map_err(ApprovalStartError::RedisUrl)?;
+    // Redis being down must not keep the node from starting: connect behind its back, from
+    // now on so the connection is usually up by the time the first request arrives.
+    let give_up = lifecycle.drain.child_token();
+    connector.spawn(give_up.clone());
+    // If subscribing fails below, the connect task is abandoned with the start.
+    let abandon = give_up.drop_guard();
+    let queue = subjects::queue::of(Role::Approval);
+    let subscribe = |subject: &'static str| {
+        let nats = nats.clone();
+        let queue = queue.clone();
+        async move {
+            nats.queue_subscribe(subject, queue)
+                .await
+                .map_err(|source| ApprovalStartError::Subscribe {
+                    subject: subject.to_owned(),
+                    source,
+                })
+        }
+    };
+    let approvals = subscribe(subjects::public::APPROVALS_ANY).await?;
+    let gate = subscribe(subjects::internal::APPROVAL_GATE).await?;
+    nats.flush().await.map_err(ApprovalStartError::Flush)?;
+    abandon.disarm();
+    let (stopped_tx, stopped) = oneshot::channel();
+    let service = ApprovalService {
+        nats,
+        store,
+        config: settings.config,
+    };
+    ApprovalDesk::new(service, lifecycle, in_flight, approvals, gate, stopped_tx).start();
+    tracing::info!("approval actor subscribed");
+    Ok(ApprovalHandle { stopped })
+}

@@ -1,0 +1,372 @@
+//! The public approvals subjects (`toolmesh.v1.approvals.<account>.list|get|decide`): parse
+//! the subject and body, ask the store, build the reply body.
+
+use serde_json::{Map, Value};
+use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
+use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
+use toolmesh_kernel::Account;
+
+use crate::service::{store_error, ApprovalService};
+use crate::store::{Decided, Decision};
+
+/// Longest `approver`, in characters.
+pub const MAX_APPROVER_CHARS: usize = 256;
+/// Longest `reason`, in characters.
+pub const MAX_REASON_CHARS: usize = 1024;
+/// Most approvals one `list` reply fetches; a reply that would pass the server's
+/// `max_payload` is cut further, with `truncated: true`.
+pub const MAX_LIST: usize = 500;
+/// What `decided_by` records when `approver` is absent.
+const ANONYMOUS: &str = "anonymous";
+
+/// A parsed request on a public approvals subject.
+#[derive(Debug, Clone, PartialEq)]
+enum Query {
+    List,
+    Get { id: String },
+    Decide { id: String, decision: DecideBody },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct DecideBody {
+    approved: bool,
+    approver: Option<String>,
+    reason: Option<String>,
+}
+
+impl ApprovalService {
+    /// Answers one request on `toolmesh.v1.approvals.>`; the reply body, success or failure.
+    #[tracing::instrument(skip(self, body))]
+    pub async fn answer(&self, subject: &str, body: &[u8]) -> Vec<u8> {
+        match self.answer_fields(subject, body).await {
+            Ok(fields) => ok_body(fields),
+            Err(e) => error_body(e),
+        }
+    }
+
+    async fn answer_fields(
+        &self,
+        subject: &str,
+        body: &[u8],
+    ) -> Result<Map<String, Value>, ToolError> {
+        let (account, query) = parse(subject, body)?;
+        match query {
+            Query::List => self.list(&account).await,
+            Query::Get { id } => match self.store.get(&account, &id).await.map_err(store_error)? {
+                Some(approval) => Ok(one(approval)),
+                None => Err(not_found(&account, &id)),
+            },
+            Query::Decide { id, decision } => self.decide(&account, &id, decision).await,
+        }
+    }
+
+    async fn list(&self, account: &Account) -> Result<Map<String, Value>, ToolError> {
+        let approvals = self
+            .store
+            .list_pending(account, MAX_LIST)
+            .await
+            .map_err(store_error)?;
+        // Leave room for the envelope and the NATS headers of the reply.
+        let budget = self.nats.server_info().max_payload.saturating_sub(1024);
+        let mut size = 0;
+        let mut items = Vec::with_capacity(approvals.len());
+        let mut truncated = false;
+        for approval in approvals {
+            let item = serde_json::to_value(&approval)
+                .map_err(|e| ToolError::internal(format!("an approval does not serialize: {e}")))?;
+            size += item.to_string().len() + 1;
+            if size > budget {
+                truncated = true;
+                break;
+            }
+            items.push(item);
+        }
+        let mut fields = Map::new();
+        fields.insert("approvals".into(), Value::Array(items));
+        if truncated {
+            fields.insert("truncated".into(), Value::Bool(true));
+        }
+        Ok(fields)
+    }
+
+    async fn decide(
+        &self,
+        account: &Account,
+        id: &str,
+        body: DecideBody,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let decision = Decision {
+            approved: body.approved,
+            decided_by: body.approver.unwrap_or_else(|| ANONYMOUS.to_owned()),
+            reason: body.reason,
+        };
+        let decided = self
+            .store
+            .decide(account, id, &decision)
+            .await
+            .map_err(store_error)?;
+        match decided {
+            Decided::NotFound => Err(not_found(account, id)),
+            Decided::Expired(approval) => Err(ToolError::new(
+                ErrorCode::ApprovalExpired,
+                format!(
+                    "approval {id} expired at {} and can no longer be decided; the caller must request a new one",
+                    approval.expires_at
+                ),
+            )),
+            Decided::Conflict(approval) => Err(ToolError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "approval {id} was already {} by {}; the first decision stands",
+                    if body.approved { "rejected" } else { "approved" },
+                    approval.decided_by.as_deref().unwrap_or("someone")
+                ),
+            )
+            .with("approval", to_value(&approval)?)),
+            Decided::Unchanged(approval) => Ok(one(approval)),
+            Decided::Changed(approval) => {
+                tracing::info!(id, account = %account, approved = body.approved, by = %decision.decided_by, "approval decided");
+                self.announce_decided(&approval).await;
+                Ok(one(approval))
+            }
+        }
+    }
+}
+
+fn to_value(approval: &ApprovalRequest) -> Result<Value, ToolError> {
+    serde_json::to_value(approval)
+        .map_err(|e| ToolError::internal(format!("an approval does not serialize: {e}")))
+}
+
+fn one(approval: ApprovalRequest) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert(
+        "approval".into(),
+        serde_json::to_value(approval).unwrap_or(Value::Null),
+    );
+    fields
+}
+
+/// The same answer whether the id exists in another account or nowhere.
+fn not_found(account: &Account, id: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotFound,
+        format!("no approval {id} in account {account}; check the id and the account"),
+    )
+}
+
+/// Subject and body → account and query; everything malformed is `invalid_request`.
+fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
+    let (account, verb) = approvals_parts(subject).map_err(|rest| {
+        ToolError::invalid_request(format!(
+            "{:?} is not an approvals subject; use toolmesh.v1.approvals.<account>.list, .get or .decide",
+            rest.chars().take(80).collect::<String>()
+        ))
+    })?;
+    let account = Account::parse(account).map_err(|e| ToolError::invalid_request(e.to_string()))?;
+    let mut map = object(body)?;
+    let query = match verb {
+        ApprovalVerb::List => Query::List,
+        ApprovalVerb::Get => Query::Get { id: id(&mut map)? },
+        ApprovalVerb::Decide => {
+            let id = id(&mut map)?;
+            let approved =
+                match map.remove("approved") {
+                    Some(Value::Bool(b)) => b,
+                    None | Some(Value::Null) => return Err(ToolError::invalid_request(
+                        "the decision has no \"approved\"; send true to approve or false to reject",
+                    )),
+                    Some(other) => {
+                        return Err(ToolError::invalid_request(format!(
+                            "approved must be true or false, got {}",
+                            json_kind(&other)
+                        )))
+                    }
+                };
+            let approver = text(&mut map, "approver", MAX_APPROVER_CHARS)?;
+            let reason = text(&mut map, "reason", MAX_REASON_CHARS)?;
+            Query::Decide {
+                id,
+                decision: DecideBody {
+                    approved,
+                    approver,
+                    reason,
+                },
+            }
+        }
+        ApprovalVerb::Requested | ApprovalVerb::Decided => {
+            return Err(ToolError::invalid_request(format!(
+                "{} is an event subject, not a request; use list, get or decide",
+                verb.as_str()
+            )))
+        }
+    };
+    Ok((account, query))
+}
+
+fn object(body: &[u8]) -> Result<Map<String, Value>, ToolError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ToolError::invalid_request(
+            "the request body is empty; send a JSON object (at least {})",
+        ));
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(ToolError::invalid_request(format!(
+            "the request body must be a JSON object, got {}",
+            json_kind(&other)
+        ))),
+        Err(e) => Err(ToolError::invalid_request(format!(
+            "the request body is not valid JSON ({e})"
+        ))),
+    }
+}
+
+fn id(map: &mut Map<String, Value>) -> Result<String, ToolError> {
+    match map.remove("id") {
+        Some(Value::String(s)) if is_approval_id(&s) => Ok(s),
+        Some(Value::String(s)) => Err(ToolError::invalid_request(format!(
+            "id {:?} is not an approval id (appr_…)",
+            s.chars().take(70).collect::<String>()
+        ))),
+        None | Some(Value::Null) => Err(ToolError::invalid_request(
+            "the request has no \"id\"; name the approval (appr_…)",
+        )),
+        Some(other) => Err(ToolError::invalid_request(format!(
+            "id must be a string, got {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+/// An optional string member of at most `max` characters; empty counts as absent.
+fn text(map: &mut Map<String, Value>, name: &str, max: usize) -> Result<Option<String>, ToolError> {
+    match map.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() > max => Err(ToolError::invalid_request(
+            format!("{name} must be at most {max} characters"),
+        )),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ToolError::invalid_request(format!(
+            "{name} must be a string, got {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "toolmesh.v1.approvals.acme.";
+
+    fn check(verb: &str, body: &str, expect: Result<Query, &str>) {
+        let subject = format!("{BASE}{verb}");
+        match (parse(&subject, body.as_bytes()), expect) {
+            (Ok((account, query)), Ok(want)) => {
+                assert_eq!(account.as_str(), "acme");
+                assert_eq!(query, want, "{verb} {body}");
+            }
+            (Err(e), Err(fragment)) => {
+                assert_eq!(e.code, ErrorCode::InvalidRequest, "{verb} {body}");
+                assert!(e.message.contains(fragment), "{verb} {body}: {}", e.message);
+            }
+            (got, want) => panic!("{verb} {body}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    fn decide(id: &str, approved: bool, approver: Option<&str>, reason: Option<&str>) -> Query {
+        Query::Decide {
+            id: id.into(),
+            decision: DecideBody {
+                approved,
+                approver: approver.map(Into::into),
+                reason: reason.map(Into::into),
+            },
+        }
+    }
+
+    #[test]
+    fn list_bodies() {
+        check("list", "{}", Ok(Query::List));
+        check("list", r#"{"anything": 1}"#, Ok(Query::List));
+        check("list", "", Err("empty"));
+        check("list", "[]", Err("an array"));
+        check("list", "nope", Err("not valid JSON"));
+        check("list", "42", Err("a number"));
+    }
+
+    #[test]
+    fn get_bodies() {
+        check(
+            "get",
+            r#"{"id":"appr_1"}"#,
+            Ok(Query::Get {
+                id: "appr_1".into(),
+            }),
+        );
+        check("get", "{}", Err("no \"id\""));
+        check("get", r#"{"id":5}"#, Err("a number"));
+        check("get", r#"{"id":"a:b"}"#, Err("not an approval id"));
+        check("get", r#"{"id":""}"#, Err("not an approval id"));
+    }
+
+    #[test]
+    fn decide_bodies() {
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":true}"#,
+            Ok(decide("appr_1", true, None, None)),
+        );
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":false,"approver":"bob","reason":"no"}"#,
+            Ok(decide("appr_1", false, Some("bob"), Some("no"))),
+        );
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":true,"approver":"","reason":null}"#,
+            Ok(decide("appr_1", true, None, None)),
+        );
+        check("decide", r#"{"id":"appr_1"}"#, Err("approved"));
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":"yes"}"#,
+            Err("true or false"),
+        );
+        check("decide", r#"{"approved":true}"#, Err("id"));
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":true,"approver":7}"#,
+            Err("approver"),
+        );
+        let long = "x".repeat(MAX_APPROVER_CHARS + 1);
+        check(
+            "decide",
+            &format!(r#"{{"id":"appr_1","approved":true,"approver":"{long}"}}"#),
+            Err("approver must be at most"),
+        );
+        let long = "é".repeat(MAX_REASON_CHARS + 1);
+        check(
+            "decide",
+            &format!(r#"{{"id":"appr_1","approved":true,"reason":"{long}"}}"#),
+            Err("reason must be at most"),
+        );
+    }
+
+    #[test]
+    fn subjects() {
+        assert!(parse("toolmesh.v1.approvals.a.b.list", b"{}").is_err());
+        assert!(parse("toolmesh.v1.approvals.acme.frob", b"{}").is_err());
+        assert!(parse(
+            &format!("toolmesh.v1.approvals.{}.list", "a".repeat(65)),
+            b"{}"
+        )
+        .is_err());
+        assert!(parse("toolmesh.v1.approvals.a$b.list", b"{}").is_err());
+        check("requested", "{}", Err("event subject"));
+        check("decided", "{}", Err("event subject"));
+    }
+}

@@ -1,0 +1,679 @@
+//! `ApprovalStore`: the only code that speaks Redis. Every read-then-write is one Lua script
+//! (`src/lua/`), atomic in Redis and timed by Redis `TIME`, so nodes never race each other
+//! through check-then-set and never disagree about expiry because of their clocks.
+//!
+//! Layout (one Redis, or one primary; the scripts touch several keys, so Redis Cluster is not
+//! supported):
+//! * `toolmesh:approval:<account>:<id>`: hash, the record (`status`, `session_id`, …,
+//!   `created_at_ms`, `expires_at_ms`, `decided_*`, `used_*`), expiring `retention` after
+//!   `expires_at_ms`.
+//! * `toolmesh:approvals:pending:<account>`: zset id → `expires_at_ms`, the undecided ones.
+//! * `toolmesh:approvals:expiry`: zset `<account>:<id>` → `expires_at_ms`, every approval that
+//!   can still expire (pending or approved-not-used), for the sweeper.
+//! * `toolmesh:audit:<account>`: stream, one entry per create / decide / use / expire.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use toolmesh_kernel::config::ApprovalConfig;
+use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, RiskLevel, SideEffect};
+use toolmesh_kernel::{Account, InvocationId, SessionId};
+
+/// How long a request waits for the first Redis connection of a starting node before it
+/// answers `unavailable` (a request right after startup should not fail for a few ms).
+const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(1);
+/// Longest pause between two attempts of the first connection.
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Redis answers a local script in well under a millisecond; past this it is stuck or gone.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// Due members the sweeper takes per round; the rest wait for the next round.
+pub const SWEEP_BATCH: usize = 256;
+
+const PENDING_PREFIX: &str = "toolmesh:approvals:pending:";
+const EXPIRY_KEY: &str = "toolmesh:approvals:expiry";
+
+/// Why the store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Not connected, connection lost, or Redis busy loading: safe to retry.
+    #[error("approval store (Redis) is not reachable")]
+    Unavailable,
+    /// Redis answered something this code did not expect (a bug or a damaged record).
+    #[error("approval store failed: {0}")]
+    Failed(String),
+}
+
+impl From<RedisError> for StoreError {
+    fn from(e: RedisError) -> Self {
+        use redis::RetryMethod;
+        let transient = e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || matches!(
+                e.retry_method(),
+                RetryMethod::Reconnect
+                    | RetryMethod::ReconnectFromInitialConnections
+                    | RetryMethod::WaitAndRetry
+                    | RetryMethod::RetryImmediately
+            );
+        if transient {
+            tracing::warn!(error = %e, "approval store unreachable");
+            StoreError::Unavailable
+        } else {
+            StoreError::Failed(e.to_string())
+        }
+    }
+}
+
+/// A new approval as the gate hands it over.
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    pub account: Account,
+    pub session_id: Option<SessionId>,
+    pub invocation_id: InvocationId,
+    pub user_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub tool_name: String,
+    pub risk_level: RiskLevel,
+    pub side_effects: Vec<SideEffect>,
+    pub arguments_sha256: String,
+    pub arguments_preview: String,
+}
+
+/// How a new approval starts its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Birth {
+    /// Waits for a decision.
+    Pending,
+    /// Approved in band on the first call, and used by that call at once.
+    ApprovedAndUsed,
+    /// Rejected in band on the first call.
+    Rejected,
+}
+
+/// A decision as `…decide` carries it (or `in-band`).
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub approved: bool,
+    pub decided_by: String,
+    pub reason: Option<String>,
+}
+
+/// The result of [`ApprovalStore::decide`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    NotFound,
+    Expired(ApprovalRequest),
+    /// The same decision had already been made: nothing changed.
+    Unchanged(ApprovalRequest),
+    /// The contrary decision had already been made.
+    Conflict(ApprovalRequest),
+    /// This decision was the first.
+    Changed(ApprovalRequest),
+}
+
+/// What a call presents: its binding, and an in-band decision when allowed.
+#[derive(Debug, Clone)]
+pub struct Redemption {
+    pub session_id: Option<SessionId>,
+    pub tool_name: String,
+    pub arguments_sha256: String,
+    pub invocation_id: InvocationId,
+    pub decision: Option<bool>,
+}
+
+/// The result of [`ApprovalStore::redeem`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Redeemed {
+    NotFound,
+    /// Granted for another session, tool or arguments; untouched.
+    Mismatch(ApprovalRequest),
+    Expired(ApprovalRequest),
+    /// The in-band decision contradicts the first one.
+    Conflict(ApprovalRequest),
+    Pending(ApprovalRequest),
+    /// `changed` when this call's in-band decision was the rejection.
+    Rejected {
+        approval: ApprovalRequest,
+        changed: bool,
+    },
+    /// Already used by another call.
+    Used(ApprovalRequest),
+    /// This call may run; the approval is now `used` by it.
+    Proceed(ApprovalRequest),
+}
+
+/// The compiled scripts, shared by every clone of the store.
+struct Scripts {
+    create: Script,
+    decide: Script,
+    redeem: Script,
+    expire: Script,
+    get: Script,
+    pending_ids: Script,
+    due: Script,
+}
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/common.lua"),
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            create: script!("create.lua"),
+            decide: script!("decide.lua"),
+            redeem: script!("redeem.lua"),
+            expire: script!("expire.lua"),
+            get: script!("get.lua"),
+            pending_ids: script!("pending_ids.lua"),
+            due: script!("due.lua"),
+        }
+    }
+}
+
+/// Approvals in Redis. Cheap to clone; every clone shares one connection.
+#[derive(Clone)]
+pub struct ApprovalStore {
+    connection: watch::Receiver<Option<ConnectionManager>>,
+    scripts: Arc<Scripts>,
+    ttl_ms: u64,
+    retention_ms: u64,
+}
+
+/// The keys one record script works on, in the order the scripts expect them.
+struct RecordKeys {
+    record: String,
+    pending: String,
+    expiry: &'static str,
+    audit: String,
+    /// The record's member in the expiry set.
+    member: String,
+}
+
+impl RecordKeys {
+    fn new(account: &str, id: &str) -> Self {
+        Self {
+            record: format!("toolmesh:approval:{account}:{id}"),
+            pending: format!("{PENDING_PREFIX}{account}"),
+            expiry: EXPIRY_KEY,
+            audit: format!("toolmesh:audit:{account}"),
+            member: format!("{account}:{id}"),
+        }
+    }
+
+    fn invocation<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.record)
+            .key(&self.pending)
+            .key(self.expiry)
+            .key(&self.audit);
+        invocation
+    }
+}
+
+/// A record as the scripts return it (HGETALL).
+type Record = HashMap<String, String>;
+
+impl ApprovalStore {
+    /// Builds the store and the connector that will connect it; only a malformed URL fails
+    /// here. Until the connector has connected, requests answer `unavailable`.
+    pub fn new(url: &str, config: &ApprovalConfig) -> Result<(Self, StoreConnector), RedisError> {
+        let client = redis::Client::open(url)?;
+        let (tx, rx) = watch::channel(None);
+        let store = Self {
+            connection: rx,
+            scripts: Arc::new(Scripts::new()),
+            ttl_ms: config.ttl.as_millis() as u64,
+            retention_ms: config.retention.as_millis() as u64,
+        };
+        Ok((store, StoreConnector { client, tx }))
+    }
+
+    /// The connection, once there is one. After the first connection the manager reconnects by
+    /// itself; commands sent while it cannot fail with an I/O error (→ `Unavailable`).
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut rx = self.connection.clone();
+        if let Some(manager) = rx.borrow().clone() {
+            return Ok(manager);
+        }
+        let waited = tokio::time::timeout(FIRST_CONNECT_WAIT, rx.wait_for(Option::is_some)).await;
+        match waited {
+            Ok(Ok(manager)) => manager.clone().ok_or(StoreError::Unavailable),
+            _ => Err(StoreError::Unavailable),
+        }
+    }
+
+    /// Runs a script, once more after a dropped connection: every script is idempotent under
+    /// a retry (ids and `op` tokens are fresh per call), so a reply lost with the connection
+    /// is safe to ask for again.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.connection().await?;
+        match invocation.invoke_async(&mut conn).await {
+            Ok(v) => Ok(v),
+            Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                tracing::debug!(error = %e, "Redis connection dropped; retrying once");
+                Ok(invocation.invoke_async(&mut conn).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Stores a new approval and returns it as stored.
+    pub async fn create(
+        &self,
+        new: &NewApproval,
+        birth: Birth,
+    ) -> Result<ApprovalRequest, StoreError> {
+        let id = toolmesh_kernel::ids::generate_approval_id();
+        let keys = RecordKeys::new(new.account.as_str(), &id);
+        let side_effects = serde_json::to_string(&new.side_effects)
+            .map_err(|e| StoreError::Failed(format!("side effects do not serialize: {e}")))?;
+        let mut invocation = keys.invocation(&self.scripts.create);
+        invocation
+            .arg(&id)
+            .arg(new.account.as_str())
+            .arg(new.session_id.as_ref().map_or("", SessionId::as_str))
+            .arg(new.invocation_id.as_str())
+            .arg(&new.tool_name)
+            .arg(new.risk_level.as_str())
+            .arg(side_effects)
+            .arg(&new.arguments_sha256)
+            .arg(&new.arguments_preview)
+            .arg(self.ttl_ms)
+            .arg(self.retention_ms)
+            .arg(match birth {
+                Birth::Pending => "pending",
+                Birth::ApprovedAndUsed => "used",
+                Birth::Rejected => "rejected",
+            })
+            .arg(new.user_id.as_deref().unwrap_or(""))
+            .arg(new.agent_id.as_deref().unwrap_or(""));
+        let (_, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        view(&record, now)
+    }
+
+    /// One approval of one account, any status; `None` when there is none in that account.
+    pub async fn get(
+        &self,
+        account: &Account,
+        id: &str,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        let keys = RecordKeys::new(account.as_str(), id);
+        let mut invocation = self.scripts.get.prepare_invoke();
+        invocation.key(&keys.record);
+        let (now, record): (u64, Record) = self.run(&invocation).await?;
+        if record.is_empty() {
+            return Ok(None);
+        }
+        view(&record, now).map(Some)
+    }
+
+    /// Pending, unexpired approvals of an account, oldest first, at most `limit`.
+    pub async fn list_pending(
+        &self,
+        account: &Account,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        let pending = format!("{PENDING_PREFIX}{account}");
+        let mut invocation = self.scripts.pending_ids.prepare_invoke();
+        invocation.key(&pending).arg(limit);
+        let (now, ids): (u64, Vec<String>) = self.run(&invocation).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Plain reads: a record decided between the two round trips is filtered out below.
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HGETALL")
+                .arg(RecordKeys::new(account.as_str(), id).record);
+        }
+        let mut conn = self.connection().await?;
+        let records: Vec<Record> = pipe.query_async(&mut conn).await?;
+        let mut approvals = Vec::with_capacity(records.len());
+        for record in records.iter().filter(|r| !r.is_empty()) {
+            let approval = view(record, now)?;
+            if approval.status == ApprovalStatus::Pending {
+                approvals.push((number(record, "created_at_ms")?, approval));
+            }
+        }
+        approvals.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.id.cmp(&y.id)));
+        Ok(approvals.into_iter().map(|(_, a)| a).collect())
+    }
+
+    /// An out-of-band (or any) decision under the first-decision rule.
+    pub async fn decide(
+        &self,
+        account: &Account,
+        id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let keys = RecordKeys::new(account.as_str(), id);
+        let mut invocation = keys.invocation(&self.scripts.decide);
+        invocation
+            .arg(if decision.approved { "1" } else { "0" })
+            .arg(&decision.decided_by)
+            .arg(decision.reason.as_deref().unwrap_or(""))
+            .arg(op_token())
+            .arg(&keys.member)
+            .arg(id);
+        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        if outcome == "not_found" {
+            return Ok(Decided::NotFound);
+        }
+        let approval = view(&record, now)?;
+        Ok(match outcome.as_str() {
+            "expired" => Decided::Expired(approval),
+            "same" => Decided::Unchanged(approval),
+            "conflict" => Decided::Conflict(approval),
+            "changed" => Decided::Changed(approval),
+            other => return Err(unexpected("decide", other)),
+        })
+    }
+
+    /// A call presents approval `id`: binding check, in-band decision, and use, atomically.
+    pub async fn redeem(
+        &self,
+        account: &Account,
+        id: &str,
+        call: &Redemption,
+    ) -> Result<Redeemed, StoreError> {
+        let keys = RecordKeys::new(account.as_str(), id);
+        let mut invocation = keys.invocation(&self.scripts.redeem);
+        invocation
+            .arg(call.session_id.as_ref().map_or("", SessionId::as_str))
+            .arg(&call.tool_name)
+            .arg(&call.arguments_sha256)
+            .arg(call.invocation_id.as_str())
+            .arg(match call.decision {
+                None => "",
+                Some(true) => "1",
+                Some(false) => "0",
+            })
+            .arg(op_token())
+            .arg(&keys.member)
+            .arg(id);
+        let (outcome, now, changed, record): (String, u64, String, Record) =
+            self.run(&invocation).await?;
+        if outcome == "not_found" {
+            return Ok(Redeemed::NotFound);
+        }
+        let approval = view(&record, now)?;
+        Ok(match outcome.as_str() {
+            "mismatch" => Redeemed::Mismatch(approval),
+            "expired" => Redeemed::Expired(approval),
+            "conflict" => Redeemed::Conflict(approval),
+            "pending" => Redeemed::Pending(approval),
+            "rejected" => Redeemed::Rejected {
+                approval,
+                changed: changed == "1",
+            },
+            "used" => Redeemed::Used(approval),
+            "proceed" => Redeemed::Proceed(approval),
+            other => return Err(unexpected("redeem", other)),
+        })
+    }
+
+    /// Members of the expiry set whose time has come (`<account>:<id>`).
+    pub async fn due(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut invocation = self.scripts.due.prepare_invoke();
+        invocation.key(EXPIRY_KEY).arg(limit);
+        self.run(&invocation).await
+    }
+
+    /// Expires one due member; `Some` only for the one sweeper that won it and found it still
+    /// pending or approved.
+    pub async fn expire(&self, member: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+        let parsed = member.split_once(':').filter(|(account, id)| {
+            Account::parse(*account).is_ok() && toolmesh_kernel::wire::is_approval_id(id)
+        });
+        let Some((account, id)) = parsed else {
+            // Nothing of ours writes such a member; drop it so it is not looked at every round.
+            tracing::warn!(
+                member,
+                "dropping a malformed member of the approval expiry set"
+            );
+            let mut conn = self.connection().await?;
+            let _: i64 = redis::cmd("ZREM")
+                .arg(EXPIRY_KEY)
+                .arg(member)
+                .query_async(&mut conn)
+                .await?;
+            return Ok(None);
+        };
+        let keys = RecordKeys::new(account, id);
+        let mut invocation = keys.invocation(&self.scripts.expire);
+        invocation.arg(member).arg(id);
+        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        match outcome.as_str() {
+            "expired" => view(&record, now).map(Some),
+            "lost" | "gone" | "not_due" | "settled" => Ok(None),
+            other => Err(unexpected("expire", other)),
+        }
+    }
+}
+
+/// Makes the first connection of an [`ApprovalStore`]; see [`StoreConnector::spawn`].
+pub struct StoreConnector {
+    client: redis::Client,
+    tx: watch::Sender<Option<ConnectionManager>>,
+}
+
+impl StoreConnector {
+    /// Connects in a background task: a Redis that is down now is retried until it is up or
+    /// `give_up` is cancelled. After that the connection manager reconnects by itself.
+    pub fn spawn(self, give_up: CancellationToken) {
+        let Self { client, tx } = self;
+        tokio::spawn(async move {
+            let manager_config = ConnectionManagerConfig::new()
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(1))
+                .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT));
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                let attempt =
+                    ConnectionManager::new_with_config(client.clone(), manager_config.clone());
+                let result = tokio::select! {
+                    result = attempt => result,
+                    _ = give_up.cancelled() => return,
+                };
+                match result {
+                    Ok(manager) => {
+                        tracing::info!("approval store connected to Redis");
+                        let _ = tx.send(Some(manager));
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in = ?backoff, "Redis is not reachable yet; approvals answer unavailable until it is");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = give_up.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
+            }
+        });
+    }
+}
+
+/// A fresh token naming one attempt of one operation (see [`ApprovalStore::run`]).
+fn op_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn unexpected(script: &str, outcome: &str) -> StoreError {
+    StoreError::Failed(format!("the {script} script answered {outcome:?}"))
+}
+
+fn field<'a>(record: &'a Record, name: &str) -> Result<&'a str, StoreError> {
+    record
+        .get(name)
+        .map(String::as_str)
+        .ok_or_else(|| StoreError::Failed(format!("an approval record has no {name}")))
+}
+
+fn number(record: &Record, name: &str) -> Result<u64, StoreError> {
+    field(record, name)?
+        .parse()
+        .map_err(|_| StoreError::Failed(format!("an approval record's {name} is not a number")))
+}
+
+/// An optional text field; absent or empty means none.
+fn optional(record: &Record, name: &str) -> Option<String> {
+    record.get(name).filter(|v| !v.is_empty()).cloned()
+}
+
+fn damaged(name: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(format!("an approval record's {name} is damaged: {e}"))
+}
+
+/// The record as PROTOCOL.md's ApprovalRequest at Redis time `now_ms`.
+fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
+    let expires_at_ms = number(record, "expires_at_ms")?;
+    let stored: ApprovalStatus = serde_json::from_value(field(record, "status")?.into())
+        .map_err(|e| damaged("status", e))?;
+    // Mirrors `effective` in common.lua: what is not decided for good expires with its time.
+    let status = match stored {
+        ApprovalStatus::Pending | ApprovalStatus::Approved if now_ms >= expires_at_ms => {
+            ApprovalStatus::Expired
+        }
+        other => other,
+    };
+    Ok(ApprovalRequest {
+        id: field(record, "id")?.to_owned(),
+        account: Account::parse(field(record, "account")?).map_err(|e| damaged("account", e))?,
+        session_id: optional(record, "session_id")
+            .map(SessionId::parse)
+            .transpose()
+            .map_err(|e| damaged("session_id", e))?,
+        invocation_id: InvocationId::parse(field(record, "invocation_id")?)
+            .map_err(|e| damaged("invocation_id", e))?,
+        tool_name: field(record, "tool_name")?.to_owned(),
+        risk_level: serde_json::from_value(field(record, "risk_level")?.into())
+            .map_err(|e| damaged("risk_level", e))?,
+        side_effects: serde_json::from_str(field(record, "side_effects")?)
+            .map_err(|e| damaged("side_effects", e))?,
+        arguments_sha256: field(record, "arguments_sha256")?.to_owned(),
+        arguments_preview: field(record, "arguments_preview")?.to_owned(),
+        status,
+        created_at: toolmesh_kernel::time::ms_to_rfc3339(number(record, "created_at_ms")?),
+        expires_at: toolmesh_kernel::time::ms_to_rfc3339(expires_at_ms),
+        decided_by: optional(record, "decided_by"),
+        decided_at: optional(record, "decided_at_ms")
+            .map(|ms| ms.parse().map(toolmesh_kernel::time::ms_to_rfc3339))
+            .transpose()
+            .map_err(|e| damaged("decided_at_ms", e))?,
+        reason: optional(record, "reason"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(pairs: &[(&str, &str)]) -> Record {
+        let mut base: Record = [
+            ("id", "appr_1"),
+            ("account", "acme"),
+            ("status", "pending"),
+            ("session_id", ""),
+            ("invocation_id", "inv-1"),
+            ("tool_name", "run_command"),
+            ("risk_level", "high"),
+            ("side_effects", "[\"isolated_runtime_execution\"]"),
+            ("arguments_sha256", "ab"),
+            ("arguments_preview", "{}"),
+            ("created_at_ms", "1000"),
+            ("expires_at_ms", "2000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        for (k, v) in pairs {
+            base.insert((*k).to_owned(), (*v).to_owned());
+        }
+        base
+    }
+
+    fn check(pairs: &[(&str, &str)], now: u64, expect: ApprovalStatus) {
+        let approval = view(&record(pairs), now).unwrap();
+        assert_eq!(approval.status, expect, "{pairs:?} at {now}");
+    }
+
+    #[test]
+    fn status_shown_follows_redis_time() {
+        check(&[], 1999, ApprovalStatus::Pending);
+        check(&[], 2000, ApprovalStatus::Expired);
+        check(&[("status", "approved")], 1500, ApprovalStatus::Approved);
+        check(&[("status", "approved")], 2500, ApprovalStatus::Expired);
+        check(&[("status", "rejected")], 9999, ApprovalStatus::Rejected);
+        check(&[("status", "used")], 9999, ApprovalStatus::Used);
+        check(&[("status", "expired")], 1500, ApprovalStatus::Expired);
+    }
+
+    #[test]
+    fn view_fills_the_protocol_fields() {
+        let approval = view(
+            &record(&[
+                ("session_id", "s-1"),
+                ("decided_by", "alice"),
+                ("decided_at_ms", "1500"),
+                ("reason", "ok"),
+                ("status", "approved"),
+            ]),
+            1600,
+        )
+        .unwrap();
+        assert_eq!(approval.session_id.unwrap().as_str(), "s-1");
+        assert_eq!(approval.created_at, "1970-01-01T00:00:01.000Z");
+        assert_eq!(
+            approval.decided_at.as_deref(),
+            Some("1970-01-01T00:00:01.500Z")
+        );
+        assert_eq!(approval.decided_by.as_deref(), Some("alice"));
+        assert_eq!(
+            approval.side_effects,
+            vec![SideEffect::IsolatedRuntimeExecution]
+        );
+        assert_eq!(approval.risk_level, RiskLevel::High);
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_not_a_panic() {
+        for (key, value) in [
+            ("status", "maybe"),
+            ("expires_at_ms", "soon"),
+            ("account", "a.b"),
+            ("side_effects", "nope"),
+            ("decided_at_ms", "x"),
+        ] {
+            assert!(
+                matches!(
+                    view(&record(&[(key, value)]), 0),
+                    Err(StoreError::Failed(_))
+                ),
+                "{key}={value}"
+            );
+        }
+        let mut missing = record(&[]);
+        missing.remove("tool_name");
+        assert!(view(&missing, 0).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! Expiry by Redis time: an expired approval cannot be decided or used, is not listed, and the
+//! sweeper announces it once.
+
+use serde_json::json;
+use toolmesh_kernel::wire::ApprovalStatus;
+use toolmesh_testkit::wait_until;
+
+use crate::support::*;
+
+#[actix_rt::test]
+async fn a_pending_approval_expires_after_its_ttl() {
+    let rig = Rig::with_config(config(1, true)).await;
+    let mut events = rig.events("acme").await;
+    let call = Call::new("acme");
+    let created = rig.create(&call).await;
+    assert_eq!(next_event(&mut events).await.0, "requested");
+
+    assert!(
+        wait_until(PATIENCE, || async {
+            status_of(&rig.get("acme", &created.id).await) == ApprovalStatus::Expired
+        })
+        .await,
+        "the approval shows expired once its time is past"
+    );
+    assert_eq!(
+        error_of(&rig.decide("acme", &created.id, true, None).await),
+        "approval_expired"
+    );
+    assert!(ids_of(&rig.list("acme").await).is_empty());
+    let (code, _, approval) = refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    assert_eq!(code, "approval_expired");
+    assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Expired));
+    let (code, _, _) = refusal(
+        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
+            .await,
+    );
+    assert_eq!(
+        code, "approval_expired",
+        "an expired approval cannot be decided in band either"
+    );
+
+    let (verb, announced) = next_event(&mut events).await;
+    assert_eq!(
+        (verb.as_str(), announced.id.as_str()),
+        ("decided", created.id.as_str())
+    );
+    assert_eq!(announced.status, ApprovalStatus::Expired);
+    assert_eq!(announced.decided_by, None);
+    assert_eq!(approval_of(&rig.get("acme", &created.id).await), announced);
+}
+
+#[actix_rt::test]
+async fn an_approved_but_unused_approval_expires_too() {
+    let rig = Rig::with_config(config(1, true)).await;
+    let call = Call::new("acme");
+    let created = rig.create(&call).await;
+    approval_of(&rig.decide("acme", &created.id, true, None).await);
+    let mut events = rig.events("acme").await;
+
+    let (verb, announced) = next_event(&mut events).await;
+    assert_eq!(
+        (verb.as_str(), announced.status),
+        ("decided", ApprovalStatus::Expired)
+    );
+    assert_eq!(
+        announced.decided_by.as_deref(),
+        Some("anonymous"),
+        "the decision stays on record"
+    );
+    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    assert_eq!(code, "approval_expired");
+    assert_eq!(
+        error_of(&rig.decide("acme", &created.id, true, None).await),
+        "approval_expired"
+    );
+}
+
+#[actix_rt::test]
+async fn rejected_and_used_approvals_keep_their_status_past_the_ttl() {
+    let rig = Rig::with_config(config(1, true)).await;
+    let call = Call::new("acme");
+    let rejected = rig.create(&call).await;
+    approval_of(&rig.decide("acme", &rejected.id, false, None).await);
+    let used = rig.create(&call).await;
+    approval_of(&rig.decide("acme", &used.id, true, None).await);
+    proceeded(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
+    // A third one marks the passing of the TTL for the other two.
+    let marker = rig.create(&call).await;
+    assert!(
+        wait_until(PATIENCE, || async {
+            status_of(&rig.get("acme", &marker.id).await) == ApprovalStatus::Expired
+        })
+        .await
+    );
+    assert_eq!(
+        status_of(&rig.get("acme", &rejected.id).await),
+        ApprovalStatus::Rejected
+    );
+    assert_eq!(
+        status_of(&rig.get("acme", &used.id).await),
+        ApprovalStatus::Used
+    );
+    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": rejected.id}))).await);
+    assert_eq!(code, "approval_rejected");
+    // The first-decision rule still holds for them.
+    assert_eq!(
+        status_of(&rig.decide("acme", &rejected.id, false, None).await),
+        ApprovalStatus::Rejected
+    );
+    assert_eq!(
+        error_of(&rig.decide("acme", &used.id, false, None).await),
+        "conflict"
+    );
+}

@@ -1,0 +1,105 @@
+//! The `Gateway` actor: owns the gateway's subscriptions as streams and hands each message to a
+//! task of its own, so one slow call never holds up the next.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use async_nats::Message;
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+
+use toolmesh_kernel::wire::ApprovalRequest;
+
+use crate::call::{handle_call, handle_cancel, GatewayCore};
+
+/// A message on `toolmesh.v1.call.<account>`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CallReceived(pub Message);
+
+/// A message on `toolmesh.v1.cancel.<account>`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelReceived(pub Message);
+
+/// An `…decided` event (parked calls wait on these).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ApprovalDecided(pub Message);
+
+pub struct Gateway {
+    core: Arc<GatewayCore>,
+    tasks: TaskTracker,
+    open_streams: usize,
+    stopped: Option<oneshot::Sender<()>>,
+}
+
+impl Gateway {
+    pub fn new(core: Arc<GatewayCore>, open_streams: usize, stopped: oneshot::Sender<()>) -> Self {
+        Self {
+            core,
+            tasks: TaskTracker::new(),
+            open_streams,
+            stopped: Some(stopped),
+        }
+    }
+
+    /// A stream ended (drained); once all have, wait for the calls still running, then stop.
+    fn stream_finished(&mut self, ctx: &mut Context<Self>) {
+        self.open_streams = self.open_streams.saturating_sub(1);
+        if self.open_streams > 0 {
+            return;
+        }
+        self.tasks.close();
+        let tasks = self.tasks.clone();
+        ctx.wait(
+            async move { tasks.wait().await }
+                .into_actor(self)
+                .map(|_, _, ctx| ctx.stop()),
+        );
+    }
+}
+
+impl Actor for Gateway {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        tracing::info!("gateway drained");
+        if let Some(tx) = self.stopped.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl StreamHandler<CallReceived> for Gateway {
+    fn handle(&mut self, CallReceived(msg): CallReceived, _ctx: &mut Context<Self>) {
+        self.tasks.spawn(handle_call(self.core.clone(), msg));
+    }
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+impl StreamHandler<CancelReceived> for Gateway {
+    fn handle(&mut self, CancelReceived(msg): CancelReceived, _ctx: &mut Context<Self>) {
+        self.tasks.spawn(handle_cancel(self.core.clone(), msg));
+    }
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+impl StreamHandler<ApprovalDecided> for Gateway {
+    fn handle(&mut self, ApprovalDecided(msg): ApprovalDecided, _ctx: &mut Context<Self>) {
+        match serde_json::from_slice::<ApprovalRequest>(&msg.payload) {
+            // No receiver just means no call is parked right now.
+            Ok(approval) => {
+                let _ = self.core.decided.send(Arc::new(approval));
+            }
+            Err(e) => tracing::warn!(error = %e, "ignoring a malformed approval event"),
+        }
+    }
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}

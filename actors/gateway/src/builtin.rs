@@ -1,0 +1,352 @@
+//! The tools the gateway answers itself: `component_status`, `tool_search` and the `list` and
+//! `describe` actions of `tool_dispatcher`. None of them touches Redis or another actor.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::cluster::ClusterView;
+use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::tools::args::{Profile, ToolSearchArgs};
+use toolmesh_kernel::tools::{RegisteredTool, ToolGroup, ToolRegistry};
+use toolmesh_kernel::wire::InvocationContext;
+use toolmesh_kernel::{ErrorCode, Role, ToolError};
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("built from json!({{…}})"),
+    }
+}
+
+fn names_of(registry: &ToolRegistry, group: ToolGroup) -> Vec<&'static str> {
+    registry
+        .iter()
+        .filter(|t| t.spec.group == group)
+        .map(|t| t.spec.name)
+        .collect()
+}
+
+/// `component_status`: what is bound and running in the cluster right now, in the seed's
+/// shape, from this gateway's cluster view (heartbeats) and configuration.
+pub fn component_status(
+    registry: &ToolRegistry,
+    cluster: &ClusterView,
+    config: &NodeConfig,
+    ctx: &InvocationContext,
+) -> Map<String, Value> {
+    let live = cluster.live();
+    let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for node in &live {
+        for role in &node.roles {
+            *roles.entry(role.as_str()).or_default() += 1;
+        }
+    }
+    let running = |role: Role| roles.get(role.as_str()).copied().unwrap_or(0) > 0;
+    let workers: Vec<_> = live.iter().filter_map(|n| n.sandbox.as_ref()).collect();
+    let sandbox_backend = workers
+        .first()
+        .map(|s| s.backend.clone())
+        .unwrap_or_else(|| config.sandbox.backend.wire_name().to_owned());
+    let sandbox_enabled = running(Role::Sandbox);
+    let enabled = |on: bool| if on { "enabled" } else { "disabled" };
+    let workspace_root = ctx.session_id.as_ref().map(|s| {
+        config
+            .data_dir
+            .join("accounts")
+            .join(ctx.account.as_str())
+            .join("sessions")
+            .join(s.as_str())
+            .join("workspace")
+            .display()
+            .to_string()
+    });
+    let skills = &config.skills;
+    object(json!({
+        "summary": {
+            // toolmesh binds no model, knowledge base or memory: the agent runtime does.
+            "model": null,
+            "knowledge_base_bound": false,
+            "long_term_memory_bound": false,
+            "skill_space_bound": !skills.space_ids.is_empty() && skills.service_url.is_some(),
+            "isolated_execution": enabled(sandbox_enabled),
+            "sandbox_direct_tools": enabled(sandbox_enabled),
+        },
+        "skill_space": {
+            "space_ids": skills.space_ids,
+            "service_configured": skills.service_url.is_some(),
+            "enabled": running(Role::Skills),
+            "tools": names_of(registry, ToolGroup::Skills),
+        },
+        "skill_runtime": {
+            "backend": sandbox_backend,
+            "enabled": skills.runner_command.is_some() && running(Role::Skills) && sandbox_enabled,
+            "runner_configured": skills.runner_command.is_some(),
+            "template_bound": sandbox_enabled,
+        },
+        "sandbox": {
+            "backend": sandbox_backend,
+            "enabled": sandbox_enabled,
+            "image": config.sandbox.image,
+            "workers": workers.len(),
+            "capacity": workers.iter().map(|s| s.capacity).sum::<u64>(),
+            "in_use": workers.iter().map(|s| s.in_use).sum::<u64>(),
+            "tools": names_of(registry, ToolGroup::Sandbox),
+        },
+        "workspace": {
+            "root": workspace_root,
+            "enabled": running(Role::Workspace),
+            "tools": names_of(registry, ToolGroup::Workspace),
+        },
+        "web": {
+            "enabled": running(Role::Web),
+            "search_provider": config.web.search_provider,
+            "tools": names_of(registry, ToolGroup::Web),
+        },
+        "approval": {
+            "mode": config.policy.mode_for(&ctx.account),
+            "in_band": config.approval.in_band,
+            "enabled": running(Role::Approval),
+        },
+        "cluster": {
+            "nodes": live.len(),
+            "roles": roles,
+        },
+    }))
+}
+
+/// Whether some live node runs the actor of this tool.
+fn is_served(tool: &RegisteredTool, cluster_roles: &BTreeSet<Role>) -> bool {
+    cluster_roles.contains(&tool.spec.role)
+}
+
+pub fn live_roles(cluster: &ClusterView) -> BTreeSet<Role> {
+    cluster
+        .live()
+        .into_iter()
+        .flat_map(|n| n.roles.into_iter())
+        .collect()
+}
+
+/// `tool_search`: scored matches over names, descriptions and groups; runs nothing.
+pub fn tool_search(
+    registry: &ToolRegistry,
+    cluster: &ClusterView,
+    args: ToolSearchArgs,
+) -> Map<String, Value> {
+    let terms: Vec<String> = args
+        .query
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let query_as_name = args.query.trim().to_lowercase().replace([' ', '-'], "_");
+    let candidates = registry.profile(args.profile);
+    let roles = live_roles(cluster);
+    let mut hits: Vec<(f64, &RegisteredTool, bool)> = registry
+        .iter()
+        .filter(|t| candidates.contains(t.spec.name))
+        .filter_map(|tool| {
+            let served = is_served(tool, &roles);
+            if !served && !args.include_disabled {
+                return None;
+            }
+            let score = score(tool, &terms, &query_as_name);
+            (score > 0.0).then_some((score, tool, served))
+        })
+        .collect();
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.spec.name.cmp(b.1.spec.name)));
+    hits.truncate(args.max_results as usize);
+    let results: Vec<Value> = hits
+        .iter()
+        .map(|(score, tool, served)| {
+            json!({
+                "name": tool.spec.name,
+                "score": (score * 100.0).round() / 100.0,
+                "description": tool.spec.description,
+                "group": tool.spec.group,
+                "risk_level": tool.spec.risk_level,
+                "boundary": tool.spec.boundary,
+                "execution": tool.spec.execution,
+                "enabled": served,
+            })
+        })
+        .collect();
+    let deferred: Vec<&str> = hits.iter().map(|(_, t, _)| t.spec.name).collect();
+    object(json!({
+        "query": args.query,
+        "profile": args.profile,
+        "results": results,
+        "deferred_tool_names": deferred,
+    }))
+}
+
+/// Name words weigh most, then the group, then description words.
+fn score(tool: &RegisteredTool, terms: &[String], query_as_name: &str) -> f64 {
+    let name = tool.spec.name;
+    let name_words: Vec<&str> = name.split('_').collect();
+    let description = tool.spec.description.to_lowercase();
+    let description_words: BTreeSet<&str> = description
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut score = if name == query_as_name { 5.0 } else { 0.0 };
+    for term in terms {
+        let term = term.as_str();
+        let stem = term.trim_end_matches('s');
+        if name_words
+            .iter()
+            .any(|w| *w == term || (stem.len() >= 3 && w.trim_end_matches('s') == stem))
+        {
+            score += 3.0;
+        } else if term.len() >= 3 && name.contains(term) {
+            score += 2.0;
+        }
+        if tool.spec.group.as_str() == term {
+            score += 1.5;
+        }
+        if description_words.contains(term)
+            || (stem.len() >= 3
+                && description_words
+                    .iter()
+                    .any(|w| w.trim_end_matches('s') == stem))
+        {
+            score += 1.0;
+        }
+    }
+    score
+}
+
+/// The tool set a dispatcher call chooses from.
+pub fn dispatcher_selection(
+    registry: &ToolRegistry,
+    include: Option<Vec<String>>,
+    profile: Profile,
+) -> Result<BTreeSet<&'static str>, ToolError> {
+    match include {
+        Some(items) if !items.is_empty() => registry.select(&items),
+        _ => Ok(registry.profile(profile)),
+    }
+}
+
+/// `tool_dispatcher` `list`.
+pub fn dispatcher_list(registry: &ToolRegistry, selection: &BTreeSet<&str>) -> Map<String, Value> {
+    let tools: Vec<Value> = registry
+        .iter()
+        .filter(|t| selection.contains(t.spec.name))
+        .map(|t| {
+            json!({
+                "name": t.spec.name,
+                "description": t.spec.description,
+                "group": t.spec.group,
+                "risk_level": t.spec.risk_level,
+            })
+        })
+        .collect();
+    object(json!({ "tools": tools }))
+}
+
+/// `tool_dispatcher` `describe`.
+pub fn dispatcher_describe(
+    tool: &RegisteredTool,
+    risk: toolmesh_kernel::wire::RiskLevel,
+) -> Map<String, Value> {
+    object(json!({
+        "tool": {
+            "name": tool.spec.name,
+            "description": tool.spec.description,
+            "group": tool.spec.group,
+            "risk_level": risk,
+            "side_effects": tool.spec.side_effects,
+            "boundary": tool.spec.boundary,
+            "execution": tool.spec.execution,
+            "needs_session": tool.spec.needs_session,
+            "input_schema": tool.input_schema,
+        }
+    }))
+}
+
+/// `unknown_tool` with a hint where to look.
+pub fn unknown_tool(name: &str) -> ToolError {
+    let shown: String = name.chars().take(80).collect();
+    ToolError::new(
+        ErrorCode::UnknownTool,
+        format!(
+            "there is no tool named {shown:?}; tool_search or tool_dispatcher list shows the tools"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh_kernel::wire::{Heartbeat, NodeStatus};
+    use toolmesh_kernel::NodeId;
+
+    fn cluster(roles: &[Role]) -> ClusterView {
+        let view = ClusterView::new();
+        view.record(Heartbeat {
+            status: NodeStatus {
+                node_id: NodeId::parse("n1").unwrap(),
+                roles: roles.to_vec(),
+                version: "0".into(),
+                uptime_s: 0,
+                in_flight: 0,
+                sandbox: None,
+            },
+            leaving: false,
+        });
+        view
+    }
+
+    fn search(query: &str, include_disabled: bool, roles: &[Role]) -> Vec<String> {
+        let reg = ToolRegistry::builtin();
+        let out = tool_search(
+            &reg,
+            &cluster(roles),
+            ToolSearchArgs {
+                query: query.into(),
+                profile: Profile::Default,
+                max_results: 5,
+                include_disabled,
+            },
+        );
+        out["deferred_tool_names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn read_file_finds_read_workspace_file_first() {
+        let names = search("read file", true, &[]);
+        assert_eq!(
+            names.first().map(String::as_str),
+            Some("read_workspace_file")
+        );
+    }
+
+    #[test]
+    fn run_command_ranks_the_exact_name_first() {
+        let names = search("run command", true, &[]);
+        assert_eq!(names.first().map(String::as_str), Some("run_command"));
+    }
+
+    #[test]
+    fn tools_without_a_running_actor_are_left_out_unless_asked() {
+        assert!(search("read file", false, &[Role::Gateway]).is_empty());
+        assert_eq!(
+            search("read file", false, &[Role::Workspace])
+                .first()
+                .map(String::as_str),
+            Some("read_workspace_file")
+        );
+    }
+
+    #[test]
+    fn nonsense_finds_nothing() {
+        assert!(search("zzqqxx", true, &[]).is_empty());
+    }
+}

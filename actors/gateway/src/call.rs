@@ -1,0 +1,708 @@
+//! The path of one tool call through the gateway: parse → tool exists → arguments valid →
+//! approval gate → run (here or in the actor that owns the tool) → `finished` → reply.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, Message};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio::sync::broadcast;
+use tracing::Instrument;
+
+use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
+use toolmesh_kernel::cluster::ClusterView;
+use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::host::{respond, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{internal, public};
+use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
+use toolmesh_kernel::tools::{
+    RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
+};
+use toolmesh_kernel::wire::{
+    self, ActorCall, ActorReply, ApprovalGrant, ApprovalRequest, ApprovalStatus, CancelAck,
+    GateOutcome, GateRequest, InvocationContext, RiskLevel, RunEventKind, ToolRequest,
+};
+use toolmesh_kernel::{Account, ErrorCode, InvocationId, Role, ToolError};
+
+use crate::builtin;
+use crate::events::RunEvents;
+
+/// How long the gateway waits for an actor when the call names no `timeout` of its own.
+pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Added to a call's own `timeout` so the actor's `timeout` reply arrives before ours.
+pub const ROUTE_TIMEOUT_MARGIN: Duration = Duration::from_secs(30);
+/// How long the approval gate may take before the call answers `unavailable`.
+pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A parked call re-reads its approval this often in case a `decided` event was missed.
+pub const PARKED_POLL: Duration = Duration::from_secs(2);
+/// Characters of `arguments_preview`.
+pub const PREVIEW_CHARS: usize = 500;
+
+/// What every call of this gateway shares.
+#[derive(Debug)]
+pub struct GatewayCore {
+    pub client: Client,
+    pub registry: Arc<ToolRegistry>,
+    pub config: Arc<NodeConfig>,
+    pub cluster: Arc<ClusterView>,
+    /// `…decided` events, fanned out to parked calls.
+    pub decided: broadcast::Sender<Arc<ApprovalRequest>>,
+    pub lifecycle: Lifecycle,
+    pub in_flight: InFlight,
+}
+
+/// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
+pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
+    let _held = core.in_flight.enter();
+    let Some(reply_to) = msg.reply.clone() else {
+        tracing::warn!(subject = %msg.subject, "tool call published without a reply subject; send it as a request");
+        return;
+    };
+    let request = match ToolRequest::parse(&msg.payload) {
+        Ok(request) => request,
+        Err(refused) => {
+            let body = wire::reply_body(&refused.invocation_id, refused.error.into_fields());
+            respond(&core.client, Some(&reply_to), body).await;
+            return;
+        }
+    };
+    let account = match public::account_of(&msg.subject, "call")
+        .map_err(|raw| format!("{raw:?} is not one account token"))
+        .and_then(|raw| Account::parse(raw).map_err(|e| e.to_string()))
+    {
+        Ok(account) => account,
+        Err(reason) => {
+            let error = ToolError::invalid_request(format!(
+                "the subject's account is malformed: {reason}; publish on toolmesh.v1.call.<account>"
+            ));
+            let body = wire::reply_body(&request.invocation_id, error.into_fields());
+            respond(&core.client, Some(&reply_to), body).await;
+            return;
+        }
+    };
+    let span = tracing::info_span!(
+        "call",
+        invocation_id = %request.invocation_id,
+        account = %account,
+        tool = %request.tool,
+        session_id = request.session_id.as_ref().map(|s| s.as_str()),
+        user_id = request.user_id.as_deref(),
+        agent_id = request.agent_id.as_deref(),
+    );
+    async move {
+        let ctx = request.context(account);
+        let mut call = Call {
+            core: &core,
+            events: RunEvents::new(core.client.clone(), &ctx),
+            tool_for_events: request.tool.clone(),
+            ctx,
+            started: None,
+            dispatched: None,
+        };
+        let result = call.run(&request).await;
+        let invocation_id = call.ctx.invocation_id.clone();
+        let fields = call.finish(result).await;
+        respond(
+            &core.client,
+            Some(&reply_to),
+            wire::reply_body(&invocation_id, fields),
+        )
+        .await;
+    }
+    .instrument(span)
+    .await
+}
+
+/// One call in flight.
+struct Call<'a> {
+    core: &'a GatewayCore,
+    ctx: InvocationContext,
+    events: RunEvents,
+    tool_for_events: String,
+    /// Set once `started` was published (arguments were valid).
+    started: Option<Instant>,
+    /// The inner tool of a `tool_dispatcher` `call`.
+    dispatched: Option<&'static str>,
+}
+
+impl<'a> Call<'a> {
+    async fn run(&mut self, request: &ToolRequest) -> Result<Map<String, Value>, ToolError> {
+        let core: &'a GatewayCore = self.core;
+        let tool = core
+            .registry
+            .get(&request.tool)
+            .ok_or_else(|| builtin::unknown_tool(&request.tool))?;
+        let (target, arguments, pointer_prefix) = if tool.spec.name == TOOL_DISPATCHER {
+            match self.dispatch(tool, &request.arguments).await? {
+                Dispatch::Answered(fields) => return Ok(fields),
+                Dispatch::Call(inner, arguments) => (inner, arguments, "/arguments"),
+            }
+        } else {
+            (tool, request.arguments.clone(), "")
+        };
+        if target.spec.needs_session && self.ctx.session_id.is_none() {
+            return Err(ToolError::invalid_request(format!(
+                "{} works in a session: add \"session_id\" ([A-Za-z0-9_-]{{1,64}}) to the request",
+                target.spec.name
+            )));
+        }
+        target.validate(&arguments, pointer_prefix)?;
+        self.start().await;
+
+        let policy = &self.core.config.policy;
+        let risk = policy.risk_of(target.spec.name, target.spec.risk_level);
+        if policy.mode_for(&self.ctx.account).needs_approval(risk) {
+            self.pass_gate(target, risk, &arguments, request).await?;
+        }
+        self.execute(target, arguments).await
+    }
+
+    async fn start(&mut self) {
+        self.started = Some(Instant::now());
+        let ctx = self.ctx.clone();
+        self.events
+            .emit(
+                &ctx,
+                &self.tool_for_events,
+                RunEventKind::Started,
+                self.dispatched_extra(),
+            )
+            .await;
+    }
+
+    fn dispatched_extra(&self) -> Map<String, Value> {
+        let mut extra = Map::new();
+        if let Some(name) = self.dispatched {
+            extra.insert("dispatched_tool_name".into(), Value::from(name));
+        }
+        extra
+    }
+
+    async fn emit(&mut self, kind: RunEventKind, mut extra: Map<String, Value>) {
+        extra.extend(self.dispatched_extra());
+        let ctx = self.ctx.clone();
+        self.events
+            .emit(&ctx, &self.tool_for_events, kind, extra)
+            .await;
+    }
+
+    /// `finished`, then the reply fields.
+    async fn finish(
+        &mut self,
+        result: Result<Map<String, Value>, ToolError>,
+    ) -> Map<String, Value> {
+        let mut fields = match result {
+            Ok(mut fields) => {
+                fields.insert("ok".into(), Value::Bool(true));
+                fields
+            }
+            Err(error) => error.into_fields(),
+        };
+        if let Some(name) = self.dispatched {
+            fields.insert("dispatched_tool_name".into(), Value::from(name));
+        }
+        if let Some(started) = self.started {
+            let mut extra = Map::new();
+            extra.insert("ok".into(), fields["ok"].clone());
+            extra.insert(
+                "error".into(),
+                fields.get("error").cloned().unwrap_or(Value::Null),
+            );
+            extra.insert(
+                "duration_ms".into(),
+                Value::from(started.elapsed().as_millis() as u64),
+            );
+            self.emit(RunEventKind::Finished, extra).await;
+        }
+        fields
+    }
+
+    /// `tool_dispatcher`: answers `list`/`describe` here; `call` names the tool to run.
+    async fn dispatch(
+        &mut self,
+        dispatcher: &RegisteredTool,
+        arguments: &Value,
+    ) -> Result<Dispatch<'a>, ToolError> {
+        dispatcher.validate(arguments, "")?;
+        let args: ToolDispatcherArgs = serde_json::from_value(arguments.clone())
+            .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
+        let core: &'a GatewayCore = self.core;
+        let registry: &'a ToolRegistry = &core.registry;
+        let selection = builtin::dispatcher_selection(
+            registry,
+            args.include.map(|i| i.into_vec()),
+            args.profile,
+        )?;
+        let named = |args_tool: &Option<String>| -> Result<&'a RegisteredTool, ToolError> {
+            let name = args_tool.as_deref().ok_or_else(|| {
+                ToolError::invalid_argument("/tool_name", "is required for describe and call")
+            })?;
+            registry
+                .get(name)
+                .filter(|t| selection.contains(t.spec.name))
+                .ok_or_else(|| builtin::unknown_tool(name))
+        };
+        match args.action {
+            DispatcherAction::List => {
+                self.start().await;
+                Ok(Dispatch::Answered(builtin::dispatcher_list(
+                    registry, &selection,
+                )))
+            }
+            DispatcherAction::Describe => {
+                let tool = named(&args.tool_name)?;
+                self.start().await;
+                let risk = self
+                    .core
+                    .config
+                    .policy
+                    .risk_of(tool.spec.name, tool.spec.risk_level);
+                Ok(Dispatch::Answered(builtin::dispatcher_describe(tool, risk)))
+            }
+            DispatcherAction::Call => {
+                let tool = named(&args.tool_name)?;
+                let inner = match args.arguments {
+                    None | Some(Value::Null) => Value::Object(Map::new()),
+                    Some(v @ Value::Object(_)) => v,
+                    Some(Value::String(text)) => match serde_json::from_str::<Value>(&text) {
+                        Ok(v @ Value::Object(_)) => v,
+                        _ => {
+                            return Err(ToolError::invalid_argument(
+                                "/arguments",
+                                "a string here must hold a JSON object",
+                            ))
+                        }
+                    },
+                    Some(other) => {
+                        return Err(ToolError::invalid_argument(
+                            "/arguments",
+                            format!("must be an object, got {}", wire::json_kind(&other)),
+                        ))
+                    }
+                };
+                self.dispatched = Some(tool.spec.name);
+                Ok(Dispatch::Call(tool, inner))
+            }
+        }
+    }
+
+    /// Runs the call when the approval actor says so; otherwise the refusal is the reply.
+    async fn pass_gate(
+        &mut self,
+        target: &RegisteredTool,
+        risk: RiskLevel,
+        arguments: &Value,
+        request: &ToolRequest,
+    ) -> Result<(), ToolError> {
+        let mut gate = GateRequest {
+            invocation: self.ctx.clone(),
+            tool_name: target.spec.name.to_owned(),
+            risk_level: risk,
+            side_effects: target.spec.side_effects.to_vec(),
+            arguments_sha256: arguments_sha256(arguments),
+            arguments_preview: arguments_preview(arguments, PREVIEW_CHARS),
+            grant: request.approval.clone(),
+        };
+        let wait = request.wait_for_approval_s;
+        match self.ask_gate(&gate).await? {
+            GateOutcome::Proceed { approval } => {
+                self.emit(RunEventKind::Approved, approval_extra(&approval))
+                    .await;
+                Ok(())
+            }
+            GateOutcome::Required { approval } => {
+                self.emit(RunEventKind::ApprovalRequired, approval_extra(&approval))
+                    .await;
+                if wait > 0 {
+                    gate.grant = Some(ApprovalGrant {
+                        id: Some(approval.id.clone()),
+                        approved: None,
+                    });
+                    return self.park(approval, gate, Duration::from_secs(wait)).await;
+                }
+                Err(approval_required(&approval, &self.ctx.account))
+            }
+            GateOutcome::Refused {
+                error,
+                error_message,
+                approval,
+            } => {
+                match (error, &approval) {
+                    (ErrorCode::ApprovalRejected, Some(a)) => {
+                        self.emit(RunEventKind::Rejected, approval_extra(a)).await;
+                    }
+                    (ErrorCode::ApprovalPending, Some(a)) => {
+                        self.emit(RunEventKind::ApprovalRequired, approval_extra(a))
+                            .await;
+                        if wait > 0 {
+                            let a = a.clone();
+                            gate.grant = Some(ApprovalGrant {
+                                id: Some(a.id.clone()),
+                                approved: None,
+                            });
+                            return self.park(a, gate, Duration::from_secs(wait)).await;
+                        }
+                    }
+                    _ => {}
+                }
+                let mut refusal = ToolError::new(error, error_message);
+                if let Some(a) = approval {
+                    refusal = refusal.with("approval_request", to_value(&a));
+                }
+                Err(refusal)
+            }
+        }
+    }
+
+    async fn ask_gate(&self, gate: &GateRequest) -> Result<GateOutcome, ToolError> {
+        let body = serde_json::to_vec(gate).map_err(|e| ToolError::internal(e.to_string()))?;
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(GATE_TIMEOUT));
+        let reply = self
+            .core
+            .client
+            .send_request(internal::APPROVAL_GATE, request)
+            .await
+            .map_err(|e| request_failed(e, Role::Approval, "the approval gate"))?;
+        serde_json::from_slice(&reply.payload).map_err(|e| {
+            tracing::error!(error = %e, "malformed reply from the approval actor");
+            ToolError::internal("the approval actor sent a malformed reply; see the gateway log for 'malformed reply'")
+        })
+    }
+
+    /// Holds a call until its approval is decided, the wait runs out, the node drains or the
+    /// caller cancels.
+    async fn park(
+        &mut self,
+        approval: ApprovalRequest,
+        consume: GateRequest,
+        wait: Duration,
+    ) -> Result<(), ToolError> {
+        let core = self.core;
+        let mut decided = core.decided.subscribe();
+        let cancel_subject = internal::cancel(&self.ctx.account, &self.ctx.invocation_id);
+        let mut cancels = match core.client.subscribe(cancel_subject).await {
+            Ok(sub) => Some(sub),
+            Err(e) => {
+                tracing::warn!(error = %e, "parked call cannot be cancelled: subscribe failed");
+                None
+            }
+        };
+        let deadline = tokio::time::sleep(wait);
+        tokio::pin!(deadline);
+        // The first tick is immediate: it covers a decision made before we subscribed.
+        let mut poll = tokio::time::interval(PARKED_POLL);
+        let still_pending = |a: &ApprovalRequest, why: &str| {
+            ToolError::new(
+                ErrorCode::ApprovalPending,
+                format!("approval {} is still pending ({why}); decide it and repeat the call with its id", a.id),
+            )
+            .with("approval_request", to_value(a))
+        };
+        loop {
+            let seen: Option<ApprovalRequest> = tokio::select! {
+                _ = &mut deadline => return Err(still_pending(&approval, "the wait ran out")),
+                _ = core.lifecycle.drain.cancelled() => {
+                    return Err(still_pending(&approval, "the gateway node is shutting down"))
+                }
+                Some(msg) = next_cancel(&mut cancels) => {
+                    let ack = serde_json::to_vec(&CancelAck { cancelled: true }).unwrap_or_default();
+                    respond(&core.client, msg.reply.as_ref(), ack).await;
+                    return Err(ToolError::new(
+                        ErrorCode::Cancelled,
+                        "the call was cancelled while it waited for approval",
+                    ));
+                }
+                event = decided.recv() => match event {
+                    Ok(a) if a.id == approval.id => Some((*a).clone()),
+                    Ok(_) => None,
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.fetch(&approval).await,
+                    Err(broadcast::error::RecvError::Closed) => None,
+                },
+                _ = poll.tick() => self.fetch(&approval).await,
+            };
+            let Some(current) = seen else { continue };
+            match current.status {
+                ApprovalStatus::Pending => continue,
+                ApprovalStatus::Approved => {
+                    return match self.ask_gate(&consume).await? {
+                        GateOutcome::Proceed { approval } => {
+                            self.emit(RunEventKind::Approved, approval_extra(&approval))
+                                .await;
+                            Ok(())
+                        }
+                        GateOutcome::Required { approval } => {
+                            Err(approval_required(&approval, &self.ctx.account))
+                        }
+                        GateOutcome::Refused {
+                            error,
+                            error_message,
+                            approval,
+                        } => {
+                            let mut refusal = ToolError::new(error, error_message);
+                            if let Some(a) = approval {
+                                refusal = refusal.with("approval_request", to_value(&a));
+                            }
+                            Err(refusal)
+                        }
+                    };
+                }
+                ApprovalStatus::Rejected => {
+                    self.emit(RunEventKind::Rejected, approval_extra(&current))
+                        .await;
+                    return Err(ToolError::new(
+                        ErrorCode::ApprovalRejected,
+                        format!(
+                            "approval {} was rejected{}",
+                            current.id,
+                            reason_suffix(&current)
+                        ),
+                    )
+                    .with("approval_request", to_value(&current)));
+                }
+                ApprovalStatus::Expired | ApprovalStatus::Used => {
+                    return Err(ToolError::new(
+                        ErrorCode::ApprovalExpired,
+                        format!("approval {} expired or was used by another call; repeat the call to request a new one", current.id),
+                    )
+                    .with("approval_request", to_value(&current)));
+                }
+            }
+        }
+    }
+
+    /// Re-reads an approval through the public `get` subject.
+    async fn fetch(&self, approval: &ApprovalRequest) -> Option<ApprovalRequest> {
+        let subject = public::approvals(&self.ctx.account, public::ApprovalVerb::Get);
+        let body = serde_json::to_vec(&json!({ "id": approval.id })).ok()?;
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(GATE_TIMEOUT));
+        let reply = self.core.client.send_request(subject, request).await.ok()?;
+        let value: Value = serde_json::from_slice(&reply.payload).ok()?;
+        serde_json::from_value(value.get("approval")?.clone()).ok()
+    }
+
+    async fn execute(
+        &mut self,
+        target: &RegisteredTool,
+        arguments: Value,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let core = self.core;
+        match target.spec.name {
+            COMPONENT_STATUS => Ok(builtin::component_status(
+                &core.registry,
+                &core.cluster,
+                &core.config,
+                &self.ctx,
+            )),
+            TOOL_SEARCH => {
+                let args: ToolSearchArgs = serde_json::from_value(arguments)
+                    .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
+                Ok(builtin::tool_search(&core.registry, &core.cluster, args))
+            }
+            name if target.spec.role == Role::Gateway => Err(ToolError::internal(format!(
+                "the gateway has no handler for {name}; this is a bug, see the gateway log"
+            ))),
+            _ => self.route(target, arguments).await,
+        }
+    }
+
+    /// Sends the call to the actor of the tool's role (any instance, queue group).
+    async fn route(
+        &mut self,
+        target: &RegisteredTool,
+        arguments: Value,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let core = self.core;
+        let timeout = route_timeout(&arguments);
+        let call = ActorCall {
+            invocation: self.ctx.clone(),
+            tool: target.spec.name.to_owned(),
+            arguments,
+            event_seq: self.events.next_seq(),
+        };
+        let body = serde_json::to_vec(&call).map_err(|e| ToolError::internal(e.to_string()))?;
+        let max_payload = core.client.server_info().max_payload;
+        if max_payload > 0 && body.len() > max_payload {
+            return Err(ToolError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "the call is {} bytes once routed, over the NATS max_payload of {max_payload}; send smaller arguments",
+                    body.len()
+                ),
+            ));
+        }
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(timeout));
+        let role = target.spec.role;
+        let reply = tokio::select! {
+            reply = core.client.send_request(internal::run(role), request) => reply,
+            _ = core.lifecycle.stop.cancelled() => {
+                // Tell the actor to stop too; nobody will read its answer.
+                let subject = internal::cancel(&self.ctx.account, &self.ctx.invocation_id);
+                let _ = core.client.publish(subject, Bytes::from_static(b"{}")).await;
+                return Err(ToolError::new(
+                    ErrorCode::Cancelled,
+                    "the gateway node shut down before the call finished; repeat it",
+                ));
+            }
+        };
+        let reply = reply.map_err(|e| request_failed(e, role, target.spec.name))?;
+        let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
+            tracing::error!(error = %e, role = %role, "malformed reply from an actor");
+            ToolError::internal(format!(
+                "the {role} actor sent a malformed reply; see the gateway log for 'malformed reply'"
+            ))
+        })?;
+        self.events.skip(answer.events_emitted);
+        let mut fields = answer.reply;
+        if let Some(error) = ToolError::from_fields(&fields) {
+            return Err(error);
+        }
+        fields.remove("ok");
+        Ok(fields)
+    }
+}
+
+enum Dispatch<'r> {
+    Answered(Map<String, Value>),
+    Call(&'r RegisteredTool, Value),
+}
+
+async fn next_cancel(sub: &mut Option<async_nats::Subscriber>) -> Option<Message> {
+    match sub {
+        Some(sub) => sub.next().await,
+        None => futures::future::pending().await,
+    }
+}
+
+fn to_value(approval: &ApprovalRequest) -> Value {
+    serde_json::to_value(approval).unwrap_or(Value::Null)
+}
+
+fn approval_extra(approval: &ApprovalRequest) -> Map<String, Value> {
+    let mut extra = Map::new();
+    extra.insert("approval_id".into(), Value::from(approval.id.clone()));
+    extra.insert("approval_request".into(), to_value(approval));
+    extra
+}
+
+fn reason_suffix(approval: &ApprovalRequest) -> String {
+    match (&approval.decided_by, &approval.reason) {
+        (Some(by), Some(reason)) => format!(" by {by}: {reason}"),
+        (Some(by), None) => format!(" by {by}"),
+        _ => String::new(),
+    }
+}
+
+/// PROTOCOL.md's `approval_required` envelope.
+fn approval_required(approval: &ApprovalRequest, account: &Account) -> ToolError {
+    ToolError::new(
+        ErrorCode::ApprovalRequired,
+        format!(
+            "{} needs approval (risk {}): approve {} on {} (or `toolmesh approvals approve {} --account {account}`), then repeat the call with \"approval\": {{\"id\": \"{}\"}}",
+            approval.tool_name,
+            approval.risk_level.as_str(),
+            approval.id,
+            public::approvals(account, public::ApprovalVerb::Decide),
+            approval.id,
+            approval.id,
+        ),
+    )
+    .with("type", "approval_required")
+    .with("approval_required", true)
+    .with("approval_request", to_value(approval))
+}
+
+/// The call's own `timeout` (seconds) plus a margin, or the default.
+fn route_timeout(arguments: &Value) -> Duration {
+    arguments
+        .get("timeout")
+        .and_then(Value::as_u64)
+        .map(|s| Duration::from_secs(s) + ROUTE_TIMEOUT_MARGIN)
+        .unwrap_or(DEFAULT_ROUTE_TIMEOUT)
+}
+
+/// Maps a failed internal request onto the protocol's codes.
+fn request_failed(error: async_nats::RequestError, role: Role, what: &str) -> ToolError {
+    use async_nats::RequestErrorKind;
+    match error.kind() {
+        RequestErrorKind::NoResponders => ToolError::new(
+            ErrorCode::Unavailable,
+            format!("no {role} actor is running in the cluster to serve {what}; start a node with --roles {role} and retry"),
+        ),
+        RequestErrorKind::TimedOut => ToolError::new(
+            ErrorCode::Timeout,
+            format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
+        ),
+        RequestErrorKind::MaxPayloadExceeded => ToolError::new(
+            ErrorCode::LimitExceeded,
+            format!("the call to {what} is over the NATS max_payload; send smaller arguments"),
+        ),
+        RequestErrorKind::InvalidSubject => ToolError::internal(format!(
+            "an internal subject for {what} is invalid; this is a bug, see the gateway log"
+        )),
+        RequestErrorKind::Other => ToolError::new(
+            ErrorCode::Unavailable,
+            format!("could not reach the {role} actor for {what} ({error}); retry"),
+        ),
+    }
+}
+
+/// Handles one message on `toolmesh.v1.cancel.<account>`.
+pub async fn handle_cancel(core: Arc<GatewayCore>, msg: Message) {
+    let reply_to = msg.reply.clone();
+    let body = match cancel_target(&msg) {
+        Err(error) => wire::error_body(error),
+        Ok((account, invocation)) => {
+            let request = async_nats::Request::new()
+                .payload(Bytes::from_static(b"{}"))
+                .timeout(Some(Duration::from_secs(1)));
+            let cancelled = match core
+                .client
+                .send_request(internal::cancel(&account, &invocation), request)
+                .await
+            {
+                Ok(reply) => serde_json::from_slice::<CancelAck>(&reply.payload)
+                    .map(|ack| ack.cancelled)
+                    .unwrap_or(false),
+                // Nobody runs that invocation (no responders) or its holder is gone.
+                Err(_) => false,
+            };
+            let mut fields = Map::new();
+            fields.insert("cancelled".into(), Value::Bool(cancelled));
+            wire::ok_body(fields)
+        }
+    };
+    respond(&core.client, reply_to.as_ref(), body).await;
+}
+
+fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
+    let account = public::account_of(&msg.subject, "cancel")
+        .map_err(|raw| format!("{raw:?} is not one account token"))
+        .and_then(|raw| Account::parse(raw).map_err(|e| e.to_string()))
+        .map_err(|reason| {
+            ToolError::invalid_request(format!("the subject's account is malformed: {reason}"))
+        })?;
+    let value: Value = serde_json::from_slice(&msg.payload).map_err(|e| {
+        ToolError::invalid_request(format!(
+            "the body must be {{\"invocation_id\": \"…\"}} ({e})"
+        ))
+    })?;
+    let id = value
+        .get("invocation_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ToolError::invalid_request(
+                "the body must be {\"invocation_id\": \"…\"} with a string id",
+            )
+        })?;
+    let invocation =
+        InvocationId::parse(id).map_err(|e| ToolError::invalid_request(e.to_string()))?;
+    Ok((account, invocation))
+}

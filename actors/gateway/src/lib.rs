@@ -1,0 +1,106 @@
+//! toolmesh-gateway: the actor every tool call goes through.
+//!
+//! It takes the account from the subject, checks the body, the tool and its arguments (JSON
+//! Schema), asks the approval actor when the risk policy says so, and then answers the call
+//! itself (`component_status`, `tool_search`, `tool_dispatcher`) or routes it to the actor that
+//! owns the tool over `toolmesh.internal.v1.run.<role>`. RunEvents `started`, the approval ones
+//! and `finished` are published here, with gap-free `seq`.
+//!
+//! Redis is never on this path: calls that need no approval touch only NATS.
+
+mod actor;
+mod builtin;
+mod call;
+mod events;
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::StreamExt;
+use tokio::sync::{broadcast, oneshot};
+
+use toolmesh_kernel::cluster::ClusterView;
+use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::host::{drainable, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{public, queue};
+use toolmesh_kernel::tools::ToolRegistry;
+use toolmesh_kernel::Role;
+
+pub use call::{DEFAULT_ROUTE_TIMEOUT, GATE_TIMEOUT, PARKED_POLL};
+
+use actor::{ApprovalDecided, CallReceived, CancelReceived, Gateway};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayStartError {
+    #[error("cannot subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: &'static str,
+        source: async_nats::SubscribeError,
+    },
+    #[error("cannot flush the subscriptions to the NATS server: {0}")]
+    Flush(#[from] async_nats::client::FlushError),
+}
+
+/// A running gateway; [`GatewayHandle::stopped`] resolves once it drained.
+#[derive(Debug)]
+pub struct GatewayHandle {
+    stopped: oneshot::Receiver<()>,
+}
+
+impl GatewayHandle {
+    pub async fn stopped(self) {
+        let _ = self.stopped.await;
+    }
+}
+
+/// Starts the gateway actor (inside an actix `System`) and returns once its subscriptions are
+/// live on the server.
+pub async fn spawn(
+    client: async_nats::Client,
+    config: Arc<NodeConfig>,
+    registry: Arc<ToolRegistry>,
+    cluster: Arc<ClusterView>,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+) -> Result<GatewayHandle, GatewayStartError> {
+    let group = queue::of(Role::Gateway);
+    let subscribe = |subject: &'static str, queued: bool| {
+        let client = client.clone();
+        let group = group.clone();
+        async move {
+            let result = if queued {
+                client.queue_subscribe(subject, group).await
+            } else {
+                client.subscribe(subject).await
+            };
+            result.map_err(|source| GatewayStartError::Subscribe { subject, source })
+        }
+    };
+    let calls = subscribe(public::CALL_ANY, true).await?;
+    let cancels = subscribe(public::CANCEL_ANY, true).await?;
+    // Every gateway hears every decision: a parked call may be on any of them.
+    let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
+    client.flush().await?;
+
+    let (decided_tx, _) = broadcast::channel(1024);
+    let core = Arc::new(call::GatewayCore {
+        client,
+        registry,
+        config,
+        cluster,
+        decided: decided_tx,
+        lifecycle: lifecycle.clone(),
+        in_flight,
+    });
+    let (stopped_tx, stopped_rx) = oneshot::channel();
+    let drain = lifecycle.drain.clone();
+    Gateway::create(move |ctx| {
+        ctx.add_stream(drainable(calls, drain.clone()).map(CallReceived));
+        ctx.add_stream(drainable(cancels, drain.clone()).map(CancelReceived));
+        ctx.add_stream(drainable(decided, drain).map(ApprovalDecided));
+        Gateway::new(core, 3, stopped_tx)
+    });
+    Ok(GatewayHandle {
+        stopped: stopped_rx,
+    })
+}

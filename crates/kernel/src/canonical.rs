@@ -1,0 +1,57 @@
+//! The approval binding hash: hex sha256 of the RFC 8785 (JCS) canonical JSON of the arguments.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// `arguments_sha256` of PROTOCOL.md.
+pub fn arguments_sha256(arguments: &Value) -> String {
+    let canonical = serde_json_canonicalizer::to_vec(arguments)
+        .expect("a serde_json::Value always canonicalizes");
+    let digest = Sha256::digest(&canonical);
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        use std::fmt::Write;
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// A short, one-line view of the arguments for a person deciding an approval.
+pub fn arguments_preview(arguments: &Value, max_chars: usize) -> String {
+    let text = serde_json::to_string(arguments).unwrap_or_default();
+    if text.chars().count() <= max_chars {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max_chars).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_and_number_spelling_do_not_change_the_hash() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,2],"x":"é"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":"\u00e9","y":[1,2.0]},"b":1.0}"#).unwrap();
+        assert_eq!(arguments_sha256(&a), arguments_sha256(&b));
+        assert_ne!(arguments_sha256(&a), arguments_sha256(&json!({"b": 2})));
+    }
+
+    #[test]
+    fn known_vector() {
+        // sha256 of the 2 bytes `{}`
+        assert_eq!(
+            arguments_sha256(&json!({})),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    #[test]
+    fn preview_is_bounded() {
+        let long = json!({"content": "x".repeat(1000)});
+        assert_eq!(arguments_preview(&long, 50).chars().count(), 51);
+    }
+}

@@ -1,0 +1,305 @@
+//! Configuration from the environment variables of PROTOCOL.md, validated once at startup.
+//!
+//! `RawEnv` is the raw layer (a snapshot of `TOOLMESH_*`, so tests can build one); the typed
+//! `NodeConfig` holds durations, URLs and limits, and each actor takes the part it needs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::policy::{ApprovalMode, Policy, PolicyError};
+
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_DATA_DIR: &str = "./data";
+pub const DEFAULT_APPROVAL_TTL_S: u64 = 3600;
+pub const DEFAULT_RESULT_BUDGET_CHARS: usize = 20_000;
+pub const DEFAULT_SANDBOX_IMAGE: &str = "toolmesh/sandbox:latest";
+pub const DEFAULT_SKILLS_DIR: &str = "./skills";
+pub const DEFAULT_SANDBOX_MEMORY_MB: u64 = 1024;
+pub const DEFAULT_SANDBOX_PIDS: u64 = 256;
+pub const DEFAULT_SANDBOX_CPUS: f64 = 1.0;
+pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
+pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
+pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
+/// How long decided/used/expired approvals stay readable through `get` (the audit window).
+pub const DEFAULT_APPROVAL_RETENTION_S: u64 = 7 * 24 * 3600;
+
+/// A snapshot of the process environment (or a map in tests).
+#[derive(Debug, Clone, Default)]
+pub struct RawEnv(HashMap<String, String>);
+
+impl RawEnv {
+    pub fn from_process() -> Self {
+        Self(
+            std::env::vars()
+                .filter(|(k, _)| k.starts_with("TOOLMESH_"))
+                .collect(),
+        )
+    }
+
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The value, with empty strings treated as unset.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    fn parse<T: std::str::FromStr>(&self, key: &'static str, default: T) -> Result<T, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(raw) => raw
+                .trim()
+                .parse()
+                .map_err(|e: T::Err| ConfigError::Invalid {
+                    key,
+                    value: raw.to_owned(),
+                    reason: e.to_string(),
+                }),
+        }
+    }
+
+    fn flag(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(key).map(str::trim) {
+            None => Ok(default),
+            Some("1" | "true" | "yes" | "on") => Ok(true),
+            Some("0" | "false" | "no" | "off") => Ok(false),
+            Some(other) => Err(ConfigError::Invalid {
+                key,
+                value: other.to_owned(),
+                reason: "use 1 or 0".into(),
+            }),
+        }
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        self.get(key)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{key}={value:?} is not valid: {reason}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
+/// The sandbox backends of PROTOCOL.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxBackend {
+    Docker,
+    Process,
+}
+
+impl SandboxBackend {
+    /// The `backend` value replies and NodeStatus carry.
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            SandboxBackend::Docker => "sandbox/docker",
+            SandboxBackend::Process => "sandbox/process",
+        }
+    }
+}
+
+impl std::str::FromStr for SandboxBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "docker" => Ok(SandboxBackend::Docker),
+            "process" => Ok(SandboxBackend::Process),
+            other => Err(format!(
+                "unknown sandbox backend {other:?}; use docker or process"
+            )),
+        }
+    }
+}
+
+/// Approval settings (the approval actor and the gateway's gate).
+#[derive(Debug, Clone)]
+pub struct ApprovalConfig {
+    pub in_band: bool,
+    pub ttl: Duration,
+    pub retention: Duration,
+}
+
+/// Sandbox settings that other actors also report (component_status).
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    pub backend: SandboxBackend,
+    pub image: String,
+    pub memory_mb: u64,
+    pub pids: u64,
+    pub cpus: f64,
+    pub network: String,
+}
+
+/// Skill settings.
+#[derive(Debug, Clone)]
+pub struct SkillsConfig {
+    pub dir: PathBuf,
+    pub service_url: Option<String>,
+    pub space_ids: Vec<String>,
+    pub service_token: Option<String>,
+    pub runner_command: Option<String>,
+    pub allow_hash_mismatch: bool,
+    pub max_bytes: u64,
+    pub max_entries: u64,
+}
+
+/// Web settings.
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    pub search_provider: Option<String>,
+    pub allowed_networks: Vec<String>,
+    pub max_bytes: u64,
+}
+
+/// Everything a node reads from its environment.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: Option<String>,
+    pub nats_url: String,
+    pub redis_url: String,
+    pub data_dir: PathBuf,
+    pub policy: Policy,
+    pub approval: ApprovalConfig,
+    pub result_budget_chars: usize,
+    pub sandbox: SandboxConfig,
+    pub skills: SkillsConfig,
+    pub web: WebConfig,
+    pub drain_timeout: Duration,
+}
+
+impl NodeConfig {
+    pub fn from_env(env: &RawEnv) -> Result<NodeConfig, ConfigError> {
+        let mode: ApprovalMode = env.parse("TOOLMESH_TOOL_APPROVAL_MODE", ApprovalMode::Strict)?;
+        let policy_file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
+        let policy = Policy::load(mode, policy_file.as_deref())?;
+        let ttl_s: u64 = env.parse("TOOLMESH_APPROVAL_TTL_S", DEFAULT_APPROVAL_TTL_S)?;
+        if ttl_s == 0 {
+            return Err(ConfigError::Invalid {
+                key: "TOOLMESH_APPROVAL_TTL_S",
+                value: "0".into(),
+                reason: "an approval must live at least one second".into(),
+            });
+        }
+        Ok(NodeConfig {
+            node_id: env.get("TOOLMESH_NODE_ID").map(str::to_owned),
+            nats_url: env
+                .get("TOOLMESH_NATS_URL")
+                .unwrap_or(DEFAULT_NATS_URL)
+                .to_owned(),
+            redis_url: env
+                .get("TOOLMESH_REDIS_URL")
+                .unwrap_or(DEFAULT_REDIS_URL)
+                .to_owned(),
+            data_dir: PathBuf::from(env.get("TOOLMESH_DATA_DIR").unwrap_or(DEFAULT_DATA_DIR)),
+            policy,
+            approval: ApprovalConfig {
+                in_band: env.flag("TOOLMESH_APPROVAL_IN_BAND", true)?,
+                ttl: Duration::from_secs(ttl_s),
+                retention: Duration::from_secs(env.parse(
+                    "TOOLMESH_APPROVAL_RETENTION_S",
+                    DEFAULT_APPROVAL_RETENTION_S,
+                )?),
+            },
+            result_budget_chars: env
+                .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
+            sandbox: SandboxConfig {
+                backend: env.parse("TOOLMESH_SANDBOX_BACKEND", SandboxBackend::Docker)?,
+                image: env
+                    .get("TOOLMESH_SANDBOX_IMAGE")
+                    .unwrap_or(DEFAULT_SANDBOX_IMAGE)
+                    .to_owned(),
+                memory_mb: env.parse("TOOLMESH_SANDBOX_MEMORY_MB", DEFAULT_SANDBOX_MEMORY_MB)?,
+                pids: env.parse("TOOLMESH_SANDBOX_PIDS", DEFAULT_SANDBOX_PIDS)?,
+                cpus: env.parse("TOOLMESH_SANDBOX_CPUS", DEFAULT_SANDBOX_CPUS)?,
+                network: env
+                    .get("TOOLMESH_SANDBOX_NETWORK")
+                    .unwrap_or("none")
+                    .to_owned(),
+            },
+            skills: SkillsConfig {
+                dir: PathBuf::from(env.get("TOOLMESH_SKILLS_DIR").unwrap_or(DEFAULT_SKILLS_DIR)),
+                service_url: env.get("TOOLMESH_SKILL_SERVICE_URL").map(str::to_owned),
+                space_ids: env.list("TOOLMESH_SKILL_SPACE_IDS"),
+                service_token: env.get("TOOLMESH_SKILL_SERVICE_TOKEN").map(str::to_owned),
+                runner_command: env.get("TOOLMESH_SKILL_RUNNER_COMMAND").map(str::to_owned),
+                allow_hash_mismatch: env.flag("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", false)?,
+                max_bytes: env.parse("TOOLMESH_SKILL_MAX_BYTES", DEFAULT_SKILL_MAX_BYTES)?,
+                max_entries: env.parse("TOOLMESH_SKILL_MAX_ENTRIES", DEFAULT_SKILL_MAX_ENTRIES)?,
+            },
+            web: WebConfig {
+                search_provider: env.get("TOOLMESH_WEB_SEARCH_PROVIDER").map(str::to_owned),
+                allowed_networks: env.list("TOOLMESH_WEB_ALLOWED_NETWORKS"),
+                max_bytes: env.parse("TOOLMESH_WEB_MAX_BYTES", DEFAULT_WEB_MAX_BYTES)?,
+            },
+            drain_timeout: Duration::from_secs(
+                env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_work_for_one_machine() {
+        let config = NodeConfig::from_env(&RawEnv::default()).unwrap();
+        assert_eq!(config.nats_url, DEFAULT_NATS_URL);
+        assert!(config.approval.in_band);
+        assert_eq!(config.approval.ttl, Duration::from_secs(3600));
+        assert_eq!(config.drain_timeout, Duration::from_secs(30));
+        assert_eq!(config.sandbox.backend, SandboxBackend::Docker);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (key, value) in [
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "lax"),
+            ("TOOLMESH_APPROVAL_IN_BAND", "maybe"),
+            ("TOOLMESH_APPROVAL_TTL_S", "0"),
+            ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),
+            ("TOOLMESH_SANDBOX_BACKEND", "vm"),
+        ] {
+            let err = NodeConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
+            assert!(err.to_string().contains(key), "{err}");
+        }
+    }
+
+    #[test]
+    fn lists_are_comma_separated() {
+        let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SPACE_IDS", " a, b,,c ")]);
+        let config = NodeConfig::from_env(&env).unwrap();
+        assert_eq!(config.skills.space_ids, ["a", "b", "c"]);
+    }
+}

@@ -1,0 +1,202 @@
+//! The closed list of error codes of PROTOCOL.md and the typed error every actor answers with.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// PROTOCOL.md's error codes, one to one. Callers match on these, never on message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    UnknownTool,
+    InvalidArguments,
+    PathOutsideWorkspace,
+    NotFound,
+    FileTooLarge,
+    NotUtf8,
+    FileNotRead,
+    Conflict,
+    SnippetNotFound,
+    AmbiguousEdit,
+    AlreadyExists,
+    DirectoryNotEmpty,
+    LintErrors,
+    ApprovalRequired,
+    ApprovalPending,
+    ApprovalRejected,
+    ApprovalExpired,
+    ApprovalMismatch,
+    Unavailable,
+    Timeout,
+    Cancelled,
+    CommandFailed,
+    SkillNotFound,
+    InvalidSkill,
+    HashMismatch,
+    UnsafeArchive,
+    SkillRuntimeDisabled,
+    ProviderNotConfigured,
+    BlockedUrl,
+    FetchFailed,
+    LimitExceeded,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::UnknownTool => "unknown_tool",
+            ErrorCode::InvalidArguments => "invalid_arguments",
+            ErrorCode::PathOutsideWorkspace => "path_outside_workspace",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::FileTooLarge => "file_too_large",
+            ErrorCode::NotUtf8 => "not_utf8",
+            ErrorCode::FileNotRead => "file_not_read",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::SnippetNotFound => "snippet_not_found",
+            ErrorCode::AmbiguousEdit => "ambiguous_edit",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::DirectoryNotEmpty => "directory_not_empty",
+            ErrorCode::LintErrors => "lint_errors",
+            ErrorCode::ApprovalRequired => "approval_required",
+            ErrorCode::ApprovalPending => "approval_pending",
+            ErrorCode::ApprovalRejected => "approval_rejected",
+            ErrorCode::ApprovalExpired => "approval_expired",
+            ErrorCode::ApprovalMismatch => "approval_mismatch",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::CommandFailed => "command_failed",
+            ErrorCode::SkillNotFound => "skill_not_found",
+            ErrorCode::InvalidSkill => "invalid_skill",
+            ErrorCode::HashMismatch => "hash_mismatch",
+            ErrorCode::UnsafeArchive => "unsafe_archive",
+            ErrorCode::SkillRuntimeDisabled => "skill_runtime_disabled",
+            ErrorCode::ProviderNotConfigured => "provider_not_configured",
+            ErrorCode::BlockedUrl => "blocked_url",
+            ErrorCode::FetchFailed => "fetch_failed",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refusal or failure that becomes the failure shape of a reply:
+/// `{"ok": false, "error": code, "error_message": message, …details}`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Extra members beside `error` and `error_message` (`details`, `approval_request`, …).
+    pub details: Map<String, Value>,
+}
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// Adds one member beside `error`/`error_message`.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+
+    /// `invalid_arguments` with one `{"path","message"}` detail.
+    pub fn invalid_argument(pointer: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self::new(
+            ErrorCode::InvalidArguments,
+            format!("argument {pointer}: {message}"),
+        )
+        .with(
+            "details",
+            serde_json::json!([{ "path": pointer, "message": message }]),
+        )
+    }
+
+    /// The members of the failure shape, without `invocation_id`.
+    pub fn into_fields(self) -> Map<String, Value> {
+        let mut fields = Map::with_capacity(3 + self.details.len());
+        fields.insert("ok".into(), Value::Bool(false));
+        fields.insert("error".into(), Value::from(self.code.as_str()));
+        fields.insert("error_message".into(), Value::from(self.message));
+        for (key, value) in self.details {
+            fields.entry(key).or_insert(value);
+        }
+        fields
+    }
+
+    /// Reads the failure shape back (for replies that crossed NATS from another actor).
+    pub fn from_fields(fields: &Map<String, Value>) -> Option<Self> {
+        if fields.get("ok") != Some(&Value::Bool(false)) {
+            return None;
+        }
+        let code: ErrorCode = serde_json::from_value(fields.get("error")?.clone()).ok()?;
+        let message = fields
+            .get("error_message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let details = fields
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "ok" | "error" | "error_message"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Some(Self {
+            code,
+            message,
+            details,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_serialize_as_protocol_names() {
+        for code in [
+            ErrorCode::InvalidRequest,
+            ErrorCode::PathOutsideWorkspace,
+            ErrorCode::SkillRuntimeDisabled,
+            ErrorCode::Internal,
+        ] {
+            assert_eq!(
+                serde_json::to_value(code).unwrap(),
+                Value::from(code.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn failure_shape_round_trips() {
+        let err = ToolError::invalid_argument("/path", "is required");
+        let fields = err.clone().into_fields();
+        assert_eq!(fields["ok"], false);
+        assert_eq!(fields["error"], "invalid_arguments");
+        assert_eq!(fields["details"][0]["path"], "/path");
+        assert_eq!(ToolError::from_fields(&fields), Some(err));
+    }
+}

@@ -1,0 +1,143 @@
+//! Host glue every actor uses: connecting to NATS, draining subscriptions, replying, counting
+//! in-flight work, and the shutdown signal.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions, Message, Subscriber};
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+/// Connects a node: retries forever, so a node started before its NATS server (as in compose)
+/// comes up once the server does, and reconnects by itself after a server restart.
+pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
+    ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(Duration::from_secs(5))
+        .reconnect_delay_callback(|attempt| {
+            Duration::from_millis((100 * 2u64.saturating_pow(attempt.min(5) as u32)).min(2000))
+        })
+        .connect(url)
+        .await
+}
+
+/// Connects a short-lived client (the CLI, tests): fails fast when the server is not there.
+pub async fn connect_client(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
+    ConnectOptions::new()
+        .name(name)
+        .connection_timeout(Duration::from_secs(3))
+        .connect(url)
+        .await
+}
+
+/// A subscription as a stream that can be drained: once `drain` is cancelled the server stops
+/// sending to it, the messages already received are still yielded, then the stream ends.
+/// Dropping a subscription instead would lose those buffered messages without a reply.
+pub fn drainable(subscriber: Subscriber, drain: CancellationToken) -> DrainableSubscription {
+    let stream = futures::stream::unfold(
+        (subscriber, drain, false),
+        |(mut sub, drain, mut draining)| async move {
+            loop {
+                if draining {
+                    return sub.next().await.map(|m| (m, (sub, drain, true)));
+                }
+                tokio::select! {
+                    biased;
+                    msg = sub.next() => return msg.map(|m| (m, (sub, drain, false))),
+                    _ = drain.cancelled() => {
+                        if let Err(e) = sub.drain().await {
+                            tracing::warn!(error = %e, "could not drain a subscription; it ends now");
+                            return None;
+                        }
+                        draining = true;
+                    }
+                }
+            }
+        },
+    );
+    DrainableSubscription(Box::pin(stream))
+}
+
+/// See [`drainable`].
+pub struct DrainableSubscription(Pin<Box<dyn Stream<Item = Message> + Send>>);
+
+impl Stream for DrainableSubscription {
+    type Item = Message;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
+/// Publishes a reply to a request; a message without a reply subject is dropped with a trace
+/// (it was a publish, not a request, so nobody waits for an answer).
+pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject>, body: Vec<u8>) {
+    let Some(reply) = request_reply else {
+        tracing::debug!("request without a reply subject; nothing to answer");
+        return;
+    };
+    if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
+        tracing::warn!(error = %e, "could not publish a reply");
+    }
+}
+
+/// Work a node is holding right now (NodeStatus `in_flight`).
+#[derive(Debug, Clone, Default)]
+pub struct InFlight(Arc<AtomicU64>);
+
+impl InFlight {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Counts one piece of work until the guard drops.
+    pub fn enter(&self) -> InFlightGuard {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard(self.0.clone())
+    }
+}
+
+/// See [`InFlight::enter`].
+#[derive(Debug)]
+pub struct InFlightGuard(Arc<AtomicU64>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// How a node tells a running role to stop: first `drain` (stop taking work, answer parked
+/// calls, let in-flight work finish), then, at the drain deadline, `stop` (cancel the rest).
+#[derive(Debug, Clone, Default)]
+pub struct Lifecycle {
+    pub drain: CancellationToken,
+    pub stop: CancellationToken,
+}
+
+impl Lifecycle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}

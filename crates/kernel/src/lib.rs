@@ -1,0 +1,28 @@
+//! toolmesh-kernel: what every toolmesh actor shares and nothing more.
+//!
+//! Wire types of PROTOCOL.md ([`wire`]), the one module of subject names ([`subjects`]), the
+//! error codes ([`error`]), the tool registry with schemas and policies ([`tools`], [`policy`]),
+//! configuration from the environment ([`config`]) and NATS glue ([`host`], [`cluster`]).
+//!
+//! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
+//! independent of each other and of the actor framework's future.
+
+pub mod canonical;
+pub mod cluster;
+pub mod config;
+pub mod error;
+pub mod host;
+pub mod ids;
+pub mod policy;
+pub mod role;
+pub mod subjects;
+pub mod time;
+pub mod tools;
+pub mod wire;
+
+pub use error::{ErrorCode, ToolError};
+pub use ids::{Account, InvocationId, NodeId, SessionId};
+pub use role::Role;
+
+/// The version every node reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

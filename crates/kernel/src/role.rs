@@ -1,0 +1,94 @@
+//! The roles a node can take: one per actor kind.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A role names an actor kind; `toolmesh node --roles` starts one actor per role given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Gateway,
+    Approval,
+    Workspace,
+    Skills,
+    Sandbox,
+    Web,
+}
+
+impl Role {
+    pub const ALL: [Role; 6] = [
+        Role::Gateway,
+        Role::Approval,
+        Role::Workspace,
+        Role::Skills,
+        Role::Sandbox,
+        Role::Web,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway",
+            Role::Approval => "approval",
+            Role::Workspace => "workspace",
+            Role::Skills => "skills",
+            Role::Sandbox => "sandbox",
+            Role::Web => "web",
+        }
+    }
+
+    /// Parses `gateway,approval` or `all` (with `all` expanded, duplicates removed, sorted).
+    pub fn parse_list(list: &str) -> Result<Vec<Role>, String> {
+        let mut roles = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if item == "all" {
+                roles.extend(Role::ALL);
+            } else {
+                roles.push(item.parse()?);
+            }
+        }
+        if roles.is_empty() {
+            return Err("no role given; use a comma-separated list of roles or `all`".into());
+        }
+        roles.sort();
+        roles.dedup();
+        Ok(roles)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, all")
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_list_expands_all_and_dedups() {
+        assert_eq!(Role::parse_list("all").unwrap(), Role::ALL.to_vec());
+        assert_eq!(
+            Role::parse_list("approval, gateway,approval").unwrap(),
+            vec![Role::Gateway, Role::Approval]
+        );
+        assert!(Role::parse_list("").is_err());
+        assert!(Role::parse_list("gateway,nope")
+            .unwrap_err()
+            .contains("nope"));
+    }
+}

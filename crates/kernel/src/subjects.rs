@@ -1,0 +1,191 @@
+//! Every NATS subject and queue group toolmesh uses, public (`toolmesh.v1.…`, PROTOCOL.md) and
+//! internal (`toolmesh.internal.v1.…`, ours to change). Nothing else builds a subject.
+
+use crate::ids::{Account, InvocationId, NodeId};
+use crate::role::Role;
+
+/// Public subjects: the stable contract of PROTOCOL.md.
+pub mod public {
+    use super::*;
+
+    pub const PREFIX: &str = "toolmesh.v1";
+
+    /// `toolmesh.v1.call.<account>`
+    pub fn call(account: &Account) -> String {
+        format!("{PREFIX}.call.{account}")
+    }
+    /// Everything under `toolmesh.v1.call.`, including malformed accounts, so that they too
+    /// get an `invalid_request` reply instead of "no responders".
+    pub const CALL_ANY: &str = "toolmesh.v1.call.>";
+
+    /// The verbs under `toolmesh.v1.approvals.<account>.`
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ApprovalVerb {
+        List,
+        Get,
+        Decide,
+        Requested,
+        Decided,
+    }
+
+    impl ApprovalVerb {
+        pub fn as_str(self) -> &'static str {
+            match self {
+                ApprovalVerb::List => "list",
+                ApprovalVerb::Get => "get",
+                ApprovalVerb::Decide => "decide",
+                ApprovalVerb::Requested => "requested",
+                ApprovalVerb::Decided => "decided",
+            }
+        }
+        fn parse(s: &str) -> Option<Self> {
+            [
+                ApprovalVerb::List,
+                ApprovalVerb::Get,
+                ApprovalVerb::Decide,
+                ApprovalVerb::Requested,
+                ApprovalVerb::Decided,
+            ]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+        }
+    }
+
+    /// `toolmesh.v1.approvals.<account>.<verb>`
+    pub fn approvals(account: &Account, verb: ApprovalVerb) -> String {
+        format!("{PREFIX}.approvals.{account}.{}", verb.as_str())
+    }
+    pub const APPROVALS_ANY: &str = "toolmesh.v1.approvals.>";
+    /// `…decided` of every account: parked calls wait on these.
+    pub const APPROVALS_DECIDED_ANY: &str = "toolmesh.v1.approvals.*.decided";
+    /// `…requested` and `…decided` of every account (for watchers).
+    pub fn approvals_events(account: Option<&Account>) -> String {
+        match account {
+            Some(a) => format!("{PREFIX}.approvals.{a}.*"),
+            None => format!("{PREFIX}.approvals.*.*"),
+        }
+    }
+
+    /// `toolmesh.v1.events.<account>.<invocation_id>`
+    pub fn events(account: &Account, invocation: &InvocationId) -> String {
+        format!("{PREFIX}.events.{account}.{invocation}")
+    }
+    /// Every event of one account.
+    pub fn events_of(account: &Account) -> String {
+        format!("{PREFIX}.events.{account}.*")
+    }
+
+    /// `toolmesh.v1.cancel.<account>`
+    pub fn cancel(account: &Account) -> String {
+        format!("{PREFIX}.cancel.{account}")
+    }
+    pub const CANCEL_ANY: &str = "toolmesh.v1.cancel.>";
+
+    /// `toolmesh.v1.status`: answered by any one node.
+    pub const STATUS: &str = "toolmesh.v1.status";
+    /// `toolmesh.v1.status.<node_id>`
+    pub fn node_status(node: &NodeId) -> String {
+        format!("{PREFIX}.status.{node}")
+    }
+
+    /// What is after `toolmesh.v1.<kind>.` when it is exactly one token (the account);
+    /// `Err` carries the raw rest for the error message.
+    pub fn account_of<'a>(subject: &'a str, kind: &str) -> Result<&'a str, &'a str> {
+        let rest = subject
+            .strip_prefix(PREFIX)
+            .and_then(|s| s.strip_prefix('.'))
+            .and_then(|s| s.strip_prefix(kind))
+            .and_then(|s| s.strip_prefix('.'))
+            .unwrap_or(subject);
+        if rest.contains('.') || rest.is_empty() {
+            Err(rest)
+        } else {
+            Ok(rest)
+        }
+    }
+
+    /// Splits `toolmesh.v1.approvals.<account>.<verb>`; `None` when the verb is unknown or the
+    /// account spans several tokens (the raw account text is returned for the error message).
+    pub fn approvals_parts(subject: &str) -> Result<(&str, ApprovalVerb), String> {
+        let rest = subject
+            .strip_prefix("toolmesh.v1.approvals.")
+            .ok_or_else(|| subject.to_owned())?;
+        let (account, verb) = rest.rsplit_once('.').ok_or_else(|| rest.to_owned())?;
+        let verb = ApprovalVerb::parse(verb).ok_or_else(|| rest.to_owned())?;
+        if account.contains('.') {
+            return Err(account.to_owned());
+        }
+        Ok((account, verb))
+    }
+}
+
+/// Internal subjects between actors. Not part of the public contract.
+pub mod internal {
+    use super::*;
+
+    pub const PREFIX: &str = "toolmesh.internal.v1";
+
+    /// Where the gateway routes a tool call for the actor of `role` (queue group per role).
+    pub fn run(role: Role) -> String {
+        format!("{PREFIX}.run.{role}")
+    }
+
+    /// The approval gate: the gateway asks the approval actor to create, decide or consume.
+    pub const APPROVAL_GATE: &str = "toolmesh.internal.v1.approval.gate";
+
+    /// An actor running an invocation that can be cancelled listens here for its duration.
+    pub fn cancel(account: &Account, invocation: &InvocationId) -> String {
+        format!("{PREFIX}.cancel.{account}.{invocation}")
+    }
+
+    /// Node heartbeats (every node publishes and listens; no queue group).
+    pub const HEARTBEAT: &str = "toolmesh.internal.v1.heartbeat";
+}
+
+/// Queue groups: one per role, so that any number of nodes share the work of a role.
+pub mod queue {
+    use super::Role;
+
+    pub fn of(role: Role) -> String {
+        format!("toolmesh.{role}")
+    }
+    /// `toolmesh.v1.status` is answered by one node out of all.
+    pub const STATUS: &str = "toolmesh.status";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::public::*;
+    use super::*;
+
+    #[test]
+    fn account_of_takes_exactly_one_token() {
+        assert_eq!(account_of("toolmesh.v1.call.acme", "call"), Ok("acme"));
+        assert_eq!(account_of("toolmesh.v1.call.a.b", "call"), Err("a.b"));
+        assert_eq!(account_of("toolmesh.v1.cancel.x", "cancel"), Ok("x"));
+    }
+
+    #[test]
+    fn approvals_parts_splits_account_and_verb() {
+        assert_eq!(
+            approvals_parts("toolmesh.v1.approvals.acme.decide"),
+            Ok(("acme", ApprovalVerb::Decide))
+        );
+        assert!(approvals_parts("toolmesh.v1.approvals.a.b.list").is_err());
+        assert!(approvals_parts("toolmesh.v1.approvals.acme.frobnicate").is_err());
+        let acme = Account::parse("acme").unwrap();
+        assert_eq!(
+            approvals(&acme, ApprovalVerb::Requested),
+            "toolmesh.v1.approvals.acme.requested"
+        );
+    }
+
+    #[test]
+    fn internal_subjects_are_namespaced() {
+        assert_eq!(
+            internal::run(Role::Sandbox),
+            "toolmesh.internal.v1.run.sandbox"
+        );
+        assert_eq!(queue::of(Role::Gateway), "toolmesh.gateway");
+    }
+}

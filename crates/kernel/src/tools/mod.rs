@@ -1,0 +1,469 @@
+//! The registry of built-in tools: name, group, description, JSON Schema, risk, side effects,
+//! boundary and the actor (role) that runs each, plus the dispatcher's profiles.
+
+pub mod args;
+
+use std::collections::{BTreeSet, HashMap};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::{ErrorCode, ToolError};
+use crate::role::Role;
+use crate::wire::{RiskLevel, SideEffect};
+use args::*;
+
+/// The groups of PROTOCOL.md's tool table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolGroup {
+    Platform,
+    Dispatcher,
+    Workspace,
+    Skills,
+    Sandbox,
+    Web,
+}
+
+impl ToolGroup {
+    pub const ALL: [ToolGroup; 6] = [
+        ToolGroup::Platform,
+        ToolGroup::Dispatcher,
+        ToolGroup::Workspace,
+        ToolGroup::Skills,
+        ToolGroup::Sandbox,
+        ToolGroup::Web,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolGroup::Platform => "platform",
+            ToolGroup::Dispatcher => "dispatcher",
+            ToolGroup::Workspace => "workspace",
+            ToolGroup::Skills => "skills",
+            ToolGroup::Sandbox => "sandbox",
+            ToolGroup::Web => "web",
+        }
+    }
+}
+
+pub const TOOL_DISPATCHER: &str = "tool_dispatcher";
+pub const TOOL_DISPATCHER_ALIAS: &str = "agentengine_tool_dispatcher";
+pub const TOOL_SEARCH: &str = "tool_search";
+pub const COMPONENT_STATUS: &str = "component_status";
+
+const BOUNDARY_GATEWAY: &str =
+    "answered by the gateway from the cluster view and tool registry; reads no files and runs nothing";
+const BOUNDARY_WORKSPACE_READ: &str =
+    "reads only inside the workspace of this account and session; paths that resolve outside are refused";
+const BOUNDARY_WORKSPACE_WRITE: &str =
+    "writes only inside the workspace of this account and session, atomically; paths that resolve outside are refused";
+const BOUNDARY_SANDBOX: &str =
+    "executes only through the sandbox backend on a sandbox worker; never exposes the host shell";
+const BOUNDARY_SKILLS_READ: &str =
+    "reads skill manifests and the verified skill cache; runs nothing";
+const BOUNDARY_SKILLS_RUN: &str =
+    "runs the skill runner inside the session's sandbox with skills mounted read-only";
+const BOUNDARY_WEB: &str =
+    "egress to public http(s) addresses only; private, loopback and metadata addresses are refused";
+
+/// The static description of one tool.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub group: ToolGroup,
+    pub description: &'static str,
+    pub risk_level: RiskLevel,
+    pub side_effects: &'static [SideEffect],
+    pub boundary: &'static str,
+    /// The actor that runs it.
+    pub role: Role,
+    /// Workspace, sandbox and `execute_skills` tools need a `session_id`.
+    pub needs_session: bool,
+    /// How it runs, for `tool_search`.
+    pub execution: &'static str,
+}
+
+/// A tool with its compiled schema.
+pub struct RegisteredTool {
+    pub spec: ToolSpec,
+    pub input_schema: Value,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegisteredTool {
+    fn new<A: JsonSchema>(spec: ToolSpec) -> Self {
+        let mut input_schema = schemars::schema_for!(A).to_value();
+        if let Value::Object(map) = &mut input_schema {
+            map.insert("title".into(), Value::from(spec.name));
+            map.insert("description".into(), Value::from(spec.description));
+            // An empty `properties` keeps `additionalProperties: false` reporting the unknown
+            // member by name for tools without arguments.
+            map.entry("properties").or_insert_with(|| json!({}));
+        }
+        let validator = jsonschema::validator_for(&input_schema)
+            .unwrap_or_else(|e| panic!("schema of {} does not compile: {e}", spec.name));
+        Self {
+            spec,
+            input_schema,
+            validator,
+        }
+    }
+
+    /// Checks `arguments` against the schema; `invalid_arguments` names every bad member as a
+    /// JSON pointer into the arguments (prefixed with `prefix`, e.g. `/arguments` for the
+    /// dispatcher's inner call).
+    pub fn validate(&self, arguments: &Value, prefix: &str) -> Result<(), ToolError> {
+        let mut details = Vec::new();
+        for error in self.validator.iter_errors(arguments) {
+            let mut path = error.instance_path().to_string();
+            match error.kind() {
+                jsonschema::error::ValidationErrorKind::Required { property } => {
+                    path.push('/');
+                    path.push_str(property.as_str().unwrap_or_default());
+                }
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    if let Some(first) = unexpected.first() {
+                        path.push('/');
+                        path.push_str(first);
+                    }
+                }
+                _ => {}
+            }
+            details.push(json!({"path": format!("{prefix}{path}"), "message": error.to_string()}));
+            if details.len() == 20 {
+                break;
+            }
+        }
+        if details.is_empty() {
+            return Ok(());
+        }
+        let first = &details[0];
+        let message = format!(
+            "arguments of {} are not valid: {} {}",
+            self.spec.name,
+            first["path"].as_str().unwrap_or_default(),
+            first["message"].as_str().unwrap_or_default()
+        );
+        Err(ToolError::new(ErrorCode::InvalidArguments, message).with("details", details))
+    }
+}
+
+fn spec(
+    name: &'static str,
+    group: ToolGroup,
+    role: Role,
+    risk_level: RiskLevel,
+    side_effects: &'static [SideEffect],
+    description: &'static str,
+) -> ToolSpec {
+    let (boundary, execution, needs_session) = match (group, side_effects) {
+        (ToolGroup::Platform | ToolGroup::Dispatcher, _) => (BOUNDARY_GATEWAY, "gateway", false),
+        (ToolGroup::Workspace, []) => (BOUNDARY_WORKSPACE_READ, "workspace_actor", true),
+        (ToolGroup::Workspace, _) => (BOUNDARY_WORKSPACE_WRITE, "workspace_actor", true),
+        (ToolGroup::Sandbox, _) => (BOUNDARY_SANDBOX, "sandbox_worker", true),
+        (ToolGroup::Skills, []) => (BOUNDARY_SKILLS_READ, "skill_loader", false),
+        (ToolGroup::Skills, _) => (BOUNDARY_SKILLS_RUN, "sandbox_worker", true),
+        (ToolGroup::Web, _) => (BOUNDARY_WEB, "web_actor", false),
+    };
+    ToolSpec {
+        name,
+        group,
+        description,
+        risk_level,
+        side_effects,
+        boundary,
+        role,
+        needs_session,
+        execution,
+    }
+}
+
+/// Every built-in tool.
+#[derive(Debug)]
+pub struct ToolRegistry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+impl ToolRegistry {
+    pub fn builtin() -> ToolRegistry {
+        use RiskLevel::*;
+        use SideEffect::*;
+        use ToolGroup as G;
+        let t = |s| s;
+        let tools = vec![
+            RegisteredTool::new::<NoArgs>(t(spec(COMPONENT_STATUS, G::Platform, Role::Gateway, Low, &[],
+                "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime."))),
+            RegisteredTool::new::<ToolDispatcherArgs>(spec(TOOL_DISPATCHER, G::Dispatcher, Role::Gateway, Low, &[],
+                "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.")),
+            RegisteredTool::new::<ToolSearchArgs>(spec(TOOL_SEARCH, G::Dispatcher, Role::Gateway, Low, &[],
+                "Search the built-in tools by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.")),
+            RegisteredTool::new::<NoArgs>(spec("workspace_status", G::Workspace, Role::Workspace, Low, &[],
+                "The session workspace root and a sample of up to 50 files.")),
+            RegisteredTool::new::<ListWorkspaceFilesArgs>(spec("list_workspace_files", G::Workspace, Role::Workspace, Low, &[],
+                "List files and directories of the workspace with an optional glob, recursion and sorting.")),
+            RegisteredTool::new::<ReadWorkspaceFileArgs>(spec("read_workspace_file", G::Workspace, Role::Workspace, Low, &[],
+                "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.")),
+            RegisteredTool::new::<SearchWorkspaceFilesArgs>(spec("search_workspace_files", G::Workspace, Role::Workspace, Low, &[],
+                "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.")),
+            RegisteredTool::new::<LintWorkspaceFileArgs>(spec("lint_workspace_file", G::Workspace, Role::Workspace, Low, &[],
+                "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.")),
+            RegisteredTool::new::<WriteWorkspaceFileArgs>(spec("write_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
+                "Write a whole file in the workspace, atomically, creating parent directories.")),
+            RegisteredTool::new::<WriteWorkspaceFilesArgs>(spec("write_workspace_files", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
+                "Write up to 100 whole files in the workspace in one call.")),
+            RegisteredTool::new::<EditWorkspaceFileArgs>(spec("edit_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
+                "Replace an exact snippet in a file read before; returns a unified diff.")),
+            RegisteredTool::new::<MultiEditWorkspaceFileArgs>(spec("multi_edit_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
+                "Apply several snippet edits to one file, all or nothing; returns a unified diff.")),
+            RegisteredTool::new::<PathArgs>(spec("delete_workspace_file", G::Workspace, Role::Workspace, High, &[WorkspaceDelete],
+                "Delete a file, a symlink (not its target) or an empty directory of the workspace.")),
+            RegisteredTool::new::<NoArgs>(spec("list_skills", G::Skills, Role::Skills, Low, &[],
+                "List the active skills: local ones and those of the configured skill spaces.")),
+            RegisteredTool::new::<SearchSkillsArgs>(spec("search_skills", G::Skills, Role::Skills, Low, &[],
+                "Fuzzy search over skill names, aliases, tags, descriptions and examples.")),
+            RegisteredTool::new::<LoadSkillArgs>(spec("load_skill", G::Skills, Role::Skills, Low, &[],
+                "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.")),
+            RegisteredTool::new::<ExecuteSkillsArgs>(spec("execute_skills", G::Skills, Role::Skills, High, &[IsolatedRuntimeExecution],
+                "Run a workflow prompt with the named skills inside the session's sandbox.")),
+            RegisteredTool::new::<NoArgs>(spec("sandbox_status", G::Sandbox, Role::Sandbox, Low, &[],
+                "The session sandbox's backend, limits, lifetime and boundary; runs no command.")),
+            RegisteredTool::new::<RunCommandArgs>(spec("run_command", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
+                "Run a shell command in the session's sandbox, in the foreground or as a background task.")),
+            RegisteredTool::new::<RunCodeArgs>(spec("run_code", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
+                "Run a Python, JavaScript or Bash snippet in the session's sandbox.")),
+            RegisteredTool::new::<NoArgs>(spec("list_tasks", G::Sandbox, Role::Sandbox, Low, &[],
+                "List the background tasks of the session.")),
+            RegisteredTool::new::<TaskOutputArgs>(spec("task_output", G::Sandbox, Role::Sandbox, Low, &[],
+                "Read a background task's new output, optionally waiting for a regex to appear.")),
+            RegisteredTool::new::<TaskInputArgs>(spec("task_input", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
+                "Write to a background task's standard input.")),
+            RegisteredTool::new::<TaskIdArgs>(spec("kill_task", G::Sandbox, Role::Sandbox, Medium, &[ProcessControl],
+                "Stop a background task.")),
+            RegisteredTool::new::<WebFetchArgs>(spec("web_fetch", G::Web, Role::Web, Low, &[NetworkEgress],
+                "Fetch a public http(s) URL and return its text with scripts and styles removed.")),
+            RegisteredTool::new::<WebSearchArgs>(spec("web_search", G::Web, Role::Web, Low, &[NetworkEgress],
+                "Search the web through the configured provider; returns titles, URLs and snippets.")),
+        ];
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.spec.name, i))
+            .collect();
+        ToolRegistry { tools, by_name }
+    }
+
+    /// A tool by name; the dispatcher's alias resolves to `tool_dispatcher`.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        let name = if name == TOOL_DISPATCHER_ALIAS {
+            TOOL_DISPATCHER
+        } else {
+            name
+        };
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.iter()
+    }
+
+    /// The tools of a profile (never the dispatcher itself).
+    pub fn profile(&self, profile: Profile) -> BTreeSet<&'static str> {
+        const FOCUSED: [&str; 10] = [
+            "list_skills",
+            "search_skills",
+            "load_skill",
+            "workspace_status",
+            "search_workspace_files",
+            "edit_workspace_file",
+            "lint_workspace_file",
+            COMPONENT_STATUS,
+            "sandbox_status",
+            "read_workspace_file",
+        ];
+        let dispatchable = self.tools.iter().filter(|t| t.spec.name != TOOL_DISPATCHER);
+        match profile {
+            Profile::Focused | Profile::Core => FOCUSED.into_iter().collect(),
+            Profile::Default => dispatchable.map(|t| t.spec.name).collect(),
+            Profile::Coding => dispatchable
+                .filter(|t| {
+                    matches!(
+                        t.spec.group,
+                        ToolGroup::Workspace | ToolGroup::Sandbox | ToolGroup::Skills
+                    ) || t.spec.name == TOOL_SEARCH
+                })
+                .map(|t| t.spec.name)
+                .collect(),
+        }
+    }
+
+    /// The union of `include` entries (groups, profiles, tool names), without the dispatcher.
+    pub fn select(&self, include: &[String]) -> Result<BTreeSet<&'static str>, ToolError> {
+        let mut out = BTreeSet::new();
+        for item in include {
+            let item = item.as_str();
+            if let Some(group) = ToolGroup::ALL.into_iter().find(|g| g.as_str() == item) {
+                out.extend(
+                    self.tools
+                        .iter()
+                        .filter(|t| t.spec.group == group && t.spec.name != TOOL_DISPATCHER)
+                        .map(|t| t.spec.name),
+                );
+            } else if let Ok(profile) = serde_json::from_value::<Profile>(Value::from(item)) {
+                out.extend(self.profile(profile));
+            } else if let Some(tool) = self.get(item) {
+                if tool.spec.name != TOOL_DISPATCHER {
+                    out.insert(tool.spec.name);
+                }
+            } else {
+                return Err(ToolError::invalid_argument(
+                    "/include",
+                    format!("{item:?} is neither a group, a profile nor a tool name"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_protocol_tool_is_registered_with_its_risk() {
+        let reg = ToolRegistry::builtin();
+        let expect = [
+            ("component_status", "low"),
+            ("tool_dispatcher", "low"),
+            ("tool_search", "low"),
+            ("workspace_status", "low"),
+            ("list_workspace_files", "low"),
+            ("read_workspace_file", "low"),
+            ("search_workspace_files", "low"),
+            ("lint_workspace_file", "low"),
+            ("write_workspace_file", "medium"),
+            ("write_workspace_files", "medium"),
+            ("edit_workspace_file", "medium"),
+            ("multi_edit_workspace_file", "medium"),
+            ("delete_workspace_file", "high"),
+            ("list_skills", "low"),
+            ("search_skills", "low"),
+            ("load_skill", "low"),
+            ("execute_skills", "high"),
+            ("sandbox_status", "low"),
+            ("list_tasks", "low"),
+            ("task_output", "low"),
+            ("kill_task", "medium"),
+            ("run_command", "high"),
+            ("run_code", "high"),
+            ("task_input", "high"),
+            ("web_fetch", "low"),
+            ("web_search", "low"),
+        ];
+        assert_eq!(reg.iter().count(), expect.len());
+        for (name, risk) in expect {
+            let tool = reg.get(name).unwrap_or_else(|| panic!("{name} missing"));
+            assert_eq!(tool.spec.risk_level.as_str(), risk, "{name}");
+        }
+        assert_eq!(
+            reg.get(TOOL_DISPATCHER_ALIAS).unwrap().spec.name,
+            TOOL_DISPATCHER
+        );
+    }
+
+    fn check(tool: &str, args: Value, expect_paths: &[&str]) {
+        let reg = ToolRegistry::builtin();
+        let result = reg.get(tool).unwrap().validate(&args, "");
+        let paths: Vec<String> = match result {
+            Ok(()) => vec![],
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::InvalidArguments);
+                e.details["details"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d["path"].as_str().unwrap().to_owned())
+                    .collect()
+            }
+        };
+        assert_eq!(paths, expect_paths, "{tool} {args}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        check("read_workspace_file", json!({"path": "a"}), &[]);
+        check("read_workspace_file", json!({}), &["/path"]);
+        check("read_workspace_file", json!({"path": 5}), &["/path"]);
+        check(
+            "read_workspace_file",
+            json!({"path": "a", "nope": 1}),
+            &["/nope"],
+        );
+        check(
+            "read_workspace_file",
+            json!({"path": "a", "start_line": 0}),
+            &["/start_line"],
+        );
+        check(
+            "run_command",
+            json!({"command": "ls", "env": {"A": 1}}),
+            &["/env/A"],
+        );
+        check(
+            "task_output",
+            json!({"task_id": "t", "timeout": 301}),
+            &["/timeout"],
+        );
+        check("search_skills", json!({"query": ""}), &["/query"]);
+        check("tool_dispatcher", json!({"action": "frob"}), &["/action"]);
+        check(
+            "write_workspace_files",
+            json!({"files": [{"path": "a"}]}),
+            &["/files/0/content"],
+        );
+        check("component_status", json!({"x": 1}), &["/x"]);
+    }
+
+    #[test]
+    fn profiles_never_hold_the_dispatcher() {
+        let reg = ToolRegistry::builtin();
+        for p in [Profile::Focused, Profile::Default, Profile::Coding] {
+            assert!(!reg.profile(p).contains(TOOL_DISPATCHER), "{p:?}");
+        }
+        assert_eq!(reg.profile(Profile::Default).len(), reg.iter().count() - 1);
+        let focused = reg.profile(Profile::Core);
+        assert!(focused.contains("read_workspace_file"));
+        assert!(!focused.contains("run_command"));
+        let coding = reg.profile(Profile::Coding);
+        assert!(coding.contains("run_command") && coding.contains(TOOL_SEARCH));
+        assert!(!coding.contains("web_fetch") && !coding.contains(COMPONENT_STATUS));
+    }
+
+    #[test]
+    fn select_mixes_groups_profiles_and_names() {
+        let reg = ToolRegistry::builtin();
+        let got = reg
+            .select(&[
+                "web".into(),
+                "focused".into(),
+                "run_code".into(),
+                "tool_dispatcher".into(),
+            ])
+            .unwrap();
+        assert!(
+            got.contains("web_fetch") && got.contains("run_code") && got.contains("load_skill")
+        );
+        assert!(!got.contains(TOOL_DISPATCHER));
+        assert!(reg.select(&["nope".into()]).is_err());
+    }
+}

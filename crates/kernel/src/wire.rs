@@ -1,0 +1,608 @@
+//! Serde types of PROTOCOL.md (public) and of the internal messages between actors.
+//!
+//! These are wire types only: actors convert them into their own actix messages, which never
+//! derive `Serialize`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorCode, ToolError};
+use crate::ids::{Account, InvocationId, NodeId, SessionId};
+use crate::role::Role;
+
+/// Longest `wait_for_approval_s` a call may ask for.
+pub const MAX_WAIT_FOR_APPROVAL_S: u64 = 3600;
+/// Longest `user_id` / `agent_id` copied into events.
+pub const MAX_PRINCIPAL_LEN: usize = 256;
+
+/// How bad a tool can be if misused; decides approval with the mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskLevel {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl RiskLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RiskLevel::Low => "low",
+            RiskLevel::Medium => "medium",
+            RiskLevel::High => "high",
+            RiskLevel::Critical => "critical",
+        }
+    }
+}
+
+/// What a tool may change outside its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffect {
+    WorkspaceWrite,
+    WorkspaceDelete,
+    IsolatedRuntimeExecution,
+    ProcessControl,
+    NetworkEgress,
+}
+
+/// The `approval` member of a ToolRequest.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ApprovalGrant {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+}
+
+/// Who, on whose behalf, in which session: copied into every event and internal message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvocationContext {
+    pub account: Account,
+    pub invocation_id: InvocationId,
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
+    #[serde(default)]
+    pub user_id: Option<String>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+}
+
+/// A parsed `toolmesh.v1.call.<account>` body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRequest {
+    pub tool: String,
+    /// Always an object.
+    pub arguments: Value,
+    pub invocation_id: InvocationId,
+    pub session_id: Option<SessionId>,
+    pub user_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub approval: Option<ApprovalGrant>,
+    pub wait_for_approval_s: u64,
+}
+
+/// A body refused before it named a tool; it still gets a reply with this invocation id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRefused {
+    pub invocation_id: InvocationId,
+    pub error: ToolError,
+}
+
+impl ToolRequest {
+    /// Parses and checks a call body. The invocation id is echoed when it is well formed,
+    /// even if something else is wrong.
+    pub fn parse(body: &[u8]) -> Result<ToolRequest, Box<RequestRefused>> {
+        let generated = InvocationId::generate;
+        let refuse = |invocation_id, message: String| {
+            Box::new(RequestRefused {
+                invocation_id,
+                error: ToolError::invalid_request(message),
+            })
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(refuse(
+                generated(),
+                "the request body is empty; send a JSON object with at least \"tool\"".into(),
+            ));
+        }
+        let value: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(refuse(
+                    generated(),
+                    format!("the request body is not valid JSON ({e})"),
+                ))
+            }
+        };
+        let Value::Object(mut map) = value else {
+            return Err(refuse(
+                generated(),
+                format!(
+                    "the request body must be a JSON object, got {}",
+                    json_kind(&value)
+                ),
+            ));
+        };
+        let invocation_id = match map.remove("invocation_id") {
+            None | Some(Value::Null) => generated(),
+            Some(Value::String(s)) => match InvocationId::parse(s) {
+                Ok(id) => id,
+                Err(e) => return Err(refuse(generated(), e.to_string())),
+            },
+            Some(other) => {
+                return Err(refuse(
+                    generated(),
+                    format!("invocation_id must be a string, got {}", json_kind(&other)),
+                ))
+            }
+        };
+        let fail = |message: String| {
+            Box::new(RequestRefused {
+                invocation_id: invocation_id.clone(),
+                error: ToolError::invalid_request(message),
+            })
+        };
+        let tool = match map.remove("tool") {
+            Some(Value::String(s)) if !s.is_empty() => s,
+            Some(Value::String(_)) => return Err(fail("tool must not be empty".into())),
+            None | Some(Value::Null) => {
+                return Err(fail(
+                    "the request has no \"tool\"; name the tool to run".into(),
+                ))
+            }
+            Some(other) => {
+                return Err(fail(format!(
+                    "tool must be a string, got {}",
+                    json_kind(&other)
+                )))
+            }
+        };
+        let arguments = match map.remove("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(v @ Value::Object(_)) => v,
+            Some(other) => {
+                return Err(fail(format!(
+                    "arguments must be a JSON object, got {}",
+                    json_kind(&other)
+                )))
+            }
+        };
+        let session_id = match map.remove("session_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(SessionId::parse(s).map_err(|e| fail(e.to_string()))?),
+            Some(other) => {
+                return Err(fail(format!(
+                    "session_id must be a string, got {}",
+                    json_kind(&other)
+                )))
+            }
+        };
+        let principal = |map: &mut Map<String, Value>, field: &str| match map.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.len() <= MAX_PRINCIPAL_LEN => Ok(Some(s)),
+            Some(Value::String(_)) => {
+                Err(format!("{field} must be at most {MAX_PRINCIPAL_LEN} bytes"))
+            }
+            Some(other) => Err(format!(
+                "{field} must be a string, got {}",
+                json_kind(&other)
+            )),
+        };
+        let user_id = principal(&mut map, "user_id").map_err(fail)?;
+        let agent_id = principal(&mut map, "agent_id").map_err(fail)?;
+        let approval = match map.remove("approval") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_grant(v).map_err(fail)?),
+        };
+        let wait_for_approval_s = match map.remove("wait_for_approval_s") {
+            None | Some(Value::Null) => 0,
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= MAX_WAIT_FOR_APPROVAL_S => n,
+                _ => {
+                    return Err(fail(format!(
+                        "wait_for_approval_s must be a whole number of seconds from 0 to {MAX_WAIT_FOR_APPROVAL_S}, got {v}"
+                    )))
+                }
+            },
+        };
+        Ok(ToolRequest {
+            tool,
+            arguments,
+            invocation_id,
+            session_id,
+            user_id,
+            agent_id,
+            approval,
+            wait_for_approval_s,
+        })
+    }
+
+    pub fn context(&self, account: Account) -> InvocationContext {
+        InvocationContext {
+            account,
+            invocation_id: self.invocation_id.clone(),
+            session_id: self.session_id.clone(),
+            user_id: self.user_id.clone(),
+            agent_id: self.agent_id.clone(),
+        }
+    }
+}
+
+fn parse_grant(value: Value) -> Result<ApprovalGrant, String> {
+    let Value::Object(map) = value else {
+        return Err(format!(
+            "approval must be an object like {{\"id\": \"appr_…\", \"approved\": true}}, got {}",
+            json_kind(&value)
+        ));
+    };
+    let mut grant = ApprovalGrant::default();
+    for (key, value) in map {
+        match (key.as_str(), value) {
+            ("id", Value::Null) | ("approved", Value::Null) => {}
+            ("id", Value::String(s)) => {
+                if !is_approval_id(&s) {
+                    return Err(format!("approval.id {s:?} is not an approval id"));
+                }
+                grant.id = Some(s);
+            }
+            ("approved", Value::Bool(b)) => grant.approved = Some(b),
+            ("id", other) => {
+                return Err(format!(
+                    "approval.id must be a string, got {}",
+                    json_kind(&other)
+                ))
+            }
+            ("approved", other) => {
+                return Err(format!(
+                    "approval.approved must be true or false, got {}",
+                    json_kind(&other)
+                ))
+            }
+            _ => {} // unknown members are ignored, as at the top level
+        }
+    }
+    Ok(grant)
+}
+
+/// Approval ids are subject-safe tokens (we generate `appr_<hex>`).
+pub fn is_approval_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// "an object", "a string", … for error messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Builds the reply body: `{"ok": …, "invocation_id": …, …fields}`.
+pub fn reply_body(invocation_id: &InvocationId, fields: Map<String, Value>) -> Vec<u8> {
+    let mut out = Map::with_capacity(fields.len() + 2);
+    out.insert(
+        "ok".into(),
+        fields.get("ok").cloned().unwrap_or(Value::Bool(true)),
+    );
+    out.insert("invocation_id".into(), Value::from(invocation_id.as_str()));
+    for (key, value) in fields {
+        if key != "ok" && key != "invocation_id" {
+            out.insert(key, value);
+        }
+    }
+    serde_json::to_vec(&Value::Object(out)).expect("a JSON map always serializes")
+}
+
+/// Failure shape without `invocation_id` (for subjects other than the call subject).
+pub fn error_body(error: ToolError) -> Vec<u8> {
+    serde_json::to_vec(&Value::Object(error.into_fields())).expect("a JSON map always serializes")
+}
+
+/// Success shape without `invocation_id`.
+pub fn ok_body(fields: Map<String, Value>) -> Vec<u8> {
+    let mut out = Map::with_capacity(fields.len() + 1);
+    out.insert("ok".into(), Value::Bool(true));
+    out.extend(fields);
+    serde_json::to_vec(&Value::Object(out)).expect("a JSON map always serializes")
+}
+
+/// The lifecycle of an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Used,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Used => "used",
+        }
+    }
+}
+
+/// PROTOCOL.md's ApprovalRequest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub id: String,
+    pub account: Account,
+    pub session_id: Option<SessionId>,
+    pub invocation_id: InvocationId,
+    pub tool_name: String,
+    pub risk_level: RiskLevel,
+    pub side_effects: Vec<SideEffect>,
+    pub arguments_sha256: String,
+    pub arguments_preview: String,
+    pub status: ApprovalStatus,
+    pub created_at: String,
+    pub expires_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What `…decide` carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    pub id: String,
+    pub approved: bool,
+    #[serde(default)]
+    pub approver: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The kinds of RunEvent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEventKind {
+    Started,
+    ApprovalRequired,
+    Approved,
+    Rejected,
+    Stdout,
+    Stderr,
+    Finished,
+}
+
+/// Builds the RunEvent body for one invocation.
+pub fn run_event(
+    ctx: &InvocationContext,
+    tool: &str,
+    seq: u64,
+    kind: RunEventKind,
+    extra: Map<String, Value>,
+) -> Vec<u8> {
+    let mut map = Map::with_capacity(9 + extra.len());
+    map.insert(
+        "invocation_id".into(),
+        Value::from(ctx.invocation_id.as_str()),
+    );
+    map.insert("seq".into(), Value::from(seq));
+    map.insert(
+        "kind".into(),
+        serde_json::to_value(kind).expect("kind serializes"),
+    );
+    map.insert("at".into(), Value::from(crate::time::now_rfc3339()));
+    map.insert(
+        "session_id".into(),
+        ctx.session_id
+            .as_ref()
+            .map_or(Value::Null, |s| Value::from(s.as_str())),
+    );
+    map.insert(
+        "user_id".into(),
+        ctx.user_id.clone().map_or(Value::Null, Value::from),
+    );
+    map.insert(
+        "agent_id".into(),
+        ctx.agent_id.clone().map_or(Value::Null, Value::from),
+    );
+    map.insert("tool".into(), Value::from(tool));
+    map.insert("account".into(), Value::from(ctx.account.as_str()));
+    map.extend(extra);
+    serde_json::to_vec(&Value::Object(map)).expect("a JSON map always serializes")
+}
+
+/// A sandbox worker's capacity, in NodeStatus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxCapacity {
+    pub backend: String,
+    pub capacity: u64,
+    pub in_use: u64,
+}
+
+/// PROTOCOL.md's NodeStatus; also the body of a heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: NodeId,
+    pub roles: Vec<Role>,
+    pub version: String,
+    pub uptime_s: u64,
+    pub in_flight: u64,
+    pub sandbox: Option<SandboxCapacity>,
+}
+
+/// PROTOCOL.md's ClusterStatus (without `ok`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// A heartbeat on the internal subject: a node's status, or its goodbye when it drains.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub status: NodeStatus,
+    #[serde(default)]
+    pub leaving: bool,
+}
+
+/// Gateway → actor: run this tool for this invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActorCall {
+    pub invocation: InvocationContext,
+    pub tool: String,
+    pub arguments: Value,
+    /// The next RunEvent `seq` the actor may use (events stay gap-free across actors).
+    pub event_seq: u64,
+}
+
+/// Actor → gateway: the tool's reply fields and how many events the actor published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActorReply {
+    pub reply: Map<String, Value>,
+    #[serde(default)]
+    pub events_emitted: u64,
+}
+
+impl ActorReply {
+    pub fn ok(fields: Map<String, Value>) -> Self {
+        let mut reply = Map::with_capacity(fields.len() + 1);
+        reply.insert("ok".into(), Value::Bool(true));
+        reply.extend(fields);
+        Self {
+            reply,
+            events_emitted: 0,
+        }
+    }
+    pub fn error(error: ToolError) -> Self {
+        Self {
+            reply: error.into_fields(),
+            events_emitted: 0,
+        }
+    }
+}
+
+/// Gateway → approval actor: this call needs approval; here is what it carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRequest {
+    pub invocation: InvocationContext,
+    pub tool_name: String,
+    pub risk_level: RiskLevel,
+    pub side_effects: Vec<SideEffect>,
+    pub arguments_sha256: String,
+    pub arguments_preview: String,
+    pub grant: Option<ApprovalGrant>,
+}
+
+/// Approval actor → gateway: run the call, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum GateOutcome {
+    /// Approved and now used by this call.
+    Proceed { approval: ApprovalRequest },
+    /// A new pending approval was created for this call.
+    Required { approval: ApprovalRequest },
+    /// The call may not run; `approval` is set when one exists (pending, rejected, …).
+    Refused {
+        error: ErrorCode,
+        error_message: String,
+        approval: Option<ApprovalRequest>,
+    },
+}
+
+/// `…cancel` reply from an actor holding the invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelAck {
+    pub cancelled: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> (String, String) {
+        let err = ToolRequest::parse(body.as_bytes()).unwrap_err();
+        (err.error.code.to_string(), err.error.message)
+    }
+
+    #[test]
+    fn bad_bodies_are_invalid_requests() {
+        for body in [
+            "",
+            "  ",
+            "nope",
+            "[]",
+            "42",
+            "\"tool\"",
+            "{}",
+            r#"{"tool": 5}"#,
+            r#"{"tool": ""}"#,
+            r#"{"tool":"x","arguments":[1]}"#,
+            r#"{"tool":"x","arguments":"{}"}"#,
+            r#"{"tool":"x","session_id":"a b"}"#,
+            r#"{"tool":"x","session_id":7}"#,
+            r#"{"tool":"x","wait_for_approval_s":3601}"#,
+            r#"{"tool":"x","wait_for_approval_s":-1}"#,
+            r#"{"tool":"x","wait_for_approval_s":1.5}"#,
+            r#"{"tool":"x","approval":true}"#,
+            r#"{"tool":"x","approval":{"approved":"yes"}}"#,
+            r#"{"tool":"x","approval":{"id":"a.b"}}"#,
+            r#"{"tool":"x","invocation_id":"has space"}"#,
+        ] {
+            let (code, message) = refused(body);
+            assert_eq!(code, "invalid_request", "{body}: {message}");
+            assert!(!message.is_empty());
+        }
+    }
+
+    #[test]
+    fn session_error_names_session_id() {
+        let (_, message) = refused(r#"{"tool":"x","session_id":"a.b"}"#);
+        assert!(message.contains("session_id"), "{message}");
+    }
+
+    #[test]
+    fn invocation_id_is_echoed_even_when_the_rest_is_wrong() {
+        let err = ToolRequest::parse(br#"{"tool":5,"invocation_id":"inv-1"}"#).unwrap_err();
+        assert_eq!(err.invocation_id.as_str(), "inv-1");
+    }
+
+    #[test]
+    fn a_good_request_parses_with_defaults() {
+        let req = ToolRequest::parse(
+            br#"{"tool":"t","account":"other","approval":{"id":"appr_1","approved":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(req.tool, "t");
+        assert_eq!(req.arguments, serde_json::json!({}));
+        assert_eq!(req.wait_for_approval_s, 0);
+        assert_eq!(
+            req.approval,
+            Some(ApprovalGrant {
+                id: Some("appr_1".into()),
+                approved: Some(true)
+            })
+        );
+        assert!(req.invocation_id.as_str().starts_with("inv_"));
+    }
+
+    #[test]
+    fn gate_outcome_is_tagged() {
+        let v = serde_json::to_value(GateOutcome::Refused {
+            error: ErrorCode::ApprovalMismatch,
+            error_message: "m".into(),
+            approval: None,
+        })
+        .unwrap();
+        assert_eq!(v["outcome"], "refused");
+        assert_eq!(v["error"], "approval_mismatch");
+    }
+}

@@ -1,0 +1,334 @@
+//! Real services for tests: `nats-server`, `redis-server` and `toolmesh node` processes on free
+//! ports, each killed and cleaned up when its handle drops. A missing binary is a panic that
+//! says which Debian package to install.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the child to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
+fn find_binary(name: &str, package: &str) -> PathBuf {
+    let candidates = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")]);
+    for dir in candidates {
+        let path = dir.join(name);
+        if path.is_file() {
+            return path;
+        }
+    }
+    panic!("`{name}` is not installed; install it with `apt-get install -y {package}` (scripts/test does this)")
+}
+
+fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on port {port}: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{what} did not listen on port {port} within 10 s");
+}
+
+/// A `nats-server` with JetStream off, on a random port.
+#[derive(Debug)]
+pub struct NatsServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        Self::start_on(free_port())
+    }
+
+    /// Starts on a given port (to restart a server where clients expect it).
+    pub fn start_on(port: u16) -> NatsServer {
+        let bin = find_binary("nats-server", "nats-server");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(bin)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .current_dir(dir.path())
+            .spawn()
+            .expect("nats-server starts");
+        wait_for_port(port, "nats-server", &mut child);
+        NatsServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// A client connection to this server.
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to test nats-server")
+    }
+
+    /// Kills the server now (a crash, not a shutdown).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `redis-server` on a random port, persisting (AOF) into its own temp dir so that a restart
+/// on the same dir keeps the data.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::spawn(free_port(), dir)
+    }
+
+    fn spawn(port: u16, dir: tempfile::TempDir) -> RedisServer {
+        // `*self = …` in `restart` drops the old value, which kills an already dead child.
+        let bin = find_binary("redis-server", "redis-server");
+        let mut child = Command::new(bin)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        wait_for_port(port, "redis-server", &mut child);
+        RedisServer { child, port, dir }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Kills the server (SIGKILL); `restart` brings it back with its data.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port and data directory.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        *self = Self::spawn(self.port, dir);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `toolmesh node` process (the real binary), stopped on drop.
+#[derive(Debug)]
+pub struct Node {
+    child: Child,
+    pub node_id: String,
+}
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub binary: PathBuf,
+    pub roles: String,
+    pub node_id: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl NodeSpec {
+    pub fn new(binary: impl Into<PathBuf>, roles: &str, node_id: &str) -> NodeSpec {
+        NodeSpec {
+            binary: binary.into(),
+            roles: roles.into(),
+            node_id: node_id.into(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> NodeSpec {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the node and waits until it answers `toolmesh.v1.status.<node_id>`.
+    pub async fn start(&self, nats: &async_nats::Client) -> Node {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["node", "--roles", &self.roles])
+            .env("TOOLMESH_NODE_ID", &self.node_id)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("toolmesh node starts");
+        let subject = format!("toolmesh.v1.status.{}", self.node_id);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("node {} exited during startup: {status}", self.node_id);
+            }
+            let ask = nats.request(subject.clone(), "{}".into());
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), ask).await {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not answer status within 15 s",
+                self.node_id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Node {
+            child,
+            node_id: self.node_id.clone(),
+        }
+    }
+}
+
+impl Node {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: the node dies without draining.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM (the node drains).
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for the process to exit; `None` if it is still running after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends a JSON request and parses the JSON reply.
+pub async fn request_json(
+    client: &async_nats::Client,
+    subject: impl Into<String>,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    request_raw(client, subject, serde_json::to_vec(&body).expect("json")).await
+}
+
+/// Sends raw bytes and parses the JSON reply (10 s timeout).
+pub async fn request_raw(
+    client: &async_nats::Client,
+    subject: impl Into<String>,
+    body: Vec<u8>,
+) -> serde_json::Value {
+    let subject = subject.into();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(subject.clone(), body.into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no reply on {subject} within 10 s"))
+    .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
+    serde_json::from_slice(&reply.payload)
+        .unwrap_or_else(|e| panic!("reply on {subject} is not JSON ({e}): {:?}", reply.payload))
+}

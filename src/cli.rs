@@ -1,0 +1,415 @@
+//! The command line: `toolmesh node`, `call`, `approvals`, `status`, `events`.
+//!
+//! Client commands print JSON replies on stdout (one document, or one line per event) and
+//! hints for a person on stderr; the exit code is 0 for `ok: true`, 1 for `ok: false`, 2 when
+//! the command itself could not run.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use toolmesh_kernel::config::{NodeConfig, RawEnv, DEFAULT_NATS_URL};
+use toolmesh_kernel::host::connect_client;
+use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::{Account, InvocationId, NodeId};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmesh",
+    version,
+    about = "A distributed tool and skill runtime for AI agents, over NATS"
+)]
+struct Cli {
+    /// NATS server(s) to connect to.
+    #[arg(long, global = true, env = "TOOLMESH_NATS_URL", default_value = DEFAULT_NATS_URL)]
+    nats_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node with the given roles (configuration from TOOLMESH_* variables).
+    Node {
+        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web) or `all`.
+        #[arg(long, default_value = "all")]
+        roles: String,
+    },
+    /// Call a tool and print its reply.
+    Call {
+        /// The tool to call, e.g. component_status.
+        tool: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long)]
+        session: Option<String>,
+        /// The arguments: a JSON object, or @file holding one.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Present an approval id (after it was approved).
+        #[arg(long)]
+        approval_id: Option<String>,
+        /// Approve in band (as the seeds do: "approval": {"approved": true}).
+        #[arg(long, conflicts_with = "reject")]
+        approve: bool,
+        /// Reject in band.
+        #[arg(long)]
+        reject: bool,
+        /// Wait up to this many seconds for a person to approve (wait_for_approval_s).
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        #[arg(long)]
+        invocation_id: Option<String>,
+        #[arg(long)]
+        user_id: Option<String>,
+        #[arg(long)]
+        agent_id: Option<String>,
+        /// Seconds to wait for the reply (beyond --wait).
+        #[arg(long, default_value_t = 150)]
+        timeout: u64,
+    },
+    /// List, watch and decide approvals.
+    Approvals {
+        #[command(subcommand)]
+        action: ApprovalsCommand,
+    },
+    /// The cluster (or one node) as its nodes report it.
+    Status {
+        /// One node's status instead of the cluster's.
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Print the RunEvents of an account (or one invocation) as they happen.
+    Events {
+        #[arg(long)]
+        account: String,
+        #[arg(long)]
+        invocation_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// Pending approvals of an account.
+    List {
+        #[arg(long)]
+        account: String,
+    },
+    /// One approval, whatever its status.
+    Get {
+        id: String,
+        #[arg(long)]
+        account: String,
+    },
+    /// Print approvals as they are requested and decided (one JSON line each).
+    Watch {
+        /// Only this account (default: every account your NATS user may see).
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Approve a pending approval.
+    Approve {
+        id: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long, env = "USER")]
+        approver: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a pending approval.
+    Reject {
+        id: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long, env = "USER")]
+        approver: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A node logs what it does; a client command keeps stdout/stderr for the person.
+    init_tracing(if matches!(cli.command, Command::Node { .. }) {
+        "info"
+    } else {
+        "warn"
+    });
+    let result = match cli.command {
+        Command::Node { roles } => run_node(&cli.nats_url, &roles),
+        command => client_runtime().and_then(|rt| rt.block_on(run_client(&cli.nats_url, command))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("toolmesh: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("TOOLMESH_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
+    let mut config = NodeConfig::from_env(&RawEnv::from_process())?;
+    config.nats_url = nats_url.to_owned();
+    let resolved = crate::node::resolve_roles(roles).map_err(anyhow::Error::msg)?;
+    if resolved.is_empty() {
+        bail!("no role to run");
+    }
+    let skipped: Vec<&str> = toolmesh_kernel::Role::ALL
+        .iter()
+        .filter(|r| !resolved.contains(r))
+        .map(|r| r.as_str())
+        .collect();
+    if roles.split(',').any(|r| r.trim() == "all") && !skipped.is_empty() {
+        tracing::info!(
+            "roles not in this build are not started: {}",
+            skipped.join(", ")
+        );
+    }
+    let threads = std::env::var("TOOLMESH_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let system = if threads == 0 {
+        actix_rt::System::new()
+    } else {
+        actix_rt::System::with_tokio_rt(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .enable_all()
+                .build()
+                .expect("tokio runtime builds")
+        })
+    };
+    system.block_on(crate::node::run(
+        config,
+        resolved,
+        toolmesh_kernel::host::shutdown_signal(),
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_client(nats_url: &str, command: Command) -> anyhow::Result<ExitCode> {
+    let nats = connect_client(nats_url, "toolmesh-cli")
+        .await
+        .with_context(|| {
+            format!("cannot connect to NATS at {nats_url} (set --nats-url or TOOLMESH_NATS_URL)")
+        })?;
+    match command {
+        Command::Node { .. } => unreachable!("handled before"),
+        Command::Call {
+            tool,
+            account,
+            session,
+            args,
+            approval_id,
+            approve,
+            reject,
+            wait,
+            invocation_id,
+            user_id,
+            agent_id,
+            timeout,
+        } => {
+            let account = parse_account(&account)?;
+            let arguments = parse_args(&args)?;
+            let mut body = json!({ "tool": tool, "arguments": arguments });
+            let extra = [
+                ("session_id", session.map(Value::from)),
+                ("invocation_id", invocation_id.map(Value::from)),
+                ("user_id", user_id.map(Value::from)),
+                ("agent_id", agent_id.map(Value::from)),
+            ];
+            for (key, value) in extra {
+                if let Some(value) = value {
+                    body[key] = value;
+                }
+            }
+            if approval_id.is_some() || approve || reject {
+                let mut grant = json!({});
+                if let Some(id) = approval_id {
+                    grant["id"] = Value::from(id);
+                }
+                if approve || reject {
+                    grant["approved"] = Value::from(approve);
+                }
+                body["approval"] = grant;
+            }
+            if wait > 0 {
+                body["wait_for_approval_s"] = Value::from(wait);
+            }
+            let reply = request(&nats, public::call(&account), &body, timeout + wait).await?;
+            print_json(&reply);
+            if reply["error"] == "approval_required" {
+                let id = reply["approval_request"]["id"].as_str().unwrap_or("appr_…");
+                eprintln!(
+                    "\napproval required. In another terminal:\n  toolmesh approvals approve {id} --account {account}\nthen repeat this command with --approval-id {id} (or add --wait 300 to wait for the decision here)."
+                );
+            }
+            Ok(exit_for(&reply))
+        }
+        Command::Approvals { action } => approvals(&nats, action).await,
+        Command::Status { node } => {
+            let subject = match node {
+                Some(node) => public::node_status(&NodeId::parse(node)?),
+                None => public::STATUS.to_owned(),
+            };
+            let reply = request(&nats, subject, &json!({}), 5).await?;
+            print_json(&reply);
+            Ok(exit_for(&reply))
+        }
+        Command::Events {
+            account,
+            invocation_id,
+        } => {
+            let account = parse_account(&account)?;
+            let subject = match invocation_id {
+                Some(id) => public::events(&account, &InvocationId::parse(id)?),
+                None => public::events_of(&account),
+            };
+            print_stream(&nats, subject).await
+        }
+    }
+}
+
+async fn approvals(
+    nats: &async_nats::Client,
+    action: ApprovalsCommand,
+) -> anyhow::Result<ExitCode> {
+    let (subject, body) = match action {
+        ApprovalsCommand::List { account } => (
+            public::approvals(&parse_account(&account)?, ApprovalVerb::List),
+            json!({}),
+        ),
+        ApprovalsCommand::Get { id, account } => (
+            public::approvals(&parse_account(&account)?, ApprovalVerb::Get),
+            json!({ "id": id }),
+        ),
+        ApprovalsCommand::Watch { account } => {
+            let account = account.map(|a| parse_account(&a)).transpose()?;
+            return print_stream(nats, public::approvals_events(account.as_ref())).await;
+        }
+        ApprovalsCommand::Approve {
+            id,
+            account,
+            approver,
+            reason,
+        } => (
+            public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
+            json!({ "id": id, "approved": true, "approver": approver, "reason": reason }),
+        ),
+        ApprovalsCommand::Reject {
+            id,
+            account,
+            approver,
+            reason,
+        } => (
+            public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
+            json!({ "id": id, "approved": false, "approver": approver, "reason": reason }),
+        ),
+    };
+    let reply = request(nats, subject, &body, 10).await?;
+    print_json(&reply);
+    Ok(exit_for(&reply))
+}
+
+fn parse_account(account: &str) -> anyhow::Result<Account> {
+    Account::parse(account).context("--account")
+}
+
+fn parse_args(args: &str) -> anyhow::Result<Value> {
+    let text = match args.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?
+        }
+        None => args.to_owned(),
+    };
+    let value: Value = serde_json::from_str(&text).context("--args is not valid JSON")?;
+    if !value.is_object() {
+        bail!("--args must be a JSON object, like '{{\"path\": \"notes.md\"}}'");
+    }
+    Ok(value)
+}
+
+async fn request(
+    nats: &async_nats::Client,
+    subject: String,
+    body: &Value,
+    timeout_s: u64,
+) -> anyhow::Result<Value> {
+    let payload = Bytes::from(serde_json::to_vec(body)?);
+    let request = async_nats::Request::new()
+        .payload(payload)
+        .timeout(Some(Duration::from_secs(timeout_s.max(1))));
+    let reply = nats.send_request(subject.clone(), request).await.map_err(|e| {
+        use async_nats::RequestErrorKind::*;
+        match e.kind() {
+            NoResponders => anyhow::anyhow!("no toolmesh node answers on {subject}; is a node with the right role running (toolmesh node --roles all)?"),
+            TimedOut => anyhow::anyhow!("no reply on {subject} within {timeout_s} s"),
+            _ => anyhow::anyhow!("request on {subject} failed: {e}"),
+        }
+    })?;
+    serde_json::from_slice(&reply.payload).context("the reply is not JSON")
+}
+
+async fn print_stream(nats: &async_nats::Client, subject: String) -> anyhow::Result<ExitCode> {
+    let mut sub = nats.subscribe(subject.clone()).await?;
+    eprintln!("watching {subject} (Ctrl-C to stop)");
+    loop {
+        tokio::select! {
+            msg = sub.next() => {
+                let Some(msg) = msg else { break };
+                let body: Value = serde_json::from_slice(&msg.payload).unwrap_or_else(|_| {
+                    Value::from(String::from_utf8_lossy(&msg.payload).into_owned())
+                });
+                println!("{}", json!({ "subject": msg.subject.as_str(), "body": body }));
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+fn exit_for(reply: &Value) -> ExitCode {
+    if reply["ok"] == true {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

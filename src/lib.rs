@@ -1,0 +1,5 @@
+//! toolmesh: the node binary's library. It wires the actor crates into a node (`node`), and
+//! holds the command line (`cli`). Everything testable lives in the crates it wires.
+
+pub mod cli;
+pub mod node;

@@ -1,0 +1,310 @@
+//! A toolmesh node: starts the actors of its roles, answers status, heartbeats, and drains on
+//! shutdown.
+//!
+//! Readiness: `toolmesh.v1.status.<node_id>` is subscribed only after every actor of the node
+//! has its subscriptions live on the server, so an answer there means the node is ready.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::Client;
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
+use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::host::{connect_node, respond, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{internal, public, queue};
+use toolmesh_kernel::tools::ToolRegistry;
+use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
+use toolmesh_kernel::{NodeId, Role, VERSION};
+
+/// Roles this build can run; the others come with their actors.
+pub const AVAILABLE_ROLES: [Role; 2] = [Role::Gateway, Role::Approval];
+
+/// Extra time after the drain deadline for actors to answer what they cancelled.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Resolves the `--roles` list: `all` means every role this build has; naming a role this
+/// build lacks is an error.
+pub fn resolve_roles(list: &str) -> Result<Vec<Role>, String> {
+    let asked_all = list.split(',').any(|s| s.trim() == "all");
+    let roles = Role::parse_list(list)?;
+    let mut out = Vec::new();
+    for role in roles {
+        if AVAILABLE_ROLES.contains(&role) {
+            out.push(role);
+        } else if !asked_all {
+            return Err(format!(
+                "role {role} is not available in this build of toolmesh {VERSION} (available: {})",
+                AVAILABLE_ROLES.map(|r| r.as_str()).join(", ")
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn node_id(config: &NodeConfig) -> anyhow::Result<NodeId> {
+    match &config.node_id {
+        Some(id) => NodeId::parse(id.as_str()).context("TOOLMESH_NODE_ID"),
+        None => {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+            Ok(NodeId::generate(host.trim()))
+        }
+    }
+}
+
+enum RoleHandle {
+    Gateway(toolmesh_gateway::GatewayHandle),
+    Approval(toolmesh_approval::ApprovalHandle),
+}
+
+impl RoleHandle {
+    async fn stopped(self) {
+        match self {
+            RoleHandle::Gateway(h) => h.stopped().await,
+            RoleHandle::Approval(h) => h.stopped().await,
+        }
+    }
+}
+
+struct NodeState {
+    id: NodeId,
+    roles: Vec<Role>,
+    started: Instant,
+    in_flight: InFlight,
+}
+
+impl NodeState {
+    fn status(&self) -> NodeStatus {
+        NodeStatus {
+            node_id: self.id.clone(),
+            roles: self.roles.clone(),
+            version: VERSION.to_owned(),
+            uptime_s: self.started.elapsed().as_secs(),
+            in_flight: self.in_flight.get(),
+            sandbox: None,
+        }
+    }
+
+    fn heartbeat(&self, leaving: bool) -> Bytes {
+        let beat = Heartbeat {
+            status: self.status(),
+            leaving,
+        };
+        Bytes::from(serde_json::to_vec(&beat).expect("heartbeat serializes"))
+    }
+}
+
+/// Runs a node until `shutdown` resolves, then drains and returns. Must run inside an actix
+/// `System` (the actors live on its arbiter).
+pub async fn run(
+    config: NodeConfig,
+    roles: Vec<Role>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let id = node_id(&config)?;
+    let registry = Arc::new(ToolRegistry::builtin());
+    for tool in config.policy.overridden_tools() {
+        if registry.get(tool).is_none() {
+            anyhow::bail!("the policy file sets a risk level for {tool:?}, which is not a tool");
+        }
+    }
+    let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
+        .await
+        .with_context(|| format!("cannot connect to NATS at {}", config.nats_url))?;
+    let state = Arc::new(NodeState {
+        id: id.clone(),
+        roles: roles.clone(),
+        started: Instant::now(),
+        in_flight: InFlight::default(),
+    });
+    let cluster = Arc::new(ClusterView::new());
+    let lifecycle = Lifecycle::new();
+    let node_stop = CancellationToken::new();
+
+    // Heartbeats first, so the cluster view fills while the actors start.
+    let beats = nats.subscribe(internal::HEARTBEAT).await?;
+    tokio::spawn(listen_heartbeats(
+        nats.clone(),
+        beats,
+        state.clone(),
+        cluster.clone(),
+    ));
+
+    let mut handles = Vec::new();
+    for role in &roles {
+        let handle = match role {
+            Role::Gateway => RoleHandle::Gateway(
+                toolmesh_gateway::spawn(
+                    nats.clone(),
+                    config.clone(),
+                    registry.clone(),
+                    cluster.clone(),
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?,
+            ),
+            Role::Approval => RoleHandle::Approval(
+                toolmesh_approval::spawn(
+                    nats.clone(),
+                    toolmesh_approval::ApprovalSettings {
+                        redis_url: config.redis_url.clone(),
+                        config: config.approval.clone(),
+                    },
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?,
+            ),
+            other => anyhow::bail!("role {other} is not available in this build"),
+        };
+        tracing::info!(role = %role, "actor started");
+        handles.push(handle);
+    }
+
+    // Readiness: status subjects last.
+    let cluster_status = nats
+        .queue_subscribe(public::STATUS, queue::STATUS.to_owned())
+        .await?;
+    let own_status = nats.subscribe(public::node_status(&id)).await?;
+    nats.flush().await?;
+    cluster.record(Heartbeat {
+        status: state.status(),
+        leaving: false,
+    });
+    let _ = nats
+        .publish(internal::HEARTBEAT, state.heartbeat(false))
+        .await;
+    let status_task = tokio::spawn(answer_status(
+        nats.clone(),
+        cluster_status,
+        own_status,
+        state.clone(),
+        cluster.clone(),
+        node_stop.clone(),
+    ));
+    let beat_task = tokio::spawn(send_heartbeats(
+        nats.clone(),
+        state.clone(),
+        node_stop.clone(),
+    ));
+    let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+    tracing::info!(node_id = %id, roles = %role_names.join(","), "node ready");
+
+    shutdown.await;
+    tracing::info!(timeout_s = config.drain_timeout.as_secs(), "draining");
+    lifecycle.drain.cancel();
+    let stop = lifecycle.stop.clone();
+    let drain_timeout = config.drain_timeout;
+    tokio::spawn(async move {
+        tokio::time::sleep(drain_timeout).await;
+        tracing::warn!("drain timeout reached; cancelling what is still running");
+        stop.cancel();
+    });
+    let all_stopped = futures::future::join_all(handles.into_iter().map(RoleHandle::stopped));
+    if tokio::time::timeout(drain_timeout + STOP_GRACE, all_stopped)
+        .await
+        .is_err()
+    {
+        tracing::error!("actors did not stop within the drain timeout and grace; exiting anyway");
+    }
+    node_stop.cancel();
+    let _ = beat_task.await;
+    let _ = status_task.await;
+    let _ = nats
+        .publish(internal::HEARTBEAT, state.heartbeat(true))
+        .await;
+    let _ = nats.flush().await;
+    tracing::info!("node stopped");
+    Ok(())
+}
+
+async fn listen_heartbeats(
+    nats: Client,
+    mut beats: async_nats::Subscriber,
+    state: Arc<NodeState>,
+    cluster: Arc<ClusterView>,
+) {
+    while let Some(msg) = beats.next().await {
+        let Ok(beat) = serde_json::from_slice::<Heartbeat>(&msg.payload) else {
+            tracing::debug!("ignoring a malformed heartbeat");
+            continue;
+        };
+        let from_other = beat.status.node_id != state.id;
+        if cluster.record(beat) && from_other {
+            // A newcomer: tell it about us now rather than in up to 2 s.
+            let _ = nats
+                .publish(internal::HEARTBEAT, state.heartbeat(false))
+                .await;
+        }
+    }
+}
+
+async fn send_heartbeats(nats: Client, state: Arc<NodeState>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = nats.publish(internal::HEARTBEAT, state.heartbeat(false)).await {
+                    tracing::warn!(error = %e, "could not publish a heartbeat");
+                }
+            }
+        }
+    }
+}
+
+async fn answer_status(
+    nats: Client,
+    mut cluster_status: async_nats::Subscriber,
+    mut own_status: async_nats::Subscriber,
+    state: Arc<NodeState>,
+    cluster: Arc<ClusterView>,
+    stop: CancellationToken,
+) {
+    loop {
+        let (msg, whole_cluster) = tokio::select! {
+            _ = stop.cancelled() => return,
+            Some(msg) = cluster_status.next() => (msg, true),
+            Some(msg) = own_status.next() => (msg, false),
+            else => return,
+        };
+        let body = if whole_cluster {
+            // Our own entry is always fresh, even between heartbeats.
+            cluster.record(Heartbeat {
+                status: state.status(),
+                leaving: false,
+            });
+            let nodes = serde_json::to_value(cluster.live()).unwrap_or_default();
+            let mut fields = serde_json::Map::new();
+            fields.insert("nodes".into(), nodes);
+            wire::ok_body(fields)
+        } else {
+            match serde_json::to_value(state.status()) {
+                Ok(serde_json::Value::Object(fields)) => wire::ok_body(fields),
+                _ => continue,
+            }
+        };
+        respond(&nats, msg.reply.as_ref(), body).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_means_every_available_role() {
+        assert_eq!(resolve_roles("all").unwrap(), AVAILABLE_ROLES.to_vec());
+        assert_eq!(resolve_roles("gateway").unwrap(), vec![Role::Gateway]);
+        let err = resolve_roles("gateway,sandbox").unwrap_err();
+        assert!(err.contains("sandbox"), "{err}");
+        assert!(resolve_roles("nope").is_err());
+    }
+}

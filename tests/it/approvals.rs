@@ -1,0 +1,560 @@
+//! Risk and approval, end to end: envelope, out-of-band and in-band decisions, parking,
+//! binding, single use, races, expiry, account isolation, durability.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolmesh_testkit::wait_until;
+
+use crate::support::{collect, policy_file, Cluster, GATED_STATUS};
+
+/// A cluster whose `component_status` needs approval (strict mode, risk high).
+async fn gated(extra: &[(&str, &str)]) -> (Cluster, tempfile::TempDir) {
+    let (dir, path) = policy_file(GATED_STATUS);
+    let mut env = vec![("TOOLMESH_POLICY_FILE", path.as_str())];
+    env.extend_from_slice(extra);
+    (Cluster::with_env(&env).await, dir)
+}
+
+fn status_call(session: &str) -> Value {
+    json!({"tool": "component_status", "session_id": session})
+}
+
+fn with_approval(mut body: Value, approval: Value) -> Value {
+    body["approval"] = approval;
+    body
+}
+
+async fn request_approval(c: &Cluster, account: &str, body: Value) -> Value {
+    let reply = c.call(account, body).await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    reply["approval_request"].clone()
+}
+
+#[tokio::test]
+async fn the_envelope_is_exact_and_the_request_is_announced() {
+    let (c, _policy) = gated(&[]).await;
+    let mut requested = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.requested")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s1", "invocation_id": "inv-a1"}),
+        )
+        .await;
+    assert_eq!(reply["ok"], false);
+    assert_eq!(reply["type"], "approval_required");
+    assert_eq!(reply["approval_required"], true);
+    assert_eq!(reply["error"], "approval_required");
+    assert_eq!(reply["invocation_id"], "inv-a1");
+    assert!(reply["error_message"].as_str().unwrap().contains("approve"));
+    let a = &reply["approval_request"];
+    assert!(a["id"].as_str().unwrap().starts_with("appr_"));
+    assert_eq!(a["account"], "acme");
+    assert_eq!(a["session_id"], "s1");
+    assert_eq!(a["invocation_id"], "inv-a1");
+    assert_eq!(a["tool_name"], "component_status");
+    assert_eq!(a["risk_level"], "high");
+    assert_eq!(a["side_effects"], json!([]));
+    // sha256 of the JCS form of {} (the arguments as sent: defaulted to an empty object)
+    assert_eq!(
+        a["arguments_sha256"],
+        "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+    );
+    assert_eq!(a["status"], "pending");
+    for key in ["decided_by", "decided_at", "reason"] {
+        assert_eq!(a[key], Value::Null, "{key}");
+    }
+    assert!(a["created_at"].as_str().unwrap().ends_with('Z'));
+    assert!(a["expires_at"].as_str().unwrap() > a["created_at"].as_str().unwrap());
+    let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
+    assert_eq!(announced[0]["id"], a["id"]);
+
+    let listed = c.approvals("acme", "list", json!({})).await;
+    assert_eq!(listed["approvals"][0]["id"], a["id"]);
+}
+
+#[tokio::test]
+async fn approve_out_of_band_then_the_call_runs_once() {
+    let (c, _policy) = gated(&[]).await;
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap();
+
+    let pending = c
+        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(pending["error"], "approval_pending", "{pending}");
+
+    let mut decided = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.decided")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let d = c.decide("acme", id, true).await;
+    assert_eq!(d["ok"], true, "{d}");
+    assert_eq!(d["approval"]["status"], "approved");
+    assert_eq!(d["approval"]["decided_by"], "alice");
+    assert_eq!(d["approval"]["reason"], "test");
+    assert!(d["approval"]["decided_at"].as_str().unwrap().ends_with('Z'));
+    let events = collect(&mut decided, 1, Duration::from_secs(5)).await;
+    assert_eq!(events[0]["status"], "approved");
+
+    let mut run_events = c
+        .client
+        .subscribe("toolmesh.v1.events.acme.inv-run1")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let mut body = with_approval(status_call("s1"), json!({"id": id}));
+    body["invocation_id"] = json!("inv-run1");
+    let ran = c.call("acme", body).await;
+    assert_eq!(ran["ok"], true, "{ran}");
+    assert!(ran["summary"].is_object());
+    let kinds: Vec<String> = collect(&mut run_events, 3, Duration::from_secs(5))
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["started", "approved", "finished"]);
+
+    let again = c
+        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(again["error"], "approval_expired", "{again}");
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "used");
+    // Decisions on a used approval still follow the first decision.
+    assert_eq!(c.decide("acme", id, true).await["ok"], true);
+    assert_eq!(c.decide("acme", id, false).await["error"], "conflict");
+}
+
+#[tokio::test]
+async fn rejection_and_conflicting_decisions() {
+    let (c, _policy) = gated(&[]).await;
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap();
+    assert_eq!(
+        c.decide("acme", id, false).await["approval"]["status"],
+        "rejected"
+    );
+    assert_eq!(c.decide("acme", id, false).await["ok"], true);
+    assert_eq!(c.decide("acme", id, true).await["error"], "conflict");
+    let reply = c
+        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(reply["error"], "approval_rejected", "{reply}");
+    let listed = c.approvals("acme", "list", json!({})).await;
+    assert_eq!(listed["approvals"], json!([]));
+}
+
+#[tokio::test]
+async fn an_approval_is_bound_to_session_tool_and_arguments() {
+    let (dir, path) = policy_file(
+        "[tools.component_status]\nrisk_level = \"high\"\n[tools.tool_search]\nrisk_level = \"high\"\n",
+    );
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let search = |q: &str, session: &str| json!({"tool": "tool_search", "session_id": session, "arguments": {"query": q}});
+    let a = request_approval(&c, "acme", search("read", "s1")).await;
+    let id = a["id"].as_str().unwrap();
+    c.decide("acme", id, true).await;
+    for other in [
+        search("write", "s1"),
+        search("read", "s2"),
+        status_call("s1"),
+        json!({"tool": "tool_search", "arguments": {"query": "read"}}),
+    ] {
+        let reply = c
+            .call("acme", with_approval(other.clone(), json!({"id": id})))
+            .await;
+        assert_eq!(reply["error"], "approval_mismatch", "{other}: {reply}");
+    }
+    // Still usable for the call it was granted for; key order does not matter (JCS).
+    let same = json!({"tool": "tool_search", "session_id": "s1", "arguments": {"query": "read"}});
+    let reply = c.call("acme", with_approval(same, json!({"id": id}))).await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    drop(dir);
+}
+
+#[tokio::test]
+async fn racing_decisions_have_one_winner_and_the_tool_runs_once() {
+    let (c, _policy) = gated(&[]).await;
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap().to_owned();
+    let decisions = futures::future::join_all((0..20).map(|i| {
+        let c = &c;
+        let id = id.clone();
+        async move { c.decide("acme", &id, i % 2 == 0).await }
+    }))
+    .await;
+    let winners: Vec<bool> = decisions
+        .iter()
+        .filter(|d| d["ok"] == true)
+        .map(|d| d["approval"]["status"] == "approved")
+        .collect();
+    let conflicts = decisions
+        .iter()
+        .filter(|d| d["error"] == "conflict")
+        .count();
+    assert_eq!(winners.len() + conflicts, 20, "{decisions:?}");
+    // Every ok reply agrees on one outcome; every contrary one is a conflict.
+    assert!(winners.iter().all(|w| *w == winners[0]));
+    assert_eq!(winners.len(), 10);
+
+    let a2 = request_approval(&c, "acme", status_call("s2")).await;
+    let id2 = a2["id"].as_str().unwrap().to_owned();
+    c.decide("acme", &id2, true).await;
+    let calls = futures::future::join_all((0..10).map(|_| {
+        let c = &c;
+        let body = with_approval(status_call("s2"), json!({"id": id2}));
+        async move { c.call("acme", body).await }
+    }))
+    .await;
+    let ran = calls.iter().filter(|r| r["ok"] == true).count();
+    let refused = calls
+        .iter()
+        .filter(|r| r["error"] == "approval_expired")
+        .count();
+    assert_eq!((ran, refused), (1, 9), "{calls:?}");
+}
+
+#[tokio::test]
+async fn accounts_cannot_see_or_decide_each_others_approvals() {
+    let (c, _policy) = gated(&[]).await;
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap();
+    assert_eq!(
+        c.approvals("evil", "list", json!({})).await["approvals"],
+        json!([])
+    );
+    assert_eq!(
+        c.approvals("evil", "get", json!({"id": id})).await["error"],
+        "not_found"
+    );
+    assert_eq!(c.decide("evil", id, true).await["error"], "not_found");
+    let reply = c
+        .call("evil", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(reply["error"], "not_found", "{reply}");
+    let reply = c
+        .call(
+            "evil",
+            with_approval(status_call("s1"), json!({"id": id, "approved": true})),
+        )
+        .await;
+    assert_eq!(reply["error"], "not_found", "{reply}");
+    // Still pending for its own account.
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending");
+}
+
+#[tokio::test]
+async fn in_band_decisions() {
+    let (c, _policy) = gated(&[]).await;
+    // Created and decided in one step.
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s1"), json!({"approved": true})),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s1"), json!({"approved": false})),
+        )
+        .await;
+    assert_eq!(reply["error"], "approval_rejected", "{reply}");
+    assert_eq!(reply["approval_request"]["decided_by"], "in-band");
+
+    // With an id: approve in band, then it is used.
+    let a = request_approval(&c, "acme", status_call("s2")).await;
+    let id = a["id"].as_str().unwrap();
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s2"), json!({"id": id, "approved": true})),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "used");
+    assert_eq!(got["approval"]["decided_by"], "in-band");
+
+    // Contrary to an earlier decision: conflict.
+    let b = request_approval(&c, "acme", status_call("s3")).await;
+    let bid = b["id"].as_str().unwrap();
+    c.decide("acme", bid, false).await;
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s3"), json!({"id": bid, "approved": true})),
+        )
+        .await;
+    assert_eq!(reply["error"], "conflict", "{reply}");
+}
+
+#[tokio::test]
+async fn in_band_can_be_switched_off() {
+    let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_IN_BAND", "0")]).await;
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s1"), json!({"approved": true})),
+        )
+        .await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    let id = reply["approval_request"]["id"].as_str().unwrap();
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s1"), json!({"id": id, "approved": true})),
+        )
+        .await;
+    assert_eq!(reply["error"], "approval_pending", "{reply}");
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending");
+}
+
+#[tokio::test]
+async fn a_parked_call_runs_when_approved_from_another_client() {
+    let (c, _policy) = gated(&[]).await;
+    let mut requested = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.requested")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let mut body = status_call("s1");
+    body["wait_for_approval_s"] = json!(60);
+    let parked = tokio::spawn({
+        let client = c.client.clone();
+        async move { toolmesh_testkit::request_json(&client, "toolmesh.v1.call.acme", body).await }
+    });
+    let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
+    let id = announced[0]["id"].as_str().unwrap().to_owned();
+    // The approver is another connection.
+    let approver = c.nats.client().await;
+    let decided = toolmesh_testkit::request_json(
+        &approver,
+        "toolmesh.v1.approvals.acme.decide",
+        json!({"id": id, "approved": true, "approver": "bob"}),
+    )
+    .await;
+    assert_eq!(decided["ok"], true);
+    let reply = tokio::time::timeout(Duration::from_secs(10), parked)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert!(reply["summary"].is_object());
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "used");
+}
+
+#[tokio::test]
+async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
+    let (c, _policy) = gated(&[]).await;
+    let mut requested = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.requested")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let park = |session: &str, wait: u64, inv: &str| {
+        let client = c.client.clone();
+        let body = json!({"tool": "component_status", "session_id": session,
+                          "wait_for_approval_s": wait, "invocation_id": inv});
+        tokio::spawn(async move {
+            toolmesh_testkit::request_json(&client, "toolmesh.v1.call.acme", body).await
+        })
+    };
+    // Rejected.
+    let parked = park("s1", 60, "inv-p1");
+    let id = collect(&mut requested, 1, Duration::from_secs(5)).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.decide("acme", &id, false).await;
+    let reply = parked.await.unwrap();
+    assert_eq!(reply["error"], "approval_rejected", "{reply}");
+
+    // The wait runs out: approval_pending with the request, still pending.
+    let reply = park("s2", 1, "inv-p2").await.unwrap();
+    assert_eq!(reply["error"], "approval_pending", "{reply}");
+    assert_eq!(reply["approval_request"]["status"], "pending");
+    let _ = collect(&mut requested, 1, Duration::from_secs(1)).await;
+
+    // Cancelled through toolmesh.v1.cancel.
+    let parked = park("s3", 60, "inv-p3");
+    collect(&mut requested, 1, Duration::from_secs(5)).await;
+    let cancel = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.acme",
+        json!({"invocation_id": "inv-p3"}),
+    )
+    .await;
+    assert_eq!(cancel, json!({"ok": true, "cancelled": true}));
+    let reply = parked.await.unwrap();
+    assert_eq!(reply["error"], "cancelled", "{reply}");
+
+    // Nothing runs under that id any more; other accounts cannot cancel it; bad bodies.
+    let again = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.acme",
+        json!({"invocation_id": "inv-p3"}),
+    )
+    .await;
+    assert_eq!(again, json!({"ok": true, "cancelled": false}));
+    let bad = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.acme",
+        json!({"invocation_id": "a b"}),
+    )
+    .await;
+    assert_eq!(bad["error"], "invalid_request");
+    let bad =
+        toolmesh_testkit::request_raw(&c.client, "toolmesh.v1.cancel.acme", b"nope".to_vec()).await;
+    assert_eq!(bad["error"], "invalid_request");
+}
+
+#[tokio::test]
+async fn approvals_expire() {
+    let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_TTL_S", "1")]).await;
+    let mut decided = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.decided")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap();
+    let expired = wait_until(Duration::from_secs(10), || async {
+        c.approvals("acme", "get", json!({"id": id})).await["approval"]["status"] == "expired"
+    })
+    .await;
+    assert!(expired);
+    assert_eq!(
+        c.decide("acme", id, true).await["error"],
+        "approval_expired"
+    );
+    assert_eq!(
+        c.approvals("acme", "list", json!({})).await["approvals"],
+        json!([])
+    );
+    let reply = c
+        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(reply["error"], "approval_expired");
+    let events = collect(&mut decided, 1, Duration::from_secs(5)).await;
+    assert_eq!(events[0]["status"], "expired", "{events:?}");
+}
+
+#[tokio::test]
+async fn modes_and_per_account_policy() {
+    let (dir, path) = policy_file(
+        "mode = \"standard\"\n[accounts.lax]\nmode = \"off\"\n[accounts.tight]\nmode = \"strict\"\n[tools.component_status]\nrisk_level = \"medium\"\n",
+    );
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    // standard: medium runs; strict account: medium needs approval; off: even run_command is
+    // let through to its actor (which is not running here, so: unavailable, not approval).
+    assert_eq!(c.call("std", status_call("s1")).await["ok"], true);
+    assert_eq!(
+        c.call("tight", status_call("s1")).await["error"],
+        "approval_required"
+    );
+    let run = json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "true"}});
+    assert_eq!(c.call("lax", run.clone()).await["error"], "unavailable");
+    assert_eq!(c.call("std", run).await["error"], "approval_required");
+    drop(dir);
+
+    let c = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let run =
+        json!({"tool": "delete_workspace_file", "session_id": "s1", "arguments": {"path": "x"}});
+    assert_eq!(c.call("acme", run).await["error"], "unavailable");
+}
+
+#[tokio::test]
+async fn garbage_on_the_approvals_subjects() {
+    let c = Cluster::start().await;
+    for (verb, body) in [
+        ("list", b"[]".to_vec()),
+        ("list", b"nope".to_vec()),
+        ("get", b"{}".to_vec()),
+        ("get", b"{\"id\": 5}".to_vec()),
+        ("decide", b"{\"id\": \"appr_x\"}".to_vec()),
+        (
+            "decide",
+            b"{\"id\": \"appr_x\", \"approved\": \"yes\"}".to_vec(),
+        ),
+        ("decide", b"".to_vec()),
+    ] {
+        let reply = toolmesh_testkit::request_raw(
+            &c.client,
+            format!("toolmesh.v1.approvals.acme.{verb}"),
+            body,
+        )
+        .await;
+        assert_eq!(reply["error"], "invalid_request", "{verb}: {reply}");
+    }
+    let reply = c
+        .approvals("acme", "get", json!({"id": "appr_doesnotexist"}))
+        .await;
+    assert_eq!(reply["error"], "not_found");
+}
+
+#[tokio::test]
+async fn a_pending_approval_survives_a_restart_of_every_node() {
+    let (mut c, _policy) = gated(&[]).await;
+    let env_path = _policy.path().join("policy.toml").display().to_string();
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = a["id"].as_str().unwrap().to_owned();
+    for node in &mut c.nodes {
+        node.kill();
+    }
+    c.nodes.clear();
+    c.start_node(
+        "gateway,approval",
+        &[("TOOLMESH_POLICY_FILE", env_path.as_str())],
+    )
+    .await;
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending", "{got}");
+    c.decide("acme", &id, true).await;
+    let reply = c
+        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+}
+
+#[tokio::test]
+async fn calls_without_approval_do_not_touch_redis() {
+    let (mut c, _policy) = gated(&[]).await;
+    let a = request_approval(&c, "acme", status_call("s1")).await;
+    c.redis.kill();
+    // Low-risk calls still run with Redis gone...
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "tool_search", "arguments": {"query": "status"}}),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    // ...while gated ones say the approval store is unavailable (and nothing runs).
+    let reply = c
+        .call(
+            "acme",
+            with_approval(status_call("s1"), json!({"id": a["id"]})),
+        )
+        .await;
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    let mut events = c.client.subscribe("toolmesh.v1.approvals.>").await.unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
+    assert!(quiet.is_err(), "no approval traffic expected");
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests of toolmesh nodes (the real binary) against a real nats-server and
+//! redis-server, speaking only the public protocol of PROTOCOL.md.
+
+mod approvals;
+mod gateway;
+mod node;
+mod support;

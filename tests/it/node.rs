@@ -1,0 +1,130 @@
+//! Nodes: status and readiness, heartbeats across nodes, queue groups, SIGTERM drain.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolmesh_testkit::{request_json, wait_until};
+
+use crate::support::{collect, policy_file, Cluster, GATED_STATUS};
+
+fn node_ids(status: &Value) -> Vec<String> {
+    status["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status}"))
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn status_shows_every_live_node_and_drops_dead_ones() {
+    let mut c = Cluster::servers().await;
+    c.start_node("gateway,approval", &[]).await;
+    c.start_node("gateway", &[]).await;
+    let own = request_json(&c.client, "toolmesh.v1.status.test-node-2", json!({})).await;
+    assert_eq!(own["ok"], true);
+    assert_eq!(own["node_id"], "test-node-2");
+    assert_eq!(own["roles"], json!(["gateway"]));
+    assert_eq!(own["sandbox"], Value::Null);
+    assert!(own["version"].is_string() && own["uptime_s"].is_u64() && own["in_flight"].is_u64());
+
+    // Newcomers are announced at once, not after a heartbeat period.
+    let status = request_json(&c.client, "toolmesh.v1.status", json!({})).await;
+    assert_eq!(
+        node_ids(&status),
+        ["test-node-1", "test-node-2"],
+        "{status}"
+    );
+    let first = &status["nodes"][0];
+    assert_eq!(first["roles"], json!(["gateway", "approval"]));
+
+    c.nodes[1].kill();
+    let dropped = wait_until(Duration::from_secs(10), || async {
+        node_ids(&request_json(&c.client, "toolmesh.v1.status", json!({})).await) == ["test-node-1"]
+    })
+    .await;
+    assert!(dropped, "a killed node must drop out of the cluster view");
+}
+
+#[tokio::test]
+async fn every_call_is_answered_once_across_gateways() {
+    let mut c = Cluster::servers().await;
+    c.start_node("gateway,approval", &[]).await;
+    c.start_node("gateway", &[]).await;
+    let mut finished = c
+        .client
+        .subscribe("toolmesh.v1.events.acme.*")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let replies = futures::future::join_all((0..50).map(|i| {
+        c.call(
+            "acme",
+            json!({"tool": "component_status", "invocation_id": format!("inv-q{i}")}),
+        )
+    }))
+    .await;
+    assert!(replies.iter().all(|r| r["ok"] == true));
+    // started + finished per call, and no more: the queue group gave each call to one gateway.
+    let events = collect(&mut finished, 101, Duration::from_secs(2)).await;
+    assert_eq!(events.len(), 100);
+}
+
+#[tokio::test]
+async fn sigterm_drains_parked_calls_and_exits_zero() {
+    let (_dir, path) = policy_file(GATED_STATUS);
+    let mut c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let mut requested = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.requested")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let parked = tokio::spawn({
+        let client = c.client.clone();
+        async move {
+            request_json(
+                &client,
+                "toolmesh.v1.call.acme",
+                json!({"tool": "component_status", "session_id": "s1", "wait_for_approval_s": 120}),
+            )
+            .await
+        }
+    });
+    let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
+    assert_eq!(announced.len(), 1);
+    c.nodes[0].terminate();
+    let reply = tokio::time::timeout(Duration::from_secs(10), parked)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply["error"], "approval_pending", "{reply}");
+    assert_eq!(reply["approval_request"]["status"], "pending");
+    let status = c.nodes[0].wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.map(|s| s.code()), Some(Some(0)));
+    // The approval itself is still there for the next node.
+    c.start_node("approval", &[]).await;
+    let id = announced[0]["id"].as_str().unwrap();
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending");
+}
+
+#[tokio::test]
+async fn a_drained_node_stops_taking_calls_while_another_serves_them() {
+    let mut c = Cluster::servers().await;
+    c.start_node("gateway,approval", &[]).await;
+    c.start_node("gateway", &[]).await;
+    c.nodes[0].terminate();
+    let exit = c.nodes[0].wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(exit.map(|s| s.code()), Some(Some(0)));
+    for _ in 0..20 {
+        let reply = c.call("acme", json!({"tool": "component_status"})).await;
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    let status = request_json(&c.client, "toolmesh.v1.status", json!({})).await;
+    assert_eq!(
+        node_ids(&status),
+        ["test-node-2"],
+        "a drained node says goodbye"
+    );
+}

@@ -1,0 +1,121 @@
+//! A test cluster: one nats-server, one redis-server, and `toolmesh node` processes.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolmesh_testkit::{request_json, NatsServer, Node, NodeSpec, RedisServer};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
+
+pub struct Cluster {
+    pub nats: NatsServer,
+    pub redis: RedisServer,
+    pub client: async_nats::Client,
+    pub nodes: Vec<Node>,
+    next_id: usize,
+    pub data_dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Servers only; add nodes with [`Cluster::start_node`].
+    pub async fn servers() -> Cluster {
+        let nats = NatsServer::start();
+        let redis = RedisServer::start();
+        let client = nats.client().await;
+        Cluster {
+            nats,
+            redis,
+            client,
+            nodes: Vec::new(),
+            next_id: 0,
+            data_dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    /// Servers and one node with gateway and approval roles and the given extra environment.
+    pub async fn with_env(env: &[(&str, &str)]) -> Cluster {
+        let mut cluster = Cluster::servers().await;
+        cluster.start_node("gateway,approval", env).await;
+        cluster
+    }
+
+    pub async fn start() -> Cluster {
+        Self::with_env(&[]).await
+    }
+
+    pub fn spec(&mut self, roles: &str, env: &[(&str, &str)]) -> NodeSpec {
+        self.next_id += 1;
+        let mut spec = NodeSpec::new(BIN, roles, &format!("test-node-{}", self.next_id))
+            .env("TOOLMESH_NATS_URL", self.nats.url())
+            .env("TOOLMESH_REDIS_URL", self.redis.url())
+            .env(
+                "TOOLMESH_DATA_DIR",
+                self.data_dir.path().display().to_string(),
+            );
+        for (k, v) in env {
+            spec = spec.env(k, *v);
+        }
+        spec
+    }
+
+    pub async fn start_node(&mut self, roles: &str, env: &[(&str, &str)]) -> usize {
+        let spec = self.spec(roles, env);
+        let node = spec.start(&self.client).await;
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// A tool call on `toolmesh.v1.call.<account>`.
+    pub async fn call(&self, account: &str, body: Value) -> Value {
+        request_json(&self.client, format!("toolmesh.v1.call.{account}"), body).await
+    }
+
+    pub async fn approvals(&self, account: &str, verb: &str, body: Value) -> Value {
+        request_json(
+            &self.client,
+            format!("toolmesh.v1.approvals.{account}.{verb}"),
+            body,
+        )
+        .await
+    }
+
+    pub async fn decide(&self, account: &str, id: &str, approved: bool) -> Value {
+        self.approvals(
+            account,
+            "decide",
+            json!({"id": id, "approved": approved, "approver": "alice", "reason": "test"}),
+        )
+        .await
+    }
+}
+
+/// Collects messages of a subscription until `count` arrived or `timeout` passed.
+pub async fn collect(
+    sub: &mut async_nats::Subscriber,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while out.len() < count {
+        match tokio::time::timeout_at(deadline, sub.next()).await {
+            Ok(Some(msg)) => out.push(serde_json::from_slice(&msg.payload).expect("event is JSON")),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// A policy file in a temp dir; keep the returned dir alive while the node runs.
+pub fn policy_file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, text).expect("write policy");
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+/// A policy that makes `component_status` (answered by the gateway itself) need approval, so
+/// approval paths can be driven end to end with a tool that really runs.
+pub const GATED_STATUS: &str = "[tools.component_status]\nrisk_level = \"high\"\n";
