@@ -1,11 +1,14 @@
 //! The tools the gateway answers itself: `component_status`, `tool_search` and the `list` and
 //! `describe` actions of `tool_dispatcher`. None of them touches Redis or another actor.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::policy::ApprovalMode;
 use toolmesh_kernel::tools::args::{Profile, ToolSearchArgs};
 use toolmesh_kernel::tools::{RegisteredTool, ToolGroup, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
@@ -26,13 +29,92 @@ fn names_of(registry: &ToolRegistry, group: ToolGroup) -> Vec<&'static str> {
         .collect()
 }
 
+/// How old a rendered `component_status` may be before it is built again from the cluster view.
+pub const STATUS_MAX_AGE: Duration = Duration::from_millis(500);
+/// Stands for the workspace root in a cached rendering; replaced per call.
+const ROOT_SENTINEL: &str = "\u{1}workspace-root\u{1}";
+
+/// `component_status` renderings per approval mode, rebuilt at most every [`STATUS_MAX_AGE`]:
+/// building the status is many small allocations, and it is the same for every call but for
+/// the session's workspace root and the account's mode.
+#[derive(Debug, Default)]
+pub struct StatusCache {
+    renderings: Mutex<HashMap<ApprovalMode, Rendering>>,
+}
+
+#[derive(Debug)]
+struct Rendering {
+    built: Instant,
+    /// Serialized members up to the workspace root's value, and after it.
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl StatusCache {
+    /// The reply members (`"summary":…,…`) of `component_status` for this call.
+    pub fn render(
+        &self,
+        registry: &ToolRegistry,
+        cluster: &ClusterView,
+        config: &NodeConfig,
+        ctx: &InvocationContext,
+    ) -> Vec<u8> {
+        let mode = config.policy.mode_for(&ctx.account);
+        let root = workspace_root(config, ctx);
+        let mut renderings = self.renderings.lock().expect("status cache lock");
+        let fresh = renderings
+            .get(&mode)
+            .is_some_and(|r| r.built.elapsed() < STATUS_MAX_AGE);
+        if !fresh {
+            let fields =
+                component_status(registry, cluster, config, mode, Some(ROOT_SENTINEL.into()));
+            let bytes = serde_json::to_vec(&fields).expect("status serializes");
+            let members = &bytes[1..bytes.len() - 1];
+            let sentinel = serde_json::to_vec(ROOT_SENTINEL).expect("str serializes");
+            let at = members
+                .windows(sentinel.len())
+                .position(|w| w == sentinel.as_slice())
+                .expect("the sentinel is in the rendering");
+            renderings.insert(
+                mode,
+                Rendering {
+                    built: Instant::now(),
+                    head: members[..at].to_vec(),
+                    tail: members[at + sentinel.len()..].to_vec(),
+                },
+            );
+        }
+        let rendering = &renderings[&mode];
+        let mut out = Vec::with_capacity(rendering.head.len() + rendering.tail.len() + 128);
+        out.extend_from_slice(&rendering.head);
+        serde_json::to_writer(&mut out, &root).expect("root serializes");
+        out.extend_from_slice(&rendering.tail);
+        out
+    }
+}
+
+fn workspace_root(config: &NodeConfig, ctx: &InvocationContext) -> Option<String> {
+    ctx.session_id.as_ref().map(|s| {
+        config
+            .data_dir
+            .join("accounts")
+            .join(ctx.account.as_str())
+            .join("sessions")
+            .join(s.as_str())
+            .join("workspace")
+            .display()
+            .to_string()
+    })
+}
+
 /// `component_status`: what is bound and running in the cluster right now, in the seed's
 /// shape, from this gateway's cluster view (heartbeats) and configuration.
 pub fn component_status(
     registry: &ToolRegistry,
     cluster: &ClusterView,
     config: &NodeConfig,
-    ctx: &InvocationContext,
+    mode: ApprovalMode,
+    workspace_root: Option<String>,
 ) -> Map<String, Value> {
     let live = cluster.live();
     let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -49,17 +131,6 @@ pub fn component_status(
         .unwrap_or_else(|| config.sandbox.backend.wire_name().to_owned());
     let sandbox_enabled = running(Role::Sandbox);
     let enabled = |on: bool| if on { "enabled" } else { "disabled" };
-    let workspace_root = ctx.session_id.as_ref().map(|s| {
-        config
-            .data_dir
-            .join("accounts")
-            .join(ctx.account.as_str())
-            .join("sessions")
-            .join(s.as_str())
-            .join("workspace")
-            .display()
-            .to_string()
-    });
     let skills = &config.skills;
     object(json!({
         "summary": {
@@ -103,7 +174,7 @@ pub fn component_status(
             "tools": names_of(registry, ToolGroup::Web),
         },
         "approval": {
-            "mode": config.policy.mode_for(&ctx.account),
+            "mode": mode,
             "in_band": config.approval.in_band,
             "enabled": running(Role::Approval),
         },

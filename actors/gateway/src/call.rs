@@ -22,7 +22,7 @@ use toolmesh_kernel::tools::{
 };
 use toolmesh_kernel::wire::{
     self, ActorCall, ActorReply, ApprovalGrant, ApprovalRequest, ApprovalStatus, CancelAck,
-    GateOutcome, GateRequest, InvocationContext, RiskLevel, RunEventKind, ToolRequest,
+    GateOutcome, GateRequest, InvocationContext, ReplyWriter, RiskLevel, RunEventKind, ToolRequest,
 };
 use toolmesh_kernel::{Account, ErrorCode, InvocationId, Role, ToolError};
 
@@ -51,6 +51,13 @@ pub struct GatewayCore {
     pub decided: broadcast::Sender<Arc<ApprovalRequest>>,
     pub lifecycle: Lifecycle,
     pub in_flight: InFlight,
+    pub status_cache: builtin::StatusCache,
+}
+
+/// What a tool answered: members to serialize, or members already serialized.
+pub enum Answer {
+    Fields(Map<String, Value>),
+    Prepared(Vec<u8>),
 }
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
@@ -102,14 +109,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             dispatched: None,
         };
         let result = call.run(&request).await;
-        let invocation_id = call.ctx.invocation_id.clone();
-        let fields = call.finish(result).await;
-        respond(
-            &core.client,
-            Some(&reply_to),
-            wire::reply_body(&invocation_id, fields),
-        )
-        .await;
+        let body = call.finish(result).await;
+        respond(&core.client, Some(&reply_to), body).await;
     }
     .instrument(span)
     .await
@@ -128,15 +129,15 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    async fn run(&mut self, request: &ToolRequest) -> Result<Map<String, Value>, ToolError> {
+    async fn run(&mut self, request: &ToolRequest) -> Result<Answer, ToolError> {
         let core: &'a GatewayCore = self.core;
         let tool = core
             .registry
             .get(&request.tool)
             .ok_or_else(|| builtin::unknown_tool(&request.tool))?;
         let (target, arguments, pointer_prefix) = if tool.spec.name == TOOL_DISPATCHER {
-            match self.dispatch(tool, &request.arguments).await? {
-                Dispatch::Answered(fields) => return Ok(fields),
+            match Box::pin(self.dispatch(tool, &request.arguments)).await? {
+                Dispatch::Answered(fields) => return Ok(Answer::Fields(fields)),
                 Dispatch::Call(inner, arguments) => (inner, arguments, "/arguments"),
             }
         } else {
@@ -154,7 +155,9 @@ impl<'a> Call<'a> {
         let policy = &self.core.config.policy;
         let risk = policy.risk_of(target.spec.name, target.spec.risk_level);
         if policy.mode_for(&self.ctx.account).needs_approval(risk) {
-            self.pass_gate(target, risk, &arguments, request).await?;
+            // Boxed: the gate and park states are large and rare; keeping them out of the
+            // common future keeps every spawn of a call cheap to move.
+            Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
         }
         self.execute(target, arguments).await
     }
@@ -188,27 +191,15 @@ impl<'a> Call<'a> {
             .await;
     }
 
-    /// `finished`, then the reply fields.
-    async fn finish(
-        &mut self,
-        result: Result<Map<String, Value>, ToolError>,
-    ) -> Map<String, Value> {
-        let mut fields = match result {
-            Ok(mut fields) => {
-                fields.insert("ok".into(), Value::Bool(true));
-                fields
-            }
-            Err(error) => error.into_fields(),
-        };
-        if let Some(name) = self.dispatched {
-            fields.insert("dispatched_tool_name".into(), Value::from(name));
-        }
+    /// Publishes `finished` (when `started` was), then builds the reply body.
+    async fn finish(&mut self, result: Result<Answer, ToolError>) -> Vec<u8> {
+        let error = result.as_ref().err().map(|e| e.code);
         if let Some(started) = self.started {
             let mut extra = Map::new();
-            extra.insert("ok".into(), fields["ok"].clone());
+            extra.insert("ok".into(), Value::Bool(error.is_none()));
             extra.insert(
                 "error".into(),
-                fields.get("error").cloned().unwrap_or(Value::Null),
+                error.map_or(Value::Null, |c| Value::from(c.as_str())),
             );
             extra.insert(
                 "duration_ms".into(),
@@ -216,7 +207,16 @@ impl<'a> Call<'a> {
             );
             self.emit(RunEventKind::Finished, extra).await;
         }
-        fields
+        let mut reply = ReplyWriter::new(error.is_none(), Some(&self.ctx.invocation_id));
+        match result {
+            Ok(Answer::Fields(fields)) => reply.members(&fields),
+            Ok(Answer::Prepared(members)) => reply.raw_members(&members),
+            Err(error) => reply.members(&error.into_fields()),
+        };
+        if let Some(name) = self.dispatched {
+            reply.member("dispatched_tool_name", name);
+        }
+        reply.finish()
     }
 
     /// `tool_dispatcher`: answers `list`/`describe` here; `call` names the tool to run.
@@ -490,24 +490,30 @@ impl<'a> Call<'a> {
         &mut self,
         target: &RegisteredTool,
         arguments: Value,
-    ) -> Result<Map<String, Value>, ToolError> {
+    ) -> Result<Answer, ToolError> {
         let core = self.core;
         match target.spec.name {
-            COMPONENT_STATUS => Ok(builtin::component_status(
+            COMPONENT_STATUS => Ok(Answer::Prepared(core.status_cache.render(
                 &core.registry,
                 &core.cluster,
                 &core.config,
                 &self.ctx,
-            )),
+            ))),
             TOOL_SEARCH => {
                 let args: ToolSearchArgs = serde_json::from_value(arguments)
                     .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
-                Ok(builtin::tool_search(&core.registry, &core.cluster, args))
+                Ok(Answer::Fields(builtin::tool_search(
+                    &core.registry,
+                    &core.cluster,
+                    args,
+                )))
             }
             name if target.spec.role == Role::Gateway => Err(ToolError::internal(format!(
                 "the gateway has no handler for {name}; this is a bug, see the gateway log"
             ))),
-            _ => self.route(target, arguments).await,
+            _ => Box::pin(self.route(target, arguments))
+                .await
+                .map(Answer::Fields),
         }
     }
 
@@ -705,4 +711,44 @@ fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
     let invocation =
         InvocationId::parse(id).map_err(|e| ToolError::invalid_request(e.to_string()))?;
     Ok((account, invocation))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every call is a spawned task, and spawning moves the future: rare, large states (gate,
+    /// park, routing) are boxed so the common one stays small.
+    #[tokio::test]
+    async fn a_call_future_stays_small() {
+        fn size_of<F: std::future::Future>(_: &F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        // Never connects (nothing listens on port 1); enough to build the core.
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect("nats://127.0.0.1:1")
+            .await
+            .expect("lazy client");
+        let core = Arc::new(GatewayCore {
+            client,
+            registry: Arc::new(ToolRegistry::builtin()),
+            config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
+            cluster: Default::default(),
+            decided: broadcast::channel(1).0,
+            lifecycle: Default::default(),
+            in_flight: Default::default(),
+            status_cache: Default::default(),
+        });
+        let msg = Message {
+            subject: "toolmesh.v1.call.a".into(),
+            reply: None,
+            payload: Bytes::new(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 0,
+        };
+        let size = size_of(&handle_call(core, msg));
+        assert!(size <= 4096, "handle_call's future is {size} bytes");
+    }
 }

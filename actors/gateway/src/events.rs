@@ -40,7 +40,7 @@ impl RunEvents {
         kind: RunEventKind,
         extra: Map<String, Value>,
     ) {
-        let body = run_event(ctx, tool, self.next, kind, extra);
+        let body = run_event(ctx, tool, self.next, kind, &extra);
         self.next += 1;
         // Events are best effort (NATS core): a failed publish must not fail the call.
         if let Err(e) = self

@@ -91,6 +91,7 @@ pub async fn spawn(
         decided: decided_tx,
         lifecycle: lifecycle.clone(),
         in_flight,
+        status_cache: Default::default(),
     });
     let (stopped_tx, stopped_rx) = oneshot::channel();
     let drain = lifecycle.drain.clone();

@@ -10,7 +10,7 @@ use crate::ids::Account;
 use crate::wire::RiskLevel;
 
 /// `TOOLMESH_TOOL_APPROVAL_MODE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalMode {
     Off,

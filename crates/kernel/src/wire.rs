@@ -286,33 +286,82 @@ pub fn json_kind(value: &Value) -> &'static str {
     }
 }
 
+/// Writes a reply body member by member, without building an intermediate map (replies are
+/// the gateway's hot path): `{"ok":…,"invocation_id":…,…members}`.
+#[derive(Debug)]
+pub struct ReplyWriter {
+    buf: Vec<u8>,
+}
+
+impl ReplyWriter {
+    pub fn new(ok: bool, invocation_id: Option<&InvocationId>) -> Self {
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(if ok {
+            b"{\"ok\":true"
+        } else {
+            b"{\"ok\":false"
+        });
+        let mut writer = Self { buf };
+        if let Some(id) = invocation_id {
+            writer.member("invocation_id", id.as_str());
+        }
+        writer
+    }
+
+    /// `,"key":value`
+    pub fn member<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> &mut Self {
+        self.buf.push(b',');
+        serde_json::to_writer(&mut self.buf, key).expect("a str serializes");
+        self.buf.push(b':');
+        serde_json::to_writer(&mut self.buf, value).expect("wire values serialize");
+        self
+    }
+
+    /// Every member of `fields` but `ok` and `invocation_id` (those are written first).
+    pub fn members(&mut self, fields: &Map<String, Value>) -> &mut Self {
+        for (key, value) in fields {
+            if key != "ok" && key != "invocation_id" {
+                self.member(key, value);
+            }
+        }
+        self
+    }
+
+    /// Members already serialized as `"k":v,"k2":v2` (no braces, no leading comma).
+    pub fn raw_members(&mut self, members: &[u8]) -> &mut Self {
+        if !members.is_empty() {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(members);
+        }
+        self
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf.push(b'}');
+        self.buf
+    }
+}
+
 /// Builds the reply body: `{"ok": …, "invocation_id": …, …fields}`.
 pub fn reply_body(invocation_id: &InvocationId, fields: Map<String, Value>) -> Vec<u8> {
-    let mut out = Map::with_capacity(fields.len() + 2);
-    out.insert(
-        "ok".into(),
-        fields.get("ok").cloned().unwrap_or(Value::Bool(true)),
-    );
-    out.insert("invocation_id".into(), Value::from(invocation_id.as_str()));
-    for (key, value) in fields {
-        if key != "ok" && key != "invocation_id" {
-            out.insert(key, value);
-        }
-    }
-    serde_json::to_vec(&Value::Object(out)).expect("a JSON map always serializes")
+    let ok = fields.get("ok") != Some(&Value::Bool(false));
+    let mut writer = ReplyWriter::new(ok, Some(invocation_id));
+    writer.members(&fields);
+    writer.finish()
 }
 
 /// Failure shape without `invocation_id` (for subjects other than the call subject).
 pub fn error_body(error: ToolError) -> Vec<u8> {
-    serde_json::to_vec(&Value::Object(error.into_fields())).expect("a JSON map always serializes")
+    let mut writer = ReplyWriter::new(false, None);
+    writer.members(&error.into_fields());
+    writer.finish()
 }
 
 /// Success shape without `invocation_id`.
 pub fn ok_body(fields: Map<String, Value>) -> Vec<u8> {
-    let mut out = Map::with_capacity(fields.len() + 1);
-    out.insert("ok".into(), Value::Bool(true));
-    out.extend(fields);
-    serde_json::to_vec(&Value::Object(out)).expect("a JSON map always serializes")
+    let mut writer = ReplyWriter::new(true, None);
+    writer.members(&fields);
+    writer.finish()
 }
 
 /// The lifecycle of an approval.
@@ -382,43 +431,43 @@ pub enum RunEventKind {
     Finished,
 }
 
+/// A RunEvent as it goes on the wire (serialized straight from borrowed parts).
+#[derive(Serialize)]
+struct RunEventBody<'a> {
+    invocation_id: &'a str,
+    seq: u64,
+    kind: RunEventKind,
+    at: String,
+    session_id: Option<&'a str>,
+    user_id: Option<&'a str>,
+    agent_id: Option<&'a str>,
+    tool: &'a str,
+    account: &'a str,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
 /// Builds the RunEvent body for one invocation.
 pub fn run_event(
     ctx: &InvocationContext,
     tool: &str,
     seq: u64,
     kind: RunEventKind,
-    extra: Map<String, Value>,
+    extra: &Map<String, Value>,
 ) -> Vec<u8> {
-    let mut map = Map::with_capacity(9 + extra.len());
-    map.insert(
-        "invocation_id".into(),
-        Value::from(ctx.invocation_id.as_str()),
-    );
-    map.insert("seq".into(), Value::from(seq));
-    map.insert(
-        "kind".into(),
-        serde_json::to_value(kind).expect("kind serializes"),
-    );
-    map.insert("at".into(), Value::from(crate::time::now_rfc3339()));
-    map.insert(
-        "session_id".into(),
-        ctx.session_id
-            .as_ref()
-            .map_or(Value::Null, |s| Value::from(s.as_str())),
-    );
-    map.insert(
-        "user_id".into(),
-        ctx.user_id.clone().map_or(Value::Null, Value::from),
-    );
-    map.insert(
-        "agent_id".into(),
-        ctx.agent_id.clone().map_or(Value::Null, Value::from),
-    );
-    map.insert("tool".into(), Value::from(tool));
-    map.insert("account".into(), Value::from(ctx.account.as_str()));
-    map.extend(extra);
-    serde_json::to_vec(&Value::Object(map)).expect("a JSON map always serializes")
+    let body = RunEventBody {
+        invocation_id: ctx.invocation_id.as_str(),
+        seq,
+        kind,
+        at: crate::time::now_rfc3339(),
+        session_id: ctx.session_id.as_ref().map(|s| s.as_str()),
+        user_id: ctx.user_id.as_deref(),
+        agent_id: ctx.agent_id.as_deref(),
+        tool,
+        account: ctx.account.as_str(),
+        extra,
+    };
+    serde_json::to_vec(&body).expect("a run event serializes")
 }
 
 /// A sandbox worker's capacity, in NodeStatus.
@@ -592,6 +641,44 @@ mod tests {
             })
         );
         assert!(req.invocation_id.as_str().starts_with("inv_"));
+    }
+
+    #[test]
+    fn replies_put_ok_and_the_invocation_id_first() {
+        let id = InvocationId::parse("inv-1").unwrap();
+        let mut fields = Map::new();
+        fields.insert("b".into(), Value::from(1));
+        fields.insert("ok".into(), Value::Bool(false));
+        fields.insert("a".into(), Value::from("x"));
+        let body = String::from_utf8(reply_body(&id, fields)).unwrap();
+        assert_eq!(
+            body,
+            r#"{"ok":false,"invocation_id":"inv-1","b":1,"a":"x"}"#
+        );
+        let mut writer = ReplyWriter::new(true, None);
+        writer.raw_members(br#""k":[1]"#).member("z", &2);
+        assert_eq!(writer.finish(), br#"{"ok":true,"k":[1],"z":2}"#);
+    }
+
+    #[test]
+    fn run_events_carry_the_context_and_extras() {
+        let ctx = InvocationContext {
+            account: Account::parse("acme").unwrap(),
+            invocation_id: InvocationId::parse("inv-1").unwrap(),
+            session_id: None,
+            user_id: Some("u".into()),
+            agent_id: None,
+        };
+        let mut extra = Map::new();
+        extra.insert("ok".into(), Value::Bool(true));
+        let event: Value =
+            serde_json::from_slice(&run_event(&ctx, "t", 3, RunEventKind::Finished, &extra))
+                .unwrap();
+        assert_eq!(event["seq"], 3);
+        assert_eq!(event["kind"], "finished");
+        assert_eq!(event["session_id"], Value::Null);
+        assert_eq!(event["user_id"], "u");
+        assert_eq!(event["ok"], true);
     }
 
     #[test]
