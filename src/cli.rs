@@ -296,7 +296,7 @@ async fn run_client(nats_url: &str, command: Command) -> anyhow::Result<ExitCode
                 Some(id) => public::events(&account, &InvocationId::parse(id)?),
                 None => public::events_of(&account),
             };
-            print_stream(&nats, subject).await
+            print_streams(&nats, &[subject]).await
         }
     }
 }
@@ -316,7 +316,8 @@ async fn approvals(
         ),
         ApprovalsCommand::Watch { account } => {
             let account = account.map(|a| parse_account(&a)).transpose()?;
-            return print_stream(nats, public::approvals_events(account.as_ref())).await;
+            let [requested, decided] = public::approvals_events(account.as_ref());
+            return print_streams(nats, &[requested, decided]).await;
         }
         ApprovalsCommand::Approve {
             id,
@@ -381,9 +382,13 @@ async fn request(
     serde_json::from_slice(&reply.payload).context("the reply is not JSON")
 }
 
-async fn print_stream(nats: &async_nats::Client, subject: String) -> anyhow::Result<ExitCode> {
-    let mut sub = nats.subscribe(subject.clone()).await?;
-    eprintln!("watching {subject} (Ctrl-C to stop)");
+async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow::Result<ExitCode> {
+    let mut subs = Vec::new();
+    for subject in subjects {
+        subs.push(nats.subscribe(subject.clone()).await?);
+    }
+    let mut sub = futures::stream::select_all(subs);
+    eprintln!("watching {} (Ctrl-C to stop)", subjects.join(", "));
     loop {
         tokio::select! {
             msg = sub.next() => {

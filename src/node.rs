@@ -173,7 +173,7 @@ pub async fn run(
         .queue_subscribe(public::STATUS, queue::STATUS.to_owned())
         .await?;
     let own_status = nats.subscribe(public::node_status(&id)).await?;
-    nats.flush().await?;
+    toolmesh_kernel::host::confirm_subscriptions(&nats).await?;
     cluster.record(Heartbeat {
         status: state.status(),
         leaving: false,

@@ -558,3 +558,59 @@ async fn calls_without_approval_do_not_touch_redis() {
     let quiet = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
     assert!(quiet.is_err(), "no approval traffic expected");
 }
+
+#[tokio::test]
+async fn an_approval_is_given_back_when_no_actor_takes_the_call() {
+    // Gateway and approval only: nothing serves run_command (sandbox), so the routed call gets
+    // "no responders" and provably never ran.
+    let c = Cluster::start().await;
+    let run = json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "true"}});
+    let a = request_approval(&c, "acme", run.clone()).await;
+    let id = a["id"].as_str().unwrap();
+    assert_eq!(c.decide("acme", id, true).await["ok"], true);
+    let mut decided = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.decided")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+
+    for attempt in 0..2 {
+        let reply = c
+            .call("acme", with_approval(run.clone(), json!({"id": id})))
+            .await;
+        assert_eq!(reply["error"], "unavailable", "attempt {attempt}: {reply}");
+        assert_eq!(
+            reply["approval_released"], true,
+            "attempt {attempt}: {reply}"
+        );
+        let message = reply["error_message"].as_str().unwrap();
+        assert!(
+            message.contains(id) && message.contains("once that actor runs"),
+            "{message}"
+        );
+        let got = c.approvals("acme", "get", json!({"id": id})).await;
+        assert_eq!(got["approval"]["status"], "approved", "{got}");
+        assert_eq!(got["approval"]["decided_by"], "alice");
+        // Used by the call, then given back: both announced, in that order.
+        let statuses: Vec<Value> = collect(&mut decided, 2, Duration::from_secs(5))
+            .await
+            .iter()
+            .map(|e| e["status"].clone())
+            .collect();
+        assert_eq!(statuses, ["used", "approved"], "attempt {attempt}");
+    }
+}
+
+#[tokio::test]
+async fn an_ungated_call_without_an_actor_is_unavailable_without_a_release() {
+    let c = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "true"}}),
+        )
+        .await;
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    assert!(reply.get("approval_released").is_none(), "{reply}");
+}

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle};
-use toolmesh_kernel::wire::{error_body, GateOutcome};
+use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck};
 
 use crate::service::ApprovalService;
 
@@ -33,6 +33,19 @@ pub(crate) struct ApprovalsRequest(async_nats::Message);
 /// A request on the internal gate subject.
 pub(crate) struct GateCall(async_nats::Message);
 
+/// A request on the internal release subject.
+pub(crate) struct ReleaseCall(async_nats::Message);
+
+/// The desk's subscriptions, all in the `toolmesh.approval` queue group.
+pub(crate) struct Subscriptions {
+    /// `toolmesh.v1.approvals.>`
+    pub approvals: Subscriber,
+    /// `toolmesh.internal.v1.approval.gate`
+    pub gate: Subscriber,
+    /// `toolmesh.internal.v1.approval.release`
+    pub release: Subscriber,
+}
+
 pub(crate) struct ApprovalDesk {
     service: ApprovalService,
     lifecycle: Lifecycle,
@@ -40,7 +53,7 @@ pub(crate) struct ApprovalDesk {
     /// Answers and sweeps in progress, so drain can wait for them.
     tasks: TaskTracker,
     /// Taken in `started`, where they become streams.
-    subscriptions: Option<(Subscriber, Subscriber)>,
+    subscriptions: Option<Subscriptions>,
     open_streams: usize,
     /// At most one sweep per node at a time, however slow Redis is.
     sweeping: Arc<AtomicBool>,
@@ -52,8 +65,7 @@ impl ApprovalDesk {
         service: ApprovalService,
         lifecycle: Lifecycle,
         in_flight: InFlight,
-        approvals: Subscriber,
-        gate: Subscriber,
+        subscriptions: Subscriptions,
         stopped: oneshot::Sender<()>,
     ) -> Self {
         Self {
@@ -61,7 +73,7 @@ impl ApprovalDesk {
             lifecycle,
             in_flight,
             tasks: TaskTracker::new(),
-            subscriptions: Some((approvals, gate)),
+            subscriptions: Some(subscriptions),
             open_streams: 0,
             sweeping: Arc::new(AtomicBool::new(false)),
             stopped: Some(stopped),
@@ -123,7 +135,7 @@ impl ApprovalDesk {
         });
     }
 
-    /// Once both subscriptions have drained, wait for the answers in flight, then stop.
+    /// Once every subscription has drained, wait for the answers in flight, then stop.
     fn stream_finished(&mut self, ctx: &mut Context<Self>) {
         self.open_streams = self.open_streams.saturating_sub(1);
         if self.open_streams > 0 {
@@ -150,11 +162,17 @@ impl Actor for ApprovalDesk {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some((approvals, gate)) = self.subscriptions.take() {
+        if let Some(Subscriptions {
+            approvals,
+            gate,
+            release,
+        }) = self.subscriptions.take()
+        {
             let drain = self.lifecycle.drain.clone();
             ctx.add_stream(drainable(approvals, drain.clone()).map(ApprovalsRequest));
-            ctx.add_stream(drainable(gate, drain).map(GateCall));
-            self.open_streams = 2;
+            ctx.add_stream(drainable(gate, drain.clone()).map(GateCall));
+            ctx.add_stream(drainable(release, drain).map(ReleaseCall));
+            self.open_streams = 3;
         }
         ctx.run_interval(SWEEP_EVERY, |desk, _| desk.sweep());
     }
@@ -206,6 +224,28 @@ impl StreamHandler<GateCall> for ApprovalDesk {
     fn finished(&mut self, ctx: &mut Context<Self>) {
         self.stream_finished(ctx);
     }
+}
+
+impl StreamHandler<ReleaseCall> for ApprovalDesk {
+    fn handle(&mut self, ReleaseCall(message): ReleaseCall, _: &mut Context<Self>) {
+        self.answer(
+            message,
+            "release",
+            |service, message| async move { release_body(&service.release(&message.payload).await) },
+            || release_body(&ReleaseAck::failed(panicked())),
+        );
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+fn release_body(ack: &ReleaseAck) -> Vec<u8> {
+    serde_json::to_vec(ack).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a release ack does not serialize");
+        br#"{"released":false,"approval":null,"error":"internal","error_message":"the approval actor could not encode its answer; see its logs"}"#.to_vec()
+    })
 }
 
 fn gate_body(outcome: &GateOutcome) -> Vec<u8> {

@@ -1,7 +1,9 @@
 //! toolmesh-approval: the approval actor. It keeps approvals durably and atomically in Redis,
-//! answers the gateway's gate (`toolmesh.internal.v1.approval.gate`) and the public
-//! `toolmesh.v1.approvals.<account>.list|get|decide` subjects, and announces every new and
-//! changed approval on `…requested` / `…decided` (PROTOCOL.md, "Risk and approval").
+//! answers the gateway's gate (`toolmesh.internal.v1.approval.gate`), its release
+//! (`toolmesh.internal.v1.approval.release`: a used approval whose call never ran goes back to
+//! approved) and the public `toolmesh.v1.approvals.<account>.list|get|decide` subjects, and
+//! announces every new and changed approval on `…requested` / `…decided` (PROTOCOL.md, "Risk
+//! and approval").
 //!
 //! Architecture invariant: `store.rs` is the only code that speaks Redis, and every
 //! read-then-write there is one Lua script timed by Redis `TIME`; the actor itself holds no
@@ -9,6 +11,7 @@
 
 mod desk;
 mod gate;
+mod release;
 mod requests;
 mod service;
 mod store;
@@ -24,7 +27,7 @@ pub use desk::SWEEP_EVERY;
 pub use gate::MAX_PREVIEW_CHARS;
 pub use requests::{MAX_APPROVER_CHARS, MAX_LIST, MAX_REASON_CHARS};
 
-use crate::desk::ApprovalDesk;
+use crate::desk::{ApprovalDesk, Subscriptions};
 use crate::service::ApprovalService;
 use crate::store::ApprovalStore;
 
@@ -69,7 +72,7 @@ pub enum ApprovalStartError {
         source: async_nats::SubscribeError,
     },
     #[error("could not confirm the approval subscriptions with the NATS server: {0}")]
-    Flush(#[source] async_nats::client::FlushError),
+    Confirm(#[source] toolmesh_kernel::host::ConfirmError),
 }
 
 /// A running approval actor.
@@ -117,7 +120,10 @@ pub async fn spawn(
     };
     let approvals = subscribe(subjects::public::APPROVALS_ANY).await?;
     let gate = subscribe(subjects::internal::APPROVAL_GATE).await?;
-    nats.flush().await.map_err(ApprovalStartError::Flush)?;
+    let release = subscribe(subjects::internal::APPROVAL_RELEASE).await?;
+    toolmesh_kernel::host::confirm_subscriptions(&nats)
+        .await
+        .map_err(ApprovalStartError::Confirm)?;
     abandon.disarm();
     let (stopped_tx, stopped) = oneshot::channel();
     let service = ApprovalService {
@@ -125,7 +131,12 @@ pub async fn spawn(
         store,
         config: settings.config,
     };
-    ApprovalDesk::new(service, lifecycle, in_flight, approvals, gate, stopped_tx).start();
+    let subscriptions = Subscriptions {
+        approvals,
+        gate,
+        release,
+    };
+    ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stopped_tx).start();
     tracing::info!("approval actor subscribed");
     Ok(ApprovalHandle { stopped })
 }

@@ -10,7 +10,8 @@
 //! * `toolmesh:approvals:pending:<account>`: zset id → `expires_at_ms`, the undecided ones.
 //! * `toolmesh:approvals:expiry`: zset `<account>:<id>` → `expires_at_ms`, every approval that
 //!   can still expire (pending or approved-not-used), for the sweeper.
-//! * `toolmesh:audit:<account>`: stream, one entry per create / decide / use / expire.
+//! * `toolmesh:audit:<account>`: stream, one entry per create / decide / use / expire /
+//!   release (`released`: a used approval given back because its call never ran).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -149,11 +150,26 @@ pub enum Redeemed {
     Proceed(ApprovalRequest),
 }
 
+/// The result of [`ApprovalStore::release`]. Only `GivenBack` changed anything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Released {
+    NotFound,
+    /// Not `used` (pending, approved, rejected, expired): nothing to give back.
+    NotUsed(ApprovalRequest),
+    /// Used by another invocation than the one asking.
+    OtherCall(ApprovalRequest),
+    /// Used by this invocation, but past its expiry: it stays used.
+    Expired(ApprovalRequest),
+    /// `approved` again, usable by the next call that presents it.
+    GivenBack(ApprovalRequest),
+}
+
 /// The compiled scripts, shared by every clone of the store.
 struct Scripts {
     create: Script,
     decide: Script,
     redeem: Script,
+    release: Script,
     expire: Script,
     get: Script,
     pending_ids: Script,
@@ -175,6 +191,7 @@ impl Scripts {
             create: script!("create.lua"),
             decide: script!("decide.lua"),
             redeem: script!("redeem.lua"),
+            release: script!("release.lua"),
             expire: script!("expire.lua"),
             get: script!("get.lua"),
             pending_ids: script!("pending_ids.lua"),
@@ -426,6 +443,35 @@ impl ApprovalStore {
             "used" => Redeemed::Used(approval),
             "proceed" => Redeemed::Proceed(approval),
             other => return Err(unexpected("redeem", other)),
+        })
+    }
+
+    /// Gives approval `id` back to `approved` when `used_by` used it and it has not expired
+    /// (its call never ran); anything else changes nothing.
+    pub async fn release(
+        &self,
+        account: &Account,
+        id: &str,
+        used_by: &InvocationId,
+    ) -> Result<Released, StoreError> {
+        let keys = RecordKeys::new(account.as_str(), id);
+        let mut invocation = keys.invocation(&self.scripts.release);
+        invocation
+            .arg(used_by.as_str())
+            .arg(op_token())
+            .arg(&keys.member)
+            .arg(id);
+        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        if outcome == "not_found" {
+            return Ok(Released::NotFound);
+        }
+        let approval = view(&record, now)?;
+        Ok(match outcome.as_str() {
+            "not_used" => Released::NotUsed(approval),
+            "other_call" => Released::OtherCall(approval),
+            "expired" => Released::Expired(approval),
+            "released" => Released::GivenBack(approval),
+            other => return Err(unexpected("release", other)),
         })
     }
 

@@ -21,8 +21,9 @@ use toolmesh_kernel::tools::{
     RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
 };
 use toolmesh_kernel::wire::{
-    self, ActorCall, ActorReply, ApprovalGrant, ApprovalRequest, ApprovalStatus, CancelAck,
-    GateOutcome, GateRequest, InvocationContext, ReplyWriter, RiskLevel, RunEventKind, ToolRequest,
+    self, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest, ApprovalStatus,
+    CancelAck, GateOutcome, GateRequest, InvocationContext, ReleaseAck, ReplyWriter, RiskLevel,
+    RunEventKind, ToolRequest,
 };
 use toolmesh_kernel::{Account, ErrorCode, InvocationId, Role, ToolError};
 
@@ -35,6 +36,8 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const ROUTE_TIMEOUT_MARGIN: Duration = Duration::from_secs(30);
 /// How long the approval gate may take before the call answers `unavailable`.
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long giving back an unused approval may hold up the `unavailable` reply.
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A parked call re-reads its approval this often in case a `decided` event was missed.
 pub const PARKED_POLL: Duration = Duration::from_secs(2);
 /// Characters of `arguments_preview`.
@@ -107,6 +110,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             ctx,
             started: None,
             dispatched: None,
+            consumed_approval: None,
         };
         let result = call.run(&request).await;
         let body = call.finish(result).await;
@@ -126,6 +130,9 @@ struct Call<'a> {
     started: Option<Instant>,
     /// The inner tool of a `tool_dispatcher` `call`.
     dispatched: Option<&'static str>,
+    /// The id of the approval the gate let this call use (`Proceed`): given back when the call
+    /// provably never ran. Only the id, to keep every call's future small.
+    consumed_approval: Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -308,6 +315,7 @@ impl<'a> Call<'a> {
         let wait = request.wait_for_approval_s;
         match self.ask_gate(&gate).await? {
             GateOutcome::Proceed { approval } => {
+                self.consumed_approval = Some(approval.id.clone());
                 self.emit(RunEventKind::Approved, approval_extra(&approval))
                     .await;
                 Ok(())
@@ -430,6 +438,7 @@ impl<'a> Call<'a> {
                 ApprovalStatus::Approved => {
                     return match self.ask_gate(&consume).await? {
                         GateOutcome::Proceed { approval } => {
+                            self.consumed_approval = Some(approval.id.clone());
                             self.emit(RunEventKind::Approved, approval_extra(&approval))
                                 .await;
                             Ok(())
@@ -558,7 +567,20 @@ impl<'a> Call<'a> {
                 ));
             }
         };
-        let reply = reply.map_err(|e| request_failed(e, role, target.spec.name))?;
+        let reply = match reply {
+            Ok(reply) => reply,
+            // No responders: the server had no subscriber for the call, so no actor received
+            // it and nothing ran; the approval it used can be given back. Every other failure
+            // (a timeout above all) may come after the tool ran, so the approval stays used.
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                let unavailable = request_failed(e, role, target.spec.name);
+                return Err(match self.consumed_approval.take() {
+                    Some(id) => self.give_back(&id, unavailable).await,
+                    None => unavailable,
+                });
+            }
+            Err(e) => return Err(request_failed(e, role, target.spec.name)),
+        };
         let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
             tracing::error!(error = %e, role = %role, "malformed reply from an actor");
             ToolError::internal(format!(
@@ -572,6 +594,85 @@ impl<'a> Call<'a> {
         }
         fields.remove("ok");
         Ok(fields)
+    }
+
+    /// Asks the approval actor to give back approval `id`, which this call used but which never
+    /// ran, and says in the `unavailable` reply whether it did (`approval_released`). A failed
+    /// release is logged and otherwise ignored: the reply is `unavailable` either way.
+    async fn give_back(&self, id: &str, unavailable: ToolError) -> ToolError {
+        let released = self.release(id).await;
+        let next = if released {
+            format!(
+                "approval {id} was given back unused: repeat the call with \"approval\": {{\"id\": \"{id}\"}} once that actor runs"
+            )
+        } else {
+            format!(
+                "approval {id} could not be given back and may stay used: look it up on {} (if it is approved, repeat the call with it once that actor runs; otherwise call without it to request a new one)",
+                public::approvals(&self.ctx.account, public::ApprovalVerb::Get)
+            )
+        };
+        let ToolError {
+            code,
+            message,
+            details,
+        } = unavailable;
+        let mut error = ToolError::new(code, format!("{message}; {next}"));
+        error.details = details;
+        error.with("approval_released", released)
+    }
+
+    /// Sends the release; true only when the approval actor answered that it released it.
+    async fn release(&self, id: &str) -> bool {
+        let release = ApprovalRelease {
+            account: self.ctx.account.clone(),
+            approval_id: id.to_owned(),
+            invocation_id: self.ctx.invocation_id.clone(),
+        };
+        let body = match serde_json::to_vec(&release) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(error = %e, approval_id = id, "an approval release does not serialize");
+                return false;
+            }
+        };
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(RELEASE_TIMEOUT));
+        let reply = match self
+            .core
+            .client
+            .send_request(internal::APPROVAL_RELEASE, request)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(error = %e, approval_id = id, "could not ask the approval actor to give back an unused approval");
+                return false;
+            }
+        };
+        match serde_json::from_slice::<ReleaseAck>(&reply.payload) {
+            Ok(ack) if ack.released => {
+                tracing::info!(
+                    approval_id = id,
+                    "approval given back: the call never reached an actor"
+                );
+                true
+            }
+            Ok(ack) => {
+                tracing::warn!(
+                    approval_id = id,
+                    error = ack.error.map(|c| c.as_str()),
+                    error_message = ack.error_message.as_deref(),
+                    status = ack.approval.as_ref().map(|a| a.status.as_str()),
+                    "the approval actor did not give back an unused approval"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::error!(error = %e, approval_id = id, "malformed release reply from the approval actor");
+                false
+            }
+        }
     }
 }
 

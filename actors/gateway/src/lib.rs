@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{drainable, InFlight, Lifecycle};
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
@@ -37,8 +37,8 @@ pub enum GatewayStartError {
         subject: &'static str,
         source: async_nats::SubscribeError,
     },
-    #[error("cannot flush the subscriptions to the NATS server: {0}")]
-    Flush(#[from] async_nats::client::FlushError),
+    #[error("the NATS server did not confirm the subscriptions: {0}")]
+    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
 }
 
 /// A running gateway; [`GatewayHandle::stopped`] resolves once it drained.
@@ -80,7 +80,7 @@ pub async fn spawn(
     let cancels = subscribe(public::CANCEL_ANY, true).await?;
     // Every gateway hears every decision: a parked call may be on any of them.
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
-    client.flush().await?;
+    confirm_subscriptions(&client).await?;
 
     let (decided_tx, _) = broadcast::channel(1024);
     let core = Arc::new(call::GatewayCore {

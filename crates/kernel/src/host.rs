@@ -21,7 +21,12 @@ pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::C
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
         .reconnect_delay_callback(|attempt| {
-            Duration::from_millis((100 * 2u64.saturating_pow(attempt.min(5) as u32)).min(2000))
+            // First retry at once (a server restarting is often back within milliseconds),
+            // then back off to at most 2 s.
+            match attempt {
+                0 | 1 => Duration::ZERO,
+                n => Duration::from_millis((50 * 2u64.saturating_pow(n.min(6) as u32)).min(2000)),
+            }
         })
         .connect(url)
         .await
@@ -34,6 +39,31 @@ pub async fn connect_client(url: &str, name: &str) -> Result<Client, async_nats:
         .connection_timeout(Duration::from_secs(3))
         .connect(url)
         .await
+}
+
+/// Waits until the server has processed everything this connection sent so far, in particular
+/// its subscriptions: a message published to a fresh inbox comes back only after the server
+/// has handled the earlier protocol lines (one connection is processed in order).
+/// `Client::flush` is not enough: it only writes the socket buffer.
+pub async fn confirm_subscriptions(client: &Client) -> Result<(), ConfirmError> {
+    let inbox = client.new_inbox();
+    let mut echo = client.subscribe(inbox.clone()).await?;
+    client.publish(inbox, Bytes::new()).await?;
+    match tokio::time::timeout(Duration::from_secs(10), echo.next()).await {
+        Ok(Some(_)) => Ok(()),
+        _ => Err(ConfirmError::NoEcho),
+    }
+}
+
+/// Why [`confirm_subscriptions`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfirmError {
+    #[error("cannot subscribe: {0}")]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error("cannot publish: {0}")]
+    Publish(#[from] async_nats::PublishError),
+    #[error("the NATS server did not echo a message within 10 s")]
+    NoEcho,
 }
 
 /// A subscription as a stream that can be drained: once `drain` is cancelled the server stops

@@ -58,12 +58,13 @@ pub mod public {
     pub const APPROVALS_ANY: &str = "toolmesh.v1.approvals.>";
     /// `…decided` of every account: parked calls wait on these.
     pub const APPROVALS_DECIDED_ANY: &str = "toolmesh.v1.approvals.*.decided";
-    /// `…requested` and `…decided` of every account (for watchers).
-    pub fn approvals_events(account: Option<&Account>) -> String {
-        match account {
-            Some(a) => format!("{PREFIX}.approvals.{a}.*"),
-            None => format!("{PREFIX}.approvals.*.*"),
-        }
+    /// `…requested` and `…decided` of one account, or of every account (for watchers).
+    pub fn approvals_events(account: Option<&Account>) -> [String; 2] {
+        let account = account.map_or("*", |a| a.as_str());
+        [
+            format!("{PREFIX}.approvals.{account}.requested"),
+            format!("{PREFIX}.approvals.{account}.decided"),
+        ]
     }
 
     /// `toolmesh.v1.events.<account>.<invocation_id>`
@@ -133,6 +134,10 @@ pub mod internal {
     /// The approval gate: the gateway asks the approval actor to create, decide or consume.
     pub const APPROVAL_GATE: &str = "toolmesh.internal.v1.approval.gate";
 
+    /// Approval release: the gateway gives back an approval its call consumed but that
+    /// provably never ran (no actor took the call). Same queue group as the gate.
+    pub const APPROVAL_RELEASE: &str = "toolmesh.internal.v1.approval.release";
+
     /// An actor running an invocation that can be cancelled listens here for its duration.
     pub fn cancel(account: &Account, invocation: &InvocationId) -> String {
         format!("{PREFIX}.cancel.{account}.{invocation}")
@@ -187,5 +192,22 @@ mod tests {
             "toolmesh.internal.v1.run.sandbox"
         );
         assert_eq!(queue::of(Role::Gateway), "toolmesh.gateway");
+    }
+
+    #[test]
+    fn approval_subjects_are_internal_and_distinct() {
+        // Both are constants (the approval actor subscribes them by `&'static str`): check
+        // they stay under the internal prefix and never collide.
+        for subject in [internal::APPROVAL_GATE, internal::APPROVAL_RELEASE] {
+            assert!(
+                subject.starts_with(internal::PREFIX) && subject.contains(".approval."),
+                "{subject}"
+            );
+        }
+        assert_eq!(
+            internal::APPROVAL_RELEASE,
+            "toolmesh.internal.v1.approval.release"
+        );
+        assert_ne!(internal::APPROVAL_GATE, internal::APPROVAL_RELEASE);
     }
 }

@@ -567,6 +567,57 @@ pub enum GateOutcome {
     },
 }
 
+/// Gateway → approval actor: the call `invocation_id` consumed approval `approval_id` (a
+/// `Proceed`), but provably never ran (NATS had no responder for it), so give the approval
+/// back. The approval actor only does so while the approval is still `used` by exactly this
+/// invocation in this account and has not expired; anything else is answered `released: false`
+/// and changes nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRelease {
+    pub account: Account,
+    pub approval_id: String,
+    pub invocation_id: InvocationId,
+}
+
+/// Approval actor → gateway, answering an [`ApprovalRelease`].
+///
+/// `released` is true when the approval is `approved` again (or this very release was retried
+/// after a lost reply); `approval` is the record as it is now, when it exists in that account.
+/// `error` is set only when the request could not be judged at all (malformed, store
+/// unreachable): a plain "not yours to release" is `released: false` without an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseAck {
+    pub released: bool,
+    #[serde(default)]
+    pub approval: Option<ApprovalRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+impl ReleaseAck {
+    /// Judged and not released (or released, with `released: true`).
+    pub fn judged(released: bool, approval: Option<ApprovalRequest>) -> Self {
+        Self {
+            released,
+            approval,
+            error: None,
+            error_message: None,
+        }
+    }
+
+    /// Not judged: nothing was released because of `error`.
+    pub fn failed(error: ToolError) -> Self {
+        Self {
+            released: false,
+            approval: None,
+            error: Some(error.code),
+            error_message: Some(error.message),
+        }
+    }
+}
+
 /// `…cancel` reply from an actor holding the invocation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelAck {
@@ -691,5 +742,39 @@ mod tests {
         .unwrap();
         assert_eq!(v["outcome"], "refused");
         assert_eq!(v["error"], "approval_mismatch");
+    }
+
+    #[test]
+    fn release_messages_round_trip_and_errors_are_optional() {
+        let release: ApprovalRelease = serde_json::from_str(
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+        )
+        .unwrap();
+        assert_eq!(release.account.as_str(), "acme");
+        assert_eq!(release.invocation_id.as_str(), "inv-1");
+        // The kernel's id types guard the account and the invocation id.
+        for bad in [
+            r#"{"account":"a.b","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":"a b"}"#,
+            r#"{"account":"acme","invocation_id":"inv-1"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ApprovalRelease>(bad).is_err(),
+                "{bad}"
+            );
+        }
+
+        let plain = serde_json::to_value(ReleaseAck::judged(false, None)).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"released": false, "approval": null})
+        );
+        let failed = ReleaseAck::failed(ToolError::new(ErrorCode::Unavailable, "down"));
+        let v = serde_json::to_value(&failed).unwrap();
+        assert_eq!(v["error"], "unavailable");
+        assert_eq!(v["error_message"], "down");
+        assert_eq!(serde_json::from_value::<ReleaseAck>(v).unwrap(), failed);
+        let minimal: ReleaseAck = serde_json::from_str(r#"{"released":true}"#).unwrap();
+        assert_eq!(minimal, ReleaseAck::judged(true, None));
     }
 }

@@ -8,4 +8,5 @@ mod flows;
 mod garbage;
 mod in_band;
 mod races;
+mod release;
 mod support;

@@ -1,0 +1,108 @@
+//! Approval release (`toolmesh.internal.v1.approval.release`): an `ApprovalRelease` from the
+//! gateway, whose call used an approval but never ran, becomes a `ReleaseAck`.
+
+use toolmesh_kernel::error::ToolError;
+use toolmesh_kernel::wire::{is_approval_id, ApprovalRelease, ReleaseAck};
+
+use crate::service::{store_error, ApprovalService};
+use crate::store::Released;
+
+impl ApprovalService {
+    /// Answers one release request. Never fails: every problem is a `released: false`.
+    #[tracing::instrument(skip_all)]
+    pub async fn release(&self, body: &[u8]) -> ReleaseAck {
+        let request = match parse(body) {
+            Ok(request) => request,
+            Err(e) => return ReleaseAck::failed(e),
+        };
+        let ApprovalRelease {
+            account,
+            approval_id: id,
+            invocation_id,
+        } = &request;
+        let released = match self.store.release(account, id, invocation_id).await {
+            Ok(released) => released,
+            Err(e) => return ReleaseAck::failed(store_error(e)),
+        };
+        // Every refusal is logged: only the gateway asks, and only after its own `Proceed`, so
+        // a refusal means a race (expiry) or a bug worth seeing.
+        let refused = |why: &str| tracing::warn!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not released");
+        match released {
+            Released::GivenBack(approval) => {
+                tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval released: its call never ran");
+                // Parked calls and watchers learn that it is usable again.
+                self.announce_decided(&approval).await;
+                ReleaseAck::judged(true, Some(approval))
+            }
+            Released::NotFound => {
+                refused("no such approval in this account");
+                ReleaseAck::judged(false, None)
+            }
+            Released::NotUsed(approval) => {
+                refused("it is not used");
+                ReleaseAck::judged(false, Some(approval))
+            }
+            Released::OtherCall(approval) => {
+                refused("another invocation used it");
+                ReleaseAck::judged(false, Some(approval))
+            }
+            Released::Expired(approval) => {
+                refused("it has expired");
+                ReleaseAck::judged(false, Some(approval))
+            }
+        }
+    }
+}
+
+/// Parses and checks a release body; the kernel types already check account and invocation.
+fn parse(body: &[u8]) -> Result<ApprovalRelease, ToolError> {
+    let request: ApprovalRelease = serde_json::from_slice(body).map_err(|e| {
+        ToolError::invalid_request(format!(
+            "the release request is not an ApprovalRelease ({e})"
+        ))
+    })?;
+    // The id becomes part of a Redis key: only our own id syntax gets that far.
+    if !is_approval_id(&request.approval_id) {
+        return Err(ToolError::invalid_request(format!(
+            "approval_id {:?} is not an approval id",
+            request.approval_id.chars().take(70).collect::<String>()
+        )));
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(body: &str, valid: bool) {
+        assert_eq!(parse(body.as_bytes()).is_ok(), valid, "{body}");
+    }
+
+    #[test]
+    fn release_bodies() {
+        check(
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+            true,
+        );
+        check(
+            r#"{"account":"acme","approval_id":"appr:1","invocation_id":"inv-1"}"#,
+            false,
+        );
+        check(
+            r#"{"account":"acme","approval_id":"","invocation_id":"inv-1"}"#,
+            false,
+        );
+        check(
+            r#"{"account":"a.b","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+            false,
+        );
+        check(
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":""}"#,
+            false,
+        );
+        check(r#"{"account":"acme","approval_id":"appr_1"}"#, false);
+        check("", false);
+        check("[]", false);
+    }
+}
