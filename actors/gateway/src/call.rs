@@ -312,8 +312,34 @@ impl<'a> Call<'a> {
             arguments_preview: arguments_preview(arguments, PREVIEW_CHARS),
             grant: request.approval.clone(),
         };
-        let wait = request.wait_for_approval_s;
-        match self.ask_gate(&gate).await? {
+        let outcome = self.ask_gate(&gate).await?;
+        let undecided = match &outcome {
+            GateOutcome::Required { approval } => Some(approval.clone()),
+            GateOutcome::Refused {
+                error: ErrorCode::ApprovalPending,
+                approval: Some(approval),
+                ..
+            } => Some(approval.clone()),
+            _ => None,
+        };
+        if let Some(approval) = undecided {
+            self.emit(RunEventKind::ApprovalRequired, approval_extra(&approval))
+                .await;
+            if request.wait_for_approval_s > 0 {
+                gate.grant = Some(ApprovalGrant {
+                    id: Some(approval.id.clone()),
+                    approved: None,
+                });
+                let wait = Duration::from_secs(request.wait_for_approval_s);
+                return self.park(approval, gate, wait).await;
+            }
+        }
+        self.settle(outcome).await
+    }
+
+    /// Turns the gate's answer into "run" or the refusal the caller gets.
+    async fn settle(&mut self, outcome: GateOutcome) -> Result<(), ToolError> {
+        match outcome {
             GateOutcome::Proceed { approval } => {
                 self.consumed_approval = Some(approval.id.clone());
                 self.emit(RunEventKind::Approved, approval_extra(&approval))
@@ -321,15 +347,6 @@ impl<'a> Call<'a> {
                 Ok(())
             }
             GateOutcome::Required { approval } => {
-                self.emit(RunEventKind::ApprovalRequired, approval_extra(&approval))
-                    .await;
-                if wait > 0 {
-                    gate.grant = Some(ApprovalGrant {
-                        id: Some(approval.id.clone()),
-                        approved: None,
-                    });
-                    return self.park(approval, gate, Duration::from_secs(wait)).await;
-                }
                 Err(approval_required(&approval, &self.ctx.account))
             }
             GateOutcome::Refused {
@@ -337,23 +354,8 @@ impl<'a> Call<'a> {
                 error_message,
                 approval,
             } => {
-                match (error, &approval) {
-                    (ErrorCode::ApprovalRejected, Some(a)) => {
-                        self.emit(RunEventKind::Rejected, approval_extra(a)).await;
-                    }
-                    (ErrorCode::ApprovalPending, Some(a)) => {
-                        self.emit(RunEventKind::ApprovalRequired, approval_extra(a))
-                            .await;
-                        if wait > 0 {
-                            let a = a.clone();
-                            gate.grant = Some(ApprovalGrant {
-                                id: Some(a.id.clone()),
-                                approved: None,
-                            });
-                            return self.park(a, gate, Duration::from_secs(wait)).await;
-                        }
-                    }
-                    _ => {}
+                if let (ErrorCode::ApprovalRejected, Some(a)) = (error, &approval) {
+                    self.emit(RunEventKind::Rejected, approval_extra(a)).await;
                 }
                 let mut refusal = ToolError::new(error, error_message);
                 if let Some(a) = approval {
@@ -436,28 +438,8 @@ impl<'a> Call<'a> {
             match current.status {
                 ApprovalStatus::Pending => continue,
                 ApprovalStatus::Approved => {
-                    return match self.ask_gate(&consume).await? {
-                        GateOutcome::Proceed { approval } => {
-                            self.consumed_approval = Some(approval.id.clone());
-                            self.emit(RunEventKind::Approved, approval_extra(&approval))
-                                .await;
-                            Ok(())
-                        }
-                        GateOutcome::Required { approval } => {
-                            Err(approval_required(&approval, &self.ctx.account))
-                        }
-                        GateOutcome::Refused {
-                            error,
-                            error_message,
-                            approval,
-                        } => {
-                            let mut refusal = ToolError::new(error, error_message);
-                            if let Some(a) = approval {
-                                refusal = refusal.with("approval_request", to_value(&a));
-                            }
-                            Err(refusal)
-                        }
-                    };
+                    let outcome = self.ask_gate(&consume).await?;
+                    return self.settle(outcome).await;
                 }
                 ApprovalStatus::Rejected => {
                     self.emit(RunEventKind::Rejected, approval_extra(&current))

@@ -115,8 +115,13 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_on(free_port())
+    }
+
+    /// Starts on a given port (for a client configured before its server exists).
+    pub fn start_on(port: u16) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        Self::spawn(free_port(), dir)
+        Self::spawn(port, dir)
     }
 
     fn spawn(port: u16, dir: tempfile::TempDir) -> RedisServer {

@@ -1,12 +1,12 @@
 //! Everything is in Redis: approvals survive a restart of the actor and of Redis itself, and a
 //! Redis that is down answers `unavailable` without taking the actor down.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::json;
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::ApprovalStatus;
-use toolmesh_testkit::{free_port, wait_until, NatsServer};
+use toolmesh_testkit::{free_port, wait_until, NatsServer, RedisServer};
 
 use crate::support::*;
 
@@ -59,37 +59,6 @@ async fn a_pending_approval_survives_a_redis_restart() {
     proceeded(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
 }
 
-/// A redis-server on a chosen port, started late (testkit's picks its own port at start).
-struct LateRedis(Child);
-
-impl LateRedis {
-    fn start(port: u16) -> LateRedis {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (apt-get install -y redis-server)");
-        LateRedis(child)
-    }
-}
-
-impl Drop for LateRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[actix_rt::test]
 async fn redis_down_at_startup_answers_unavailable_until_it_is_up() {
     let nats = NatsServer::start();
@@ -112,7 +81,7 @@ async fn redis_down_at_startup_answers_unavailable_until_it_is_up() {
     .unwrap();
     assert_eq!(refusal(outcome).0, "unavailable");
 
-    let _redis = LateRedis::start(port);
+    let _redis = RedisServer::start_on(port);
     assert!(
         wait_until(PATIENCE, || async {
             toolmesh_testkit::request_json(&client, "toolmesh.v1.approvals.acme.list", json!({}))
