@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use async_nats::{Client, Message};
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 use tracing::Instrument;
@@ -14,7 +13,7 @@ use tracing::Instrument;
 use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{respond, InFlight, Lifecycle};
+use toolmesh_kernel::host::{respond, CancelWatch, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
 use toolmesh_kernel::tools::{
@@ -393,14 +392,8 @@ impl<'a> Call<'a> {
     ) -> Result<(), ToolError> {
         let core = self.core;
         let mut decided = core.decided.subscribe();
-        let cancel_subject = internal::cancel(&self.ctx.account, &self.ctx.invocation_id);
-        let mut cancels = match core.client.subscribe(cancel_subject).await {
-            Ok(sub) => Some(sub),
-            Err(e) => {
-                tracing::warn!(error = %e, "parked call cannot be cancelled: subscribe failed");
-                None
-            }
-        };
+        let mut cancel =
+            CancelWatch::listen(&core.client, &self.ctx.account, &self.ctx.invocation_id).await;
         let deadline = tokio::time::sleep(wait);
         tokio::pin!(deadline);
         // The first tick is immediate: it covers a decision made before we subscribed.
@@ -418,9 +411,7 @@ impl<'a> Call<'a> {
                 _ = core.lifecycle.drain.cancelled() => {
                     return Err(still_pending(&approval, "the gateway node is shutting down"))
                 }
-                Some(msg) = next_cancel(&mut cancels) => {
-                    let ack = serde_json::to_vec(&CancelAck { cancelled: true }).unwrap_or_default();
-                    respond(&core.client, msg.reply.as_ref(), ack).await;
+                _ = cancel.requested() => {
                     return Err(ToolError::new(
                         ErrorCode::Cancelled,
                         "the call was cancelled while it waited for approval",
@@ -661,13 +652,6 @@ impl<'a> Call<'a> {
 enum Dispatch<'r> {
     Answered(Map<String, Value>),
     Call(&'r RegisteredTool, Value),
-}
-
-async fn next_cancel(sub: &mut Option<async_nats::Subscriber>) -> Option<Message> {
-    match sub {
-        Some(sub) => sub.next().await,
-        None => futures::future::pending().await,
-    }
 }
 
 fn to_value(approval: &ApprovalRequest) -> Value {

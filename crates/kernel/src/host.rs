@@ -12,6 +12,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::ids::{Account, InvocationId};
+use crate::subjects;
+use crate::wire::CancelAck;
+
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
 /// comes up once the server does, and reconnects by itself after a server restart.
 pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
@@ -113,6 +117,52 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
     };
     if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
         tracing::warn!(error = %e, "could not publish a reply");
+    }
+}
+
+/// Makes one running invocation cancellable: listens on
+/// `toolmesh.internal.v1.cancel.<account>.<invocation_id>` until dropped. Whoever runs an
+/// invocation that can take a while (a parked call, a command in a sandbox) holds one; the
+/// gateway's `toolmesh.v1.cancel.<account>` handler asks that subject, and "no responders"
+/// there means nothing of that account runs under that id.
+#[derive(Debug)]
+pub struct CancelWatch {
+    client: Client,
+    subscription: Option<Subscriber>,
+}
+
+impl CancelWatch {
+    /// Starts listening. If the subscription fails the invocation simply cannot be cancelled
+    /// (logged), which is no reason to fail the invocation itself.
+    pub async fn listen(client: &Client, account: &Account, invocation: &InvocationId) -> Self {
+        let subject = subjects::internal::cancel(account, invocation);
+        let subscription = match client.subscribe(subject).await {
+            Ok(sub) => Some(sub),
+            Err(e) => {
+                tracing::warn!(error = %e, "invocation cannot be cancelled: subscribe failed");
+                None
+            }
+        };
+        Self {
+            client: client.clone(),
+            subscription,
+        }
+    }
+
+    /// Resolves when a cancel request arrives, after answering it `{"cancelled": true}`.
+    /// Never resolves when the subscription could not be made.
+    pub async fn requested(&mut self) {
+        let Some(sub) = self.subscription.as_mut() else {
+            return futures::future::pending().await;
+        };
+        match sub.next().await {
+            Some(msg) => {
+                let ack =
+                    serde_json::to_vec(&CancelAck { cancelled: true }).expect("an ack serializes");
+                respond(&self.client, msg.reply.as_ref(), ack).await;
+            }
+            None => futures::future::pending().await,
+        }
     }
 }
 
