@@ -394,6 +394,15 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     // Cancelled through toolmesh.v1.cancel.
     let parked = park("s3", 60, "inv-p3");
     collect(&mut requested, 1, Duration::from_secs(5)).await;
+    // Another account naming the same invocation id reaches nothing.
+    let foreign = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.evil",
+        json!({"invocation_id": "inv-p3"}),
+    )
+    .await;
+    assert_eq!(foreign, json!({"ok": true, "cancelled": false}));
+    assert!(!parked.is_finished(), "a foreign cancel must not end the call");
     let cancel = toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme",
@@ -404,7 +413,7 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     let reply = parked.await.unwrap();
     assert_eq!(reply["error"], "cancelled", "{reply}");
 
-    // Nothing runs under that id any more; other accounts cannot cancel it; bad bodies.
+    // Nothing runs under that id any more; bad bodies.
     let again = toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme",
