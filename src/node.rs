@@ -23,7 +23,7 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 2] = [Role::Gateway, Role::Approval];
+pub const AVAILABLE_ROLES: [Role; 3] = [Role::Gateway, Role::Approval, Role::Workspace];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -60,6 +60,7 @@ fn node_id(config: &NodeConfig) -> anyhow::Result<NodeId> {
 enum RoleHandle {
     Gateway(toolmesh_gateway::GatewayHandle),
     Approval(toolmesh_approval::ApprovalHandle),
+    Workspace(toolmesh_workspace::WorkspaceHandle),
 }
 
 impl RoleHandle {
@@ -67,6 +68,7 @@ impl RoleHandle {
         match self {
             RoleHandle::Gateway(h) => h.stopped().await,
             RoleHandle::Approval(h) => h.stopped().await,
+            RoleHandle::Workspace(h) => h.stopped().await,
         }
     }
 }
@@ -156,6 +158,19 @@ pub async fn run(
                     toolmesh_approval::ApprovalSettings {
                         redis_url: config.redis_url.clone(),
                         config: config.approval.clone(),
+                    },
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?,
+            ),
+            Role::Workspace => RoleHandle::Workspace(
+                toolmesh_workspace::spawn(
+                    nats.clone(),
+                    toolmesh_workspace::WorkspaceSettings {
+                        data_dir: config.data_dir.clone(),
+                        redis_url: config.redis_url.clone(),
+                        budget_chars: config.result_budget_chars,
                     },
                     lifecycle.clone(),
                     state.in_flight.clone(),

@@ -402,7 +402,10 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     )
     .await;
     assert_eq!(foreign, json!({"ok": true, "cancelled": false}));
-    assert!(!parked.is_finished(), "a foreign cancel must not end the call");
+    assert!(
+        !parked.is_finished(),
+        "a foreign cancel must not end the call"
+    );
     let cancel = toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme",

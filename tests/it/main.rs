@@ -5,3 +5,4 @@ mod approvals;
 mod gateway;
 mod node;
 mod support;
+mod workspace;

@@ -7,6 +7,7 @@
 //! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
 //! independent of each other and of the actor framework's future.
 
+pub mod budget;
 pub mod canonical;
 pub mod cluster;
 pub mod config;

@@ -1,0 +1,1259 @@
+//! Confined access to one workspace: every path resolves beneath the root in the kernel.
+//!
+//! Two layers keep a tool inside its workspace:
+//!
+//! 1. [`WorkspacePath::parse`] refuses what is wrong on its face (absolute paths, `..` that
+//!    climbs above the root, NUL bytes) and normalises the rest lexically, so every path handed
+//!    to the file system is relative and free of `.`/`..`.
+//! 2. Every operation goes through the workspace's [`cap_std::fs::Dir`]. cap-std resolves each
+//!    path beneath that directory (`openat2(RESOLVE_BENEATH)` on Linux, a careful component walk
+//!    elsewhere), so a symlink inside the workspace that points out of it — directly, through a
+//!    chain, through a symlinked parent, or one swapped in while an operation runs — is refused
+//!    by the kernel instead of by comparing strings. cap-std reports such a refusal as
+//!    `PermissionDenied` without an OS error number; [`is_escape`] turns it into
+//!    `path_outside_workspace`.
+//!
+//! A consequence of (2): a symlink whose target is absolute is refused even when the target
+//! lies inside the workspace, since a resolution beneath the root never starts at `/`.
+
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::UNIX_EPOCH;
+
+use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
+use cap_std::fs::{Dir, File, Metadata, OpenOptions};
+use globset::{GlobBuilder, GlobMatcher};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
+use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
+
+/// `list_workspace_files` never returns more entries than this (PROTOCOL.md).
+pub const LIST_MAX_RESULTS: u64 = 5000;
+/// A listing stops walking after this many directory entries and answers `truncated`, so a
+/// huge tree costs bounded time and memory (the name sort needs every match in memory).
+pub const LIST_WALK_LIMIT: usize = 100_000;
+/// `workspace_status` samples at most this many directory entries.
+pub const SAMPLE_WALK_LIMIT: usize = 5000;
+/// Longest relative path accepted (Linux `PATH_MAX`); longer ones could never be opened.
+pub const PATH_MAX_BYTES: usize = 4096;
+/// Longest single name accepted (Linux `NAME_MAX`).
+pub const NAME_MAX_BYTES: usize = 255;
+
+/// One session's workspace, opened as a directory capability.
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    dir: cap_std::fs::Dir,
+}
+
+impl Workspace {
+    /// Opens (creating it when missing) the workspace of `(account, session)` under `data_dir`.
+    /// Account and session are validated subject tokens, so the joined path cannot climb.
+    pub fn open(
+        data_dir: &Path,
+        account: &Account,
+        session: &SessionId,
+    ) -> Result<Workspace, ToolError> {
+        let root = data_dir
+            .join("accounts")
+            .join(account.as_str())
+            .join("sessions")
+            .join(session.as_str())
+            .join("workspace");
+        std::fs::create_dir_all(&root).map_err(|e| {
+            ToolError::new(
+                ErrorCode::Internal,
+                format!("cannot create the workspace directory: {e}"),
+            )
+        })?;
+        let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority()).map_err(
+            |e| {
+                ToolError::new(
+                    ErrorCode::Internal,
+                    format!("cannot open the workspace directory: {e}"),
+                )
+            },
+        )?;
+        Ok(Workspace { root, dir })
+    }
+
+    /// The root on the host (for replies and for the search walker).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The capability every access goes through.
+    pub fn dir(&self) -> &cap_std::fs::Dir {
+        &self.dir
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Paths
+
+/// A path inside the workspace: relative, `/`-separated, without `.`, `..` or empty
+/// components. The root is the empty path (shown as `.`).
+///
+/// It remembers the JSON pointer of the argument it came from, so that a later
+/// `invalid_arguments` (say, "is a directory") points at the right member.
+///
+/// Equality and hashing look at the path only, not at the pointer.
+#[derive(Debug, Clone)]
+pub struct WorkspacePath {
+    rel: String,
+    pointer: String,
+}
+
+impl WorkspacePath {
+    /// The workspace root, as named by the argument `field`.
+    pub fn root(field: &str) -> WorkspacePath {
+        WorkspacePath {
+            rel: String::new(),
+            pointer: pointer_of(field),
+        }
+    }
+
+    /// Parses the argument `field` (a JSON pointer without its leading `/`, e.g. `path` or
+    /// `files/3/path`).
+    ///
+    /// Nothing is decoded: `%2e%2e` is a name, a trailing space is part of a name, and `\` is
+    /// an ordinary character (this is a Unix file system).
+    pub fn parse(raw: &str, field: &str) -> Result<WorkspacePath, ToolError> {
+        let pointer = pointer_of(field);
+        if raw.contains('\0') {
+            return Err(ToolError::invalid_argument(
+                &pointer,
+                "contains a NUL byte, which no file name can hold; remove it",
+            ));
+        }
+        if raw.starts_with('/') {
+            return Err(ToolError::new(
+                ErrorCode::PathOutsideWorkspace,
+                format!("'{raw}' is an absolute path; give a path relative to the workspace root"),
+            ));
+        }
+        if raw.len() > PATH_MAX_BYTES {
+            return Err(ToolError::invalid_argument(
+                &pointer,
+                format!(
+                    "is {} bytes long, over the limit of {PATH_MAX_BYTES}; use a shorter path",
+                    raw.len()
+                ),
+            ));
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for part in raw.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    // Lexical: `a/..` is the root again, whatever `a` is on disk. That never
+                    // reaches further than the root, and cap-std confines the result anyway.
+                    if parts.pop().is_none() {
+                        return Err(ToolError::new(
+                            ErrorCode::PathOutsideWorkspace,
+                            format!("'{raw}' climbs above the workspace root with '..'; use a path inside the workspace"),
+                        ));
+                    }
+                }
+                name => {
+                    if name.len() > NAME_MAX_BYTES {
+                        return Err(ToolError::invalid_argument(
+                            &pointer,
+                            format!("has a name of {} bytes, over the limit of {NAME_MAX_BYTES}; use a shorter name", name.len()),
+                        ));
+                    }
+                    parts.push(name);
+                }
+            }
+        }
+        Ok(WorkspacePath {
+            rel: parts.join("/"),
+            pointer,
+        })
+    }
+
+    /// The path to hand to the workspace's `Dir` (`.` for the root).
+    pub fn as_path(&self) -> &Path {
+        if self.rel.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(&self.rel)
+        }
+    }
+
+    /// The relative path, `/`-separated; empty for the root.
+    pub fn as_str(&self) -> &str {
+        &self.rel
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.rel.is_empty()
+    }
+
+    /// The path as replies show it: relative, `/`-separated, `.` for the root.
+    pub fn display(&self) -> String {
+        if self.rel.is_empty() {
+            ".".to_owned()
+        } else {
+            self.rel.clone()
+        }
+    }
+
+    /// The JSON pointer of the argument this path came from (e.g. `/path`).
+    pub fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
+    /// The last component; `None` for the root.
+    pub fn file_name(&self) -> Option<&str> {
+        if self.rel.is_empty() {
+            None
+        } else {
+            self.rel.rsplit('/').next()
+        }
+    }
+
+    /// The containing directory; `None` for the root.
+    pub fn parent(&self) -> Option<WorkspacePath> {
+        if self.rel.is_empty() {
+            return None;
+        }
+        let rel = match self.rel.rfind('/') {
+            Some(i) => self.rel[..i].to_owned(),
+            None => String::new(),
+        };
+        Some(WorkspacePath {
+            rel,
+            pointer: self.pointer.clone(),
+        })
+    }
+
+    /// Every proper ancestor below the root, outermost first (`a`, `a/b` for `a/b/c`).
+    fn ancestors(&self) -> impl Iterator<Item = &str> {
+        self.rel.match_indices('/').map(|(i, _)| &self.rel[..i])
+    }
+
+    /// `self/name` (`name` is one component read from a directory).
+    fn child(&self, name: &str) -> WorkspacePath {
+        WorkspacePath {
+            rel: join(&self.rel, name),
+            pointer: self.pointer.clone(),
+        }
+    }
+}
+
+impl PartialEq for WorkspacePath {
+    fn eq(&self, other: &Self) -> bool {
+        self.rel == other.rel
+    }
+}
+
+impl Eq for WorkspacePath {}
+
+impl std::hash::Hash for WorkspacePath {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.rel.hash(state);
+    }
+}
+
+impl fmt::Display for WorkspacePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.rel.is_empty() { "." } else { &self.rel })
+    }
+}
+
+fn pointer_of(field: &str) -> String {
+    if field.starts_with('/') {
+        field.to_owned()
+    } else {
+        format!("/{field}")
+    }
+}
+
+fn join(base: &str, name: &str) -> String {
+    if base.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{base}/{name}")
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Errors
+
+/// Whether cap-std refused `err` because the path led outside the directory.
+///
+/// cap-std builds that error itself (`PermissionDenied`, "a path led outside of the
+/// filesystem"), also from the kernel's `EXDEV` under `RESOLVE_BENEATH`; a real `EACCES` from
+/// the kernel always carries its OS error number, which tells the two apart.
+pub fn is_escape(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied && err.raw_os_error().is_none()
+}
+
+fn outside(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        ErrorCode::PathOutsideWorkspace,
+        format!("'{path}' leads outside the workspace through a symbolic link; use a path inside the workspace"),
+    )
+}
+
+fn not_found(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotFound,
+        format!("'{path}' does not exist in the workspace; list_workspace_files shows what does"),
+    )
+}
+
+fn is_a_directory(path: &WorkspacePath) -> ToolError {
+    ToolError::invalid_argument(
+        path.pointer(),
+        format!("'{path}' is a directory, not a file; name a file inside it"),
+    )
+}
+
+fn internal(op: &str, path: &WorkspacePath, err: &io::Error) -> ToolError {
+    tracing::error!(operation = op, path = %path, error = %err, "workspace file operation failed");
+    ToolError::internal(format!(
+        "could not {op} '{path}' ({err}); the workspace actor's log has the details"
+    ))
+}
+
+/// The PROTOCOL.md code of an io error met while doing `op` on `path`.
+fn map_io(op: &str, path: &WorkspacePath, err: io::Error) -> ToolError {
+    if is_escape(&err) {
+        return outside(path);
+    }
+    match err.kind() {
+        io::ErrorKind::NotFound => not_found(path),
+        // `a/b` where `a` is a file: there is no such path.
+        io::ErrorKind::NotADirectory => ToolError::new(
+            ErrorCode::NotFound,
+            format!("'{path}' does not exist: one of its parents is a file, not a directory"),
+        ),
+        // `ErrorKind::FilesystemLoop` is not stable yet; its name is the only portable handle.
+        kind if format!("{kind:?}") == "FilesystemLoop" => ToolError::invalid_argument(
+            path.pointer(),
+            format!("'{path}' goes through a loop of symbolic links; fix or delete the links"),
+        ),
+        _ => internal(op, path, &err),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Types
+
+/// What a directory entry is. Anything that is neither a directory nor a symlink (FIFOs,
+/// sockets, devices as well as regular files) counts as `file`, the closed list of PROTOCOL.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryType {
+    File,
+    Dir,
+    Symlink,
+}
+
+impl EntryType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryType::File => "file",
+            EntryType::Dir => "dir",
+            EntryType::Symlink => "symlink",
+        }
+    }
+
+    fn of(file_type: cap_std::fs::FileType) -> EntryType {
+        if file_type.is_symlink() {
+            EntryType::Symlink
+        } else if file_type.is_dir() {
+            EntryType::Dir
+        } else {
+            EntryType::File
+        }
+    }
+}
+
+impl fmt::Display for EntryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Size and time of a path (symlinks followed, beneath the root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stat {
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    /// Bytes.
+    pub len: u64,
+    /// Last modification, nanoseconds since the Unix epoch (negative before it).
+    pub mtime_ns: i64,
+}
+
+/// One entry of `list_workspace_files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    /// The last component.
+    pub name: String,
+    /// Relative to the workspace root.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    /// Bytes; for a symlink, the size of the link itself (it is never followed).
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+/// The result of [`list`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListOutcome {
+    pub entries: Vec<Entry>,
+    /// More entries matched than were returned, or the walk stopped at [`LIST_WALK_LIMIT`].
+    pub truncated: bool,
+    /// Directories that matched the walk but could not be opened (their contents are
+    /// missing from `entries`); never silently skipped, absent from JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// The result of [`write_atomic`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WriteOutcome {
+    /// No file was there before.
+    pub created: bool,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// One file written by [`write_batch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrittenFile {
+    pub path: String,
+    pub created: bool,
+    pub bytes: u64,
+}
+
+/// The result of [`delete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeleteOutcome {
+    /// What was removed; a symlink is removed as a link.
+    pub kind: EntryType,
+}
+
+fn mtime_ns(meta: &Metadata) -> i64 {
+    let Ok(modified) = meta.modified() else {
+        return 0;
+    };
+    match modified.into_std().duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Reading
+
+/// Metadata of `path`, symlinks followed beneath the root.
+pub fn metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ToolError> {
+    ws.dir()
+        .metadata(path.as_path())
+        .map_err(|e| map_io("inspect", path, e))
+}
+
+/// Metadata of `path` itself: a final symlink is described, not followed.
+pub fn symlink_metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ToolError> {
+    ws.dir()
+        .symlink_metadata(path.as_path())
+        .map_err(|e| map_io("inspect", path, e))
+}
+
+/// Type, size and mtime of `path`, symlinks followed beneath the root.
+pub fn stat(ws: &Workspace, path: &WorkspacePath) -> Result<Stat, ToolError> {
+    let meta = metadata(ws, path)?;
+    Ok(Stat {
+        kind: EntryType::of(meta.file_type()),
+        len: meta.len(),
+        mtime_ns: mtime_ns(&meta),
+    })
+}
+
+/// Opens a regular file for reading (a directory is `invalid_arguments`, and so is a FIFO,
+/// socket or device). For other modules that read through the capability (search, lint).
+pub fn open_file(ws: &Workspace, path: &WorkspacePath) -> Result<File, ToolError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    // A FIFO opened for reading blocks until a writer comes; non-blocking open returns at
+    // once and the type check below refuses it. On a regular file the flag changes nothing.
+    options.nonblock(true);
+    let file = ws
+        .dir()
+        .open_with(path.as_path(), &options)
+        .map_err(|e| map_io("open", path, e))?;
+    let meta = file.metadata().map_err(|e| internal("inspect", path, &e))?;
+    if meta.is_dir() {
+        return Err(is_a_directory(path));
+    }
+    if !meta.is_file() {
+        return Err(ToolError::invalid_argument(
+            path.pointer(),
+            format!("'{path}' is not a regular file (a FIFO, socket or device); only regular files can be read"),
+        ));
+    }
+    Ok(file)
+}
+
+/// The whole file; over `max_bytes` it is `file_too_large` (checked before reading, and again
+/// while reading in case the file grows).
+pub fn read(ws: &Workspace, path: &WorkspacePath, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+    let file = open_file(ws, path)?;
+    let len = file
+        .metadata()
+        .map_err(|e| internal("inspect", path, &e))?
+        .len();
+    let too_large = |size: u64| {
+        ToolError::new(
+            ErrorCode::FileTooLarge,
+            format!(
+                "'{path}' is {size} bytes, over the limit of {max_bytes} bytes for this operation"
+            ),
+        )
+    };
+    if len > max_bytes {
+        return Err(too_large(len));
+    }
+    let bytes = read_up_to(file, path, max_bytes.saturating_add(1), len)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// At most the first `max_bytes` of the file, whatever its size (for ranged reads of big
+/// files). Directories and special files are refused as in [`open_file`].
+pub fn read_prefix(
+    ws: &Workspace,
+    path: &WorkspacePath,
+    max_bytes: u64,
+) -> Result<Vec<u8>, ToolError> {
+    let file = open_file(ws, path)?;
+    let len = file
+        .metadata()
+        .map_err(|e| internal("inspect", path, &e))?
+        .len();
+    read_up_to(file, path, max_bytes, len)
+}
+
+fn read_up_to(
+    file: File,
+    path: &WorkspacePath,
+    limit: u64,
+    hint: u64,
+) -> Result<Vec<u8>, ToolError> {
+    let capacity = usize::try_from(hint.min(limit)).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(capacity);
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| internal("read", path, &e))?;
+    Ok(bytes)
+}
+
+/// Hex sha256 of `bytes` (the read state compares files by it).
+pub fn sha256_of(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
+        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+    }
+    hex
+}
+
+// ------------------------------------------------------------------------------------------
+// Writing
+
+/// Where a checked write will land.
+#[derive(Debug)]
+struct WritePlan {
+    /// The requested path, or the file a final in-workspace symlink leads to.
+    target: WorkspacePath,
+}
+
+/// Points in a write where the test suite swaps directories for symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Parent directories exist; the parent is not open yet.
+    ParentsCreated,
+    /// The parent is open; the temp file is not created yet.
+    ParentOpened,
+}
+
+/// Checks everything a write of `path` can be refused for, without changing anything:
+/// escapes, a parent that is a file, a target that is a directory, `already_exists`.
+fn plan_write(
+    ws: &Workspace,
+    path: &WorkspacePath,
+    overwrite: bool,
+) -> Result<WritePlan, ToolError> {
+    if path.is_root() {
+        return Err(ToolError::invalid_argument(
+            path.pointer(),
+            "names the workspace root, which is a directory; name a file",
+        ));
+    }
+    // Walk the parents top-down until one is missing (the write creates the rest).
+    for ancestor in path.ancestors() {
+        match ws.dir().metadata(ancestor) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(parent_is_file(path, ancestor)),
+            Err(e) if is_escape(&e) => return Err(outside(path)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+            Err(e) => return Err(internal("inspect a parent of", path, &e)),
+        }
+    }
+    match ws.dir().symlink_metadata(path.as_path()) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(WritePlan {
+            target: path.clone(),
+        }),
+        Err(e) => Err(map_io("inspect", path, e)),
+        Ok(_) if !overwrite => Err(exists(path)),
+        Ok(meta) if meta.is_dir() => Err(is_a_directory(path)),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            // Write through the link (so `README.md -> docs/README.md` stays a link), but only
+            // to a file beneath the root: cap-std's canonicalize resolves beneath it too.
+            let resolved = ws.dir().canonicalize(path.as_path()).map_err(|e| {
+                if is_escape(&e) {
+                    outside(path)
+                } else if e.kind() == io::ErrorKind::NotFound {
+                    ToolError::invalid_argument(
+                        path.pointer(),
+                        format!("'{path}' is a symbolic link to a missing file; delete the link or write to its target"),
+                    )
+                } else {
+                    internal("resolve the symbolic link", path, &e)
+                }
+            })?;
+            let Some(resolved) = resolved.to_str() else {
+                return Err(internal(
+                    "resolve the symbolic link",
+                    path,
+                    &io::Error::other("its target is not UTF-8"),
+                ));
+            };
+            let target = WorkspacePath::parse(resolved, path.pointer())?;
+            match ws.dir().metadata(target.as_path()) {
+                Ok(meta) if meta.is_dir() => Err(is_a_directory(path)),
+                Ok(_) => Ok(WritePlan { target }),
+                Err(e) => Err(map_io("inspect", path, e)),
+            }
+        }
+        Ok(_) => Ok(WritePlan {
+            target: path.clone(),
+        }),
+    }
+}
+
+fn exists(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        ErrorCode::AlreadyExists,
+        format!("'{path}' already exists; pass overwrite: true to replace it"),
+    )
+}
+
+fn parent_is_file(path: &WorkspacePath, ancestor: &str) -> ToolError {
+    ToolError::invalid_argument(
+        path.pointer(),
+        format!(
+            "'{ancestor}' is a file, so '{path}' cannot be created beneath it; pick another path"
+        ),
+    )
+}
+
+/// Writes `bytes` to `path` atomically: parent directories are created, the bytes go to a
+/// temp file in the same directory, which is fsynced and then renamed over the target (or,
+/// with `overwrite == false`, hard-linked to it, which fails if the target appeared in the
+/// meantime). Readers see the old file or the new one, never a part; the temp file is removed
+/// on failure. A final symlink inside the workspace is written through; the permissions of
+/// a replaced file are kept.
+pub fn write_atomic(
+    ws: &Workspace,
+    path: &WorkspacePath,
+    bytes: &[u8],
+    overwrite: bool,
+) -> Result<WriteOutcome, ToolError> {
+    let plan = plan_write(ws, path, overwrite)?;
+    commit(ws, path, &plan, bytes, overwrite, &mut |_| {})
+}
+
+/// Writes several files. All paths are checked first ([`write_atomic`]'s refusals, plus a
+/// path named twice or a path that is a parent of another): one bad path writes nothing.
+/// Then each file is written atomically, in order.
+///
+/// If a write fails midway (the disk fills, the tree changed under us), the batch stops there:
+/// the files before it stay written, the rest are not attempted, and the error (the failing
+/// write's code) carries `written` (the paths written), `failed_index` and `failed_path`.
+/// The caller truncates to 100 files before calling.
+pub fn write_batch(
+    ws: &Workspace,
+    files: &[(WorkspacePath, String)],
+    overwrite: bool,
+) -> Result<Vec<WrittenFile>, ToolError> {
+    write_batch_with(ws, files, overwrite, &mut |_| {})
+}
+
+/// [`write_batch`] with `before` run ahead of each file's write (tests only).
+fn write_batch_with(
+    ws: &Workspace,
+    files: &[(WorkspacePath, String)],
+    overwrite: bool,
+    before: &mut dyn FnMut(usize),
+) -> Result<Vec<WrittenFile>, ToolError> {
+    let mut seen: HashSet<&str> = HashSet::with_capacity(files.len());
+    for (path, _) in files {
+        if !seen.insert(path.as_str()) {
+            return Err(ToolError::invalid_argument(
+                path.pointer(),
+                format!("'{path}' is named twice in this batch; give each file once"),
+            ));
+        }
+    }
+    for (path, _) in files {
+        if let Some(ancestor) = path.ancestors().find(|a| seen.contains(a)) {
+            return Err(ToolError::invalid_argument(
+                path.pointer(),
+                format!("'{ancestor}' is written as a file in this batch, so '{path}' cannot be created beneath it"),
+            ));
+        }
+    }
+    let plans = files
+        .iter()
+        .map(|(path, _)| plan_write(ws, path, overwrite))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut written = Vec::with_capacity(files.len());
+    for (index, ((path, content), plan)) in files.iter().zip(&plans).enumerate() {
+        before(index);
+        match commit(ws, path, plan, content.as_bytes(), overwrite, &mut |_| {}) {
+            Ok(outcome) => written.push(WrittenFile {
+                path: path.display(),
+                created: outcome.created,
+                bytes: outcome.bytes,
+            }),
+            Err(mut err) => {
+                err.message = format!(
+                    "{} ({} of {} files were written before it; the rest were not attempted)",
+                    err.message,
+                    written.len(),
+                    files.len()
+                );
+                let paths: Vec<String> = written.into_iter().map(|w| w.path).collect();
+                return Err(err
+                    .with("written", paths)
+                    .with("failed_index", index)
+                    .with("failed_path", path.display()));
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Performs a planned write. `requested` names the file in messages; `hook` runs between the
+/// steps where a concurrent swap matters (tests only).
+fn commit(
+    ws: &Workspace,
+    requested: &WorkspacePath,
+    plan: &WritePlan,
+    bytes: &[u8],
+    overwrite: bool,
+    hook: &mut dyn FnMut(Stage),
+) -> Result<WriteOutcome, ToolError> {
+    let target = &plan.target;
+    let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
+        return Err(ToolError::invalid_argument(
+            requested.pointer(),
+            "names the workspace root, which is a directory; name a file",
+        ));
+    };
+    if !parent.is_root() {
+        ws.dir().create_dir_all(parent.as_path()).map_err(|e| {
+            if is_escape(&e) {
+                outside(requested)
+            } else if matches!(
+                e.kind(),
+                io::ErrorKind::NotADirectory | io::ErrorKind::AlreadyExists
+            ) {
+                parent_is_file(requested, parent.as_str())
+            } else {
+                internal("create the parent directories of", requested, &e)
+            }
+        })?;
+    }
+    hook(Stage::ParentsCreated);
+    // From here on the parent is held open: a parent swapped for a symlink after this point
+    // cannot redirect the write, and one swapped before it is refused by this open.
+    let opened;
+    let dir: &Dir = if parent.is_root() {
+        ws.dir()
+    } else {
+        opened = ws.dir().open_dir(parent.as_path()).map_err(|e| {
+            if is_escape(&e) {
+                outside(requested)
+            } else if e.kind() == io::ErrorKind::NotADirectory {
+                parent_is_file(requested, parent.as_str())
+            } else {
+                map_io("open the parent directory of", requested, e)
+            }
+        })?;
+        &opened
+    };
+    hook(Stage::ParentOpened);
+
+    let previous = match dir.symlink_metadata(name) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(internal("inspect", requested, &e)),
+    };
+    if let Some(meta) = &previous {
+        if meta.is_dir() {
+            return Err(is_a_directory(requested));
+        }
+        if !overwrite {
+            return Err(exists(requested));
+        }
+    }
+    let (temp_name, mut temp) =
+        create_temp(dir).map_err(|e| internal("create a temporary file for", requested, &e))?;
+    let cleanup = |dir: &Dir| {
+        if let Err(e) = dir.remove_file(&temp_name) {
+            tracing::warn!(temp = %temp_name, error = %e, "could not remove a temporary file");
+        }
+    };
+    let written = (|| {
+        temp.write_all(bytes)?;
+        if let Some(meta) = previous.as_ref().filter(|m| m.is_file()) {
+            temp.set_permissions(meta.permissions())?;
+        }
+        // Durable before it becomes visible: after a crash the target is the old file or the
+        // whole new one.
+        temp.sync_all()
+    })();
+    drop(temp);
+    if let Err(e) = written {
+        cleanup(dir);
+        return Err(internal("write", requested, &e));
+    }
+    if overwrite {
+        if let Err(e) = dir.rename(&temp_name, dir, name) {
+            cleanup(dir);
+            return Err(match e.kind() {
+                io::ErrorKind::IsADirectory => is_a_directory(requested),
+                _ => internal("replace", requested, &e),
+            });
+        }
+    } else {
+        // link(2) fails if the name exists: no check-then-rename race can clobber a file
+        // that appeared since the check above.
+        match dir.hard_link(&temp_name, dir, name) {
+            Ok(()) => cleanup(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                cleanup(dir);
+                return Err(exists(requested));
+            }
+            // A file system without hard links (EPERM/ENOTSUP): check, then rename. Only a
+            // file created in the instant between the two could be replaced.
+            Err(e)
+                if e.kind() == io::ErrorKind::Unsupported
+                    || (e.kind() == io::ErrorKind::PermissionDenied && !is_escape(&e)) =>
+            {
+                let renamed = match dir.symlink_metadata(name) {
+                    Ok(_) => Err(exists(requested)),
+                    Err(_) => dir
+                        .rename(&temp_name, dir, name)
+                        .map_err(|e| internal("create", requested, &e)),
+                };
+                if let Err(err) = renamed {
+                    cleanup(dir);
+                    return Err(err);
+                }
+            }
+            Err(e) => {
+                cleanup(dir);
+                return Err(internal("create", requested, &e));
+            }
+        }
+    }
+    // Persist the directory entry too; failing that only weakens crash durability.
+    if let Ok(handle) = dir.open(".") {
+        let _ = handle.sync_all();
+    }
+    Ok(WriteOutcome {
+        created: previous.is_none(),
+        bytes: bytes.len() as u64,
+    })
+}
+
+/// A new, empty temp file in `dir` (hidden, short name so that a 255-byte target name still
+/// fits).
+fn create_temp(dir: &Dir) -> io::Result<(String, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    let mut last = None;
+    for _ in 0..16 {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!(".toolmesh-tmp-{}-{n}-{nanos:x}", std::process::id());
+        match dir.open_with(&name, &options) {
+            Ok(file) => return Ok((name, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+}
+
+// ------------------------------------------------------------------------------------------
+// Deleting
+
+/// Deletes a file, an empty directory or a symlink (as a link: its target is untouched, even
+/// outside the workspace). The root is `invalid_arguments`; a non-empty directory is
+/// `directory_not_empty`.
+pub fn delete(ws: &Workspace, path: &WorkspacePath) -> Result<DeleteOutcome, ToolError> {
+    if path.is_root() {
+        return Err(ToolError::invalid_argument(
+            path.pointer(),
+            "names the workspace root, which cannot be deleted; delete the files inside it instead",
+        ));
+    }
+    let meta = symlink_metadata(ws, path)?;
+    let kind = EntryType::of(meta.file_type());
+    let removed = match kind {
+        // unlinkat on the final component: the link goes, its target stays.
+        EntryType::Symlink => ws.dir().remove_file_or_symlink(path.as_path()),
+        EntryType::Dir => ws.dir().remove_dir(path.as_path()),
+        EntryType::File => ws.dir().remove_file(path.as_path()),
+    };
+    removed.map_err(|e| match e.kind() {
+        io::ErrorKind::DirectoryNotEmpty => ToolError::new(
+            ErrorCode::DirectoryNotEmpty,
+            format!("'{path}' is a directory that is not empty; delete what is inside it first"),
+        ),
+        // The entry changed type between the check and the removal.
+        io::ErrorKind::IsADirectory | io::ErrorKind::NotADirectory => ToolError::new(
+            ErrorCode::Conflict,
+            format!("'{path}' changed while it was being deleted; try again"),
+        ),
+        _ => map_io("delete", path, e),
+    })?;
+    Ok(DeleteOutcome { kind })
+}
+
+// ------------------------------------------------------------------------------------------
+// Listing
+
+/// Lists `args.path` (a directory).
+///
+/// * `glob` matches the path relative to the listed directory; `*` stays within one
+///   component, `**` crosses directories. Without `recursive`, a glob still reaches as deep as
+///   it can match: one level per `/` in it, every level when it holds `**`.
+/// * Symlinked directories are listed as `symlink` and never descended into.
+/// * `max_results` is clamped to [`LIST_MAX_RESULTS`]; `name` sorts ascending by path, `mtime`
+///   and `size` descending (ties by path).
+pub fn list(ws: &Workspace, args: &ListWorkspaceFilesArgs) -> Result<ListOutcome, ToolError> {
+    let listed = WorkspacePath::parse(&args.path, "path")?;
+    let matcher = match &args.glob {
+        Some(glob) if !glob.is_empty() => Some(compile_glob(glob)?),
+        _ => None,
+    };
+    let max_depth = match &args.glob {
+        _ if args.recursive => usize::MAX,
+        Some(glob) if glob.contains("**") => usize::MAX,
+        Some(glob) => 1 + glob.matches('/').count(),
+        None => 1,
+    };
+    let max_results = usize::try_from(args.max_results.min(LIST_MAX_RESULTS)).unwrap_or(usize::MAX);
+
+    let top = ws
+        .dir()
+        .open_dir(listed.as_path())
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotADirectory => ToolError::invalid_argument(
+                listed.pointer(),
+                format!("'{listed}' is a file, not a directory; read it with read_workspace_file"),
+            ),
+            _ => map_io("list", &listed, e),
+        })?;
+
+    let mut entries = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut visited = 0usize;
+    let mut walk_cut = false;
+    // Breadth-first over open directory handles: each level is read through the handle of its
+    // parent, so nothing is resolved by path again below the top.
+    let mut queue: VecDeque<(Dir, String, usize)> = VecDeque::from([(top, String::new(), 1)]);
+    'walk: while let Some((dir, rel, depth)) = queue.pop_front() {
+        let here = listed.child_or_self(&rel);
+        let read = match dir.entries() {
+            Ok(read) => read,
+            Err(e) if rel.is_empty() => return Err(map_io("list", &here, e)),
+            Err(e) => {
+                tracing::warn!(path = %here, error = %e, "directory unreadable while listing");
+                unreadable.push(here.display());
+                continue;
+            }
+        };
+        for item in read {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    unreadable.push(here.display());
+                    tracing::warn!(path = %here, error = %e, "directory entry unreadable while listing");
+                    continue;
+                }
+            };
+            visited += 1;
+            if visited > LIST_WALK_LIMIT {
+                walk_cut = true;
+                break 'walk;
+            }
+            let os_name = item.file_name();
+            let name = os_name.to_string_lossy().into_owned();
+            let entry_rel = join(&rel, &name);
+            let Ok(meta) = item.metadata() else {
+                // Removed between readdir and stat: it no longer exists.
+                continue;
+            };
+            let kind = EntryType::of(meta.file_type());
+            if kind == EntryType::Dir && depth < max_depth {
+                match dir.open_dir_nofollow(&os_name) {
+                    Ok(child) => queue.push_back((child, entry_rel.clone(), depth + 1)),
+                    Err(e) => {
+                        tracing::warn!(path = %listed.child_or_self(&entry_rel), error = %e, "directory unreadable while listing");
+                        unreadable.push(listed.child_or_self(&entry_rel).display());
+                    }
+                }
+            }
+            if kind == EntryType::Dir && !args.include_dirs {
+                continue;
+            }
+            if let Some(matcher) = &matcher {
+                if !matcher.is_match(&entry_rel) {
+                    continue;
+                }
+            }
+            entries.push(Entry {
+                name,
+                path: listed.child_or_self(&entry_rel).display(),
+                kind,
+                size: meta.len(),
+                mtime_ns: mtime_ns(&meta),
+            });
+        }
+    }
+
+    match args.sort_by {
+        SortBy::Name => entries.sort_by(|a, b| a.path.cmp(&b.path)),
+        SortBy::Mtime => entries.sort_by(|a, b| {
+            b.mtime_ns
+                .cmp(&a.mtime_ns)
+                .then_with(|| a.path.cmp(&b.path))
+        }),
+        SortBy::Size => {
+            entries.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path)))
+        }
+    }
+    let truncated = walk_cut || entries.len() > max_results;
+    entries.truncate(max_results);
+    unreadable.sort();
+    unreadable.dedup();
+    Ok(ListOutcome {
+        entries,
+        truncated,
+        unreadable,
+    })
+}
+
+impl WorkspacePath {
+    /// `self/rel`, or `self` when `rel` is empty.
+    fn child_or_self(&self, rel: &str) -> WorkspacePath {
+        if rel.is_empty() {
+            self.clone()
+        } else {
+            self.child(rel)
+        }
+    }
+}
+
+fn compile_glob(glob: &str) -> Result<GlobMatcher, ToolError> {
+    GlobBuilder::new(glob)
+        // `*` stays within one component; only `**` crosses directories.
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            ToolError::invalid_argument("/glob", format!("is not a valid glob: {}", e.kind()))
+        })
+}
+
+/// Up to `limit` relative paths of regular files, breadth-first (top-level files first), names
+/// sorted within each directory, and how many files the bounded walk saw
+/// (`file_count_sampled`). The walk stops after [`SAMPLE_WALK_LIMIT`] entries and never
+/// follows symlinks.
+pub fn sample(ws: &Workspace, limit: usize) -> Result<(Vec<String>, usize), ToolError> {
+    let root = WorkspacePath::root("path");
+    let top = ws
+        .dir()
+        .open_dir(".")
+        .map_err(|e| map_io("list", &root, e))?;
+    let mut files = Vec::new();
+    let mut count = 0usize;
+    let mut visited = 0usize;
+    let mut queue: VecDeque<(Dir, String)> = VecDeque::from([(top, String::new())]);
+    'walk: while let Some((dir, rel)) = queue.pop_front() {
+        let Ok(read) = dir.entries() else {
+            continue;
+        };
+        let mut items: Vec<_> = read
+            .filter_map(Result::ok)
+            .filter_map(|item| Some((item.file_name(), item.file_type().ok()?)))
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        for (os_name, file_type) in items {
+            visited += 1;
+            if visited > SAMPLE_WALK_LIMIT {
+                break 'walk;
+            }
+            let entry_rel = join(&rel, &os_name.to_string_lossy());
+            if file_type.is_dir() {
+                if let Ok(child) = dir.open_dir_nofollow(&os_name) {
+                    queue.push_back((child, entry_rel));
+                }
+            } else if file_type.is_file() {
+                count += 1;
+                if files.len() < limit {
+                    files.push(entry_rel);
+                }
+            }
+        }
+    }
+    Ok((files, count))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Swaps a parent directory for a symlink at the two points of a write where a race could
+    //! matter; only here can the swap be timed exactly.
+
+    use super::*;
+
+    fn fixture() -> (tempfile::TempDir, Workspace, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let account = Account::parse("acme").unwrap();
+        let session = SessionId::parse("s1").unwrap();
+        let ws = Workspace::open(tmp.path(), &account, &session).unwrap();
+        let outside = ws.root().parent().unwrap().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        (tmp, ws, outside)
+    }
+
+    fn swap_for_link(ws: &Workspace, outside: &Path) {
+        let a = ws.root().join("a");
+        std::fs::rename(&a, ws.root().join("a_moved")).unwrap();
+        std::os::unix::fs::symlink(outside, &a).unwrap();
+    }
+
+    fn write_hooked(
+        ws: &Workspace,
+        path: &str,
+        at: Stage,
+        outside: &Path,
+    ) -> Result<WriteOutcome, ToolError> {
+        let path = WorkspacePath::parse(path, "path").unwrap();
+        let plan = plan_write(ws, &path, true)?;
+        commit(ws, &path, &plan, b"payload", true, &mut |stage| {
+            if stage == at {
+                swap_for_link(ws, outside);
+            }
+        })
+    }
+
+    #[test]
+    fn a_parent_swapped_for_a_symlink_before_it_is_opened_is_refused() {
+        let (_tmp, ws, outside) = fixture();
+        let err = write_hooked(&ws, "a/b/f.txt", Stage::ParentsCreated, &outside).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{err:?}");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing written outside"
+        );
+    }
+
+    #[test]
+    fn a_parent_swapped_after_it_is_opened_keeps_the_write_in_the_original_directory() {
+        let (_tmp, ws, outside) = fixture();
+        write_hooked(&ws, "a/f.txt", Stage::ParentOpened, &outside).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing written outside"
+        );
+        assert_eq!(
+            std::fs::read(ws.root().join("a_moved/f.txt")).unwrap(),
+            b"payload"
+        );
+    }
+
+    #[test]
+    fn a_batch_that_fails_midway_stops_and_names_what_was_written() {
+        let (_tmp, ws, _outside) = fixture();
+        let files: Vec<(WorkspacePath, String)> =
+            ["one.txt", "two.txt", "sub/three.txt", "four.txt"]
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    (
+                        WorkspacePath::parse(p, &format!("files/{i}/path")).unwrap(),
+                        format!("{i}"),
+                    )
+                })
+                .collect();
+        // After the checks passed, `sub` turns into a file: the third write cannot happen.
+        let err = write_batch_with(&ws, &files, true, &mut |index| {
+            if index == 2 {
+                std::fs::write(ws.root().join("sub"), "in the way").unwrap();
+            }
+        })
+        .unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArguments, "{err:?}");
+        assert_eq!(
+            err.details["written"],
+            serde_json::json!(["one.txt", "two.txt"])
+        );
+        assert_eq!(err.details["failed_index"], 2);
+        assert_eq!(err.details["failed_path"], "sub/three.txt");
+        assert!(
+            err.message.contains("2 of 4 files were written"),
+            "{}",
+            err.message
+        );
+        assert!(ws.root().join("two.txt").exists());
+        assert!(
+            !ws.root().join("four.txt").exists(),
+            "nothing after the failure is attempted"
+        );
+    }
+
+    #[test]
+    fn paths_normalise() {
+        let p = WorkspacePath::parse("a/./b//c/", "path").unwrap();
+        assert_eq!(p.as_str(), "a/b/c");
+        assert_eq!(p.parent().unwrap().as_str(), "a/b");
+        assert_eq!(p.file_name(), Some("c"));
+        assert_eq!(p.ancestors().collect::<Vec<_>>(), ["a", "a/b"]);
+        assert_eq!(WorkspacePath::parse("x/..", "path").unwrap().display(), ".");
+    }
+}

@@ -1,0 +1,85 @@
+//! toolmesh-workspace: the workspace actor. It owns the files of each `(account, session)`
+//! under `$TOOLMESH_DATA_DIR/accounts/<account>/sessions/<session_id>/workspace/` and serves
+//! the workspace tools of PROTOCOL.md over `toolmesh.internal.v1.run.workspace`.
+//!
+//! Architecture invariant: every file access goes through [`confine::Workspace`], which
+//! resolves paths beneath the workspace root in the kernel (cap-std, openat2
+//! `RESOLVE_BENEATH` on Linux), never by comparing strings.
+
+pub mod confine;
+pub mod edit;
+mod keeper;
+pub mod lint;
+pub mod readstate;
+pub mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::StreamExt;
+use tokio::sync::oneshot;
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::Role;
+
+/// What the workspace actor needs besides NATS.
+#[derive(Debug, Clone)]
+pub struct WorkspaceSettings {
+    /// `TOOLMESH_DATA_DIR`: workspaces live under `accounts/<a>/sessions/<s>/workspace`.
+    pub data_dir: PathBuf,
+    /// `TOOLMESH_REDIS_URL`: the shared read state.
+    pub redis_url: String,
+    /// `TOOLMESH_RESULT_BUDGET_CHARS`.
+    pub budget_chars: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceStartError {
+    #[error("TOOLMESH_REDIS_URL is not a valid Redis URL: {0}")]
+    RedisUrl(#[source] redis::RedisError),
+    #[error("cannot subscribe to the workspace subject: {0}")]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error("the NATS server did not confirm the subscription: {0}")]
+    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+}
+
+/// A running workspace actor; [`WorkspaceHandle::stopped`] resolves once it drained.
+#[derive(Debug)]
+pub struct WorkspaceHandle {
+    stopped: oneshot::Receiver<()>,
+}
+
+impl WorkspaceHandle {
+    pub async fn stopped(self) {
+        let _ = self.stopped.await;
+    }
+}
+
+/// Starts the workspace actor (inside an actix `System`); returns once it is subscribed.
+pub async fn spawn(
+    client: async_nats::Client,
+    settings: WorkspaceSettings,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+) -> Result<WorkspaceHandle, WorkspaceStartError> {
+    let read_state =
+        readstate::ReadState::new(&settings.redis_url).map_err(WorkspaceStartError::RedisUrl)?;
+    let service = Arc::new(tools::WorkspaceService {
+        data_dir: settings.data_dir,
+        read_state,
+        budget_chars: settings.budget_chars,
+    });
+    let calls = client
+        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
+        .await?;
+    confirm_subscriptions(&client).await?;
+    let (stopped_tx, stopped) = oneshot::channel();
+    let drain = lifecycle.drain.clone();
+    keeper::WorkspaceKeeper::create(move |ctx| {
+        ctx.add_stream(drainable(calls, drain).map(keeper::RunRequested));
+        keeper::WorkspaceKeeper::new(client, service, in_flight, stopped_tx)
+    });
+    Ok(WorkspaceHandle { stopped })
+}
+pub mod search;

@@ -1,0 +1,189 @@
+//! Read state shared by every workspace node, in Redis: which files a session has read (or
+//! written), with the sha256 of the content it saw, so that an edit served by any node can
+//! refuse `file_not_read` and `conflict`. Plus a per-file lock that makes "check, then write"
+//! one step among toolmesh writers, so two racing edits cannot both succeed silently.
+//!
+//! Keys (one Redis; no cluster slots needed):
+//! * `toolmesh:readstate:<account>:<session>`: hash, relative path → sha256 hex, expiring
+//!   [`READ_STATE_TTL`] after the session last touched it.
+//! * `toolmesh:filelock:<account>:<session>:<path>`: the lock token, expiring on its own if a
+//!   node dies holding it.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use tokio::sync::OnceCell;
+use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
+
+/// How long a session's read state lives after its last read or write.
+pub const READ_STATE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A lock outlives no node: it expires after this even if its holder died.
+pub const LOCK_TTL: Duration = Duration::from_secs(30);
+/// How long a writer waits for a file another call is writing.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+const UNLOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// The read-state store; connects on first use and reconnects by itself.
+pub struct ReadState {
+    client: redis::Client,
+    conn: OnceCell<ConnectionManager>,
+    unlock: Script,
+}
+
+impl std::fmt::Debug for ReadState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadState").finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ToolError {
+    tracing::warn!(error = %e, "read state store unreachable");
+    ToolError::new(
+        ErrorCode::Unavailable,
+        "the read-state store (Redis) is not reachable; retry in a moment",
+    )
+}
+
+fn state_key(account: &Account, session: &SessionId) -> String {
+    format!("toolmesh:readstate:{account}:{session}")
+}
+
+fn lock_key(account: &Account, session: &SessionId, path: &str) -> String {
+    format!("toolmesh:filelock:{account}:{session}:{path}")
+}
+
+/// A held file lock; release it with [`ReadState::unlock`] (it also expires by itself).
+#[derive(Debug)]
+pub struct FileLock {
+    key: String,
+    token: String,
+}
+
+impl ReadState {
+    pub fn new(redis_url: &str) -> Result<Self, redis::RedisError> {
+        Ok(Self {
+            client: redis::Client::open(redis_url)?,
+            conn: OnceCell::new(),
+            unlock: Script::new(UNLOCK),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, ToolError> {
+        self.conn
+            .get_or_try_init(|| async {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(5)));
+                ConnectionManager::new_with_config(self.client.clone(), config).await
+            })
+            .await
+            .cloned()
+            .map_err(unavailable)
+    }
+
+    /// Remembers that the session saw `path` with this content hash.
+    pub async fn record(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+        sha256: &str,
+    ) -> Result<(), ToolError> {
+        let key = state_key(account, session);
+        let mut conn = self.conn().await?;
+        redis::pipe()
+            .hset(&key, path, sha256)
+            .ignore()
+            .expire(&key, READ_STATE_TTL.as_secs() as i64)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// The hash the session last saw for `path`, if it read or wrote it.
+    pub async fn recorded(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+    ) -> Result<Option<String>, ToolError> {
+        let mut conn = self.conn().await?;
+        conn.hget(state_key(account, session), path)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Forgets `path` (after a delete).
+    pub async fn forget(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+    ) -> Result<(), ToolError> {
+        let mut conn = self.conn().await?;
+        conn.hdel::<_, _, ()>(state_key(account, session), path)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Takes the lock of one file of the session, waiting up to [`LOCK_WAIT`] for another
+    /// writer; `conflict` when it stays busy.
+    pub async fn lock(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+    ) -> Result<FileLock, ToolError> {
+        let key = lock_key(account, session, path);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut conn = self.conn().await?;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let taken: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LOCK_TTL.as_millis() as u64)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            if taken.is_some() {
+                return Ok(FileLock { key, token });
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(ToolError::new(
+                    ErrorCode::Conflict,
+                    format!("{path} is being written by another call; retry"),
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Releases a lock if it is still ours (it may have expired and been taken by another).
+    pub async fn unlock(&self, lock: FileLock) {
+        let Ok(mut conn) = self.conn().await else {
+            return;
+        };
+        let released: Result<i64, _> = self
+            .unlock
+            .key(&lock.key)
+            .arg(&lock.token)
+            .invoke_async(&mut conn)
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, "could not release a file lock; it expires by itself");
+        }
+    }
+}

@@ -1,0 +1,940 @@
+//! The confined file operations one by one: every field of their results and every error.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
+use toolmesh_kernel::{Account, ErrorCode, SessionId};
+use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
+
+fn workspace() -> (tempfile::TempDir, Workspace) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(
+        tmp.path(),
+        &Account::parse("acme").unwrap(),
+        &SessionId::parse("s1").unwrap(),
+    )
+    .unwrap();
+    (tmp, ws)
+}
+
+fn p(raw: &str) -> WorkspacePath {
+    WorkspacePath::parse(raw, "path").unwrap()
+}
+
+fn put(ws: &Workspace, rel: &str, content: &str) {
+    let path = ws.root().join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+fn set_mtime(ws: &Workspace, rel: &str, secs: u64) {
+    let file = std::fs::File::options()
+        .write(true)
+        .open(ws.root().join(rel))
+        .unwrap();
+    file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
+}
+
+/// Every name in the workspace, recursively, sorted (to see stray temp files).
+fn tree(root: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            names.push(
+                path.strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+fn list_args(path: &str) -> ListWorkspaceFilesArgs {
+    ListWorkspaceFilesArgs {
+        path: path.to_owned(),
+        glob: None,
+        recursive: false,
+        include_dirs: true,
+        max_results: 500,
+        sort_by: SortBy::Name,
+    }
+}
+
+fn paths(outcome: &confine::ListOutcome) -> Vec<&str> {
+    outcome.entries.iter().map(|e| e.path.as_str()).collect()
+}
+
+// ------------------------------------------------------------------------------------ paths
+
+#[test]
+fn parse_normalises_and_keeps_names_literal() {
+    for (raw, rel) in [
+        ("a/./b//c", "a/b/c"),
+        ("a/b/", "a/b"),
+        ("./a", "a"),
+        ("a/../b", "b"),
+        ("a/b/../../c", "c"),
+        ("%2e%2e/x", "%2e%2e/x"),
+        ("a ", "a "),
+        (" a/ b ", " a/ b "),
+        ("..\\x", "..\\x"),
+        ("...", "..."),
+    ] {
+        let path = WorkspacePath::parse(raw, "path").unwrap();
+        assert_eq!(path.as_str(), rel, "{raw:?}");
+        assert_eq!(path.display(), rel, "{raw:?}");
+        assert_eq!(path.as_path(), Path::new(rel), "{raw:?}");
+        assert!(!path.is_root(), "{raw:?}");
+    }
+}
+
+#[test]
+fn parse_names_the_root_in_several_ways() {
+    for raw in ["", ".", "./", "./.", "a/..", "a/b/../.."] {
+        let path = WorkspacePath::parse(raw, "path").unwrap();
+        assert!(path.is_root(), "{raw:?}");
+        assert_eq!(path.display(), ".");
+        assert_eq!(path.to_string(), ".");
+        assert_eq!(path.as_str(), "");
+        assert_eq!(path.as_path(), Path::new("."));
+        assert_eq!(path.parent(), None);
+        assert_eq!(path.file_name(), None);
+    }
+}
+
+#[test]
+fn parse_refusals_carry_the_right_code_and_pointer() {
+    let err = WorkspacePath::parse("x\0y", "files/3/path").unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+    assert_eq!(err.details["details"][0]["path"], "/files/3/path");
+
+    for raw in [
+        "/",
+        "/etc/passwd",
+        "..",
+        "../x",
+        "a/../../x",
+        "./..",
+        "a/./../..",
+    ] {
+        let err = WorkspacePath::parse(raw, "path").unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{raw:?}");
+        assert!(err.message.contains(&format!("'{raw}'")), "{}", err.message);
+    }
+
+    let long_name = "n".repeat(256);
+    let err = WorkspacePath::parse(&long_name, "path").unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+    assert!(WorkspacePath::parse(&"n".repeat(255), "path").is_ok());
+    let long_path = "a/".repeat(2049);
+    assert_eq!(
+        WorkspacePath::parse(&long_path, "path").unwrap_err().code,
+        ErrorCode::InvalidArguments
+    );
+}
+
+#[test]
+fn path_parts_and_pointer() {
+    let path = WorkspacePath::parse("a/b/c.txt", "files/0/path").unwrap();
+    assert_eq!(path.file_name(), Some("c.txt"));
+    assert_eq!(path.parent().unwrap().as_str(), "a/b");
+    assert_eq!(path.pointer(), "/files/0/path");
+    assert_eq!(WorkspacePath::root("path").pointer(), "/path");
+    assert_eq!(path, p("a/./b/c.txt"), "equality ignores the pointer");
+}
+
+// ------------------------------------------------------------------------------------ read
+
+#[test]
+fn read_returns_the_bytes() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "dir/hello.txt", "hello\nworld\n");
+    assert_eq!(
+        confine::read(&ws, &p("dir/hello.txt"), 100).unwrap(),
+        b"hello\nworld\n"
+    );
+    assert_eq!(
+        confine::read(&ws, &p("dir/./hello.txt"), 12).unwrap().len(),
+        12,
+        "exactly the limit is fine"
+    );
+}
+
+#[test]
+fn read_refusals() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "dir/big.txt", &"x".repeat(1000));
+
+    let err = confine::read(&ws, &p("dir/big.txt"), 999).unwrap_err();
+    assert_eq!(err.code, ErrorCode::FileTooLarge);
+    assert!(
+        err.message.contains("'dir/big.txt'") && err.message.contains("1000"),
+        "{}",
+        err.message
+    );
+
+    let err = confine::read(&ws, &p("dir/missing.txt"), 10).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound);
+    assert!(err.message.contains("'dir/missing.txt'"), "{}", err.message);
+
+    let err = confine::read(&ws, &p("dir/big.txt/below"), 10).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound, "a file used as a directory");
+
+    for dir in ["dir", "."] {
+        let err = confine::read(&ws, &p(dir), 10).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArguments, "{dir}");
+        assert_eq!(err.details["details"][0]["path"], "/path");
+    }
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let (_tmp, ws) = workspace();
+    let status = std::process::Command::new("mkfifo")
+        .arg(ws.root().join("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = confine::read(&ws, &p("pipe"), 10).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments, "{err:?}");
+    assert!(
+        err.message.contains("not a regular file"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn read_prefix_caps_instead_of_refusing() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "big.txt", "0123456789");
+    assert_eq!(
+        confine::read_prefix(&ws, &p("big.txt"), 4).unwrap(),
+        b"0123"
+    );
+    assert_eq!(
+        confine::read_prefix(&ws, &p("big.txt"), 100).unwrap(),
+        b"0123456789"
+    );
+}
+
+#[test]
+fn open_file_and_stat() {
+    use std::io::Read;
+    let (_tmp, ws) = workspace();
+    put(&ws, "a.txt", "abc");
+    set_mtime(&ws, "a.txt", 1_700_000_000);
+    let mut text = String::new();
+    confine::open_file(&ws, &p("a.txt"))
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, "abc");
+    assert_eq!(
+        confine::open_file(&ws, &p(".")).unwrap_err().code,
+        ErrorCode::InvalidArguments
+    );
+
+    let stat = confine::stat(&ws, &p("a.txt")).unwrap();
+    assert_eq!(stat.kind, EntryType::File);
+    assert_eq!(stat.len, 3);
+    assert_eq!(stat.mtime_ns, 1_700_000_000 * 1_000_000_000);
+    assert_eq!(confine::stat(&ws, &p(".")).unwrap().kind, EntryType::Dir);
+    assert_eq!(
+        confine::stat(&ws, &p("nope")).unwrap_err().code,
+        ErrorCode::NotFound
+    );
+
+    symlink("a.txt", ws.root().join("link")).unwrap();
+    assert_eq!(
+        confine::stat(&ws, &p("link")).unwrap().kind,
+        EntryType::File,
+        "stat follows links"
+    );
+    assert!(confine::symlink_metadata(&ws, &p("link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(confine::metadata(&ws, &p("link")).unwrap().is_file());
+}
+
+#[test]
+fn sha256_is_lowercase_hex() {
+    assert_eq!(
+        confine::sha256_of(b"abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(
+        confine::sha256_of(b""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+// ------------------------------------------------------------------------------------ write
+
+#[test]
+fn write_creates_parents_then_replaces() {
+    let (_tmp, ws) = workspace();
+    let outcome = confine::write_atomic(&ws, &p("a/b/c.txt"), b"first", true).unwrap();
+    assert!(outcome.created);
+    assert_eq!(outcome.bytes, 5);
+    assert_eq!(
+        std::fs::read(ws.root().join("a/b/c.txt")).unwrap(),
+        b"first"
+    );
+
+    let outcome = confine::write_atomic(&ws, &p("a/b/c.txt"), b"second!", true).unwrap();
+    assert!(!outcome.created);
+    assert_eq!(outcome.bytes, 7);
+    assert_eq!(
+        std::fs::read(ws.root().join("a/b/c.txt")).unwrap(),
+        b"second!"
+    );
+
+    let outcome = confine::write_atomic(&ws, &p("empty"), b"", true).unwrap();
+    assert!(outcome.created);
+    assert_eq!(outcome.bytes, 0);
+    assert_eq!(
+        tree(ws.root()),
+        ["a", "a/b", "a/b/c.txt", "empty"],
+        "no temp file left behind"
+    );
+}
+
+#[test]
+fn write_without_overwrite() {
+    let (_tmp, ws) = workspace();
+    let outcome = confine::write_atomic(&ws, &p("new.txt"), b"one", false).unwrap();
+    assert!(outcome.created);
+    let err = confine::write_atomic(&ws, &p("new.txt"), b"two", false).unwrap_err();
+    assert_eq!(err.code, ErrorCode::AlreadyExists);
+    assert!(
+        err.message.contains("'new.txt'") && err.message.contains("overwrite"),
+        "{}",
+        err.message
+    );
+    assert_eq!(std::fs::read(ws.root().join("new.txt")).unwrap(), b"one");
+
+    symlink("new.txt", ws.root().join("link")).unwrap();
+    let err = confine::write_atomic(&ws, &p("link"), b"two", false).unwrap_err();
+    assert_eq!(
+        err.code,
+        ErrorCode::AlreadyExists,
+        "a link counts as existing"
+    );
+    assert_eq!(
+        tree(ws.root()),
+        ["link", "new.txt"],
+        "no temp file left behind"
+    );
+}
+
+#[test]
+fn write_refusals() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "dir/file.txt", "content");
+
+    for (path, what) in [
+        (".", "the root"),
+        ("dir", "a directory"),
+        ("dir/file.txt/x", "beneath a file"),
+        ("dir/file.txt/x/y", "deep beneath a file"),
+    ] {
+        let err = confine::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArguments, "{what}: {err:?}");
+        assert_eq!(err.details["details"][0]["path"], "/path", "{what}");
+    }
+    let err = confine::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true).unwrap_err();
+    assert!(
+        err.message.contains("'dir/file.txt' is a file"),
+        "{}",
+        err.message
+    );
+
+    symlink("missing-target", ws.root().join("dangling")).unwrap();
+    let err = confine::write_atomic(&ws, &p("dangling"), b"x", true).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+    assert!(err.message.contains("missing file"), "{}", err.message);
+
+    symlink("dir", ws.root().join("dirlink")).unwrap();
+    let err = confine::write_atomic(&ws, &p("dirlink"), b"x", true).unwrap_err();
+    assert_eq!(
+        err.code,
+        ErrorCode::InvalidArguments,
+        "a link to a directory"
+    );
+
+    assert_eq!(
+        std::fs::read(ws.root().join("dir/file.txt")).unwrap(),
+        b"content"
+    );
+    assert_eq!(
+        tree(ws.root()),
+        ["dangling", "dir", "dir/file.txt", "dirlink"],
+        "nothing created"
+    );
+}
+
+#[test]
+fn write_through_an_inside_link_keeps_the_link_and_permissions() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "docs/readme.md", "old");
+    std::fs::set_permissions(
+        ws.root().join("docs/readme.md"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    symlink("docs/readme.md", ws.root().join("README.md")).unwrap();
+
+    let outcome = confine::write_atomic(&ws, &p("README.md"), b"new", true).unwrap();
+    assert!(!outcome.created);
+    assert!(std::fs::symlink_metadata(ws.root().join("README.md"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::read(ws.root().join("docs/readme.md")).unwrap(),
+        b"new"
+    );
+    let mode = std::fs::metadata(ws.root().join("docs/readme.md"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o750, "a replaced file keeps its permissions");
+}
+
+#[test]
+fn a_symlinked_parent_pointing_out_writes_nothing_outside() {
+    let (_tmp, ws) = workspace();
+    let outside = ws.root().parent().unwrap().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    symlink(&outside, ws.root().join("out")).unwrap();
+    for path in ["out/f.txt", "out/a/b/f.txt"] {
+        let err = confine::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{path}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+}
+
+#[test]
+fn many_writes_leave_no_temp_files() {
+    let (_tmp, ws) = workspace();
+    for i in 0..50 {
+        confine::write_atomic(&ws, &p("same.txt"), format!("version {i}").as_bytes(), true)
+            .unwrap();
+    }
+    let _ = confine::write_atomic(&ws, &p("same.txt"), b"refused", false).unwrap_err();
+    let _ = confine::write_atomic(&ws, &p("same.txt/x"), b"refused", true).unwrap_err();
+    assert_eq!(tree(ws.root()), ["same.txt"]);
+    assert_eq!(
+        std::fs::read(ws.root().join("same.txt")).unwrap(),
+        b"version 49"
+    );
+}
+
+#[test]
+fn the_longest_name_still_writes() {
+    let (_tmp, ws) = workspace();
+    let name = "n".repeat(255);
+    confine::write_atomic(&ws, &p(&name), b"x", true).unwrap();
+    assert_eq!(tree(ws.root()), [name]);
+}
+
+// ------------------------------------------------------------------------------------ batch
+
+fn batch(entries: &[(&str, &str)]) -> Vec<(WorkspacePath, String)> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, (path, content))| {
+            (
+                WorkspacePath::parse(path, &format!("files/{i}/path")).unwrap(),
+                (*content).to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn batch_writes_every_file_and_reports_each() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "exists.txt", "old");
+    let written = confine::write_batch(
+        &ws,
+        &batch(&[
+            ("a/one.txt", "1"),
+            ("exists.txt", "22"),
+            ("b/c/three.txt", "333"),
+        ]),
+        true,
+    )
+    .unwrap();
+    let got: Vec<(&str, bool, u64)> = written
+        .iter()
+        .map(|w| (w.path.as_str(), w.created, w.bytes))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a/one.txt", true, 1),
+            ("exists.txt", false, 2),
+            ("b/c/three.txt", true, 3)
+        ]
+    );
+    assert_eq!(std::fs::read(ws.root().join("exists.txt")).unwrap(), b"22");
+    assert_eq!(
+        serde_json::to_value(&written[0]).unwrap(),
+        serde_json::json!({"path": "a/one.txt", "created": true, "bytes": 1})
+    );
+    assert!(confine::write_batch(&ws, &[], true).unwrap().is_empty());
+}
+
+#[test]
+fn a_bad_path_in_a_batch_writes_nothing() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "exists.txt", "old");
+    put(&ws, "dir/inside.txt", "old");
+    /// Files of the batch, `overwrite`, the code, the pointer of an `invalid_arguments`.
+    type Case<'a> = (&'a [(&'a str, &'a str)], bool, ErrorCode, &'a str);
+    let cases: [Case; 6] = [
+        (
+            &[("new1.txt", "x"), ("exists.txt", "x")],
+            false,
+            ErrorCode::AlreadyExists,
+            "/files/1/path",
+        ),
+        (
+            &[("new1.txt", "x"), ("dir", "x")],
+            true,
+            ErrorCode::InvalidArguments,
+            "/files/1/path",
+        ),
+        (
+            &[("new1.txt", "x"), ("exists.txt/below", "x")],
+            true,
+            ErrorCode::InvalidArguments,
+            "/files/1/path",
+        ),
+        (
+            &[("new1.txt", "x"), ("new2.txt", "x"), ("new1.txt", "y")],
+            true,
+            ErrorCode::InvalidArguments,
+            "/files/2/path",
+        ),
+        (
+            &[("new1/x.txt", "x"), ("new1", "x")],
+            true,
+            ErrorCode::InvalidArguments,
+            "/files/0/path",
+        ),
+        (
+            &[("new1.txt", "x"), (".", "x")],
+            true,
+            ErrorCode::InvalidArguments,
+            "/files/1/path",
+        ),
+    ];
+    for (files, overwrite, code, pointer) in cases {
+        let err = confine::write_batch(&ws, &batch(files), overwrite).unwrap_err();
+        assert_eq!(err.code, code, "{files:?}: {err:?}");
+        if code == ErrorCode::InvalidArguments {
+            assert_eq!(err.details["details"][0]["path"], pointer, "{files:?}");
+        }
+        assert_eq!(
+            tree(ws.root()),
+            ["dir", "dir/inside.txt", "exists.txt"],
+            "{files:?}"
+        );
+    }
+    assert_eq!(std::fs::read(ws.root().join("exists.txt")).unwrap(), b"old");
+}
+
+// ------------------------------------------------------------------------------------ delete
+
+#[test]
+fn delete_files_dirs_and_links() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "f.txt", "x");
+    put(&ws, "full/inner.txt", "x");
+    std::fs::create_dir(ws.root().join("empty")).unwrap();
+    symlink("full/inner.txt", ws.root().join("flink")).unwrap();
+    symlink("full", ws.root().join("dlink")).unwrap();
+
+    assert_eq!(
+        confine::delete(&ws, &p("f.txt")).unwrap().kind,
+        EntryType::File
+    );
+    assert_eq!(
+        confine::delete(&ws, &p("empty")).unwrap().kind,
+        EntryType::Dir
+    );
+    assert_eq!(
+        confine::delete(&ws, &p("flink")).unwrap().kind,
+        EntryType::Symlink
+    );
+    assert_eq!(
+        confine::delete(&ws, &p("dlink")).unwrap().kind,
+        EntryType::Symlink
+    );
+    assert_eq!(
+        tree(ws.root()),
+        ["full", "full/inner.txt"],
+        "link targets stay"
+    );
+    assert_eq!(
+        serde_json::to_value(confine::delete(&ws, &p("full/inner.txt")).unwrap()).unwrap(),
+        serde_json::json!({"kind": "file"})
+    );
+}
+
+#[test]
+fn delete_refusals() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "full/inner.txt", "x");
+
+    let err = confine::delete(&ws, &p("full")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::DirectoryNotEmpty);
+    assert!(err.message.contains("'full'"), "{}", err.message);
+
+    for root in [".", "", "full/.."] {
+        let err = confine::delete(&ws, &p(root)).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArguments, "{root:?}");
+        assert_eq!(err.details["details"][0]["path"], "/path");
+    }
+
+    let err = confine::delete(&ws, &p("nope")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound);
+    assert!(err.message.contains("'nope'"), "{}", err.message);
+    assert_eq!(tree(ws.root()), ["full", "full/inner.txt"]);
+    assert!(ws.root().is_dir());
+}
+
+// ------------------------------------------------------------------------------------ list
+
+fn sample_tree(ws: &Workspace) {
+    put(ws, "b.py", "12345");
+    put(ws, "a.txt", "1");
+    put(ws, "src/main.rs", "123");
+    put(ws, "src/lib.rs", "1234567");
+    put(ws, "src/deep/x.py", "12");
+    put(ws, ".toolmesh/outputs/o.txt", "output");
+    std::fs::create_dir(ws.root().join("empty")).unwrap();
+}
+
+#[test]
+fn list_entry_fields() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "src/lib.rs", "1234567");
+    set_mtime(&ws, "src/lib.rs", 1_600_000_000);
+    symlink("src/lib.rs", ws.root().join("link")).unwrap();
+
+    let outcome = confine::list(&ws, &list_args("src")).unwrap();
+    assert!(!outcome.truncated);
+    assert_eq!(
+        serde_json::to_value(&outcome).unwrap(),
+        serde_json::json!({"entries": [{
+            "name": "lib.rs", "path": "src/lib.rs", "type": "file", "size": 7,
+            "mtime_ns": 1_600_000_000_000_000_000_i64,
+        }], "truncated": false})
+    );
+    let outcome = confine::list(&ws, &list_args(".")).unwrap();
+    let kinds: Vec<(&str, EntryType)> = outcome
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("link", EntryType::Symlink), ("src", EntryType::Dir)]
+    );
+}
+
+#[test]
+fn list_recursion_dirs_and_dot_toolmesh() {
+    let (_tmp, ws) = workspace();
+    sample_tree(&ws);
+    let top = confine::list(&ws, &list_args(".")).unwrap();
+    assert_eq!(paths(&top), [".toolmesh", "a.txt", "b.py", "empty", "src"]);
+
+    let all = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            recursive: true,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        paths(&all),
+        [
+            ".toolmesh",
+            ".toolmesh/outputs",
+            ".toolmesh/outputs/o.txt",
+            "a.txt",
+            "b.py",
+            "empty",
+            "src",
+            "src/deep",
+            "src/deep/x.py",
+            "src/lib.rs",
+            "src/main.rs"
+        ]
+    );
+
+    let files = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            recursive: true,
+            include_dirs: false,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        paths(&files),
+        [
+            ".toolmesh/outputs/o.txt",
+            "a.txt",
+            "b.py",
+            "src/deep/x.py",
+            "src/lib.rs",
+            "src/main.rs"
+        ]
+    );
+
+    let sub = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            recursive: true,
+            ..list_args("src/")
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        paths(&sub),
+        ["src/deep", "src/deep/x.py", "src/lib.rs", "src/main.rs"]
+    );
+}
+
+#[test]
+fn list_globs() {
+    let (_tmp, ws) = workspace();
+    sample_tree(&ws);
+    let glob = |path: &str, glob: &str, recursive: bool| {
+        let outcome = confine::list(
+            &ws,
+            &ListWorkspaceFilesArgs {
+                glob: Some(glob.to_owned()),
+                recursive,
+                ..list_args(path)
+            },
+        )
+        .unwrap();
+        paths(&outcome)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        glob(".", "*.py", false),
+        ["b.py"],
+        "`*` stays in one directory"
+    );
+    assert_eq!(
+        glob(".", "*.py", true),
+        ["b.py"],
+        "the glob matches the relative path, so `*` never crosses `/`"
+    );
+    assert_eq!(
+        glob(".", "**/*.py", false),
+        ["b.py", "src/deep/x.py"],
+        "`**` crosses directories"
+    );
+    assert_eq!(
+        glob(".", "src/*.rs", false),
+        ["src/lib.rs", "src/main.rs"],
+        "a glob reaches as deep as its `/`s"
+    );
+    assert_eq!(
+        glob("src", "*.rs", false),
+        ["src/lib.rs", "src/main.rs"],
+        "relative to the listed directory"
+    );
+    assert_eq!(glob("src", "**/*.py", false), ["src/deep/x.py"]);
+    assert_eq!(glob(".", "src", false), ["src"], "directories match too");
+    assert_eq!(glob(".", "{a.txt,b.py}", false), ["a.txt", "b.py"]);
+    assert_eq!(glob(".", "**", true).len(), 11);
+
+    let err = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            glob: Some("a[".into()),
+            ..list_args(".")
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+    assert_eq!(err.details["details"][0]["path"], "/glob");
+}
+
+#[test]
+fn list_sorts() {
+    let (_tmp, ws) = workspace();
+    for (name, content, mtime) in [
+        ("b", "22", 300),
+        ("a", "1", 100),
+        ("c", "333", 200),
+        ("d", "22", 200),
+    ] {
+        put(&ws, name, content);
+        set_mtime(&ws, name, mtime);
+    }
+    let sorted = |sort_by| {
+        let outcome = confine::list(
+            &ws,
+            &ListWorkspaceFilesArgs {
+                sort_by,
+                ..list_args(".")
+            },
+        )
+        .unwrap();
+        paths(&outcome)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sorted(SortBy::Name), ["a", "b", "c", "d"]);
+    assert_eq!(
+        sorted(SortBy::Mtime),
+        ["b", "c", "d", "a"],
+        "newest first, ties by path"
+    );
+    assert_eq!(
+        sorted(SortBy::Size),
+        ["c", "b", "d", "a"],
+        "largest first, ties by path"
+    );
+}
+
+#[test]
+fn list_truncates_and_clamps() {
+    let (_tmp, ws) = workspace();
+    for i in 0..5001 {
+        std::fs::write(ws.root().join(format!("f{i:05}")), "").unwrap();
+    }
+    let three = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            max_results: 3,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert!(three.truncated);
+    assert_eq!(
+        paths(&three),
+        ["f00000", "f00001", "f00002"],
+        "the first of the sorted whole, not of the walk"
+    );
+
+    let clamped = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            max_results: 1_000_000,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert_eq!(clamped.entries.len(), 5000);
+    assert!(clamped.truncated);
+
+    std::fs::remove_file(ws.root().join("f05000")).unwrap();
+    let exact = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            max_results: 5000,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert_eq!(exact.entries.len(), 5000);
+    assert!(!exact.truncated);
+}
+
+#[test]
+fn list_refusals() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "f.txt", "x");
+    let err = confine::list(&ws, &list_args("missing")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound);
+    assert!(err.message.contains("'missing'"), "{}", err.message);
+    let err = confine::list(&ws, &list_args("f.txt")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+    let err = confine::list(&ws, &list_args("../x")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::PathOutsideWorkspace);
+}
+
+#[test]
+fn list_never_descends_symlinked_dirs_but_lists_through_a_named_one() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "real/x.txt", "x");
+    symlink("real", ws.root().join("alias")).unwrap();
+    let all = confine::list(
+        &ws,
+        &ListWorkspaceFilesArgs {
+            recursive: true,
+            ..list_args(".")
+        },
+    )
+    .unwrap();
+    assert_eq!(paths(&all), ["alias", "real", "real/x.txt"]);
+    // Naming an inside link as the listed path resolves it beneath the root.
+    let through = confine::list(&ws, &list_args("alias")).unwrap();
+    assert_eq!(paths(&through), ["alias/x.txt"]);
+}
+
+// ------------------------------------------------------------------------------------ sample
+
+#[test]
+fn sample_is_bounded_and_breadth_first() {
+    let (_tmp, ws) = workspace();
+    put(&ws, "z/deep.txt", "x");
+    put(&ws, "b.txt", "x");
+    put(&ws, "a.txt", "x");
+    symlink("a.txt", ws.root().join("link")).unwrap();
+    let (files, count) = confine::sample(&ws, 50).unwrap();
+    assert_eq!(files, ["a.txt", "b.txt", "z/deep.txt"]);
+    assert_eq!(count, 3);
+
+    let (files, count) = confine::sample(&ws, 2).unwrap();
+    assert_eq!(files, ["a.txt", "b.txt"]);
+    assert_eq!(count, 3, "counts beyond the sample");
+
+    for i in 0..6000 {
+        std::fs::write(ws.root().join(format!("many{i:04}")), "").unwrap();
+    }
+    let (files, count) = confine::sample(&ws, 50).unwrap();
+    assert_eq!(files.len(), 50);
+    // The walk stops after SAMPLE_WALK_LIMIT entries, names sorted: a.txt, b.txt, link (not a
+    // file), then the `many…` files; `z/` is never reached.
+    assert_eq!(count, confine::SAMPLE_WALK_LIMIT - 1);
+    assert!(!files.contains(&"z/deep.txt".to_owned()));
+}
+
+#[test]
+fn sample_of_an_empty_workspace() {
+    let (_tmp, ws) = workspace();
+    assert_eq!(confine::sample(&ws, 50).unwrap(), (Vec::new(), 0));
+}

@@ -1,0 +1,507 @@
+//! The workspace tools end to end: gateway → workspace actor, real NATS and Redis, files on
+//! disk checked directly.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::support::Cluster;
+
+/// Gateway, approval and workspace on one node, approval off (gating is tested separately).
+async fn cluster() -> Cluster {
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval,workspace",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
+    c
+}
+
+fn root(c: &Cluster, account: &str, session: &str) -> PathBuf {
+    c.data_dir
+        .path()
+        .join("accounts")
+        .join(account)
+        .join("sessions")
+        .join(session)
+        .join("workspace")
+}
+
+async fn tool(c: &Cluster, name: &str, args: Value) -> Value {
+    c.call(
+        "acme",
+        json!({"tool": name, "session_id": "s1", "arguments": args}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn write_then_read_with_line_numbers_and_ranges() {
+    let c = cluster().await;
+    let w = tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "src/a.txt", "content": "one\ntwo\nthree\n"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    assert_eq!(w["created"], true);
+    assert_eq!(
+        std::fs::read_to_string(root(&c, "acme", "s1").join("src/a.txt")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    let r = tool(&c, "read_workspace_file", json!({"path": "src/a.txt"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["content"], "     1\tone\n     2\ttwo\n     3\tthree\n");
+    assert_eq!(r["read_range"], json!([1, 3]));
+    assert_eq!(r["total_lines"], 3);
+    assert_eq!(r["partial"], false);
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "src/a.txt", "start_line": 2, "end_line": 2, "include_line_numbers": false}),
+    )
+    .await;
+    assert_eq!(r["content"], "two\n");
+    assert_eq!(r["read_range"], json!([2, 2]));
+    assert_eq!(r["partial"], true);
+    let r = tool(&c, "read_workspace_file", json!({"path": "missing.txt"})).await;
+    assert_eq!(r["error"], "not_found", "{r}");
+    std::fs::write(root(&c, "acme", "s1").join("bin.dat"), [0xff, 0xfe, 0x00]).unwrap();
+    let r = tool(&c, "read_workspace_file", json!({"path": "bin.dat"})).await;
+    assert_eq!(r["error"], "not_utf8", "{r}");
+    let big = "x".repeat(1024 * 1024);
+    std::fs::write(
+        root(&c, "acme", "s1").join("big.txt"),
+        format!("{big}\n{big}\n{big}\n"),
+    )
+    .unwrap();
+    let r = tool(&c, "read_workspace_file", json!({"path": "big.txt"})).await;
+    assert_eq!(r["error"], "file_too_large", "{r}");
+    let r = tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "src/a.txt", "content": "x", "overwrite": false}),
+    )
+    .await;
+    assert_eq!(r["error"], "already_exists", "{r}");
+}
+
+#[tokio::test]
+async fn edits_need_a_read_and_refuse_stale_ones() {
+    let c = cluster().await;
+    let file = root(&c, "acme", "s1").join("notes.md");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "alpha\nbeta\ngamma\n").unwrap();
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "beta", "new_text": "BETA"}),
+    )
+    .await;
+    assert_eq!(e["error"], "file_not_read", "{e}");
+    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "beta", "new_text": "BETA"}),
+    )
+    .await;
+    assert_eq!(e["ok"], true, "{e}");
+    assert_eq!(e["replacements"], 1);
+    assert!(e["diff"].as_str().unwrap().contains("-beta\n+BETA"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "alpha\nBETA\ngamma\n"
+    );
+    // Our own edit counts as a read: a second edit works without reading again.
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "gamma", "new_text": "GAMMA"}),
+    )
+    .await;
+    assert_eq!(e["ok"], true, "{e}");
+    // Changed on disk behind our back: conflict, file untouched.
+    std::fs::write(&file, "changed elsewhere\n").unwrap();
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "alpha", "new_text": "A"}),
+    )
+    .await;
+    assert_eq!(e["error"], "conflict", "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "changed elsewhere\n"
+    );
+    // Snippet errors.
+    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "changed elswhere", "new_text": "x"}),
+    )
+    .await;
+    assert_eq!(e["error"], "snippet_not_found", "{e}");
+    assert!(
+        e["nearby_candidates"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()),
+        "{e}"
+    );
+    std::fs::write(&file, "a a a\n").unwrap();
+    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "a", "new_text": "b"}),
+    )
+    .await;
+    assert_eq!(e["error"], "ambiguous_edit", "{e}");
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "notes.md", "old_text": "a", "new_text": "b", "replace_all": true}),
+    )
+    .await;
+    assert_eq!(e["replacements"], 3, "{e}");
+}
+
+#[tokio::test]
+async fn multi_edit_is_all_or_nothing() {
+    let c = cluster().await;
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "m.py", "content": "x = 1\ny = 2\n"}),
+    )
+    .await;
+    let e = tool(
+        &c,
+        "multi_edit_workspace_file",
+        json!({"path": "m.py", "edits": [
+            {"old_text": "x = 1", "new_text": "x = 10"},
+            {"old_text": "nope", "new_text": "z"}
+        ]}),
+    )
+    .await;
+    assert_eq!(e["error"], "snippet_not_found", "{e}");
+    assert_eq!(e["failed_edit_index"], 1);
+    assert_eq!(
+        std::fs::read_to_string(root(&c, "acme", "s1").join("m.py")).unwrap(),
+        "x = 1\ny = 2\n"
+    );
+    let e = tool(
+        &c,
+        "multi_edit_workspace_file",
+        json!({"path": "m.py", "edits": [
+            {"old_text": "x = 1", "new_text": "x = 10"},
+            {"old_text": "y = 2", "new_text": "y = 20"}
+        ]}),
+    )
+    .await;
+    assert_eq!(e["ok"], true, "{e}");
+    assert_eq!(e["edit_count"], 2);
+    assert_eq!(e["replacements"], 2);
+    assert_eq!(
+        e["edits"],
+        json!([{"index": 0, "replacements": 1}, {"index": 1, "replacements": 1}])
+    );
+}
+
+#[tokio::test]
+async fn read_state_is_shared_across_workspace_nodes() {
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
+    let first = c.start_node("workspace", &[]).await;
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "f.txt", "content": "hello\n"}),
+    )
+    .await;
+    let r = tool(&c, "read_workspace_file", json!({"path": "f.txt"})).await;
+    assert_eq!(r["ok"], true);
+    // The node that served the read is gone; another one serves the edit.
+    c.nodes[first].kill();
+    c.start_node("workspace", &[]).await;
+    let e = tool(
+        &c,
+        "edit_workspace_file",
+        json!({"path": "f.txt", "old_text": "hello", "new_text": "bye"}),
+    )
+    .await;
+    assert_eq!(e["ok"], true, "{e}");
+}
+
+#[tokio::test]
+async fn concurrent_edits_never_lose_an_update_silently() {
+    let c = cluster().await;
+    let content: String = (0..20).map(|i| format!("line {i}\n")).collect();
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "race.txt", "content": content}),
+    )
+    .await;
+    let replies = futures::future::join_all((0..20).map(|i| {
+        tool(&c, "edit_workspace_file", json!({"path": "race.txt", "old_text": format!("line {i}\n"), "new_text": format!("EDITED {i}\n")}))
+    }))
+    .await;
+    let on_disk = std::fs::read_to_string(root(&c, "acme", "s1").join("race.txt")).unwrap();
+    let mut applied = 0;
+    for (i, reply) in replies.iter().enumerate() {
+        if reply["ok"] == true {
+            applied += 1;
+            assert!(
+                on_disk.contains(&format!("EDITED {i}\n")),
+                "edit {i} said ok but is lost"
+            );
+        } else {
+            assert_eq!(reply["error"], "conflict", "{reply}");
+            assert!(
+                !on_disk.contains(&format!("EDITED {i}\n")),
+                "edit {i} said conflict but landed"
+            );
+        }
+    }
+    assert!(applied >= 1);
+}
+
+#[tokio::test]
+async fn escapes_are_refused_and_nothing_outside_changes() {
+    let c = cluster().await;
+    let ws = root(&c, "acme", "s1");
+    std::fs::create_dir_all(&ws).unwrap();
+    let outside = c.data_dir.path().join("secret.txt");
+    std::fs::write(&outside, "secret\n").unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
+    std::os::unix::fs::symlink(c.data_dir.path(), ws.join("dirlink")).unwrap();
+    let absolute = outside.display().to_string();
+    for (tool_name, args) in [
+        (
+            "read_workspace_file",
+            json!({"path": "../../../../secret.txt"}),
+        ),
+        ("read_workspace_file", json!({"path": absolute})),
+        ("read_workspace_file", json!({"path": "link"})),
+        ("read_workspace_file", json!({"path": "dirlink/secret.txt"})),
+        (
+            "write_workspace_file",
+            json!({"path": "link", "content": "pwned"}),
+        ),
+        (
+            "write_workspace_file",
+            json!({"path": "dirlink/new.txt", "content": "pwned"}),
+        ),
+        (
+            "write_workspace_file",
+            json!({"path": "../escape.txt", "content": "pwned"}),
+        ),
+        ("list_workspace_files", json!({"path": "dirlink"})),
+        (
+            "search_workspace_files",
+            json!({"query": "secret", "path": "dirlink"}),
+        ),
+        (
+            "delete_workspace_file",
+            json!({"path": "../../../../secret.txt"}),
+        ),
+    ] {
+        let reply = tool(&c, tool_name, args.clone()).await;
+        assert_eq!(
+            reply["error"], "path_outside_workspace",
+            "{tool_name} {args}: {reply}"
+        );
+    }
+    let search = tool(&c, "search_workspace_files", json!({"query": "secret"})).await;
+    assert_eq!(search["ok"], true, "{search}");
+    assert_eq!(
+        search["match_count"], 0,
+        "content outside must never be searched: {search}"
+    );
+    let nul = tool(&c, "read_workspace_file", json!({"path": "a\u{0}b"})).await;
+    assert_eq!(nul["error"], "invalid_arguments", "{nul}");
+    // Deleting the link removes the link, not its target.
+    let d = tool(&c, "delete_workspace_file", json!({"path": "link"})).await;
+    assert_eq!(d["ok"], true, "{d}");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
+    assert!(!c.data_dir.path().join("escape.txt").exists());
+    assert!(!c.data_dir.path().join("new.txt").exists());
+    // Another account's workspace is simply not there.
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "mine.txt", "content": "a\n"}),
+    )
+    .await;
+    let other = c
+        .call("evil", json!({"tool": "read_workspace_file", "session_id": "s1", "arguments": {"path": "mine.txt"}}))
+        .await;
+    assert_eq!(other["error"], "not_found", "{other}");
+}
+
+#[tokio::test]
+async fn list_delete_batch_lint_search_and_status() {
+    let c = cluster().await;
+    let files: Vec<Value> = (0..101)
+        .map(|i| json!({"path": format!("batch/f{i:03}.txt"), "content": format!("n{i:03}\n")}))
+        .collect();
+    let b = tool(&c, "write_workspace_files", json!({"files": files})).await;
+    assert_eq!(b["ok"], true, "{b}");
+    assert_eq!(b["truncated"], true);
+    assert_eq!(b["count"], 100);
+    assert!(!root(&c, "acme", "s1").join("batch/f100.txt").exists());
+    let bad = tool(
+        &c,
+        "write_workspace_files",
+        json!({"files": [
+            {"path": "ok.txt", "content": "x"}, {"path": "../bad.txt", "content": "x"}
+        ]}),
+    )
+    .await;
+    assert_eq!(bad["error"], "path_outside_workspace", "{bad}");
+    assert!(!root(&c, "acme", "s1").join("ok.txt").exists());
+
+    let l = tool(
+        &c,
+        "list_workspace_files",
+        json!({"path": "batch", "glob": "f00*.txt", "max_results": 3}),
+    )
+    .await;
+    assert_eq!(l["ok"], true, "{l}");
+    let names: Vec<&str> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f000.txt", "f001.txt", "f002.txt"]);
+    assert_eq!(l["truncated"], true);
+
+    let d = tool(&c, "delete_workspace_file", json!({"path": "batch"})).await;
+    assert_eq!(d["error"], "directory_not_empty", "{d}");
+    let d = tool(&c, "delete_workspace_file", json!({"path": "."})).await;
+    assert_eq!(d["error"], "invalid_arguments", "{d}");
+    let d = tool(
+        &c,
+        "delete_workspace_file",
+        json!({"path": "batch/f000.txt"}),
+    )
+    .await;
+    assert_eq!(d["ok"], true, "{d}");
+
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "bad.py", "content": "def f(:\n    pass\n"}),
+    )
+    .await;
+    let lint = tool(&c, "lint_workspace_file", json!({"path": "bad.py"})).await;
+    assert_eq!(lint["error"], "lint_errors", "{lint}");
+    assert_eq!(lint["lint_model"], "built_in_lightweight");
+    assert_eq!(lint["issues"][0]["line"], 1);
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "ok.json", "content": "{\"a\": [1, 2]}\n"}),
+    )
+    .await;
+    let lint = tool(&c, "lint_workspace_file", json!({"path": "ok.json"})).await;
+    assert_eq!(lint["ok"], true, "{lint}");
+    assert_eq!(lint["issues"], json!([]));
+
+    let s = tool(
+        &c,
+        "search_workspace_files",
+        json!({"query": "N005", "context_lines": 1}),
+    )
+    .await;
+    assert_eq!(s["ok"], true, "{s}");
+    assert_eq!(s["match_count"], 1);
+    assert_eq!(s["results"][0]["path"], "batch/f005.txt");
+    assert_eq!(s["results"][0]["line"], 1);
+    assert!(s["search_backend"].is_string());
+
+    let st = tool(&c, "workspace_status", json!({})).await;
+    assert_eq!(st["ok"], true, "{st}");
+    assert!(st["files"].as_array().unwrap().len() <= 50);
+    assert!(st["root"]
+        .as_str()
+        .unwrap()
+        .ends_with("/accounts/acme/sessions/s1/workspace"));
+}
+
+#[tokio::test]
+async fn large_reads_are_cut_and_persisted_for_paging() {
+    let c = cluster().await;
+    let text: String = (1..=400)
+        .map(|i| format!("this is line number {i:04}\n"))
+        .collect();
+    tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "long.txt", "content": text}),
+    )
+    .await;
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "long.txt", "max_chars": 1000}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["content_truncated"], true);
+    assert_eq!(r["content_preview_chars"], 1000);
+    assert!(r["content_original_chars"].as_u64().unwrap() > 1000);
+    assert_eq!(r["partial"], true);
+    let persisted = r["persisted_outputs"]["content"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(persisted.starts_with(".toolmesh/outputs/"), "{persisted}");
+    let page = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": persisted, "start_line": 400, "end_line": 400}),
+    )
+    .await;
+    assert_eq!(page["ok"], true, "{page}");
+    assert!(
+        page["content"]
+            .as_str()
+            .unwrap()
+            .contains("this is line number 0400"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn writes_and_deletes_need_approval_in_strict_mode() {
+    let mut c = Cluster::servers().await;
+    c.start_node("gateway,approval,workspace", &[]).await;
+    let w = tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "a.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(w["error"], "approval_required", "{w}");
+    let r = tool(&c, "read_workspace_file", json!({"path": "a.txt"})).await;
+    assert_eq!(
+        r["error"], "not_found",
+        "nothing was written before approval: {r}"
+    );
+    let id = w["approval_request"]["id"].as_str().unwrap();
+    c.decide("acme", id, true).await;
+    let mut again = json!({"tool": "write_workspace_file", "session_id": "s1", "arguments": {"path": "a.txt", "content": "x"}});
+    again["approval"] = json!({"id": id});
+    let w = c.call("acme", again).await;
+    assert_eq!(w["ok"], true, "{w}");
+}
