@@ -565,7 +565,8 @@ impl<'a> Call<'a> {
         if let Some(error) = ToolError::from_fields(&fields) {
             return Err(error);
         }
-        fields.remove("ok");
+        // shift, not swap: the tool's member order is kept.
+        fields.shift_remove("ok");
         Ok(fields)
     }
 

@@ -821,6 +821,8 @@ mod tests {
             places(&out),
             vec![place("keep.txt", 1), place("sub/deeper/y.txt", 1)]
         );
+        // The root as the caller names it (`WorkspacePath::as_path` gives `.`): same reply.
+        assert_eq!(f.search_in(".", args("needle")).unwrap(), out);
         // Searching below the root: the root's rules still apply, nothing above the root does.
         let out = f.search_in("sub/deeper", args("needle")).unwrap();
         assert_eq!(places(&out), vec![place("sub/deeper/y.txt", 1)]);

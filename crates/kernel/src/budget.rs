@@ -48,17 +48,14 @@ pub fn insert_budgeted(
     budget_chars: usize,
 ) -> bool {
     let cut = cut(text, budget_chars);
-    fields.insert(format!("{field}_truncated"), Value::Bool(cut.truncated));
-    fields.insert(
-        format!("{field}_original_chars"),
-        Value::from(cut.original_chars),
-    );
-    fields.insert(
-        format!("{field}_preview_chars"),
-        Value::from(cut.preview_chars()),
-    );
+    let (truncated, original, preview_chars) =
+        (cut.truncated, cut.original_chars, cut.preview_chars());
+    // The text first, its companions right after it.
     fields.insert(field.to_owned(), Value::from(cut.preview));
-    cut.truncated
+    fields.insert(format!("{field}_truncated"), Value::Bool(truncated));
+    fields.insert(format!("{field}_original_chars"), Value::from(original));
+    fields.insert(format!("{field}_preview_chars"), Value::from(preview_chars));
+    truncated
 }
 
 #[cfg(test)]
