@@ -16,7 +16,7 @@ pub const LINT_MODEL: &str = "built_in_lightweight";
 /// file full of them cannot flood the reply.
 pub const MAX_WHITESPACE_WARNINGS: usize = 200;
 
-/// Python sources larger than this are not parsed (a warning says so); see [`lint_python`].
+/// Python sources larger than this are not parsed; a warning says so (see `lint_python`).
 pub const MAX_PYTHON_PARSE_BYTES: usize = 4 << 20;
 
 const BOM: &str = "\u{feff}";
