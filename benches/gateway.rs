@@ -210,6 +210,16 @@ fn main() {
         )
         .await;
 
+        // The same hop without Redis or a file read: what routing itself costs.
+        compare(
+            &client,
+            &nats.url(),
+            "workspace_status of an empty workspace (routed, no Redis)",
+            "bench.raw.ws_status",
+            Bytes::from_static(br#"{"tool":"workspace_status","session_id":"s0"}"#),
+        )
+        .await;
+
         let root = data.path().join("accounts/bench/sessions/s1/workspace");
         std::fs::create_dir_all(&root).expect("workspace dir");
         let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n";

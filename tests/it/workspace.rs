@@ -505,3 +505,28 @@ async fn writes_and_deletes_need_approval_in_strict_mode() {
     let w = c.call("acme", again).await;
     assert_eq!(w["ok"], true, "{w}");
 }
+
+#[tokio::test]
+async fn a_workspace_removed_from_outside_is_created_again() {
+    let c = cluster().await;
+    let w = tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "a.txt", "content": "1\n"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    std::fs::remove_dir_all(root(&c, "acme", "s1")).unwrap();
+    let w = tool(
+        &c,
+        "write_workspace_file",
+        json!({"path": "b.txt", "content": "2\n"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    assert_eq!(
+        std::fs::read_to_string(root(&c, "acme", "s1").join("b.txt")).unwrap(),
+        "2\n",
+        "the write must land in the workspace on disk, not in the removed directory"
+    );
+}
