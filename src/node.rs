@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{connect_node, respond, InFlight, Lifecycle};
+use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
@@ -53,22 +53,6 @@ fn node_id(config: &NodeConfig) -> anyhow::Result<NodeId> {
         None => {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
             Ok(NodeId::generate(host.trim()))
-        }
-    }
-}
-
-enum RoleHandle {
-    Gateway(toolmesh_gateway::GatewayHandle),
-    Approval(toolmesh_approval::ApprovalHandle),
-    Workspace(toolmesh_workspace::WorkspaceHandle),
-}
-
-impl RoleHandle {
-    async fn stopped(self) {
-        match self {
-            RoleHandle::Gateway(h) => h.stopped().await,
-            RoleHandle::Approval(h) => h.stopped().await,
-            RoleHandle::Workspace(h) => h.stopped().await,
         }
     }
 }
@@ -141,7 +125,7 @@ pub async fn run(
     let mut handles = Vec::new();
     for role in &roles {
         let handle = match role {
-            Role::Gateway => RoleHandle::Gateway(
+            Role::Gateway => {
                 toolmesh_gateway::spawn(
                     nats.clone(),
                     config.clone(),
@@ -150,9 +134,9 @@ pub async fn run(
                     lifecycle.clone(),
                     state.in_flight.clone(),
                 )
-                .await?,
-            ),
-            Role::Approval => RoleHandle::Approval(
+                .await?
+            }
+            Role::Approval => {
                 toolmesh_approval::spawn(
                     nats.clone(),
                     toolmesh_approval::ApprovalSettings {
@@ -162,9 +146,9 @@ pub async fn run(
                     lifecycle.clone(),
                     state.in_flight.clone(),
                 )
-                .await?,
-            ),
-            Role::Workspace => RoleHandle::Workspace(
+                .await?
+            }
+            Role::Workspace => {
                 toolmesh_workspace::spawn(
                     nats.clone(),
                     toolmesh_workspace::WorkspaceSettings {
@@ -175,8 +159,8 @@ pub async fn run(
                     lifecycle.clone(),
                     state.in_flight.clone(),
                 )
-                .await?,
-            ),
+                .await?
+            }
             other => anyhow::bail!("role {other} is not available in this build"),
         };
         tracing::info!(role = %role, "actor started");
@@ -222,7 +206,7 @@ pub async fn run(
         tracing::warn!("drain timeout reached; cancelling what is still running");
         stop.cancel();
     });
-    let all_stopped = futures::future::join_all(handles.into_iter().map(RoleHandle::stopped));
+    let all_stopped = futures::future::join_all(handles.into_iter().map(ActorHandle::stopped));
     if tokio::time::timeout(drain_timeout + STOP_GRACE, all_stopped)
         .await
         .is_err()

@@ -16,10 +16,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_nats::Subscriber;
 use futures::{FutureExt, StreamExt};
-use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
-use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle};
+use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle, StopNotice};
 use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck};
 
 use crate::service::ApprovalService;
@@ -57,7 +56,7 @@ pub(crate) struct ApprovalDesk {
     open_streams: usize,
     /// At most one sweep per node at a time, however slow Redis is.
     sweeping: Arc<AtomicBool>,
-    stopped: Option<oneshot::Sender<()>>,
+    stopped: StopNotice,
 }
 
 impl ApprovalDesk {
@@ -66,7 +65,7 @@ impl ApprovalDesk {
         lifecycle: Lifecycle,
         in_flight: InFlight,
         subscriptions: Subscriptions,
-        stopped: oneshot::Sender<()>,
+        stopped: StopNotice,
     ) -> Self {
         Self {
             service,
@@ -76,7 +75,7 @@ impl ApprovalDesk {
             subscriptions: Some(subscriptions),
             open_streams: 0,
             sweeping: Arc::new(AtomicBool::new(false)),
-            stopped: Some(stopped),
+            stopped,
         }
     }
 
@@ -179,9 +178,7 @@ impl Actor for ApprovalDesk {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         tracing::info!("approval desk stopped");
-        if let Some(stopped) = self.stopped.take() {
-            let _ = stopped.send(());
-        }
+        self.stopped.notify();
     }
 }
 

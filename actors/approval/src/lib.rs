@@ -17,9 +17,8 @@ mod service;
 mod store;
 
 use actix::Actor;
-use tokio::sync::oneshot;
 use toolmesh_kernel::config::ApprovalConfig;
-use toolmesh_kernel::host::{InFlight, Lifecycle};
+use toolmesh_kernel::host::{ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects;
 use toolmesh_kernel::Role;
 
@@ -75,20 +74,6 @@ pub enum ApprovalStartError {
     Confirm(#[source] toolmesh_kernel::host::ConfirmError),
 }
 
-/// A running approval actor.
-#[derive(Debug)]
-pub struct ApprovalHandle {
-    stopped: oneshot::Receiver<()>,
-}
-
-impl ApprovalHandle {
-    /// Resolves once the actor has drained (after `lifecycle.drain` is cancelled) and stopped.
-    pub async fn stopped(self) {
-        // A dropped sender means the actor is gone all the same.
-        let _ = self.stopped.await;
-    }
-}
-
 /// Starts the approval actor; call inside an actix `System`. Returns once its subscriptions
 /// are live on the server, so a request sent afterwards is answered.
 pub async fn spawn(
@@ -96,7 +81,7 @@ pub async fn spawn(
     settings: ApprovalSettings,
     lifecycle: Lifecycle,
     in_flight: InFlight,
-) -> Result<ApprovalHandle, ApprovalStartError> {
+) -> Result<ActorHandle, ApprovalStartError> {
     let (store, connector) = ApprovalStore::new(&settings.redis_url, &settings.config)
         .map_err(ApprovalStartError::RedisUrl)?;
     // Redis being down must not keep the node from starting: connect behind its back, from
@@ -125,7 +110,7 @@ pub async fn spawn(
         .await
         .map_err(ApprovalStartError::Confirm)?;
     abandon.disarm();
-    let (stopped_tx, stopped) = oneshot::channel();
+    let (handle, stop_notice) = ActorHandle::new(Role::Approval);
     let service = ApprovalService {
         nats,
         store,
@@ -136,7 +121,7 @@ pub async fn spawn(
         gate,
         release,
     };
-    ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stopped_tx).start();
+    ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stop_notice).start();
     tracing::info!("approval actor subscribed");
-    Ok(ApprovalHandle { stopped })
+    Ok(handle)
 }

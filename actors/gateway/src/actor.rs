@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use async_nats::Message;
-use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
+use toolmesh_kernel::host::StopNotice;
 
 use toolmesh_kernel::wire::ApprovalRequest;
 
@@ -31,16 +31,16 @@ pub struct Gateway {
     core: Arc<GatewayCore>,
     tasks: TaskTracker,
     open_streams: usize,
-    stopped: Option<oneshot::Sender<()>>,
+    stopped: StopNotice,
 }
 
 impl Gateway {
-    pub fn new(core: Arc<GatewayCore>, open_streams: usize, stopped: oneshot::Sender<()>) -> Self {
+    pub fn new(core: Arc<GatewayCore>, open_streams: usize, stopped: StopNotice) -> Self {
         Self {
             core,
             tasks: TaskTracker::new(),
             open_streams,
-            stopped: Some(stopped),
+            stopped,
         }
     }
 
@@ -65,9 +65,7 @@ impl Actor for Gateway {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         tracing::info!("gateway drained");
-        if let Some(tx) = self.stopped.take() {
-            let _ = tx.send(());
-        }
+        self.stopped.notify();
     }
 }
 

@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures::StreamExt;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, InFlight, Lifecycle};
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
@@ -41,18 +41,6 @@ pub enum GatewayStartError {
     Confirm(#[from] toolmesh_kernel::host::ConfirmError),
 }
 
-/// A running gateway; [`GatewayHandle::stopped`] resolves once it drained.
-#[derive(Debug)]
-pub struct GatewayHandle {
-    stopped: oneshot::Receiver<()>,
-}
-
-impl GatewayHandle {
-    pub async fn stopped(self) {
-        let _ = self.stopped.await;
-    }
-}
-
 /// Starts the gateway actor (inside an actix `System`) and returns once its subscriptions are
 /// live on the server.
 pub async fn spawn(
@@ -62,7 +50,7 @@ pub async fn spawn(
     cluster: Arc<ClusterView>,
     lifecycle: Lifecycle,
     in_flight: InFlight,
-) -> Result<GatewayHandle, GatewayStartError> {
+) -> Result<ActorHandle, GatewayStartError> {
     let group = queue::of(Role::Gateway);
     let subscribe = |subject: &'static str, queued: bool| {
         let client = client.clone();
@@ -93,15 +81,13 @@ pub async fn spawn(
         in_flight,
         status_cache: Default::default(),
     });
-    let (stopped_tx, stopped_rx) = oneshot::channel();
+    let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();
     Gateway::create(move |ctx| {
         ctx.add_stream(drainable(calls, drain.clone()).map(CallReceived));
         ctx.add_stream(drainable(cancels, drain.clone()).map(CancelReceived));
         ctx.add_stream(drainable(decided, drain).map(ApprovalDecided));
-        Gateway::new(core, 3, stopped_tx)
+        Gateway::new(core, 3, stop_notice)
     });
-    Ok(GatewayHandle {
-        stopped: stopped_rx,
-    })
+    Ok(handle)
 }

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use async_nats::{Client, Message};
-use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
-use toolmesh_kernel::host::{respond, InFlight};
+use toolmesh_kernel::host::{respond, InFlight, StopNotice};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::ToolError;
 use tracing::Instrument;
@@ -24,7 +23,7 @@ pub struct WorkspaceKeeper {
     service: Arc<WorkspaceService>,
     in_flight: InFlight,
     tasks: TaskTracker,
-    stopped: Option<oneshot::Sender<()>>,
+    stopped: StopNotice,
 }
 
 impl WorkspaceKeeper {
@@ -32,14 +31,14 @@ impl WorkspaceKeeper {
         client: Client,
         service: Arc<WorkspaceService>,
         in_flight: InFlight,
-        stopped: oneshot::Sender<()>,
+        stopped: StopNotice,
     ) -> Self {
         Self {
             client,
             service,
             in_flight,
             tasks: TaskTracker::new(),
-            stopped: Some(stopped),
+            stopped,
         }
     }
 }
@@ -49,9 +48,7 @@ impl Actor for WorkspaceKeeper {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         tracing::info!("workspace actor drained");
-        if let Some(tx) = self.stopped.take() {
-            let _ = tx.send(());
-        }
+        self.stopped.notify();
     }
 }
 

@@ -18,8 +18,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures::StreamExt;
-use tokio::sync::oneshot;
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, InFlight, Lifecycle};
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::Role;
 
@@ -44,25 +43,13 @@ pub enum WorkspaceStartError {
     Confirm(#[from] toolmesh_kernel::host::ConfirmError),
 }
 
-/// A running workspace actor; [`WorkspaceHandle::stopped`] resolves once it drained.
-#[derive(Debug)]
-pub struct WorkspaceHandle {
-    stopped: oneshot::Receiver<()>,
-}
-
-impl WorkspaceHandle {
-    pub async fn stopped(self) {
-        let _ = self.stopped.await;
-    }
-}
-
 /// Starts the workspace actor (inside an actix `System`); returns once it is subscribed.
 pub async fn spawn(
     client: async_nats::Client,
     settings: WorkspaceSettings,
     lifecycle: Lifecycle,
     in_flight: InFlight,
-) -> Result<WorkspaceHandle, WorkspaceStartError> {
+) -> Result<ActorHandle, WorkspaceStartError> {
     let read_state =
         readstate::ReadState::new(&settings.redis_url).map_err(WorkspaceStartError::RedisUrl)?;
     let service = Arc::new(tools::WorkspaceService {
@@ -74,12 +61,12 @@ pub async fn spawn(
         .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
         .await?;
     confirm_subscriptions(&client).await?;
-    let (stopped_tx, stopped) = oneshot::channel();
+    let (handle, stop_notice) = ActorHandle::new(Role::Workspace);
     let drain = lifecycle.drain.clone();
     keeper::WorkspaceKeeper::create(move |ctx| {
         ctx.add_stream(drainable(calls, drain).map(keeper::RunRequested));
-        keeper::WorkspaceKeeper::new(client, service, in_flight, stopped_tx)
+        keeper::WorkspaceKeeper::new(client, service, in_flight, stop_notice)
     });
-    Ok(WorkspaceHandle { stopped })
+    Ok(handle)
 }
 pub mod search;

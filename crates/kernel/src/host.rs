@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::ids::{Account, InvocationId};
+use crate::role::Role;
 use crate::subjects;
 use crate::wire::CancelAck;
 
@@ -205,6 +206,37 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// What an actor's `spawn` returns: resolves once the actor has drained and stopped.
+#[derive(Debug)]
+pub struct ActorHandle {
+    pub role: Role,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Held by the actor; [`StopNotice::notify`] (or dropping it) resolves its [`ActorHandle`].
+#[derive(Debug)]
+pub struct StopNotice(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl ActorHandle {
+    pub fn new(role: Role) -> (ActorHandle, StopNotice) {
+        let (tx, stopped) = tokio::sync::oneshot::channel();
+        (ActorHandle { role, stopped }, StopNotice(Some(tx)))
+    }
+
+    /// Resolves once the actor stopped (a vanished actor counts as stopped).
+    pub async fn stopped(self) {
+        let _ = self.stopped.await;
+    }
+}
+
+impl StopNotice {
+    pub fn notify(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_nats::{Client, Subscriber};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_approval::{spawn, ApprovalHandle, ApprovalSettings};
+use toolmesh_approval::{spawn, ApprovalSettings};
 use toolmesh_kernel::config::ApprovalConfig;
+use toolmesh_kernel::host::ActorHandle;
 use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, GateOutcome};
@@ -30,7 +31,7 @@ pub fn config(ttl_s: u64, in_band: bool) -> ApprovalConfig {
 pub struct Desk {
     pub lifecycle: Lifecycle,
     pub in_flight: InFlight,
-    handle: ApprovalHandle,
+    handle: ActorHandle,
 }
 
 impl Desk {
