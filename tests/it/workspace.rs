@@ -530,3 +530,58 @@ async fn a_workspace_removed_from_outside_is_created_again() {
         "the write must land in the workspace on disk, not in the removed directory"
     );
 }
+
+#[tokio::test]
+async fn list_sorts_by_name_size_and_mtime() {
+    let c = cluster().await;
+    let ws = root(&c, "acme", "s1");
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    for (name, size, age_s) in [("b.txt", 30, 300), ("a.txt", 10, 100), ("c.txt", 20, 200)] {
+        let path = ws.join("d").join(name);
+        std::fs::write(&path, "x".repeat(size)).unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age_s);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+    let order = |sort: &str| {
+        let c = &c;
+        let sort = sort.to_owned();
+        async move {
+            let l = tool(
+                c,
+                "list_workspace_files",
+                json!({"path": "d", "sort_by": sort}),
+            )
+            .await;
+            assert_eq!(l["ok"], true, "{l}");
+            l["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(order("name").await, ["a.txt", "b.txt", "c.txt"]);
+    assert_eq!(
+        order("size").await,
+        ["b.txt", "c.txt", "a.txt"],
+        "largest first"
+    );
+    assert_eq!(
+        order("mtime").await,
+        ["a.txt", "c.txt", "b.txt"],
+        "newest first"
+    );
+    let l = tool(
+        &c,
+        "list_workspace_files",
+        json!({"path": "d", "sort_by": "age"}),
+    )
+    .await;
+    assert_eq!(l["error"], "invalid_arguments", "{l}");
+}
