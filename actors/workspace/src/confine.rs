@@ -27,7 +27,6 @@ use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, Metadata, OpenOptions};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -483,6 +482,12 @@ pub fn stat(ws: &Workspace, path: &WorkspacePath) -> Result<Stat, ToolError> {
 /// Opens a regular file for reading (a directory is `invalid_arguments`, and so is a FIFO,
 /// socket or device). For other modules that read through the capability (search, lint).
 pub fn open_file(ws: &Workspace, path: &WorkspacePath) -> Result<File, ToolError> {
+    open_sized(ws, path).map(|(file, _)| file)
+}
+
+/// [`open_file`], with the file's size from the same handle: one open and one `fstat`, and
+/// no window for the file to be swapped between looking at it and reading it.
+pub fn open_sized(ws: &Workspace, path: &WorkspacePath) -> Result<(File, u64), ToolError> {
     let mut options = OpenOptions::new();
     options.read(true);
     // A FIFO opened for reading blocks until a writer comes; non-blocking open returns at
@@ -502,17 +507,13 @@ pub fn open_file(ws: &Workspace, path: &WorkspacePath) -> Result<File, ToolError
             format!("'{path}' is not a regular file (a FIFO, socket or device); only regular files can be read"),
         ));
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// The whole file; over `max_bytes` it is `file_too_large` (checked before reading, and again
 /// while reading in case the file grows).
 pub fn read(ws: &Workspace, path: &WorkspacePath, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
-    let file = open_file(ws, path)?;
-    let len = file
-        .metadata()
-        .map_err(|e| internal("inspect", path, &e))?
-        .len();
+    let (file, len) = open_sized(ws, path)?;
     let too_large = |size: u64| {
         ToolError::new(
             ErrorCode::FileTooLarge,
@@ -524,7 +525,7 @@ pub fn read(ws: &Workspace, path: &WorkspacePath, max_bytes: u64) -> Result<Vec<
     if len > max_bytes {
         return Err(too_large(len));
     }
-    let bytes = read_up_to(file, path, max_bytes.saturating_add(1), len)?;
+    let bytes = read_opened(file, path, max_bytes.saturating_add(1), len)?;
     if bytes.len() as u64 > max_bytes {
         return Err(too_large(bytes.len() as u64));
     }
@@ -538,21 +539,18 @@ pub fn read_prefix(
     path: &WorkspacePath,
     max_bytes: u64,
 ) -> Result<Vec<u8>, ToolError> {
-    let file = open_file(ws, path)?;
-    let len = file
-        .metadata()
-        .map_err(|e| internal("inspect", path, &e))?
-        .len();
-    read_up_to(file, path, max_bytes, len)
+    let (file, len) = open_sized(ws, path)?;
+    read_opened(file, path, max_bytes, len)
 }
 
-fn read_up_to(
+/// Reads at most `limit` bytes of a file from [`open_sized`] (`size` sizes the buffer).
+pub fn read_opened(
     file: File,
     path: &WorkspacePath,
     limit: u64,
-    hint: u64,
+    size: u64,
 ) -> Result<Vec<u8>, ToolError> {
-    let capacity = usize::try_from(hint.min(limit)).unwrap_or(0);
+    let capacity = usize::try_from(size.min(limit)).unwrap_or(0);
     let mut bytes = Vec::with_capacity(capacity);
     file.take(limit)
         .read_to_end(&mut bytes)
@@ -561,15 +559,7 @@ fn read_up_to(
 }
 
 /// Hex sha256 of `bytes` (the read state compares files by it).
-pub fn sha256_of(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
-        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
-    }
-    hex
-}
+pub use toolmesh_kernel::canonical::sha256_hex as sha256_of;
 
 // ------------------------------------------------------------------------------------------
 // Writing

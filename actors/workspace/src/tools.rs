@@ -511,7 +511,7 @@ struct TextRead {
 }
 
 fn read_text(ws: &Workspace, path: &WorkspacePath, ranged: bool) -> Result<TextRead, ToolError> {
-    let size = confine::stat(ws, path)?.len;
+    let (file, size) = confine::open_sized(ws, path)?;
     if size > READ_MAX_BYTES && !ranged {
         return Err(too_large(path, size, READ_MAX_BYTES)
             .with("hint", "give start_line/end_line to read a part"));
@@ -521,7 +521,7 @@ fn read_text(ws: &Workspace, path: &WorkspacePath, ranged: bool) -> Result<TextR
     } else {
         READ_MAX_BYTES
     };
-    let mut bytes = confine::read_prefix(ws, path, limit)?;
+    let mut bytes = confine::read_opened(file, path, limit, size)?;
     let capped = (bytes.len() as u64) < size;
     let sha256 = (!capped).then(|| confine::sha256_of(&bytes));
     if capped {

@@ -7,7 +7,12 @@ use sha2::{Digest, Sha256};
 pub fn arguments_sha256(arguments: &Value) -> String {
     let canonical = serde_json_canonicalizer::to_vec(arguments)
         .expect("a serde_json::Value always canonicalizes");
-    let digest = Sha256::digest(&canonical);
+    sha256_hex(&canonical)
+}
+
+/// Lowercase hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     let mut hex = String::with_capacity(64);
     for byte in digest {
         use std::fmt::Write;
