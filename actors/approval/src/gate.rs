@@ -178,10 +178,7 @@ fn parse(body: &[u8]) -> Result<GateRequest, ToolError> {
 
 /// The preview as stored: cut at [`MAX_PREVIEW_CHARS`] with a visible mark.
 fn preview(text: &str) -> String {
-    match text.char_indices().nth(MAX_PREVIEW_CHARS) {
-        None => text.to_owned(),
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-    }
+    toolmesh_kernel::canonical::shorten(text, MAX_PREVIEW_CHARS)
 }
 
 /// Which part of the binding differs, for the error message.

@@ -23,13 +23,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A short, one-line view of the arguments for a person deciding an approval.
 pub fn arguments_preview(arguments: &Value, max_chars: usize) -> String {
-    let text = serde_json::to_string(arguments).unwrap_or_default();
-    if text.chars().count() <= max_chars {
-        return text;
+    shorten(
+        &serde_json::to_string(arguments).unwrap_or_default(),
+        max_chars,
+    )
+}
+
+/// `text` cut to `max_chars` characters, with a visible `…` when something was cut.
+pub fn shorten(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
     }
-    let mut cut: String = text.chars().take(max_chars).collect();
-    cut.push('…');
-    cut
 }
 
 #[cfg(test)]
