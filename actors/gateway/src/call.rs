@@ -77,15 +77,9 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             return;
         }
     };
-    let account = match public::account_of(&msg.subject, "call")
-        .map_err(|raw| format!("{raw:?} is not one account token"))
-        .and_then(|raw| Account::parse(raw).map_err(|e| e.to_string()))
-    {
+    let account = match subject_account(&msg, "call") {
         Ok(account) => account,
-        Err(reason) => {
-            let error = ToolError::invalid_request(format!(
-                "the subject's account is malformed: {reason}; publish on toolmesh.v1.call.<account>"
-            ));
+        Err(error) => {
             let body = wire::reply_body(&request.invocation_id, error.into_fields());
             respond(&core.client, Some(&reply_to), body).await;
             return;
@@ -756,13 +750,20 @@ pub async fn handle_cancel(core: Arc<GatewayCore>, msg: Message) {
     respond(&core.client, reply_to.as_ref(), body).await;
 }
 
-fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
-    let account = public::account_of(&msg.subject, "cancel")
+/// The account of `toolmesh.v1.<kind>.<account>`: exactly one well-formed token.
+fn subject_account(msg: &Message, kind: &str) -> Result<Account, ToolError> {
+    public::account_of(&msg.subject, kind)
         .map_err(|raw| format!("{raw:?} is not one account token"))
         .and_then(|raw| Account::parse(raw).map_err(|e| e.to_string()))
         .map_err(|reason| {
-            ToolError::invalid_request(format!("the subject's account is malformed: {reason}"))
-        })?;
+            ToolError::invalid_request(format!(
+                "the subject's account is malformed: {reason}; publish on toolmesh.v1.{kind}.<account>"
+            ))
+        })
+}
+
+fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
+    let account = subject_account(msg, "cancel")?;
     let value: Value = serde_json::from_slice(&msg.payload).map_err(|e| {
         ToolError::invalid_request(format!(
             "the body must be {{\"invocation_id\": \"…\"}} ({e})"
