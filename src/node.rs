@@ -23,7 +23,12 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 3] = [Role::Gateway, Role::Approval, Role::Workspace];
+pub const AVAILABLE_ROLES: [Role; 4] = [
+    Role::Gateway,
+    Role::Approval,
+    Role::Workspace,
+    Role::Sandbox,
+];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -62,6 +67,8 @@ struct NodeState {
     roles: Vec<Role>,
     started: Instant,
     in_flight: InFlight,
+    /// Set once the sandbox actor runs on this node.
+    sandbox: std::sync::OnceLock<toolmesh_sandbox::CapacityProbe>,
 }
 
 impl NodeState {
@@ -72,7 +79,7 @@ impl NodeState {
             version: VERSION.to_owned(),
             uptime_s: self.started.elapsed().as_secs(),
             in_flight: self.in_flight.get(),
-            sandbox: None,
+            sandbox: self.sandbox.get().map(|probe| probe.capacity()),
         }
     }
 
@@ -108,6 +115,7 @@ pub async fn run(
         roles: roles.clone(),
         started: Instant::now(),
         in_flight: InFlight::default(),
+        sandbox: std::sync::OnceLock::new(),
     });
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();
@@ -160,6 +168,23 @@ pub async fn run(
                     state.in_flight.clone(),
                 )
                 .await?
+            }
+            Role::Sandbox => {
+                let (handle, probe) = toolmesh_sandbox::spawn(
+                    nats.clone(),
+                    toolmesh_sandbox::SandboxSettings {
+                        node: id.clone(),
+                        config: config.sandbox.clone(),
+                        redis_url: config.redis_url.clone(),
+                        budget_chars: config.result_budget_chars,
+                    },
+                    cluster.clone(),
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?;
+                let _ = state.sandbox.set(probe);
+                handle
             }
             other => anyhow::bail!("role {other} is not available in this build"),
         };
@@ -302,8 +327,8 @@ mod tests {
     fn all_means_every_available_role() {
         assert_eq!(resolve_roles("all").unwrap(), AVAILABLE_ROLES.to_vec());
         assert_eq!(resolve_roles("gateway").unwrap(), vec![Role::Gateway]);
-        let err = resolve_roles("gateway,sandbox").unwrap_err();
-        assert!(err.contains("sandbox"), "{err}");
+        let err = resolve_roles("gateway,web").unwrap_err();
+        assert!(err.contains("web"), "{err}");
         assert!(resolve_roles("nope").is_err());
     }
 }

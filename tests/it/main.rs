@@ -2,7 +2,9 @@
 //! redis-server, speaking only the public protocol of PROTOCOL.md.
 
 mod approvals;
+mod claims;
 mod gateway;
 mod node;
+mod sandbox;
 mod support;
 mod workspace;

@@ -14,6 +14,8 @@ pub struct Cluster {
     pub client: async_nats::Client,
     pub nodes: Vec<Node>,
     next_id: usize,
+    /// Node ids are `<prefix>-<n>`.
+    pub node_prefix: String,
     pub data_dir: tempfile::TempDir,
 }
 
@@ -29,6 +31,7 @@ impl Cluster {
             client,
             nodes: Vec::new(),
             next_id: 0,
+            node_prefix: "test-node".to_owned(),
             data_dir: tempfile::tempdir().expect("temp dir"),
         }
     }
@@ -46,13 +49,17 @@ impl Cluster {
 
     pub fn spec(&mut self, roles: &str, env: &[(&str, &str)]) -> NodeSpec {
         self.next_id += 1;
-        let mut spec = NodeSpec::new(BIN, roles, &format!("test-node-{}", self.next_id))
-            .env("TOOLMESH_NATS_URL", self.nats.url())
-            .env("TOOLMESH_REDIS_URL", self.redis.url())
-            .env(
-                "TOOLMESH_DATA_DIR",
-                self.data_dir.path().display().to_string(),
-            );
+        let mut spec = NodeSpec::new(
+            BIN,
+            roles,
+            &format!("{}-{}", self.node_prefix, self.next_id),
+        )
+        .env("TOOLMESH_NATS_URL", self.nats.url())
+        .env("TOOLMESH_REDIS_URL", self.redis.url())
+        .env(
+            "TOOLMESH_DATA_DIR",
+            self.data_dir.path().display().to_string(),
+        );
         for (k, v) in env {
             spec = spec.env(k, *v);
         }

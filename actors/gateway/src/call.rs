@@ -13,7 +13,7 @@ use tracing::Instrument;
 use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{respond, CancelWatch, InFlight, Lifecycle};
+use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
 use toolmesh_kernel::tools::{
@@ -24,7 +24,7 @@ use toolmesh_kernel::wire::{
     CancelAck, GateOutcome, GateRequest, InvocationContext, ReleaseAck, ReplyWriter, RiskLevel,
     RunEventKind, ToolRequest,
 };
-use toolmesh_kernel::{Account, ErrorCode, InvocationId, Role, ToolError};
+use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError};
 
 use crate::builtin;
 use crate::events::RunEvents;
@@ -54,6 +54,8 @@ pub struct GatewayCore {
     pub lifecycle: Lifecycle,
     pub in_flight: InFlight,
     pub status_cache: builtin::StatusCache,
+    /// Reply subjects of calls to long-running roles (claims, then the reply).
+    pub replies: ReplyInbox,
 }
 
 /// What a tool answered: members to serialize, or members already serialized.
@@ -518,35 +520,13 @@ impl<'a> Call<'a> {
                 ),
             ));
         }
-        let request = async_nats::Request::new()
-            .payload(Bytes::from(body))
-            .timeout(Some(timeout));
         let role = target.spec.role;
-        let reply = tokio::select! {
-            reply = core.client.send_request(internal::run(role), request) => reply,
-            _ = core.lifecycle.stop.cancelled() => {
-                // Tell the actor to stop too; nobody will read its answer.
-                let subject = internal::cancel(&self.ctx.account, &self.ctx.invocation_id);
-                let _ = core.client.publish(subject, Bytes::from_static(b"{}")).await;
-                return Err(ToolError::new(
-                    ErrorCode::Cancelled,
-                    "the gateway node shut down before the call finished; repeat it",
-                ));
-            }
-        };
-        let reply = match reply {
-            Ok(reply) => reply,
-            // No responders: the server had no subscriber for the call, so no actor received
-            // it and nothing ran; the approval it used can be given back. Every other failure
-            // (a timeout above all) may come after the tool ran, so the approval stays used.
-            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                let unavailable = request_failed(e, role, target.spec.name);
-                return Err(match self.consumed_approval.take() {
-                    Some(id) => self.give_back(&id, unavailable).await,
-                    None => unavailable,
-                });
-            }
-            Err(e) => return Err(request_failed(e, role, target.spec.name)),
+        let reply = if role.is_long_running() {
+            self.send_claimed(role, target.spec.name, Bytes::from(body), timeout)
+                .await?
+        } else {
+            self.send(role, target.spec.name, Bytes::from(body), timeout)
+                .await?
         };
         let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
             tracing::error!(error = %e, role = %role, "malformed reply from an actor");
@@ -562,6 +542,132 @@ impl<'a> Call<'a> {
         // shift, not swap: the tool's member order is kept.
         fields.shift_remove("ok");
         Ok(fields)
+    }
+
+    /// One request to the actor of `role`: the first message on the reply subject is the reply.
+    async fn send(
+        &mut self,
+        role: Role,
+        what: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, ToolError> {
+        let core = self.core;
+        let request = async_nats::Request::new()
+            .payload(body)
+            .timeout(Some(timeout));
+        let reply = tokio::select! {
+            reply = core.client.send_request(internal::run(role), request) => reply,
+            _ = core.lifecycle.stop.cancelled() => return Err(self.stopped().await),
+        };
+        match reply {
+            Ok(reply) => Ok(reply),
+            // No responders: the server had no subscriber for the call, so no actor received
+            // it and nothing ran; the approval it used can be given back. Every other failure
+            // (a timeout above all) may come after the tool ran, so the approval stays used.
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                Err(self.no_responders(role, what).await)
+            }
+            Err(e) => Err(request_failed(e, role, what)),
+        }
+    }
+
+    /// A call of a long-running role ([`Role::is_long_running`]): its reply subject takes the
+    /// claims of the workers that take it (`Toolmesh-Claimed-By`, the latest wins), then the
+    /// reply. While the call runs the latest claimant is watched in the cluster view: if it
+    /// drops out (no heartbeat for `HEARTBEAT_EXPIRY`, without a `leaving` goodbye) the caller
+    /// gets `unavailable` at once instead of at the deadline. Without a claim the call just
+    /// waits for its reply until the deadline, as a short call does.
+    async fn send_claimed(
+        &mut self,
+        role: Role,
+        what: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, ToolError> {
+        let core = self.core;
+        let mut waiter = core.replies.register();
+        if let Err(e) = core
+            .client
+            .publish_with_reply(internal::run(role), waiter.subject().clone(), body)
+            .await
+        {
+            return Err(ToolError::new(
+                ErrorCode::Unavailable,
+                format!("could not reach the {role} actor for {what} ({e}); retry"),
+            ));
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut claimant: Option<(NodeId, Instant)> = None;
+        loop {
+            let watch = watch_claimant(&core.cluster, claimant.clone());
+            tokio::select! {
+                msg = waiter.next() => {
+                    let Some(msg) = msg else {
+                        return Err(ToolError::new(
+                            ErrorCode::Unavailable,
+                            format!("the gateway lost its reply subscription while waiting for the {role} actor to answer {what}; retry"),
+                        ));
+                    };
+                    if msg.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                        return Err(self.no_responders(role, what).await);
+                    }
+                    match host::claimant(&msg) {
+                        Some(Ok(node)) => {
+                            tracing::debug!(node_id = %node, "call claimed");
+                            claimant = Some((node, Instant::now()));
+                        }
+                        Some(Err(raw)) => {
+                            tracing::warn!(claimed_by = %raw, "ignoring a claim with a malformed node id");
+                        }
+                        None if msg.status.is_some() => {
+                            tracing::warn!(status = ?msg.status, "ignoring a status message on a call's reply subject");
+                        }
+                        None => return Ok(msg),
+                    }
+                }
+                _ = &mut deadline => return Err(timed_out(role, what)),
+                node = watch => {
+                    // Should it still run after all (a partition, not a crash), stop it.
+                    self.publish_cancel().await;
+                    return Err(worker_lost(role, &node));
+                }
+                _ = core.lifecycle.stop.cancelled() => return Err(self.stopped().await),
+            }
+        }
+    }
+
+    /// No actor received the call: `unavailable`, with the approval it used given back.
+    async fn no_responders(&mut self, role: Role, what: &str) -> ToolError {
+        let unavailable = request_failed(
+            async_nats::RequestError::from(async_nats::RequestErrorKind::NoResponders),
+            role,
+            what,
+        );
+        match self.consumed_approval.take() {
+            Some(id) => self.give_back(&id, unavailable).await,
+            None => unavailable,
+        }
+    }
+
+    /// The gateway node stops before the actor answered: tell the actor to stop too (nobody
+    /// will read its answer) and answer `cancelled`.
+    async fn stopped(&self) -> ToolError {
+        self.publish_cancel().await;
+        ToolError::new(
+            ErrorCode::Cancelled,
+            "the gateway node shut down before the call finished; repeat it",
+        )
+    }
+
+    async fn publish_cancel(&self) {
+        let subject = internal::cancel(&self.ctx.account, &self.ctx.invocation_id);
+        let _ = self
+            .core
+            .client
+            .publish(subject, Bytes::from_static(b"{}"))
+            .await;
     }
 
     /// Asks the approval actor to give back approval `id`, which this call used but which never
@@ -696,6 +802,38 @@ fn route_timeout(arguments: &Value) -> Duration {
         .unwrap_or(DEFAULT_ROUTE_TIMEOUT)
 }
 
+/// Resolves with the claimant once it is lost; never without one.
+async fn watch_claimant(cluster: &ClusterView, claimant: Option<(NodeId, Instant)>) -> NodeId {
+    match claimant {
+        Some((node, since)) => {
+            cluster.lost(&node, since).await;
+            node
+        }
+        None => futures::future::pending().await,
+    }
+}
+
+/// The worker that claimed a call dropped out of the cluster view before answering. The call
+/// may have run (part of it), so an approval it used stays used.
+fn worker_lost(role: Role, node: &NodeId) -> ToolError {
+    let next = match role {
+        Role::Sandbox => "the session's sandbox is re-created on the next call",
+        _ => "repeat the call",
+    };
+    ToolError::new(
+        ErrorCode::Unavailable,
+        format!("{role} worker {node} was lost while running the call; {next}"),
+    )
+    .with("details", json!({ "node_id": node.as_str() }))
+}
+
+fn timed_out(role: Role, what: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Timeout,
+        format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
+    )
+}
+
 /// Maps a failed internal request onto the protocol's codes.
 fn request_failed(error: async_nats::RequestError, role: Role, what: &str) -> ToolError {
     use async_nats::RequestErrorKind;
@@ -704,10 +842,7 @@ fn request_failed(error: async_nats::RequestError, role: Role, what: &str) -> To
             ErrorCode::Unavailable,
             format!("no {role} actor is running in the cluster to serve {what}; start a node with --roles {role} and retry"),
         ),
-        RequestErrorKind::TimedOut => ToolError::new(
-            ErrorCode::Timeout,
-            format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
-        ),
+        RequestErrorKind::TimedOut => timed_out(role, what),
         RequestErrorKind::MaxPayloadExceeded => ToolError::new(
             ErrorCode::LimitExceeded,
             format!("the call to {what} is over the NATS max_payload; send smaller arguments"),
@@ -799,7 +934,7 @@ mod tests {
             .await
             .expect("lazy client");
         let core = Arc::new(GatewayCore {
-            client,
+            client: client.clone(),
             registry: Arc::new(ToolRegistry::builtin()),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),
@@ -807,6 +942,7 @@ mod tests {
             lifecycle: Default::default(),
             in_flight: Default::default(),
             status_cache: Default::default(),
+            replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
         });
         let msg = Message {
             subject: "toolmesh.v1.call.a".into(),

@@ -21,7 +21,9 @@ use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::host::{
+    confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle, ReplyInbox,
+};
 use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
@@ -37,6 +39,8 @@ pub enum GatewayStartError {
         subject: &'static str,
         source: async_nats::SubscribeError,
     },
+    #[error("cannot subscribe the reply inbox of long-running calls: {0}")]
+    ReplyInbox(#[source] async_nats::SubscribeError),
     #[error("the NATS server did not confirm the subscriptions: {0}")]
     Confirm(#[from] toolmesh_kernel::host::ConfirmError),
 }
@@ -68,6 +72,10 @@ pub async fn spawn(
     let cancels = subscribe(public::CANCEL_ANY, true).await?;
     // Every gateway hears every decision: a parked call may be on any of them.
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
+    // Claims and replies of calls to long-running roles (sandbox, skills).
+    let replies = ReplyInbox::start(&client)
+        .await
+        .map_err(GatewayStartError::ReplyInbox)?;
     confirm_subscriptions(&client).await?;
 
     let (decided_tx, _) = broadcast::channel(1024);
@@ -80,6 +88,7 @@ pub async fn spawn(
         lifecycle: lifecycle.clone(),
         in_flight,
         status_cache: Default::default(),
+        replies,
     });
     let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();

@@ -1,6 +1,7 @@
 //! toolmesh-workspace: the workspace actor. It owns the files of each `(account, session)`
 //! under `$TOOLMESH_DATA_DIR/accounts/<account>/sessions/<session_id>/workspace/` and serves
-//! the workspace tools of PROTOCOL.md over `toolmesh.internal.v1.run.workspace`.
+//! the workspace tools of PROTOCOL.md over `toolmesh.internal.v1.run.workspace`, and workspace
+//! sync for sandbox mirrors ([`sync`], `toolmesh.internal.v1.workspace.{manifest,fetch,apply}`).
 //!
 //! Architecture invariant: every file access goes through [`confine::Workspace`], which
 //! resolves paths beneath the workspace root in the kernel (cap-std, openat2
@@ -11,6 +12,7 @@ pub mod edit;
 mod keeper;
 pub mod lint;
 pub mod readstate;
+pub mod sync;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -57,15 +59,41 @@ pub async fn spawn(
         read_state,
         budget_chars: settings.budget_chars,
     });
+    let sync_service = Arc::new(sync::SyncService::new(service.data_dir.clone()));
     let calls = client
         .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
         .await?;
+    let mut sync_subscriptions = Vec::new();
+    for subject in [
+        internal::WORKSPACE_MANIFEST,
+        internal::WORKSPACE_FETCH,
+        internal::WORKSPACE_APPLY,
+    ] {
+        let subscription = client
+            .queue_subscribe(subject, queue::of(Role::Workspace))
+            .await?;
+        sync_subscriptions.push(drainable(subscription, lifecycle.drain.clone()));
+    }
     confirm_subscriptions(&client).await?;
-    let (handle, stop_notice) = ActorHandle::new(Role::Workspace);
+    // Two actors, one handle: the role has stopped once both have drained.
+    let (handle, mut stop_notice) = ActorHandle::new(Role::Workspace);
+    let (keeper_handle, keeper_notice) = ActorHandle::new(Role::Workspace);
+    let (syncer_handle, syncer_notice) = ActorHandle::new(Role::Workspace);
     let drain = lifecycle.drain.clone();
+    let keeper_client = client.clone();
+    let keeper_in_flight = in_flight.clone();
     keeper::WorkspaceKeeper::create(move |ctx| {
         ctx.add_stream(drainable(calls, drain).map(keeper::RunRequested));
-        keeper::WorkspaceKeeper::new(client, service, in_flight, stop_notice)
+        keeper::WorkspaceKeeper::new(keeper_client, service, keeper_in_flight, keeper_notice)
+    });
+    sync::WorkspaceSyncer::create(move |ctx| {
+        ctx.add_stream(futures::stream::select_all(sync_subscriptions).map(sync::SyncRequested));
+        sync::WorkspaceSyncer::new(client, sync_service, in_flight, syncer_notice)
+    });
+    actix::spawn(async move {
+        keeper_handle.stopped().await;
+        syncer_handle.stopped().await;
+        stop_notice.notify();
     });
     Ok(handle)
 }

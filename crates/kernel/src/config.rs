@@ -19,6 +19,14 @@ pub const DEFAULT_SKILLS_DIR: &str = "./skills";
 pub const DEFAULT_SANDBOX_MEMORY_MB: u64 = 1024;
 pub const DEFAULT_SANDBOX_PIDS: u64 = 256;
 pub const DEFAULT_SANDBOX_CPUS: f64 = 1.0;
+pub const DEFAULT_SANDBOX_MAX_SESSIONS: usize = 32;
+pub const DEFAULT_SANDBOX_IDLE_TTL_S: u64 = 900;
+pub const DEFAULT_SANDBOX_WARM: usize = 2;
+pub const DEFAULT_SANDBOX_TMPFS_MB: u64 = 256;
+pub const DEFAULT_SANDBOX_TIMEOUT_S: u64 = 60;
+pub const DEFAULT_SYNC_MAX_FILES: usize = 2000;
+pub const DEFAULT_SYNC_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_SYNC_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
 pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -158,6 +166,31 @@ pub struct SandboxConfig {
     pub pids: u64,
     pub cpus: f64,
     pub network: String,
+    /// Images a worker may run (`TOOLMESH_SANDBOX_IMAGES`); always includes `image`.
+    pub allowed_images: Vec<String>,
+    /// Where a worker keeps each sandbox's copy of the workspace (`TOOLMESH_SANDBOX_DIR`,
+    /// default `$TOOLMESH_DATA_DIR/sandboxes`). With the Docker backend this path is
+    /// bind-mounted by the Docker daemon, so a worker in a container must see it at the same
+    /// path as the host does.
+    pub dir: PathBuf,
+    /// Sandboxes one worker holds at most (`TOOLMESH_SANDBOX_MAX_SESSIONS`).
+    pub max_sessions: usize,
+    /// A session's sandbox is removed after this long unused (`TOOLMESH_SANDBOX_IDLE_TTL_S`).
+    pub idle_ttl: Duration,
+    /// Started, unassigned sandboxes a worker keeps ready (`TOOLMESH_SANDBOX_WARM`).
+    pub warm: usize,
+    /// Commands one worker runs at once; more wait in order (`TOOLMESH_SANDBOX_CONCURRENCY`,
+    /// default twice the cores).
+    pub concurrency: usize,
+    /// Size of the sandbox's `/tmp` and home tmpfs (`TOOLMESH_SANDBOX_TMPFS_MB`).
+    pub tmpfs_mb: u64,
+    /// A command's timeout when the call names none (`TOOLMESH_SANDBOX_TIMEOUT_S`).
+    pub default_timeout: Duration,
+    /// Workspace sync bounds (`TOOLMESH_SANDBOX_SYNC_MAX_FILES`, `…_MAX_FILE_BYTES`,
+    /// `…_MAX_TOTAL_BYTES`).
+    pub sync_max_files: usize,
+    pub sync_max_file_bytes: u64,
+    pub sync_max_total_bytes: u64,
 }
 
 /// Skill settings.
@@ -210,6 +243,19 @@ impl NodeConfig {
                 reason: "an approval must live at least one second".into(),
             });
         }
+        let data_dir = PathBuf::from(env.get("TOOLMESH_DATA_DIR").unwrap_or(DEFAULT_DATA_DIR));
+        let image = env
+            .get("TOOLMESH_SANDBOX_IMAGE")
+            .unwrap_or(DEFAULT_SANDBOX_IMAGE)
+            .to_owned();
+        let mut allowed_images = env.list("TOOLMESH_SANDBOX_IMAGES");
+        if !allowed_images.contains(&image) {
+            allowed_images.push(image.clone());
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let sandbox_dir = env
+            .get("TOOLMESH_SANDBOX_DIR")
+            .map_or_else(|| data_dir.join("sandboxes"), PathBuf::from);
         Ok(NodeConfig {
             node_id: env.get("TOOLMESH_NODE_ID").map(str::to_owned),
             nats_url: env
@@ -220,7 +266,6 @@ impl NodeConfig {
                 .get("TOOLMESH_REDIS_URL")
                 .unwrap_or(DEFAULT_REDIS_URL)
                 .to_owned(),
-            data_dir: PathBuf::from(env.get("TOOLMESH_DATA_DIR").unwrap_or(DEFAULT_DATA_DIR)),
             policy,
             approval: ApprovalConfig {
                 in_band: env.flag("TOOLMESH_APPROVAL_IN_BAND", true)?,
@@ -230,14 +275,12 @@ impl NodeConfig {
                     DEFAULT_APPROVAL_RETENTION_S,
                 )?),
             },
+            data_dir,
             result_budget_chars: env
                 .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
             sandbox: SandboxConfig {
                 backend: env.parse("TOOLMESH_SANDBOX_BACKEND", SandboxBackend::Docker)?,
-                image: env
-                    .get("TOOLMESH_SANDBOX_IMAGE")
-                    .unwrap_or(DEFAULT_SANDBOX_IMAGE)
-                    .to_owned(),
+                image,
                 memory_mb: env.parse("TOOLMESH_SANDBOX_MEMORY_MB", DEFAULT_SANDBOX_MEMORY_MB)?,
                 pids: env.parse("TOOLMESH_SANDBOX_PIDS", DEFAULT_SANDBOX_PIDS)?,
                 cpus: env.parse("TOOLMESH_SANDBOX_CPUS", DEFAULT_SANDBOX_CPUS)?,
@@ -245,6 +288,31 @@ impl NodeConfig {
                     .get("TOOLMESH_SANDBOX_NETWORK")
                     .unwrap_or("none")
                     .to_owned(),
+                allowed_images,
+                dir: sandbox_dir,
+                max_sessions: env.parse(
+                    "TOOLMESH_SANDBOX_MAX_SESSIONS",
+                    DEFAULT_SANDBOX_MAX_SESSIONS,
+                )?,
+                idle_ttl: Duration::from_secs(
+                    env.parse("TOOLMESH_SANDBOX_IDLE_TTL_S", DEFAULT_SANDBOX_IDLE_TTL_S)?,
+                ),
+                warm: env.parse("TOOLMESH_SANDBOX_WARM", DEFAULT_SANDBOX_WARM)?,
+                concurrency: env.parse("TOOLMESH_SANDBOX_CONCURRENCY", 2 * cores)?.max(1),
+                tmpfs_mb: env.parse("TOOLMESH_SANDBOX_TMPFS_MB", DEFAULT_SANDBOX_TMPFS_MB)?,
+                default_timeout: Duration::from_secs(
+                    env.parse("TOOLMESH_SANDBOX_TIMEOUT_S", DEFAULT_SANDBOX_TIMEOUT_S)?,
+                ),
+                sync_max_files: env
+                    .parse("TOOLMESH_SANDBOX_SYNC_MAX_FILES", DEFAULT_SYNC_MAX_FILES)?,
+                sync_max_file_bytes: env.parse(
+                    "TOOLMESH_SANDBOX_SYNC_MAX_FILE_BYTES",
+                    DEFAULT_SYNC_MAX_FILE_BYTES,
+                )?,
+                sync_max_total_bytes: env.parse(
+                    "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
+                    DEFAULT_SYNC_MAX_TOTAL_BYTES,
+                )?,
             },
             skills: SkillsConfig {
                 dir: PathBuf::from(env.get("TOOLMESH_SKILLS_DIR").unwrap_or(DEFAULT_SKILLS_DIR)),

@@ -12,10 +12,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::ids::{Account, InvocationId};
+use crate::ids::{Account, InvocationId, NodeId};
 use crate::role::Role;
 use crate::subjects;
-use crate::wire::CancelAck;
+use crate::wire::{CancelAck, CLAIMED_BY_HEADER};
 
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
 /// comes up once the server does, and reconnects by itself after a server restart.
@@ -119,6 +119,164 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
     if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
         tracing::warn!(error = %e, "could not publish a reply");
     }
+}
+
+/// Claims a call of a long-running role: publishes an empty message with
+/// [`CLAIMED_BY_HEADER`]` = node` to the call's reply subject, before the work starts. The
+/// gateway then answers the caller `unavailable` as soon as `node` drops out of the cluster view
+/// (no heartbeat for [`crate::cluster::HEARTBEAT_EXPIRY`]) instead of at the call's deadline. A
+/// worker that hands the call to another lets that one claim it again (the latest claim wins).
+pub async fn publish_claim(
+    client: &Client,
+    reply: &async_nats::Subject,
+    node: &NodeId,
+) -> Result<(), async_nats::PublishError> {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(CLAIMED_BY_HEADER, node.as_str());
+    client
+        .publish_with_headers(reply.clone(), headers, Bytes::new())
+        .await
+}
+
+/// The claimant named by a claim message ([`publish_claim`]): `None` for any other message
+/// (the reply itself), `Some(Err(raw))` for a claim whose node id is malformed.
+pub fn claimant(msg: &Message) -> Option<Result<NodeId, String>> {
+    let value = msg.headers.as_ref()?.get(CLAIMED_BY_HEADER)?;
+    let raw = value.as_str();
+    Some(NodeId::parse(raw).map_err(|_| raw.to_owned()))
+}
+
+/// One wildcard inbox subscription (`<inbox>.*`) shared by many requests that each take
+/// *several* messages on their reply subject (claims, then the reply; see [`publish_claim`]),
+/// demultiplexed by the last token, as async-nats does for `request` (which keeps only the
+/// first message). Subscribing once keeps a SUB/UNSUB pair per call off the server; confirm the
+/// subscription ([`confirm_subscriptions`]) before the first request.
+///
+/// No-responders still works: the server sends its status-503 message to the reply subject,
+/// which arrives here like any other. If the subscription ends (the connection closed for
+/// good), every waiter's [`ReplyWaiter::next`] returns `None`.
+#[derive(Debug)]
+pub struct ReplyInbox {
+    /// `<inbox>.`, to which a token is appended.
+    prefix: String,
+    shared: Arc<std::sync::Mutex<InboxWaiters>>,
+    next_token: AtomicU64,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+#[derive(Debug, Default)]
+struct InboxWaiters {
+    senders: std::collections::HashMap<u64, tokio::sync::mpsc::UnboundedSender<Message>>,
+    closed: bool,
+}
+
+impl ReplyInbox {
+    /// Subscribes `<new inbox>.*` and starts the task that hands each message to its waiter.
+    /// The task (and the subscription) ends when the inbox is dropped.
+    pub async fn start(client: &Client) -> Result<ReplyInbox, async_nats::SubscribeError> {
+        let prefix = format!("{}.", client.new_inbox());
+        let subscriber = client.subscribe(format!("{prefix}*")).await?;
+        let shared = Arc::new(std::sync::Mutex::new(InboxWaiters::default()));
+        let stop = CancellationToken::new();
+        tokio::spawn(demultiplex(
+            subscriber,
+            prefix.clone(),
+            shared.clone(),
+            stop.clone(),
+        ));
+        Ok(ReplyInbox {
+            prefix,
+            shared,
+            next_token: AtomicU64::new(0),
+            _stop: stop.drop_guard(),
+        })
+    }
+
+    /// A fresh reply subject and the receiver of what arrives on it, until the waiter drops.
+    pub fn register(&self) -> ReplyWaiter<'_> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let (tx, messages) = tokio::sync::mpsc::unbounded_channel();
+        let mut shared = self.shared.lock().expect("reply inbox lock");
+        // A closed inbox drops the sender at once: the waiter sees `None`.
+        if !shared.closed {
+            shared.senders.insert(token, tx);
+        }
+        ReplyWaiter {
+            inbox: self,
+            token,
+            subject: async_nats::Subject::from(format!("{}{token}", self.prefix)),
+            messages,
+        }
+    }
+}
+
+/// One registration on a [`ReplyInbox`]; unregisters on drop.
+#[derive(Debug)]
+pub struct ReplyWaiter<'a> {
+    inbox: &'a ReplyInbox,
+    token: u64,
+    subject: async_nats::Subject,
+    messages: tokio::sync::mpsc::UnboundedReceiver<Message>,
+}
+
+impl ReplyWaiter<'_> {
+    /// The reply subject to send with the request.
+    pub fn subject(&self) -> &async_nats::Subject {
+        &self.subject
+    }
+
+    /// The next message on the reply subject; `None` once the inbox's subscription ended.
+    pub async fn next(&mut self) -> Option<Message> {
+        self.messages.recv().await
+    }
+}
+
+impl Drop for ReplyWaiter<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut shared) = self.inbox.shared.lock() {
+            shared.senders.remove(&self.token);
+        }
+    }
+}
+
+async fn demultiplex(
+    mut subscriber: Subscriber,
+    prefix: String,
+    shared: Arc<std::sync::Mutex<InboxWaiters>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = stop.cancelled() => break,
+            msg = subscriber.next() => match msg {
+                Some(msg) => msg,
+                None => {
+                    tracing::warn!("the reply inbox subscription ended; waiting calls fail");
+                    break;
+                }
+            },
+        };
+        let token = msg
+            .subject
+            .strip_prefix(prefix.as_str())
+            .and_then(|t| t.parse::<u64>().ok());
+        let waiters = shared.lock().expect("reply inbox lock");
+        match token.and_then(|t| waiters.senders.get(&t)) {
+            // A receiver gone between lookup and send has stopped waiting; nothing to do.
+            Some(tx) => {
+                let _ = tx.send(msg);
+            }
+            None => {
+                tracing::debug!(subject = %msg.subject, "a message for a request no longer waiting")
+            }
+        }
+    }
+    {
+        let mut waiters = shared.lock().expect("reply inbox lock");
+        waiters.closed = true;
+        waiters.senders.clear();
+    }
+    let _ = subscriber.unsubscribe().await;
 }
 
 /// Makes one running invocation cancellable: listens on

@@ -17,6 +17,7 @@ pub mod ids;
 pub mod policy;
 pub mod role;
 pub mod subjects;
+pub mod sync;
 pub mod time;
 pub mod tools;
 pub mod wire;

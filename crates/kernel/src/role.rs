@@ -38,6 +38,14 @@ impl Role {
         }
     }
 
+    /// Roles whose calls may run for minutes on one worker (commands in a sandbox). The gateway
+    /// routes their calls with the claim protocol: the worker that takes a call names itself
+    /// ([`crate::host::publish_claim`]) and the gateway answers `unavailable` as soon as that
+    /// worker drops out of the cluster view, instead of waiting for the call's deadline.
+    pub fn is_long_running(self) -> bool {
+        matches!(self, Role::Sandbox | Role::Skills)
+    }
+
     /// Parses `gateway,approval` or `all` (with `all` expanded, duplicates removed, sorted).
     pub fn parse_list(list: &str) -> Result<Vec<Role>, String> {
         let mut roles = Vec::new();
@@ -87,6 +95,11 @@ mod tests {
             vec![Role::Gateway, Role::Approval]
         );
         assert!(Role::parse_list("").is_err());
+        let long: Vec<Role> = Role::ALL
+            .into_iter()
+            .filter(|r| r.is_long_running())
+            .collect();
+        assert_eq!(long, [Role::Skills, Role::Sandbox]);
         assert!(Role::parse_list("gateway,nope")
             .unwrap_err()
             .contains("nope"));

@@ -131,6 +131,12 @@ pub mod internal {
         format!("{PREFIX}.run.{role}")
     }
 
+    /// One node's own run subject for `role` (no queue group): where a worker hands a call
+    /// for a session that another worker holds (sandbox sessions are pinned to one worker).
+    pub fn run_on(role: Role, node: &NodeId) -> String {
+        format!("{PREFIX}.node.{node}.run.{role}")
+    }
+
     /// The approval gate: the gateway asks the approval actor to create, decide or consume.
     pub const APPROVAL_GATE: &str = "toolmesh.internal.v1.approval.gate";
 
@@ -145,6 +151,14 @@ pub mod internal {
 
     /// Node heartbeats (every node publishes and listens; no queue group).
     pub const HEARTBEAT: &str = "toolmesh.internal.v1.heartbeat";
+
+    /// Workspace sync (`kernel::sync`), queue group `toolmesh.workspace`: the regular files of
+    /// a session's workspace with their stamps.
+    pub const WORKSPACE_MANIFEST: &str = "toolmesh.internal.v1.workspace.manifest";
+    /// Workspace sync: content of files, in chunks.
+    pub const WORKSPACE_FETCH: &str = "toolmesh.internal.v1.workspace.fetch";
+    /// Workspace sync: conditional puts and deletes.
+    pub const WORKSPACE_APPLY: &str = "toolmesh.internal.v1.workspace.apply";
 }
 
 /// Queue groups: one per role, so that any number of nodes share the work of a role.

@@ -503,6 +503,14 @@ pub struct Heartbeat {
     pub leaving: bool,
 }
 
+/// The NATS header of a *claim*: for a long-running role ([`Role::is_long_running`]) the worker
+/// that takes an [`ActorCall`] first publishes, to the call's reply subject, an empty message
+/// with this header set to its node id ([`crate::host::publish_claim`]). A worker that hands the
+/// call on lets the next one claim it too: the latest claim wins. The gateway watches the
+/// claimant in its cluster view and answers `unavailable` when it drops out. The message
+/// without this header is the [`ActorReply`].
+pub const CLAIMED_BY_HEADER: &str = "Toolmesh-Claimed-By";
+
 /// Gateway → actor: run this tool for this invocation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActorCall {

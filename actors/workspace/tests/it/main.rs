@@ -2,3 +2,4 @@
 
 mod escapes;
 mod files;
+mod sync;

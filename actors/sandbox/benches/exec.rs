@@ -1,0 +1,129 @@
+//! Exec overhead of the Docker backend: raw bollard `true` (create_exec + start_exec +
+//! inspect_exec) against `DockerBackend::exec` of `true`, in one started sandbox container,
+//! interleaved in the same run. `cargo bench -p toolmesh-sandbox --bench exec`; the image is
+//! `TOOLMESH_SANDBOX_IMAGE` (default `toolmesh/sandbox:latest`), `BENCH_ITERATIONS` (default 200).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
+use futures::StreamExt;
+use toolmesh_sandbox::backend::docker::DockerBackend;
+use toolmesh_sandbox::backend::{Backend, ExecSpec, SandboxLimits, SandboxSpec};
+
+#[tokio::main]
+async fn main() {
+    let image = std::env::var("TOOLMESH_SANDBOX_IMAGE")
+        .unwrap_or_else(|_| "toolmesh/sandbox:latest".into());
+    let iterations: usize = std::env::var("BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let backend = DockerBackend::new(image.clone(), vec![image]).expect("docker backend");
+    backend
+        .check()
+        .await
+        .expect("docker and the sandbox image (run scripts/build-images)");
+    let workspace = std::env::temp_dir().join(format!("toolmesh-bench-{}", std::process::id()));
+    let spec = SandboxSpec {
+        sandbox_id: format!("sbx-bench-{}", std::process::id()),
+        node_id: "bench".into(),
+        scope: format!("bench-{}", std::process::id()),
+        workspace_dir: workspace.clone(),
+        limits: SandboxLimits {
+            memory_mb: 512,
+            pids: 256,
+            cpus: 1.0,
+            network: "none".into(),
+            tmpfs_mb: 64,
+        },
+    };
+    let sandbox = backend.create(&spec).await.expect("create sandbox");
+    let docker = Docker::connect_with_local_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+
+    let (mut raw, mut via_backend) = (Vec::new(), Vec::new());
+    for i in 0..iterations + 10 {
+        let began = Instant::now();
+        raw_true(&docker, &sandbox.container_id).await;
+        let raw_time = began.elapsed();
+
+        let began = Instant::now();
+        let exec = backend
+            .exec(
+                &sandbox,
+                ExecSpec {
+                    argv: vec!["true".into()],
+                    cwd: "/workspace".into(),
+                    env: BTreeMap::new(),
+                    stdin: false,
+                    exec_id: format!("bench-{i}"),
+                },
+            )
+            .await
+            .expect("exec");
+        let mut output = exec.output;
+        while output.recv().await.is_some() {}
+        let status = exec.exit.await.expect("exit").expect("status");
+        assert_eq!(status.code, 0);
+        let backend_time = began.elapsed();
+        if i >= 10 {
+            // The first runs warm connections up.
+            raw.push(raw_time);
+            via_backend.push(backend_time);
+        }
+    }
+    backend.destroy(&sandbox).await.expect("destroy");
+    let _ = std::fs::remove_dir_all(&workspace);
+
+    report("raw bollard exec true", &mut raw);
+    report("DockerBackend::exec true", &mut via_backend);
+}
+
+async fn raw_true(docker: &Docker, container: &str) {
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(vec!["true"]),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create_exec");
+    let options = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&created.id, Some(options))
+        .await
+        .expect("start_exec")
+    {
+        while output.next().await.is_some() {}
+    }
+    let inspect = docker
+        .inspect_exec(&created.id)
+        .await
+        .expect("inspect_exec");
+    assert_eq!(inspect.exit_code, Some(0));
+}
+
+fn report(name: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "{name:<28} n={:<5} p50={:>8.2?} p99={:>8.2?} max={:>8.2?}",
+        samples.len(),
+        at(0.50),
+        at(0.99),
+        samples[samples.len() - 1]
+    );
+}

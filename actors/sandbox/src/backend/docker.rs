@@ -1,0 +1,688 @@
+//! The Docker backend (bollard): one hardened, long-lived container per sandbox, commands run
+//! in it with `docker exec`.
+//!
+//! A sandbox container runs `sleep infinity` under `docker-init` as uid 1000, with no network
+//! (unless the operator named one), no capabilities, `no-new-privileges`, a read-only root,
+//! tmpfs `/tmp` and `/home/sandbox`, memory/CPU/pids limits and the session's mirror directory
+//! bound at `/workspace`. An execution costs three API calls: create_exec, start_exec (attached)
+//! and inspect_exec once the output ends.
+//!
+//! Killing an execution: a `docker exec` process is its own session and process-group leader
+//! and its children may start their own, so the kill switch runs a second exec that SIGKILLs
+//! every process whose environment holds `TOOLMESH_EXEC_ID=<exec_id>`, repeating until none is
+//! left (bounded), which also catches forks racing the kill.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::errors::Error as DockerError;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig, RestartPolicy, RestartPolicyNameEnum};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    RestartContainerOptions, StartContainerOptions,
+};
+use bollard::Docker;
+use futures::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, OnceCell};
+
+use super::{
+    Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output, SandboxRef,
+    SandboxSpec, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX, LABEL_SCOPE,
+};
+
+/// The uid and gid every sandboxed command runs as (both backends).
+pub const SANDBOX_UID: u32 = 1000;
+pub const SANDBOX_GID: u32 = 1000;
+/// The environment variable that tags an execution's process tree.
+pub const EXEC_ID_VAR: &str = "TOOLMESH_EXEC_ID";
+/// Output chunks buffered between the backend and its reader.
+pub const OUTPUT_CHANNEL: usize = 64;
+
+const SANDBOX_USER: &str = "1000:1000";
+const WORKSPACE: &str = "/workspace";
+const HOME: &str = "/home/sandbox";
+/// Rounds of "find and SIGKILL" before the kill switch gives up (forks racing the kill).
+const KILL_ROUNDS: u32 = 50;
+/// Runs of the kill script before the container is restarted instead.
+const KILL_ATTEMPTS: u32 = 3;
+
+/// SIGKILLs every process whose environment holds `TOOLMESH_EXEC_ID=$1`, until none is found
+/// (at most `$2` rounds; exit 1 if some remain). Each round stops the whole set before killing
+/// it, so no parent sees a child die and exits on its own first, and no fork slips through.
+/// POSIX sh, GNU grep (`-z`: NUL-separated records) and shell builtins only.
+const KILL_SCRIPT: &str = r#"id=$1; n=0
+while [ "$n" -lt "$2" ]; do
+  pids=
+  for f in $(grep -lzxF -e "TOOLMESH_EXEC_ID=$id" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}; pids="$pids ${p%/environ}"
+  done
+  [ -n "$pids" ] || exit 0
+  kill -STOP $pids 2>/dev/null
+  kill -KILL $pids 2>/dev/null
+  n=$((n+1))
+done
+exit 1"#;
+
+/// Runs sandboxes as Docker containers of one image.
+pub struct DockerBackend {
+    docker: Docker,
+    image: String,
+    /// The API version is negotiated once (the daemon may be older than bollard's default).
+    negotiated: OnceCell<()>,
+}
+
+impl std::fmt::Debug for DockerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerBackend")
+            .field("image", &self.image)
+            .finish()
+    }
+}
+
+impl DockerBackend {
+    /// Connects (lazily) to the local Docker daemon; `image` must be in `allowed_images`.
+    pub fn new(image: String, allowed_images: Vec<String>) -> Result<Self, BackendError> {
+        if !allowed_images.iter().any(|allowed| allowed == &image) {
+            return Err(BackendError::Unavailable(format!(
+                "the sandbox image {image} is not in the allowed images ({}): set \
+                 TOOLMESH_SANDBOX_IMAGE to one of them",
+                if allowed_images.is_empty() {
+                    "none".to_owned()
+                } else {
+                    allowed_images.join(", ")
+                }
+            )));
+        }
+        let docker = Docker::connect_with_local_defaults().map_err(|e| {
+            BackendError::Unavailable(format!("cannot connect to Docker: {e}: {NO_DOCKER_HINT}"))
+        })?;
+        Ok(Self {
+            docker,
+            image,
+            negotiated: OnceCell::new(),
+        })
+    }
+
+    /// The image sandboxes are created from.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// The Docker client, after the one-time version negotiation.
+    async fn client(&self) -> Result<&Docker, BackendError> {
+        self.negotiated
+            .get_or_try_init(|| async {
+                // `negotiate_version` stores the version in state shared with `self.docker`.
+                self.docker
+                    .clone()
+                    .negotiate_version()
+                    .await
+                    .map(drop)
+                    .map_err(|e| {
+                        BackendError::Unavailable(format!(
+                            "Docker is not reachable: {e}: {NO_DOCKER_HINT}"
+                        ))
+                    })
+            })
+            .await?;
+        Ok(&self.docker)
+    }
+
+    fn missing_image(&self) -> BackendError {
+        BackendError::Unavailable(format!(
+            "the sandbox image {image} is missing on this worker: run scripts/build-images (or \
+             docker build -f docker/sandbox.Dockerfile -t {image} docker/)",
+            image = self.image
+        ))
+    }
+
+    fn container_body(&self, spec: &SandboxSpec, workspace: &Path) -> ContainerCreateBody {
+        let limits = &spec.limits;
+        let network = match limits.network.as_str() {
+            "" | "none" => "none".to_owned(),
+            other => other.to_owned(),
+        };
+        let memory =
+            i64::try_from(limits.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+        let tmpfs_opts = |extra: &str| {
+            format!(
+                "rw,exec,nosuid,nodev,size={}m{extra}",
+                limits.tmpfs_mb.max(1)
+            )
+        };
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "1".to_owned()),
+            (LABEL_NODE.to_owned(), spec.node_id.clone()),
+            (LABEL_SANDBOX.to_owned(), spec.sandbox_id.clone()),
+            (LABEL_SCOPE.to_owned(), spec.scope.clone()),
+        ]);
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            user: Some(SANDBOX_USER.to_owned()),
+            cmd: Some(vec!["sleep".to_owned(), "infinity".to_owned()]),
+            env: Some(vec![format!("HOME={HOME}")]),
+            working_dir: Some(WORKSPACE.to_owned()),
+            hostname: Some("sandbox".to_owned()),
+            labels: Some(labels),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            open_stdin: Some(false),
+            tty: Some(false),
+            host_config: Some(HostConfig {
+                binds: Some(vec![format!("{}:{WORKSPACE}:rw", workspace.display())]),
+                network_mode: Some(network),
+                cap_drop: Some(vec!["ALL".to_owned()]),
+                security_opt: Some(vec!["no-new-privileges".to_owned()]),
+                readonly_rootfs: Some(true),
+                tmpfs: Some(HashMap::from([
+                    ("/tmp".to_owned(), tmpfs_opts(",mode=1777")),
+                    (HOME.to_owned(), tmpfs_opts(",mode=0700,uid=1000,gid=1000")),
+                ])),
+                memory: Some(memory),
+                memory_swap: Some(memory),
+                nano_cpus: Some((limits.cpus * 1e9).round() as i64),
+                pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
+                init: Some(true),
+                ipc_mode: Some("private".to_owned()),
+                auto_remove: Some(false),
+                restart_policy: Some(RestartPolicy {
+                    name: Some(RestartPolicyNameEnum::NO),
+                    maximum_retry_count: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn remove(&self, container: &str) -> Result<bool, BackendError> {
+        let docker = self.client().await?;
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            link: false,
+        };
+        match docker.remove_container(container, Some(options)).await {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(status(&e), Some(404)) => Ok(false),
+            // "removal of container … is already in progress"
+            Err(e) if matches!(status(&e), Some(409)) => Ok(false),
+            Err(e) => Err(BackendError::Failed(format!(
+                "removing container {container}: {e}"
+            ))),
+        }
+    }
+}
+
+const NO_DOCKER_HINT: &str =
+    "start the Docker daemon (and give this worker its socket), or set TOOLMESH_SANDBOX_BACKEND=process";
+
+/// The Docker name of a sandbox's container.
+pub fn container_name(sandbox_id: &str) -> String {
+    format!("toolmesh-{sandbox_id}")
+}
+
+fn container_ref(sandbox: &SandboxRef) -> String {
+    if sandbox.container_id.is_empty() {
+        container_name(&sandbox.sandbox_id)
+    } else {
+        sandbox.container_id.clone()
+    }
+}
+
+fn status(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// 404 (no such container) or 409 (not running, paused) mean the sandbox is gone.
+fn exec_error(e: DockerError, sandbox_id: &str) -> BackendError {
+    match status(&e) {
+        Some(404 | 409) => BackendError::Gone(sandbox_id.to_owned()),
+        _ => BackendError::Failed(format!("docker exec: {e}")),
+    }
+}
+
+/// Creates `dir` if missing and makes it writable by the sandbox user (uid 1000): as root,
+/// `dir` and everything in it is chowned to 1000:1000 (symlinks themselves, never followed);
+/// otherwise `dir` is made mode 0777. Returns the canonical path.
+pub fn prepare_workspace(dir: &Path) -> Result<PathBuf, BackendError> {
+    let fail = |what: &str, path: &Path, e: io::Error| {
+        BackendError::Failed(format!("{what} {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| fail("creating workspace", dir, e))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| fail("resolving workspace", dir, e))?;
+    if rustix::process::geteuid().is_root() {
+        let mut stack = vec![dir.clone()];
+        while let Some(path) = stack.pop() {
+            std::os::unix::fs::lchown(&path, Some(SANDBOX_UID), Some(SANDBOX_GID))
+                .map_err(|e| fail("chowning", &path, e))?;
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| fail("reading", &path, e))?;
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(&path).map_err(|e| fail("listing", &path, e))? {
+                    stack.push(entry.map_err(|e| fail("listing", &path, e))?.path());
+                }
+            }
+        }
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| fail("chmod 0777", &dir, e))?;
+    }
+    Ok(dir)
+}
+
+#[async_trait::async_trait]
+impl Backend for DockerBackend {
+    fn wire_name(&self) -> &'static str {
+        "sandbox/docker"
+    }
+
+    fn boundary(&self) -> &'static str {
+        "executes only through the sandbox backend (a Docker container per session: uid 1000, no \
+         network, no capabilities, no-new-privileges, read-only system, only /workspace, /tmp and \
+         the home directory writable, memory, CPU and process limits); never exposes the host \
+         shell; shares the host kernel"
+    }
+
+    async fn check(&self) -> Result<(), BackendError> {
+        let docker = self.client().await?;
+        match docker.inspect_image(&self.image).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(status(&e), Some(404)) => Err(self.missing_image()),
+            Err(e) => Err(BackendError::Unavailable(format!(
+                "cannot inspect the sandbox image {}: {e}: {NO_DOCKER_HINT}",
+                self.image
+            ))),
+        }
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError> {
+        let dir = spec.workspace_dir.clone();
+        let workspace = tokio::task::spawn_blocking(move || prepare_workspace(&dir))
+            .await
+            .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
+        let bind = workspace.to_str().filter(|p| !p.contains([':', ',']));
+        if bind.is_none() {
+            return Err(BackendError::Failed(format!(
+                "workspace path {} cannot be bound into a container (not UTF-8, or holds ':' or ',')",
+                workspace.display()
+            )));
+        }
+        let docker = self.client().await?;
+        let name = container_name(&spec.sandbox_id);
+        let body = self.container_body(spec, &workspace);
+        let options = || CreateContainerOptions {
+            name: Some(name.clone()),
+            platform: String::new(),
+        };
+        let created = match docker.create_container(Some(options()), body.clone()).await {
+            Err(e) if matches!(status(&e), Some(409)) => {
+                // A container of that name is left over (same sandbox id): replace it.
+                self.remove(&name).await?;
+                docker.create_container(Some(options()), body).await
+            }
+            other => other,
+        };
+        let created = created.map_err(|e| match status(&e) {
+            Some(404) => self.missing_image(),
+            _ => BackendError::Failed(format!("creating container {name}: {e}")),
+        })?;
+        if let Err(e) = docker
+            .start_container(&created.id, None::<StartContainerOptions>)
+            .await
+        {
+            let _ = self.remove(&created.id).await;
+            return Err(BackendError::Failed(format!(
+                "starting container {name}: {e}"
+            )));
+        }
+        tracing::debug!(container = %name, id = %created.id, "sandbox container started");
+        Ok(SandboxRef {
+            sandbox_id: spec.sandbox_id.clone(),
+            container_id: created.id,
+            workspace_dir: workspace,
+        })
+    }
+
+    async fn destroy(&self, sandbox: &SandboxRef) -> Result<(), BackendError> {
+        self.remove(&container_ref(sandbox)).await.map(drop)
+    }
+
+    async fn exec(&self, sandbox: &SandboxRef, spec: ExecSpec) -> Result<Execution, BackendError> {
+        if spec.argv.is_empty() {
+            return Err(BackendError::Failed("empty command".to_owned()));
+        }
+        let docker = self.client().await?.clone();
+        let container = container_ref(sandbox);
+        let mut env: Vec<String> = spec
+            .env
+            .iter()
+            .filter(|(k, _)| k.as_str() != EXEC_ID_VAR)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.push(format!("{EXEC_ID_VAR}={}", spec.exec_id));
+        let cwd = if spec.cwd.is_empty() {
+            WORKSPACE.to_owned()
+        } else {
+            spec.cwd
+        };
+        let created = docker
+            .create_exec(
+                &container,
+                CreateExecOptions {
+                    attach_stdin: Some(spec.stdin),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(false),
+                    env: Some(env),
+                    cmd: Some(spec.argv),
+                    user: Some(SANDBOX_USER.to_owned()),
+                    working_dir: Some(cwd),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| exec_error(e, &sandbox.sandbox_id))?;
+        let options = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: None,
+        };
+        let (mut stream, input) = match docker
+            .start_exec(&created.id, Some(options))
+            .await
+            .map_err(|e| exec_error(e, &sandbox.sandbox_id))?
+        {
+            StartExecResults::Attached { output, input } => (output, input),
+            StartExecResults::Detached => {
+                return Err(BackendError::Failed(
+                    "docker started the exec detached".to_owned(),
+                ))
+            }
+        };
+
+        let (out_tx, out_rx) = mpsc::channel(OUTPUT_CHANNEL);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let exec_id = created.id;
+        let sandbox_id = sandbox.sandbox_id.clone();
+        let waiter = docker.clone();
+        let container_name = container.clone();
+        tokio::spawn(async move {
+            let mut tx = Some(out_tx);
+            while let Some(item) = stream.next().await {
+                let chunk = match item {
+                    Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                        Output::Stdout(message)
+                    }
+                    Ok(LogOutput::StdErr { message }) => Output::Stderr(message),
+                    Ok(LogOutput::StdIn { .. }) => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "exec output stream ended with an error");
+                        break;
+                    }
+                };
+                // A dropped receiver: keep draining so the process never blocks on a full pipe.
+                if let Some(sender) = &tx {
+                    if sender.send(chunk).await.is_err() {
+                        tx = None;
+                    }
+                }
+            }
+            drop(tx);
+            let _ =
+                exit_tx.send(exit_status(&waiter, &container_name, &exec_id, &sandbox_id).await);
+        });
+
+        let stdin: Option<StdinWriter> = spec.stdin.then(|| {
+            Box::pin(ExecStdin {
+                inner: Some(input),
+                shut: false,
+            }) as StdinWriter
+        });
+        Ok(Execution {
+            output: out_rx,
+            stdin,
+            exit: exit_rx,
+            kill: kill_switch(docker, container, spec.exec_id),
+        })
+    }
+
+    async fn reap_orphans(
+        &self,
+        scope: &str,
+        this_node: &str,
+        live_nodes: &[String],
+    ) -> Result<usize, BackendError> {
+        let docker = self.client().await?;
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![
+                    format!("{LABEL_MANAGED}=1"),
+                    format!("{LABEL_SCOPE}={scope}"),
+                ],
+            )])),
+            ..Default::default()
+        };
+        let containers = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| BackendError::Failed(format!("listing sandbox containers: {e}")))?;
+        let mut removed = 0;
+        for container in containers {
+            let Some(id) = container.id else { continue };
+            let node = container
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_NODE))
+                .map(String::as_str);
+            let orphan = match node {
+                Some(node) => node == this_node || !live_nodes.iter().any(|live| live == node),
+                None => true,
+            };
+            if orphan && self.remove(&id).await? {
+                tracing::info!(container = %id, node = ?node, "removed orphaned sandbox container");
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// The exit status of a finished exec. The output can end a moment before Docker records the
+/// exit code, so a still-running answer is retried briefly.
+async fn exit_status(
+    docker: &Docker,
+    container: &str,
+    exec_id: &str,
+    sandbox_id: &str,
+) -> Result<ExitStatus, BackendError> {
+    let mut delay = Duration::from_millis(1);
+    for _ in 0..40 {
+        match docker.inspect_exec(exec_id).await {
+            // 126: Docker could not run the process, also when the container went away
+            // under it ("task … not found").
+            Ok(inspect) => match (inspect.running, inspect.exit_code) {
+                (Some(false), Some(126)) if !container_running(docker, container).await => {
+                    return Err(BackendError::Gone(sandbox_id.to_owned()))
+                }
+                (Some(false), Some(code)) => return Ok(ExitStatus { code }),
+                _ => {}
+            },
+            Err(e) if matches!(status(&e), Some(404)) => {
+                return Err(BackendError::Gone(sandbox_id.to_owned()))
+            }
+            Err(e) => return Err(BackendError::Failed(format!("inspecting exec: {e}"))),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(100));
+    }
+    Err(BackendError::Failed(format!(
+        "exec {exec_id} ended its output but did not exit"
+    )))
+}
+
+async fn container_running(docker: &Docker, container: &str) -> bool {
+    let inspect = docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await;
+    inspect.ok().and_then(|c| c.state?.running).unwrap_or(false)
+}
+
+fn kill_switch(docker: Docker, container: String, exec_id: String) -> KillSwitch {
+    KillSwitch(Arc::new(move || {
+        let (docker, container, exec_id) = (docker.clone(), container.clone(), exec_id.clone());
+        Box::pin(async move { kill_tree(&docker, &container, &exec_id).await })
+    }))
+}
+
+/// Runs [`KILL_SCRIPT`] in the container as the sandbox user, a few times if it cannot start or
+/// finish (a fork bomb can hold every pid the container may have). As a last resort the
+/// container is restarted (`docker restart -t 0`: every process in it dies; the container id,
+/// its workspace and limits stay).
+async fn kill_tree(docker: &Docker, container: &str, exec_id: &str) {
+    for attempt in 1..=KILL_ATTEMPTS {
+        match run_killer(docker, container, exec_id).await {
+            Ok(0) => return,
+            Ok(code) => {
+                tracing::debug!(attempt, code, exec_id, "kill script did not finish the job")
+            }
+            Err(e) if matches!(status(&e), Some(404 | 409)) => return, // the container is gone
+            Err(e) => tracing::debug!(attempt, error = %e, exec_id, "kill script failed"),
+        }
+    }
+    tracing::warn!(
+        container,
+        exec_id,
+        "cannot kill the process tree from inside; restarting the sandbox"
+    );
+    let options = RestartContainerOptions {
+        signal: Some("SIGKILL".to_owned()),
+        t: Some(0),
+    };
+    if let Err(e) = docker.restart_container(container, Some(options)).await {
+        tracing::warn!(container, error = %e, "restarting the sandbox failed");
+    }
+}
+
+/// One run of [`KILL_SCRIPT`]; its exit code (0: nothing of the tree is left).
+async fn run_killer(docker: &Docker, container: &str, exec_id: &str) -> Result<i64, DockerError> {
+    let cmd = [
+        "sh",
+        "-c",
+        KILL_SCRIPT,
+        "toolmesh-kill",
+        exec_id,
+        &KILL_ROUNDS.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(cmd),
+                user: Some(SANDBOX_USER.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let options = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&created.id, Some(options)).await?
+    {
+        while output.next().await.is_some() {}
+    }
+    let mut delay = Duration::from_millis(1);
+    for _ in 0..20 {
+        let inspect = docker.inspect_exec(&created.id).await?;
+        if let (Some(false), Some(code)) = (inspect.running, inspect.exit_code) {
+            return Ok(code);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(100));
+    }
+    Ok(-1)
+}
+
+/// An exec's attached stdin. `shutdown` half-closes the connection, which Docker turns into
+/// EOF on the process's stdin; dropping it without a shutdown does the same in the background.
+struct ExecStdin {
+    inner: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    shut: bool,
+}
+
+impl ExecStdin {
+    fn inner(&mut self) -> io::Result<&mut Pin<Box<dyn AsyncWrite + Send>>> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl AsyncWrite for ExecStdin {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.inner() {
+            Ok(inner) => inner.as_mut().poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.inner() {
+            Ok(inner) => inner.as_mut().poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = match self.inner() {
+            Ok(inner) => inner.as_mut().poll_shutdown(cx),
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if poll.is_ready() {
+            self.shut = true;
+        }
+        poll
+    }
+}
+
+impl Drop for ExecStdin {
+    fn drop(&mut self) {
+        if self.shut {
+            return;
+        }
+        if let (Some(mut inner), Ok(handle)) =
+            (self.inner.take(), tokio::runtime::Handle::try_current())
+        {
+            handle.spawn(async move {
+                let _ = inner.shutdown().await;
+            });
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Sandbox backends: what starts, runs in and removes one sandbox. A backend knows nothing of
+//! sessions, NATS or the tools; the pool above it does.
+//!
+//! Both backends show the command the same world: the session's mirror directory (a host
+//! directory of the worker) at `/workspace`, writable; a private `/tmp`; the rest read-only.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+pub mod docker;
+pub mod process;
+
+/// Labels every sandbox container carries, so a restarted worker can find its orphans.
+pub const LABEL_MANAGED: &str = "io.toolmesh.managed";
+pub const LABEL_NODE: &str = "io.toolmesh.node";
+pub const LABEL_SANDBOX: &str = "io.toolmesh.sandbox";
+/// Which deployment a sandbox belongs to (its pool's sandbox directory): workers reap only
+/// their own deployment's orphans, so two clusters (or parallel tests) can share one engine.
+pub const LABEL_SCOPE: &str = "io.toolmesh.scope";
+
+/// Resource limits and network of one sandbox (PROTOCOL.md's `TOOLMESH_SANDBOX_*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxLimits {
+    pub memory_mb: u64,
+    pub pids: u64,
+    pub cpus: f64,
+    /// `none` (the default), or the name of a Docker network the operator opened on purpose.
+    pub network: String,
+    /// Size of the private `/tmp` (and home) tmpfs, MiB.
+    pub tmpfs_mb: u64,
+}
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    /// Unique per sandbox (`sbx-…`); names the container and its labels.
+    pub sandbox_id: String,
+    /// The node that owns it (label [`LABEL_NODE`]).
+    pub node_id: String,
+    /// The deployment it belongs to (label [`LABEL_SCOPE`]).
+    pub scope: String,
+    /// A host directory of this worker, shown as `/workspace` (read-write).
+    pub workspace_dir: PathBuf,
+    pub limits: SandboxLimits,
+}
+
+/// A created, started sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRef {
+    pub sandbox_id: String,
+    /// Docker container id, or empty for the process backend.
+    pub container_id: String,
+    pub workspace_dir: PathBuf,
+}
+
+/// One process to run in a sandbox.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// argv; `argv[0]` is looked up in the sandbox's PATH.
+    pub argv: Vec<String>,
+    /// Absolute path inside the sandbox.
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    /// Keep stdin open for [`Execution::stdin`]; otherwise stdin is empty.
+    pub stdin: bool,
+    /// Unique per execution; the backend tags the process tree with it
+    /// (`TOOLMESH_EXEC_ID`) so that [`KillSwitch::kill`] finds every descendant.
+    pub exec_id: String,
+}
+
+/// A piece of output, in the order the backend received it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Stdout(Bytes),
+    Stderr(Bytes),
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// The exit code; 128+N when killed by signal N (as a shell reports it).
+    pub code: i64,
+}
+
+pub type StdinWriter = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+/// A running process. `output` closes when the process's output ends; `exit` resolves after
+/// that, with the exit status.
+pub struct Execution {
+    pub output: mpsc::Receiver<Output>,
+    pub stdin: Option<StdinWriter>,
+    pub exit: oneshot::Receiver<Result<ExitStatus, BackendError>>,
+    pub kill: KillSwitch,
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execution")
+            .field("kill", &self.kill)
+            .finish()
+    }
+}
+
+/// Kills an execution's whole process tree (cheap to clone, idempotent).
+#[derive(Clone)]
+pub struct KillSwitch(
+    pub std::sync::Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>,
+);
+
+impl KillSwitch {
+    pub async fn kill(&self) {
+        (self.0)().await
+    }
+}
+
+impl std::fmt::Debug for KillSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KillSwitch")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The backend cannot work here at all (image missing, bwrap missing, Docker down); the
+    /// message names the command that fixes it. Maps to `unavailable`.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The interpreter or program asked for is not in the sandbox. Maps to `not_found`… or a
+    /// clear tool error.
+    #[error("{0}")]
+    MissingProgram(String),
+    /// The sandbox is gone (container removed or dead). The pool re-creates it.
+    #[error("sandbox {0} is gone")]
+    Gone(String),
+    #[error("sandbox backend failed: {0}")]
+    Failed(String),
+}
+
+/// A sandbox backend.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `sandbox/docker` or `sandbox/process`.
+    fn wire_name(&self) -> &'static str;
+    /// PROTOCOL.md/seed `boundary`: an honest sentence on what the sandbox isolates.
+    fn boundary(&self) -> &'static str;
+    /// Can this backend run here (image present, Docker reachable, bwrap installed)?
+    async fn check(&self) -> Result<(), BackendError>;
+    /// Creates and starts a sandbox; returns once a command can run in it.
+    async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError>;
+    /// Removes a sandbox and everything running in it. Idempotent.
+    async fn destroy(&self, sandbox: &SandboxRef) -> Result<(), BackendError>;
+    /// Starts a process in the sandbox.
+    async fn exec(&self, sandbox: &SandboxRef, spec: ExecSpec) -> Result<Execution, BackendError>;
+    /// Removes sandboxes of `scope` whose node is not in `live_nodes` (or is `this_node`, for
+    /// sandboxes a previous run of this node left). Returns how many.
+    async fn reap_orphans(
+        &self,
+        scope: &str,
+        this_node: &str,
+        live_nodes: &[String],
+    ) -> Result<usize, BackendError>;
+}

@@ -1,0 +1,225 @@
+//! toolmesh-sandbox: the sandbox pool actor. It runs on worker nodes (`--roles sandbox`), keeps
+//! one sandbox per `(account, session)` pinned to the worker that holds it, and serves the
+//! sandbox tools of PROTOCOL.md over `toolmesh.internal.v1.run.sandbox`.
+//!
+//! Layers, bottom up: [`backend`] starts, runs in and removes sandboxes (Docker through
+//! bollard, or bubblewrap processes) and knows nothing of sessions or NATS; [`mirror`] keeps a
+//! sandbox's `/workspace` in step with the session's workspace over NATS; [`pool`] holds the
+//! sessions of one worker (warm sandboxes, idle reclaim, the concurrency cap) with
+//! [`registry`] saying which worker holds which session; [`tools`] are the tools; the
+//! `worker` actor places each call on the worker holding its session.
+
+pub mod backend;
+pub mod exec;
+pub mod mirror;
+pub mod pool;
+pub mod registry;
+pub mod tasks;
+pub mod tools;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::StreamExt;
+use tokio_util::task::TaskTracker;
+use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
+use toolmesh_kernel::config::{SandboxBackend, SandboxConfig};
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::sync::WorkspaceSync;
+use toolmesh_kernel::wire::SandboxCapacity;
+use toolmesh_kernel::{NodeId, Role};
+
+use crate::backend::{Backend, SandboxLimits};
+use crate::mirror::SyncLimits;
+use crate::pool::{Pool, PoolSettings};
+
+/// What the sandbox actor needs besides NATS.
+#[derive(Debug, Clone)]
+pub struct SandboxSettings {
+    pub node: NodeId,
+    pub config: SandboxConfig,
+    /// `TOOLMESH_REDIS_URL`: the session registry.
+    pub redis_url: String,
+    /// `TOOLMESH_RESULT_BUDGET_CHARS`.
+    pub budget_chars: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxStartError {
+    #[error("TOOLMESH_REDIS_URL is not a valid Redis URL: {0}")]
+    RedisUrl(#[source] redis::RedisError),
+    #[error("the sandbox backend cannot start: {0}")]
+    Backend(#[source] backend::BackendError),
+    #[error("cannot subscribe to the sandbox subjects: {0}")]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error("the NATS server did not confirm the subscription: {0}")]
+    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+}
+
+/// Reads a worker's sandbox capacity for its NodeStatus.
+#[derive(Debug, Clone)]
+pub struct CapacityProbe(Arc<Pool>);
+
+impl CapacityProbe {
+    pub fn capacity(&self) -> SandboxCapacity {
+        SandboxCapacity {
+            backend: self.0.backend.wire_name().to_owned(),
+            capacity: self.0.settings.max_sessions as u64,
+            in_use: self.0.in_use() as u64,
+        }
+    }
+}
+
+fn make_backend(config: &SandboxConfig) -> Result<Arc<dyn Backend>, SandboxStartError> {
+    Ok(match config.backend {
+        SandboxBackend::Docker => Arc::new(
+            backend::docker::DockerBackend::new(
+                config.image.clone(),
+                config.allowed_images.clone(),
+            )
+            .map_err(SandboxStartError::Backend)?,
+        ),
+        SandboxBackend::Process => Arc::new(backend::process::ProcessBackend::new()),
+    })
+}
+
+/// Starts the sandbox actor (inside an actix `System`); returns once it is subscribed. A
+/// backend that cannot run here (image missing) does not stop the node: every call is answered
+/// `unavailable` naming the fix until it can.
+pub async fn spawn(
+    client: async_nats::Client,
+    settings: SandboxSettings,
+    cluster: Arc<ClusterView>,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
+    let config = &settings.config;
+    let backend = make_backend(config)?;
+    let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
+        .map_err(SandboxStartError::RedisUrl)?;
+    let pool = Arc::new(Pool::new(
+        backend.clone(),
+        PoolSettings {
+            node: settings.node.clone(),
+            dir: config.dir.clone(),
+            limits: SandboxLimits {
+                memory_mb: config.memory_mb,
+                pids: config.pids,
+                cpus: config.cpus,
+                network: config.network.clone(),
+                tmpfs_mb: config.tmpfs_mb,
+            },
+            max_sessions: config.max_sessions,
+            idle_ttl: config.idle_ttl,
+            warm: if config.backend == SandboxBackend::Docker {
+                config.warm
+            } else {
+                0
+            },
+            concurrency: config.concurrency,
+            sync_limits: SyncLimits {
+                max_files: config.sync_max_files,
+                max_file_bytes: config.sync_max_file_bytes,
+                max_total_bytes: config.sync_max_total_bytes,
+            },
+        },
+        registry,
+        WorkspaceSync::new(client.clone()),
+    ));
+    let health = match backend.check().await {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "the sandbox backend cannot run here; calls are answered unavailable until it can");
+            Some(e.to_string())
+        }
+    };
+    let service = Arc::new(tools::SandboxService {
+        pool: pool.clone(),
+        client: client.clone(),
+        budget_chars: settings.budget_chars,
+        default_timeout: config.default_timeout,
+        image: config.image.clone(),
+    });
+    let shared = client
+        .queue_subscribe(internal::run(Role::Sandbox), queue::of(Role::Sandbox))
+        .await?;
+    let own = client
+        .subscribe(internal::run_on(Role::Sandbox, &settings.node))
+        .await?;
+    confirm_subscriptions(&client).await?;
+
+    if health.is_none() {
+        let warm = pool.clone();
+        tokio::spawn(async move { warm.fill_warm().await });
+    }
+    tokio::spawn(housekeeping(
+        pool.clone(),
+        cluster.clone(),
+        lifecycle.drain.clone(),
+    ));
+
+    let (handle, stop_notice) = ActorHandle::new(Role::Sandbox);
+    let drain = lifecycle.drain.clone();
+    let node = settings.node.clone();
+    worker::SandboxWorker::create(move |ctx| {
+        let calls = futures::stream::select(
+            drainable(shared, drain.clone()).map(|msg| worker::RunRequested {
+                msg,
+                forwarded: false,
+            }),
+            drainable(own, drain).map(|msg| worker::RunRequested {
+                msg,
+                forwarded: true,
+            }),
+        );
+        ctx.add_stream(calls);
+        worker::SandboxWorker {
+            client,
+            service,
+            cluster,
+            node,
+            in_flight,
+            tasks: TaskTracker::new(),
+            stopped: stop_notice,
+            health: Arc::new(tokio::sync::Mutex::new(health)),
+        }
+    });
+    Ok((handle, CapacityProbe(pool)))
+}
+
+/// Reclaims idle sessions, keeps registry entries alive, and removes sandboxes that dead
+/// workers on this Docker host left behind.
+async fn housekeeping(
+    pool: Arc<Pool>,
+    cluster: Arc<ClusterView>,
+    drain: tokio_util::sync::CancellationToken,
+) {
+    let sweep_every =
+        (pool.settings.idle_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    // Wait until the cluster view has heard every live node before judging orphans.
+    let mut next_reap = tokio::time::Instant::now() + HEARTBEAT_EXPIRY + Duration::from_secs(2);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(sweep_every) => {}
+            _ = drain.cancelled() => return,
+        }
+        pool.sweep().await;
+        if tokio::time::Instant::now() >= next_reap {
+            next_reap = tokio::time::Instant::now() + Duration::from_secs(60);
+            let live: Vec<String> = cluster
+                .live()
+                .into_iter()
+                .map(|n| n.node_id.as_str().to_owned())
+                .collect();
+            // Never this node's own: its live sandboxes carry its id. ("" names no node.)
+            match pool.backend.reap_orphans(&pool.scope(), "", &live).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, "removed orphaned sandboxes"),
+                Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandboxes"),
+            }
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! The pool of one worker: the sandboxes of the sessions it holds, a few started ones kept
+//! warm for new sessions, and the cap on commands running at once.
+//!
+//! Invariants:
+//! * one sandbox per `(account, session)` on this worker; the registry says which worker;
+//! * a session's sandbox is created at most once at a time (a per-session `OnceCell`), so two
+//!   first calls of one session racing each other share one sandbox;
+//! * a sandbox leaves the pool only when no call and no background task uses it.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OnceCell, Semaphore};
+use toolmesh_kernel::sync::WorkspaceSync;
+use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
+
+use crate::backend::{Backend, BackendError, SandboxLimits, SandboxRef, SandboxSpec};
+use crate::mirror::{Mirror, SyncLimits};
+use crate::registry::{Claim, SessionRegistry};
+use crate::tasks::TaskTable;
+
+/// `(account, session)`.
+pub type SessionKey = (Account, SessionId);
+
+/// What the pool is configured with.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub node: NodeId,
+    /// This worker's sandboxes live under `<dir>/<node>/<sandbox_id>/workspace`.
+    pub dir: PathBuf,
+    pub limits: SandboxLimits,
+    pub max_sessions: usize,
+    pub idle_ttl: Duration,
+    pub warm: usize,
+    pub concurrency: usize,
+    pub sync_limits: SyncLimits,
+}
+
+/// One session's sandbox on this worker.
+pub struct Session {
+    pub account: Account,
+    pub session_id: SessionId,
+    pub sandbox: SandboxRef,
+    pub created_at_ms: u64,
+    last_used: Mutex<(Instant, u64)>,
+    /// Pull before a command, push after; one sync at a time per session.
+    pub mirror: tokio::sync::Mutex<Mirror>,
+    pub tasks: TaskTable,
+    active: AtomicUsize,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("sandbox", &self.sandbox.sandbox_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Holds a session busy (not reclaimable) while alive.
+#[derive(Debug)]
+pub struct SessionUse(Arc<Session>);
+
+impl std::ops::Deref for SessionUse {
+    type Target = Arc<Session>;
+    fn deref(&self) -> &Arc<Session> {
+        &self.0
+    }
+}
+
+impl Drop for SessionUse {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Session {
+    fn touch(&self) {
+        *self.last_used.lock().expect("session clock") =
+            (Instant::now(), toolmesh_kernel::time::now_ms());
+    }
+
+    /// When it was last used: (monotonic, wall ms).
+    pub fn last_used(&self) -> (Instant, u64) {
+        *self.last_used.lock().expect("session clock")
+    }
+
+    fn busy(&self) -> bool {
+        self.active.load(Ordering::Acquire) > 0 || self.tasks.running() > 0
+    }
+}
+
+/// Why a session could not be opened here.
+#[derive(Debug)]
+pub enum OpenError {
+    /// Another worker holds it (the registry said so when we tried to claim it).
+    HeldBy(NodeId),
+    Failed(ToolError),
+}
+
+impl From<ToolError> for OpenError {
+    fn from(e: ToolError) -> Self {
+        OpenError::Failed(e)
+    }
+}
+
+pub struct Pool {
+    pub backend: Arc<dyn Backend>,
+    pub settings: PoolSettings,
+    registry: SessionRegistry,
+    sync: WorkspaceSync,
+    sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
+    warm: Mutex<VecDeque<SandboxRef>>,
+    warming: AtomicUsize,
+    /// Commands running at once on this worker; a fair semaphore, so waiting calls are served
+    /// in arrival order.
+    pub permits: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("node", &self.settings.node)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn backend_error(e: BackendError) -> ToolError {
+    match e {
+        BackendError::Unavailable(message) => ToolError::new(ErrorCode::Unavailable, message),
+        BackendError::MissingProgram(message) => {
+            ToolError::new(ErrorCode::InvalidArguments, message)
+        }
+        BackendError::Gone(id) => ToolError::new(
+            ErrorCode::Unavailable,
+            format!("sandbox {id} is gone; repeat the call and a new one is created"),
+        ),
+        BackendError::Failed(message) => ToolError::internal(message),
+    }
+}
+
+fn new_sandbox_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("sbx-{}", &id[..16])
+}
+
+impl Pool {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        settings: PoolSettings,
+        registry: SessionRegistry,
+        sync: WorkspaceSync,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
+        Self {
+            backend,
+            settings,
+            registry,
+            sync,
+            sessions: Mutex::new(HashMap::new()),
+            warm: Mutex::new(VecDeque::new()),
+            warming: AtomicUsize::new(0),
+            permits,
+        }
+    }
+
+    /// This deployment's scope label: the sandbox directory, shared by the workers of one
+    /// cluster on a host and different between clusters.
+    pub fn scope(&self) -> String {
+        self.settings.dir.display().to_string()
+    }
+
+    pub fn registry(&self) -> &SessionRegistry {
+        &self.registry
+    }
+
+    pub fn sync(&self) -> &WorkspaceSync {
+        &self.sync
+    }
+
+    /// Sessions held here.
+    pub fn in_use(&self) -> usize {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .filter(|cell| cell.initialized())
+            .count()
+    }
+
+    /// The session's sandbox if this worker holds it.
+    pub fn local(&self, key: &SessionKey) -> Option<SessionUse> {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        let session = sessions.get(key)?.get()?.clone();
+        session.active.fetch_add(1, Ordering::AcqRel);
+        Some(SessionUse(session))
+    }
+
+    /// Opens the session's sandbox here: the local one, or a new one (warm if one is ready)
+    /// claimed in the registry. `replacing`: the holder the caller found gone.
+    pub async fn open(
+        &self,
+        key: &SessionKey,
+        replacing: Option<&NodeId>,
+    ) -> Result<SessionUse, OpenError> {
+        let cell = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            sessions.entry(key.clone()).or_default().clone()
+        };
+        let result = cell
+            .get_or_try_init(|| self.create_session(key, replacing))
+            .await
+            .cloned();
+        match result {
+            Ok(session) => {
+                session.active.fetch_add(1, Ordering::AcqRel);
+                Ok(SessionUse(session))
+            }
+            Err(e) => {
+                // Leave no empty cell behind (unless a concurrent call filled it meanwhile).
+                let mut sessions = self.sessions.lock().expect("sessions lock");
+                if sessions.get(key).is_some_and(|c| !c.initialized()) {
+                    sessions.remove(key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn create_session(
+        &self,
+        key: &SessionKey,
+        replacing: Option<&NodeId>,
+    ) -> Result<Arc<Session>, OpenError> {
+        if self.in_use() >= self.settings.max_sessions && !self.evict_idle().await {
+            return Err(OpenError::Failed(
+                ToolError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "sandbox worker {} holds its maximum of {} sessions, all busy; retry in a moment or add workers",
+                        self.settings.node, self.settings.max_sessions
+                    ),
+                )
+                .with("node_id", self.settings.node.as_str()),
+            ));
+        }
+        let sandbox = self.take_sandbox().await?;
+        let (account, session_id) = key;
+        match self
+            .registry
+            .claim(
+                account,
+                session_id,
+                &self.settings.node,
+                &sandbox.sandbox_id,
+                replacing,
+            )
+            .await
+        {
+            Ok(Claim::Taken) => {}
+            Ok(Claim::HeldBy(node)) => {
+                self.give_back(sandbox);
+                return Err(OpenError::HeldBy(node));
+            }
+            Err(e) => {
+                self.give_back(sandbox);
+                return Err(e.into());
+            }
+        }
+        let mirror = Mirror::new(
+            self.sync.clone(),
+            account.clone(),
+            session_id.clone(),
+            sandbox.workspace_dir.clone(),
+            self.settings.sync_limits,
+        );
+        tracing::info!(
+            account = %account,
+            session = %session_id,
+            sandbox = %sandbox.sandbox_id,
+            "session sandbox ready"
+        );
+        let now = toolmesh_kernel::time::now_ms();
+        Ok(Arc::new(Session {
+            account: account.clone(),
+            session_id: session_id.clone(),
+            sandbox,
+            created_at_ms: now,
+            last_used: Mutex::new((Instant::now(), now)),
+            mirror: tokio::sync::Mutex::new(mirror),
+            tasks: TaskTable::default(),
+            active: AtomicUsize::new(0),
+        }))
+    }
+
+    /// A started sandbox: from the warm pool when one is ready, else created now.
+    async fn take_sandbox(&self) -> Result<SandboxRef, ToolError> {
+        let warm = self.warm.lock().expect("warm lock").pop_front();
+        let sandbox = match warm {
+            Some(sandbox) => sandbox,
+            None => self.create_sandbox().await?,
+        };
+        Ok(sandbox)
+    }
+
+    /// A sandbox taken for a claim that failed goes back to the warm pool (it is still empty).
+    fn give_back(&self, sandbox: SandboxRef) {
+        self.warm.lock().expect("warm lock").push_front(sandbox);
+    }
+
+    async fn create_sandbox(&self) -> Result<SandboxRef, ToolError> {
+        let sandbox_id = new_sandbox_id();
+        let spec = SandboxSpec {
+            workspace_dir: self
+                .settings
+                .dir
+                .join(self.settings.node.as_str())
+                .join(&sandbox_id)
+                .join("workspace"),
+            sandbox_id,
+            node_id: self.settings.node.as_str().to_owned(),
+            scope: self.scope(),
+            limits: self.settings.limits.clone(),
+        };
+        self.backend.create(&spec).await.map_err(backend_error)
+    }
+
+    /// Tops the warm pool up to its size (sandboxes being created count).
+    pub async fn fill_warm(self: &Arc<Self>) {
+        loop {
+            let have =
+                self.warm.lock().expect("warm lock").len() + self.warming.load(Ordering::Acquire);
+            if have >= self.settings.warm {
+                return;
+            }
+            self.warming.fetch_add(1, Ordering::AcqRel);
+            let created = self.create_sandbox().await;
+            self.warming.fetch_sub(1, Ordering::AcqRel);
+            match created {
+                Ok(sandbox) => self.warm.lock().expect("warm lock").push_back(sandbox),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot create a warm sandbox");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Removes the least recently used idle session; false when every session is busy.
+    async fn evict_idle(&self) -> bool {
+        let victim = {
+            let sessions = self.sessions.lock().expect("sessions lock");
+            sessions
+                .iter()
+                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
+                .filter(|(_, s)| !s.busy())
+                .min_by_key(|(_, s)| s.last_used().0)
+        };
+        match victim {
+            Some((key, session)) => {
+                self.remove(&key, &session).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn remove(&self, key: &SessionKey, session: &Arc<Session>) {
+        {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            if sessions
+                .get(key)
+                .and_then(|c| c.get())
+                .is_some_and(|s| Arc::ptr_eq(s, session))
+            {
+                sessions.remove(key);
+            }
+        }
+        session.tasks.kill_all().await;
+        if let Err(e) = self.backend.destroy(&session.sandbox).await {
+            tracing::warn!(error = %e, sandbox = %session.sandbox.sandbox_id, "cannot remove a sandbox");
+        }
+        let _ = std::fs::remove_dir_all(
+            session
+                .sandbox
+                .workspace_dir
+                .parent()
+                .unwrap_or(&session.sandbox.workspace_dir),
+        );
+        let _ = self
+            .registry
+            .release(&session.account, &session.session_id, &self.settings.node)
+            .await;
+        tracing::info!(sandbox = %session.sandbox.sandbox_id, "session sandbox removed");
+    }
+
+    /// One sweep: removes sessions idle past the TTL, keeps the registry entries of the others
+    /// alive, and drops sessions another worker has taken over.
+    pub async fn sweep(&self) {
+        let all: Vec<(SessionKey, Arc<Session>)> = {
+            let sessions = self.sessions.lock().expect("sessions lock");
+            sessions
+                .iter()
+                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
+                .collect()
+        };
+        for (key, session) in all {
+            let idle = session.last_used().0.elapsed();
+            if idle >= self.settings.idle_ttl && !session.busy() {
+                self.remove(&key, &session).await;
+                continue;
+            }
+            match self
+                .registry
+                .touch(&session.account, &session.session_id, &self.settings.node)
+                .await
+            {
+                Ok(true) | Err(_) => {}
+                Ok(false) if !session.busy() => {
+                    tracing::warn!(sandbox = %session.sandbox.sandbox_id, "another worker took this session over; removing the sandbox here");
+                    self.remove(&key, &session).await;
+                }
+                Ok(false) => {}
+            }
+        }
+    }
+
+    /// Removes every sandbox of this worker (drain).
+    pub async fn shutdown(&self) {
+        let all: Vec<(SessionKey, Arc<Session>)> = {
+            let sessions = self.sessions.lock().expect("sessions lock");
+            sessions
+                .iter()
+                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
+                .collect()
+        };
+        for (key, session) in all {
+            self.remove(&key, &session).await;
+        }
+        let warm: Vec<SandboxRef> = self.warm.lock().expect("warm lock").drain(..).collect();
+        for sandbox in warm {
+            let _ = self.backend.destroy(&sandbox).await;
+            let _ = std::fs::remove_dir_all(
+                sandbox
+                    .workspace_dir
+                    .parent()
+                    .unwrap_or(&sandbox.workspace_dir),
+            );
+        }
+    }
+}

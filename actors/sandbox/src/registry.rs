@@ -1,0 +1,197 @@
+//! The session registry in Redis: which worker holds the sandbox of each `(account, session)`,
+//! so that a call that lands on any worker reaches the one holding the session's sandbox.
+//!
+//! Key `toolmesh:sandbox:session:<account>:<session>`: hash `node`, `sandbox`, expiring after
+//! twice the idle TTL unless its holder touches it. Claims are compare-and-set (a Lua script):
+//! a worker takes a session only when nobody holds it, it already does, or the holder it
+//! found is the one it believes gone. The warm path (the session is local) never asks Redis.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+use tokio::sync::OnceCell;
+use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
+
+const CLAIM: &str = r#"
+local cur = redis.call('HGET', KEYS[1], 'node')
+if (not cur) or cur == ARGV[1] or cur == ARGV[3] then
+  redis.call('HSET', KEYS[1], 'node', ARGV[1], 'sandbox', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return ''
+end
+return cur
+"#;
+
+const TOUCH: &str = r#"
+if redis.call('HGET', KEYS[1], 'node') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+const RELEASE: &str = r#"
+if redis.call('HGET', KEYS[1], 'node') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// Who holds a session's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub node: NodeId,
+    pub sandbox_id: String,
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    Taken,
+    /// Another live holder has it.
+    HeldBy(NodeId),
+}
+
+pub struct SessionRegistry {
+    client: redis::Client,
+    conn: OnceCell<ConnectionManager>,
+    ttl: Duration,
+    claim: Script,
+    touch: Script,
+    release: Script,
+}
+
+impl std::fmt::Debug for SessionRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRegistry").finish_non_exhaustive()
+    }
+}
+
+fn key(account: &Account, session: &SessionId) -> String {
+    format!("toolmesh:sandbox:session:{account}:{session}")
+}
+
+fn unreachable_store(e: impl std::fmt::Display) -> ToolError {
+    tracing::warn!(error = %e, "sandbox session registry unreachable");
+    ToolError::new(
+        ErrorCode::Unavailable,
+        "the sandbox session registry (Redis) is not reachable; retry in a moment",
+    )
+}
+
+impl SessionRegistry {
+    /// `ttl`: how long an entry outlives its last touch.
+    pub fn new(redis_url: &str, ttl: Duration) -> Result<Self, redis::RedisError> {
+        Ok(Self {
+            client: redis::Client::open(redis_url)?,
+            conn: OnceCell::new(),
+            ttl,
+            claim: Script::new(CLAIM),
+            touch: Script::new(TOUCH),
+            release: Script::new(RELEASE),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, ToolError> {
+        self.conn
+            .get_or_try_init(|| async {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(5)))
+                    .set_number_of_retries(2);
+                ConnectionManager::new_with_config(self.client.clone(), config).await
+            })
+            .await
+            .cloned()
+            .map_err(unreachable_store)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().max(1) as u64
+    }
+
+    pub async fn lookup(
+        &self,
+        account: &Account,
+        session: &SessionId,
+    ) -> Result<Option<Placement>, ToolError> {
+        let mut conn = self.conn().await?;
+        let (node, sandbox): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(key(account, session))
+            .arg("node")
+            .arg("sandbox")
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable_store)?;
+        Ok(match (node.and_then(|n| NodeId::parse(n).ok()), sandbox) {
+            (Some(node), Some(sandbox_id)) => Some(Placement { node, sandbox_id }),
+            _ => None,
+        })
+    }
+
+    /// Takes the session for `node` unless a holder other than `replacing` has it.
+    pub async fn claim(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        node: &NodeId,
+        sandbox_id: &str,
+        replacing: Option<&NodeId>,
+    ) -> Result<Claim, ToolError> {
+        let mut conn = self.conn().await?;
+        let holder: String = self
+            .claim
+            .key(key(account, session))
+            .arg(node.as_str())
+            .arg(sandbox_id)
+            .arg(replacing.map_or("", |n| n.as_str()))
+            .arg(self.ttl_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable_store)?;
+        if holder.is_empty() {
+            return Ok(Claim::Taken);
+        }
+        NodeId::parse(holder)
+            .map(Claim::HeldBy)
+            .map_err(|e| ToolError::internal(format!("a malformed holder in the registry: {e}")))
+    }
+
+    /// Extends the entry; false when `node` no longer holds the session.
+    pub async fn touch(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        node: &NodeId,
+    ) -> Result<bool, ToolError> {
+        let mut conn = self.conn().await?;
+        let held: i64 = self
+            .touch
+            .key(key(account, session))
+            .arg(node.as_str())
+            .arg(self.ttl_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable_store)?;
+        Ok(held == 1)
+    }
+
+    /// Forgets the session if `node` holds it.
+    pub async fn release(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        node: &NodeId,
+    ) -> Result<(), ToolError> {
+        let mut conn = self.conn().await?;
+        let _: i64 = self
+            .release
+            .key(key(account, session))
+            .arg(node.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable_store)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! The `SandboxWorker` actor: takes sandbox calls from the role's queue group and from this
+//! node's own subject, and sends each to the worker that holds the call's session.
+//!
+//! Placement of a call for session S arriving at worker W:
+//! 1. W holds S → run it here (no Redis on this path).
+//! 2. The registry names another worker V that is live in W's cluster view → hand the call to
+//!    V's own subject, reply subject unchanged (V answers the gateway directly).
+//! 3. Nobody holds S, or its holder is gone → W claims S (compare-and-set against the holder
+//!    it found gone) and creates the sandbox; a lost claim race hands over to the winner.
+//!
+//! Every worker that takes a call first sends a claim (`Toolmesh-Claimed-By`,
+//! [`publish_claim`]) to the reply subject, so the gateway can tell the caller as soon as that
+//! worker is lost instead of at the call's deadline.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use async_nats::{Client, Message};
+use tokio_util::task::TaskTracker;
+use toolmesh_kernel::cluster::ClusterView;
+use toolmesh_kernel::host::{publish_claim, respond, InFlight, StopNotice};
+use toolmesh_kernel::subjects::internal;
+use toolmesh_kernel::wire::{ActorCall, ActorReply};
+use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
+use tracing::Instrument;
+
+use crate::pool::{OpenError, SessionKey, SessionUse};
+use crate::tools::{creates_sandbox, Answer, SandboxService};
+
+/// A routed call; `forwarded` when another worker handed it to this one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunRequested {
+    pub msg: Message,
+    pub forwarded: bool,
+}
+
+pub struct SandboxWorker {
+    pub client: Client,
+    pub service: Arc<SandboxService>,
+    pub cluster: Arc<ClusterView>,
+    pub node: NodeId,
+    pub in_flight: InFlight,
+    pub tasks: TaskTracker,
+    pub stopped: StopNotice,
+    /// Why the backend cannot run here (image missing…), re-checked on every call until fixed.
+    pub health: Arc<tokio::sync::Mutex<Option<String>>>,
+}
+
+impl Actor for SandboxWorker {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        tracing::info!("sandbox actor drained");
+        self.stopped.notify();
+    }
+}
+
+impl StreamHandler<RunRequested> for SandboxWorker {
+    fn handle(&mut self, item: RunRequested, _ctx: &mut Context<Self>) {
+        let held = self.in_flight.enter();
+        let placement = Placement {
+            client: self.client.clone(),
+            service: self.service.clone(),
+            cluster: self.cluster.clone(),
+            node: self.node.clone(),
+            health: self.health.clone(),
+        };
+        self.tasks.spawn(async move {
+            let _held = held;
+            placement.handle(item.msg, item.forwarded).await;
+        });
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        // Drained (both subscriptions end together): wait for running calls, remove this
+        // worker's sandboxes, then stop.
+        self.tasks.close();
+        let tasks = self.tasks.clone();
+        let pool = self.service.pool.clone();
+        ctx.wait(
+            async move {
+                tasks.wait().await;
+                pool.shutdown().await;
+            }
+            .into_actor(self)
+            .map(|_, _, ctx| ctx.stop()),
+        );
+    }
+}
+
+struct Placement {
+    client: Client,
+    service: Arc<SandboxService>,
+    cluster: Arc<ClusterView>,
+    node: NodeId,
+    health: Arc<tokio::sync::Mutex<Option<String>>>,
+}
+
+/// Where a call runs.
+enum Target {
+    Here(Option<SessionUse>),
+    On(NodeId),
+}
+
+impl Placement {
+    async fn handle(self, msg: Message, forwarded: bool) {
+        let call = match serde_json::from_slice::<ActorCall>(&msg.payload) {
+            Ok(call) => call,
+            Err(e) => {
+                let reply = ActorReply::error(ToolError::invalid_request(format!(
+                    "malformed routed call: {e}"
+                )));
+                self.reply(&msg, reply).await;
+                return;
+            }
+        };
+        let span = tracing::info_span!(
+            "sandbox",
+            invocation_id = %call.invocation.invocation_id,
+            account = %call.invocation.account,
+            tool = %call.tool,
+        );
+        async {
+            self.claim(&msg).await;
+            let answer = match self.place(&call, forwarded).await {
+                Ok(Target::On(node)) => {
+                    self.hand_over(&msg, &node).await;
+                    return;
+                }
+                Ok(Target::Here(session)) => self.service.run(&call, session).await,
+                Err(error) => Err(error).into(),
+            };
+            let Answer { result, events } = answer;
+            let mut reply = match result {
+                Ok(fields) => ActorReply::ok(fields),
+                Err(error) => ActorReply::error(error),
+            };
+            reply.events_emitted = events;
+            self.reply(&msg, reply).await;
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn claim(&self, msg: &Message) {
+        let Some(reply) = msg.reply.as_ref() else {
+            return;
+        };
+        if let Err(e) = publish_claim(&self.client, reply, &self.node).await {
+            tracing::warn!(error = %e, "cannot send a claim");
+        }
+    }
+
+    async fn reply(&self, msg: &Message, reply: ActorReply) {
+        let body = serde_json::to_vec(&reply).expect("a reply serializes");
+        respond(&self.client, msg.reply.as_ref(), body).await;
+    }
+
+    /// Hands the call to `node`'s own subject; `node` answers the gateway directly.
+    async fn hand_over(&self, msg: &Message, node: &NodeId) {
+        tracing::debug!(to = %node, "handing the call to the worker holding the session");
+        let subject = internal::run_on(Role::Sandbox, node);
+        let sent = match msg.reply.clone() {
+            Some(reply) => {
+                self.client
+                    .publish_with_reply(subject, reply, msg.payload.clone())
+                    .await
+            }
+            None => self.client.publish(subject, msg.payload.clone()).await,
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "cannot hand a call over");
+        }
+    }
+
+    fn live_sandbox_node(&self, node: &NodeId) -> bool {
+        self.cluster
+            .live()
+            .iter()
+            .any(|n| &n.node_id == node && n.roles.contains(&Role::Sandbox))
+    }
+
+    async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, ToolError> {
+        self.check_health().await?;
+        let session_id = call
+            .invocation
+            .session_id
+            .clone()
+            .ok_or_else(|| ToolError::invalid_request("sandbox tools need a session_id"))?;
+        let key: SessionKey = (call.invocation.account.clone(), session_id);
+        let pool = &self.service.pool;
+        if let Some(session) = pool.local(&key) {
+            return Ok(Target::Here(Some(session)));
+        }
+        let mut replacing = None;
+        if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
+            if holder.node != self.node {
+                if !forwarded && self.live_sandbox_node(&holder.node) {
+                    return Ok(Target::On(holder.node));
+                }
+                // Its holder is gone (or handed it back to us): re-create it here.
+                replacing = Some(holder.node);
+            }
+        }
+        if !creates_sandbox(&call.tool) {
+            return Ok(Target::Here(None));
+        }
+        match pool.open(&key, replacing.as_ref()).await {
+            Ok(session) => {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.fill_warm().await });
+                Ok(Target::Here(Some(session)))
+            }
+            Err(OpenError::HeldBy(node)) if !forwarded => Ok(Target::On(node)),
+            Err(OpenError::HeldBy(node)) => Err(ToolError::new(
+                ErrorCode::Unavailable,
+                format!("the session's sandbox moved to worker {node} meanwhile; retry"),
+            )),
+            Err(OpenError::Failed(error)) => Err(error),
+        }
+    }
+
+    async fn check_health(&self) -> Result<(), ToolError> {
+        let mut health = self.health.lock().await;
+        if health.is_none() {
+            return Ok(());
+        }
+        match self.service.pool.backend.check().await {
+            Ok(()) => {
+                *health = None;
+                let pool = self.service.pool.clone();
+                tokio::spawn(async move { pool.fill_warm().await });
+                Ok(())
+            }
+            Err(e) => {
+                let message = e.to_string();
+                *health = Some(message.clone());
+                Err(ToolError::new(ErrorCode::Unavailable, message)
+                    .with("node_id", self.node.as_str()))
+            }
+        }
+    }
+}

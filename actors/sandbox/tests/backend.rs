@@ -1,0 +1,708 @@
+//! The sandbox backends against the real thing: Docker (image `TOOLMESH_SANDBOX_IMAGE`, default
+//! `toolmesh/sandbox:latest`, built by `scripts/build-images`) and bubblewrap. These fail, not
+//! skip, when the environment lacks either.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bollard::Docker;
+use tokio::io::AsyncWriteExt;
+use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
+use toolmesh_sandbox::backend::process::ProcessBackend;
+use toolmesh_sandbox::backend::{
+    Backend, BackendError, ExecSpec, Execution, Output, SandboxLimits, SandboxRef, SandboxSpec,
+    LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn image() -> String {
+    std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| "toolmesh/sandbox:latest".into())
+}
+
+fn limits() -> SandboxLimits {
+    SandboxLimits {
+        memory_mb: 512,
+        pids: 64,
+        cpus: 1.0,
+        network: "none".into(),
+        tmpfs_mb: 64,
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn spec(argv: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: "/workspace".into(),
+        env: BTreeMap::new(),
+        stdin: false,
+        exec_id: unique("exec"),
+    }
+}
+
+fn sh(script: &str) -> ExecSpec {
+    spec(&["sh", "-c", script])
+}
+
+/// Removes a container by name on drop (also when a test panics).
+struct ContainerGuard(String);
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v", &self.0])
+            .output();
+    }
+}
+
+/// A started sandbox of either backend, its workspace and (Docker) its removal guard.
+struct Sandbox {
+    backend: Box<dyn Backend>,
+    sandbox: SandboxRef,
+    _workspace: tempfile::TempDir,
+    _guard: Option<ContainerGuard>,
+}
+
+impl Sandbox {
+    async fn docker() -> Self {
+        Self::docker_with(limits(), "node-a").await
+    }
+
+    async fn docker_with(limits: SandboxLimits, node: &str) -> Self {
+        Self::docker_scoped(limits, node, &unique("scope")).await
+    }
+
+    async fn docker_scoped(limits: SandboxLimits, node: &str, scope: &str) -> Self {
+        let backend = DockerBackend::new(image(), vec![image()]).expect("docker backend");
+        backend
+            .check()
+            .await
+            .expect("docker backend usable (run scripts/build-images)");
+        Self::start(Box::new(backend), limits, node, scope, true).await
+    }
+
+    async fn process() -> Self {
+        let backend = ProcessBackend::new();
+        backend
+            .check()
+            .await
+            .expect("bubblewrap usable (apt-get install bubblewrap)");
+        // RLIMIT_NPROC counts every process of uid 1000 on this machine, the Docker tests'
+        // (fork bomb included) too: leave room for them.
+        let limits = SandboxLimits {
+            pids: 1024,
+            ..limits()
+        };
+        Self::start(Box::new(backend), limits, "node-a", "process", false).await
+    }
+
+    async fn start(
+        backend: Box<dyn Backend>,
+        limits: SandboxLimits,
+        node: &str,
+        scope: &str,
+        docker: bool,
+    ) -> Self {
+        let workspace = tempfile::tempdir().expect("tempdir");
+        let sandbox_id = unique("sbx-test");
+        let guard = docker.then(|| ContainerGuard(container_name(&sandbox_id)));
+        let spec = SandboxSpec {
+            sandbox_id,
+            node_id: node.into(),
+            scope: scope.into(),
+            workspace_dir: workspace.path().join("ws"),
+            limits,
+        };
+        let sandbox = backend.create(&spec).await.expect("create sandbox");
+        Self {
+            backend,
+            sandbox,
+            _workspace: workspace,
+            _guard: guard,
+        }
+    }
+
+    async fn exec(&self, spec: ExecSpec) -> Execution {
+        self.backend.exec(&self.sandbox, spec).await.expect("exec")
+    }
+
+    async fn run(&self, spec: ExecSpec) -> Ran {
+        collect(self.exec(spec).await).await
+    }
+
+    fn host_workspace(&self) -> &Path {
+        &self.sandbox.workspace_dir
+    }
+}
+
+#[derive(Debug, Default)]
+struct Ran {
+    stdout: String,
+    stderr: String,
+    code: i64,
+    /// Both streams interleaved, in arrival order, tagged `o:`/`e:`.
+    order: Vec<String>,
+}
+
+async fn collect(mut exec: Execution) -> Ran {
+    let mut ran = Ran::default();
+    let read = async {
+        while let Some(chunk) = exec.output.recv().await {
+            match chunk {
+                Output::Stdout(b) => {
+                    let s = String::from_utf8_lossy(&b).into_owned();
+                    ran.order.push(format!("o:{s}"));
+                    ran.stdout.push_str(&s);
+                }
+                Output::Stderr(b) => {
+                    let s = String::from_utf8_lossy(&b).into_owned();
+                    ran.order.push(format!("e:{s}"));
+                    ran.stderr.push_str(&s);
+                }
+            }
+        }
+    };
+    tokio::time::timeout(TIMEOUT, read)
+        .await
+        .expect("output ended in time");
+    let status = tokio::time::timeout(TIMEOUT, exec.exit)
+        .await
+        .expect("exit in time");
+    ran.code = status.expect("exit sent").expect("exit status").code;
+    ran
+}
+
+/// Reads output until `needle` shows on stdout or stderr.
+async fn wait_for_output(exec: &mut Execution, needle: &str) -> String {
+    let mut seen = String::new();
+    let read = async {
+        while let Some(chunk) = exec.output.recv().await {
+            let (Output::Stdout(b) | Output::Stderr(b)) = chunk;
+            seen.push_str(&String::from_utf8_lossy(&b));
+            if seen.contains(needle) {
+                return;
+            }
+        }
+        panic!("output ended without {needle:?}: {seen:?}");
+    };
+    tokio::time::timeout(TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| panic!("no {needle:?} in {seen:?}"));
+    seen
+}
+
+// ---- checks both backends pass -------------------------------------------------------------
+
+async fn check_output_exit_cwd_env(sbx: &Sandbox) {
+    let ran = sbx.run(sh("echo out; echo err >&2; exit 3")).await;
+    assert_eq!(
+        (ran.stdout.as_str(), ran.stderr.as_str(), ran.code),
+        ("out\n", "err\n", 3)
+    );
+
+    let mut spec = sh("pwd; echo \"$GREETING\"; echo \"$TOOLMESH_EXEC_ID\"");
+    spec.cwd = "/tmp".into();
+    spec.env.insert("GREETING".into(), "hello there".into());
+    let exec_id = spec.exec_id.clone();
+    let ran = sbx.run(spec).await;
+    assert_eq!(ran.stdout, format!("/tmp\nhello there\n{exec_id}\n"));
+    assert_eq!(ran.code, 0);
+
+    // Arrival order across both streams.
+    let ran = sbx
+        .run(sh("echo 1; sleep 0.2; echo 2 >&2; sleep 0.2; echo 3"))
+        .await;
+    assert_eq!(ran.order, ["o:1\n", "e:2\n", "o:3\n"]);
+}
+
+async fn check_stdin_eof(sbx: &Sandbox) {
+    let mut spec = spec(&["cat"]);
+    spec.stdin = true;
+    let mut exec = sbx.exec(spec).await;
+    let mut stdin = exec.stdin.take().expect("stdin");
+    stdin.write_all(b"line one\nline two\n").await.unwrap();
+    stdin.shutdown().await.unwrap();
+    let ran = collect(exec).await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("line one\nline two\n", 0));
+
+    // Dropping the writer closes stdin too.
+    let mut spec = self::spec(&["cat"]);
+    spec.stdin = true;
+    let mut exec = sbx.exec(spec).await;
+    let mut stdin = exec.stdin.take().expect("stdin");
+    stdin.write_all(b"dropped\n").await.unwrap();
+    stdin.flush().await.unwrap();
+    drop(stdin);
+    let ran = collect(exec).await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("dropped\n", 0));
+
+    // Without stdin, a reader sees EOF at once.
+    let ran = sbx.run(spec_no_stdin_cat()).await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("", 0));
+}
+
+fn spec_no_stdin_cat() -> ExecSpec {
+    spec(&["cat"])
+}
+
+async fn check_kill_tree(sbx: &Sandbox) {
+    let mut exec = sbx
+        .exec(sh("echo started; sleep 100 & sleep 100; wait"))
+        .await;
+    wait_for_output(&mut exec, "started").await;
+    let kill = exec.kill.clone();
+    let began = std::time::Instant::now();
+    kill.kill().await;
+    let ran = collect(exec).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "kill took {:?}",
+        began.elapsed()
+    );
+    assert_eq!(ran.code, 137, "{ran:?}");
+    kill.kill().await; // idempotent
+                       // Nothing of the tree is left.
+    let ran = sbx
+        .run(sh("ps -eo args | grep '[s]leep 100' || echo none"))
+        .await;
+    assert_eq!(ran.stdout, "none\n");
+}
+
+async fn check_confinement(sbx: &Sandbox) {
+    let ran = sbx.run(spec(&["id", "-u"])).await;
+    assert_eq!(ran.stdout, "1000\n", "{ran:?}");
+
+    // The workspace is writable and shared with the host, both ways.
+    std::fs::write(sbx.host_workspace().join("from-host.txt"), "host\n").unwrap();
+    let ran = sbx
+        .run(sh(
+            "cat /workspace/from-host.txt; echo sandbox > /workspace/from-sandbox.txt",
+        ))
+        .await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("host\n", 0), "{ran:?}");
+    let written = std::fs::read_to_string(sbx.host_workspace().join("from-sandbox.txt")).unwrap();
+    assert_eq!(written, "sandbox\n");
+
+    // The system is read-only; /tmp is writable and may hold programs.
+    for path in ["/etc/x", "/usr/x", "/x"] {
+        let ran = sbx.run(spec(&["touch", path])).await;
+        assert_ne!(ran.code, 0, "{path} is writable");
+        assert!(
+            ran.stderr.contains("Read-only file system"),
+            "{path}: {ran:?}"
+        );
+    }
+    let ran = sbx
+        .run(sh(
+            "printf '#!/bin/sh\\necho ran\\n' > /tmp/p.sh && chmod +x /tmp/p.sh && /tmp/p.sh",
+        ))
+        .await;
+    assert_eq!(ran.stdout, "ran\n", "{ran:?}");
+
+    // No network: only the loopback interface.
+    let ran = sbx
+        .run(sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
+        .await;
+    assert_eq!(ran.stdout, "lo\n", "{ran:?}");
+    let connect = "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)";
+    let ran = sbx.run(spec(&["python3", "-c", connect])).await;
+    assert_ne!(ran.code, 0, "{ran:?}");
+    assert!(ran.stderr.contains("Network is unreachable"), "{ran:?}");
+}
+
+async fn check_dropped_receiver_does_not_block(sbx: &Sandbox) {
+    let exec = sbx
+        .exec(sh("head -c 20000000 /dev/zero; echo done >&2"))
+        .await;
+    let Execution { output, exit, .. } = exec;
+    drop(output);
+    let status = tokio::time::timeout(TIMEOUT, exit)
+        .await
+        .expect("exit in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code, 0);
+}
+
+// ---- Docker --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_output_exit_cwd_env() {
+    check_output_exit_cwd_env(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_stdin_reaches_cat_and_closes() {
+    check_stdin_eof(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_kill_ends_the_process_tree() {
+    check_kill_tree(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_sandbox_is_confined() {
+    check_confinement(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_dropped_receiver_does_not_block() {
+    check_dropped_receiver_does_not_block(&Sandbox::docker().await).await;
+}
+
+async fn docker_client() -> Docker {
+    Docker::connect_with_local_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_container_is_hardened() {
+    let limits = SandboxLimits {
+        memory_mb: 256,
+        pids: 50,
+        cpus: 0.5,
+        network: "none".into(),
+        tmpfs_mb: 32,
+    };
+    let sbx = Sandbox::docker_with(limits, "node-hard").await;
+    let inspect = docker_client()
+        .await
+        .inspect_container(
+            &sbx.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let name = inspect.name.clone().unwrap();
+    assert_eq!(
+        name,
+        format!("/{}", container_name(&sbx.sandbox.sandbox_id))
+    );
+    let config = inspect.config.unwrap();
+    assert_eq!(config.user.as_deref(), Some("1000:1000"));
+    assert_eq!(
+        config.cmd,
+        Some(vec!["sleep".to_owned(), "infinity".to_owned()])
+    );
+    let labels = config.labels.unwrap();
+    assert_eq!(labels[LABEL_MANAGED], "1");
+    assert_eq!(labels[LABEL_NODE], "node-hard");
+    assert_eq!(labels[LABEL_SANDBOX], sbx.sandbox.sandbox_id);
+    let host = inspect.host_config.unwrap();
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+    assert_eq!(host.cap_add.unwrap_or_default(), Vec::<String>::new());
+    assert_eq!(host.privileged, Some(false));
+    assert_eq!(
+        host.security_opt,
+        Some(vec!["no-new-privileges".to_owned()])
+    );
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(host.memory_swap, Some(256 * 1024 * 1024));
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(host.pids_limit, Some(50));
+    assert_eq!(host.init, Some(true));
+    assert_eq!(host.auto_remove, Some(false));
+    assert_eq!(
+        host.restart_policy
+            .unwrap()
+            .name
+            .map(|n| n.to_string())
+            .as_deref(),
+        Some("no")
+    );
+    let tmpfs = host.tmpfs.unwrap();
+    for dir in ["/tmp", "/home/sandbox"] {
+        let opts = &tmpfs[dir];
+        for opt in ["rw", "exec", "nosuid", "nodev", "size=32m"] {
+            assert!(opts.split(',').any(|o| o == opt), "{dir}: {opts}");
+        }
+    }
+    let binds = host.binds.unwrap();
+    assert_eq!(
+        binds,
+        vec![format!(
+            "{}:/workspace:rw",
+            sbx.sandbox.workspace_dir.display()
+        )]
+    );
+    let mounts = inspect.mounts.unwrap_or_default();
+    assert!(
+        mounts
+            .iter()
+            .all(|m| !m.source.as_deref().unwrap_or("").contains("docker.sock")),
+        "{mounts:?}"
+    );
+    assert_eq!(inspect.state.unwrap().running, Some(true));
+
+    // What the process sees matches.
+    let ran = sbx.run(sh("cat /proc/1/cmdline | tr '\\0' ' '; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status")).await;
+    assert!(
+        ran.stdout
+            .starts_with("/sbin/docker-init -- sleep infinity"),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.contains("CapEff:\t0000000000000000"), "{ran:?}");
+    assert!(ran.stdout.contains("CapBnd:\t0000000000000000"), "{ran:?}");
+    assert!(ran.stdout.contains("NoNewPrivs:\t1"), "{ran:?}");
+    let ran = sbx
+        .run(sh("grep -E ' /(tmp|home/sandbox) ' /proc/mounts"))
+        .await;
+    assert!(!ran.stdout.contains("noexec"), "{ran:?}");
+    assert_eq!(ran.stdout.lines().count(), 2, "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_reap_orphans_removes_dead_nodes_only() {
+    // One deployment (scope) with a dead and a live node; another deployment's sandbox of a
+    // node this one never heard of is not its business.
+    let scope = unique("scope");
+    let dead_node = unique("node-dead");
+    let dead = Sandbox::docker_scoped(limits(), &dead_node, &scope).await;
+    let live_node = unique("node-live");
+    let live = Sandbox::docker_scoped(limits(), &live_node, &scope).await;
+    let stranger = Sandbox::docker_with(limits(), &unique("node-elsewhere")).await;
+    let backend = DockerBackend::new(image(), vec![image()]).unwrap();
+    let docker = docker_client().await;
+    let live_nodes = vec![live_node.clone()];
+
+    let removed = backend
+        .reap_orphans(&scope, &unique("node-me"), &live_nodes)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    let gone = docker
+        .inspect_container(
+            &dead.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(
+        matches!(
+            gone,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ),
+        "{gone:?}"
+    );
+    docker
+        .inspect_container(
+            &live.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("live node's sandbox kept");
+
+    // A sandbox a previous run of this node left is an orphan too.
+    docker
+        .inspect_container(
+            &stranger.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("another deployment's sandbox kept");
+
+    let removed = backend
+        .reap_orphans(&scope, &live_node, &live_nodes)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert!(docker
+        .inspect_container(
+            &live.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>
+        )
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_missing_image_names_the_build_command() {
+    let missing = "toolmesh/no-such-image:test".to_owned();
+    let backend = DockerBackend::new(missing.clone(), vec![missing.clone()]).unwrap();
+    let err = backend.check().await.unwrap_err();
+    let BackendError::Unavailable(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("scripts/build-images"), "{message}");
+    assert!(message.contains(&missing), "{message}");
+    assert!(
+        message.contains("docker build -f docker/sandbox.Dockerfile"),
+        "{message}"
+    );
+}
+
+#[test]
+fn docker_image_must_be_allowed() {
+    let err = DockerBackend::new("evil/image:latest".into(), vec![image()]).unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Unavailable(m) if m.contains("evil/image:latest")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_destroyed_sandbox_is_gone() {
+    let sbx = Sandbox::docker().await;
+    sbx.backend.destroy(&sbx.sandbox).await.unwrap();
+    sbx.backend
+        .destroy(&sbx.sandbox)
+        .await
+        .expect("destroy is idempotent");
+    let err = sbx
+        .backend
+        .exec(&sbx.sandbox, spec(&["true"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Gone(id) if *id == sbx.sandbox.sandbox_id),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_pids_limit_stops_a_fork_bomb() {
+    let limits = SandboxLimits {
+        pids: 40,
+        ..limits()
+    };
+    let sbx = Sandbox::docker_with(limits, "node-a").await;
+    // Every process of the bomb keeps forking; a failed fork ends that process only.
+    let bomb = "f() { while :; do f & sleep 0.05; done; }; f";
+    let mut exec = sbx.exec(sh(bomb)).await;
+    let seen = wait_for_output(&mut exec, "fork").await;
+    assert!(seen.contains("Cannot fork"), "{seen}");
+    exec.kill.kill().await;
+    collect(exec).await;
+    // The container survived and answers again.
+    let began = std::time::Instant::now();
+    loop {
+        let ran = sbx.run(sh("echo alive")).await;
+        if ran.stdout == "alive\n" {
+            break;
+        }
+        assert!(
+            began.elapsed() < TIMEOUT,
+            "the sandbox does not answer: {ran:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ran = sbx
+        .run(sh(
+            "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max",
+        ))
+        .await;
+    assert_eq!(ran.stdout, "40\n", "{ran:?}");
+    // The bomb is gone: init, sleep infinity and this command's shell and cat.
+    let ran = sbx
+        .run(sh(
+            "cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current",
+        ))
+        .await;
+    let current: u32 = ran.stdout.trim().parse().unwrap();
+    assert!(current <= 5, "{current} pids left");
+}
+
+// ---- process (bubblewrap) ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_output_exit_cwd_env() {
+    check_output_exit_cwd_env(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_stdin_reaches_cat_and_closes() {
+    check_stdin_eof(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_kill_ends_the_process_tree() {
+    check_kill_tree(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_sandbox_is_confined() {
+    let sbx = Sandbox::process().await;
+    check_confinement(&sbx).await;
+    // No capabilities, a private pid namespace, and no host home or /root.
+    let ran = sbx.run(sh("grep -E '^CapEff' /proc/self/status; ls /root /home 2>&1 | head -c 200; echo; ps -e --no-headers | wc -l")).await;
+    assert!(ran.stdout.contains("CapEff:\t0000000000000000"), "{ran:?}");
+    assert!(ran.stdout.contains("No such file"), "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_dropped_receiver_does_not_block() {
+    check_dropped_receiver_does_not_block(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_destroy_kills_running_commands() {
+    let sbx = Sandbox::process().await;
+    let mut exec = sbx.exec(sh("echo started; sleep 100")).await;
+    wait_for_output(&mut exec, "started").await;
+    sbx.backend.destroy(&sbx.sandbox).await.unwrap();
+    let ran = collect(exec).await;
+    assert_eq!(ran.code, 137);
+    sbx.backend
+        .destroy(&sbx.sandbox)
+        .await
+        .expect("destroy is idempotent");
+    let err = sbx
+        .backend
+        .exec(&sbx.sandbox, spec(&["true"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Gone(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_memory_limit_applies() {
+    let sbx = Sandbox::process().await;
+    let ran = sbx
+        .run(sh(
+            "grep -E 'Max (address space|processes)' /proc/self/limits",
+        ))
+        .await;
+    assert!(
+        ran.stdout.contains(&(512u64 * 1024 * 1024).to_string()),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.contains("1024"), "{ran:?}");
+    let ran = sbx
+        .run(spec(&["python3", "-c", "b = bytearray(800 * 1024 * 1024)"]))
+        .await;
+    assert_ne!(ran.code, 0, "{ran:?}");
+    assert!(ran.stderr.contains("MemoryError"), "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_check_names_the_install_command() {
+    let backend = ProcessBackend::with_bwrap("/nonexistent/bwrap".into());
+    let err = backend.check().await.unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Unavailable(m) if m.contains("apt-get install bubblewrap")),
+        "{err:?}"
+    );
+    ProcessBackend::new()
+        .check()
+        .await
+        .expect("bwrap works here");
+}

@@ -1,0 +1,352 @@
+//! The mirror against a real nats-server and the workspace actor: round trips, a hostile
+//! local directory (links out, FIFOs, the skip list), conflicts, big files, and the cost of a
+//! sync when nothing changed.
+
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use toolmesh_kernel::host::{InFlight, Lifecycle};
+use toolmesh_kernel::sync::WorkspaceSync;
+use toolmesh_kernel::{Account, SessionId};
+use toolmesh_sandbox::mirror::{Mirror, PullReport, SyncLimits};
+use toolmesh_testkit::{NatsServer, RedisServer};
+use toolmesh_workspace::{spawn, WorkspaceSettings};
+
+struct Rig {
+    _nats: NatsServer,
+    _redis: RedisServer,
+    dir: tempfile::TempDir,
+    mirror: Mirror,
+}
+
+impl Rig {
+    async fn start() -> Rig {
+        let nats = NatsServer::start();
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        spawn(
+            nats.client().await,
+            WorkspaceSettings {
+                data_dir: dir.path().join("data"),
+                redis_url: redis.url(),
+                budget_chars: 20_000,
+            },
+            Lifecycle::new(),
+            InFlight::default(),
+        )
+        .await
+        .expect("workspace actor starts");
+        let mirror = Mirror::new(
+            WorkspaceSync::new(nats.client().await),
+            Account::parse("acme").unwrap(),
+            SessionId::parse("s1").unwrap(),
+            dir.path().join("mirror"),
+            SyncLimits::default(),
+        );
+        Rig {
+            _nats: nats,
+            _redis: redis,
+            dir,
+            mirror,
+        }
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("data/accounts/acme/sessions/s1/workspace")
+    }
+
+    fn local(&self) -> PathBuf {
+        self.dir.path().join("mirror")
+    }
+
+    /// A workspace write as the workspace actor makes it: temp file + rename.
+    fn ws_write(&self, rel: &str, content: &[u8]) {
+        write_by_rename(&self.ws().join(rel), content);
+    }
+}
+
+fn write_by_rename(path: &Path, content: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let temp = path.with_extension("tmp-test");
+    std::fs::write(&temp, content).unwrap();
+    std::fs::rename(temp, path).unwrap();
+}
+
+/// Every regular file under `root` (relative path → content), links not followed.
+fn files(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in read {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn names(files: &[(String, Vec<u8>)]) -> Vec<&str> {
+    files.iter().map(|(p, _)| p.as_str()).collect()
+}
+
+#[actix_rt::test]
+async fn a_round_trip_carries_new_changed_deleted_and_nested_files() {
+    let mut rig = Rig::start().await;
+    rig.ws_write("a.txt", b"alpha");
+    rig.ws_write("sub/b.txt", b"beta");
+    rig.ws_write("sub/deeper/c.txt", b"gamma");
+
+    let report = rig.mirror.pull().await.unwrap();
+    assert_eq!(
+        report,
+        PullReport {
+            copied: 3,
+            removed: 0,
+            skipped: 0,
+            truncated: false
+        }
+    );
+    assert_eq!(files(&rig.local()), files(&rig.ws()));
+    if rig.mirror.owner.is_some() {
+        for rel in ["a.txt", "sub", "sub/deeper/c.txt"] {
+            let meta = std::fs::metadata(rig.local().join(rel)).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (1000, 1000),
+                "{rel} belongs to the sandbox user"
+            );
+        }
+    }
+    assert_eq!(
+        rig.mirror.pull().await.unwrap().copied,
+        0,
+        "nothing changed"
+    );
+    assert!(rig.mirror.push().await.unwrap().changed.is_empty());
+
+    // The sandbox works: new file, in-place edit, delete, a new nested tree, a removed tree.
+    let local = rig.local();
+    std::fs::write(local.join("new.txt"), b"new").unwrap();
+    std::fs::write(local.join("a.txt"), b"alpha, edited in place").unwrap();
+    std::fs::remove_file(local.join("sub/b.txt")).unwrap();
+    std::fs::create_dir_all(local.join("pkg/mod")).unwrap();
+    std::fs::write(local.join("pkg/mod/x.py"), b"print(1)").unwrap();
+    std::fs::remove_dir_all(local.join("sub/deeper")).unwrap();
+
+    let mut report = rig.mirror.push().await.unwrap();
+    report.changed.sort();
+    report.deleted.sort();
+    assert_eq!(report.changed, ["a.txt", "new.txt", "pkg/mod/x.py"]);
+    assert_eq!(report.deleted, ["sub/b.txt", "sub/deeper/c.txt"]);
+    assert!(report.conflicts.is_empty());
+    assert_eq!(files(&rig.ws()), files(&local));
+    assert!(
+        !rig.ws().join("sub/deeper").exists(),
+        "an emptied tree is pruned"
+    );
+
+    // Nothing more to do either way.
+    let again = rig.mirror.push().await.unwrap();
+    assert!(
+        again.changed.is_empty() && again.deleted.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(rig.mirror.pull().await.unwrap().copied, 0);
+
+    // The workspace changes and deletes: the next pull follows.
+    rig.ws_write("a.txt", b"rewritten by a tool");
+    std::fs::remove_file(rig.ws().join("new.txt")).unwrap();
+    let report = rig.mirror.pull().await.unwrap();
+    assert_eq!((report.copied, report.removed), (1, 1), "{report:?}");
+    assert_eq!(files(&local), files(&rig.ws()));
+}
+
+#[actix_rt::test]
+async fn links_fifos_and_skipped_directories_never_travel() {
+    let mut rig = Rig::start().await;
+    rig.ws_write("keep.txt", b"keep");
+    rig.ws_write(".git/HEAD", b"ref: main");
+    rig.ws_write("node_modules/m/index.js", b"js");
+    rig.ws_write(".toolmesh/outputs/o.txt", b"output");
+    rig.mirror.pull().await.unwrap();
+    assert_eq!(
+        names(&files(&rig.local())),
+        ["keep.txt"],
+        "the skip list holds on pull"
+    );
+
+    let secret_dir = rig.dir.path().join("host-secrets");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let secret = b"TOP-SECRET-7f3a9c";
+    std::fs::write(secret_dir.join("secret.txt"), secret).unwrap();
+    let local = rig.local();
+    symlink(secret_dir.join("secret.txt"), local.join("leak.txt")).unwrap();
+    symlink(&secret_dir, local.join("leakdir")).unwrap();
+    symlink("/etc/passwd", local.join("passwd")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(local.join("fifo"))
+        .status()
+        .unwrap()
+        .success());
+    for rel in [
+        ".git/config",
+        "node_modules/x.js",
+        ".toolmesh/evil.txt",
+        "a/__pycache__/m.pyc",
+    ] {
+        std::fs::create_dir_all(local.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(local.join(rel), b"skip me").unwrap();
+    }
+    std::fs::write(local.join("ok.txt"), b"fine").unwrap();
+    // A known file swapped for a link to the secret: it reads as deleted, never as the secret.
+    std::fs::remove_file(local.join("keep.txt")).unwrap();
+    symlink(secret_dir.join("secret.txt"), local.join("keep.txt")).unwrap();
+
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(report.changed, ["ok.txt"], "{report:?}");
+    assert_eq!(report.deleted, ["keep.txt"]);
+    for (path, content) in files(&rig.ws()) {
+        assert!(
+            !content.windows(secret.len()).any(|w| w == secret),
+            "{path} holds the secret"
+        );
+    }
+    let ws_names = files(&rig.ws());
+    assert_eq!(
+        names(&ws_names),
+        [
+            ".git/HEAD",
+            ".toolmesh/outputs/o.txt",
+            "node_modules/m/index.js",
+            "ok.txt"
+        ]
+    );
+    assert_eq!(
+        std::fs::read(secret_dir.join("secret.txt")).unwrap(),
+        secret
+    );
+
+    // Pull over a planted link: the link is replaced as a link, the target is untouched.
+    rig.ws_write("leak.txt", b"from the workspace");
+    rig.mirror.pull().await.unwrap();
+    assert!(std::fs::symlink_metadata(local.join("leak.txt"))
+        .unwrap()
+        .is_file());
+    assert_eq!(
+        std::fs::read(local.join("leak.txt")).unwrap(),
+        b"from the workspace"
+    );
+    assert_eq!(
+        std::fs::read(secret_dir.join("secret.txt")).unwrap(),
+        secret
+    );
+    // A directory swapped for a link to outside: writing beneath it replaces the link.
+    rig.ws_write("leakdir/x.txt", b"x");
+    rig.mirror.pull().await.unwrap();
+    assert!(std::fs::symlink_metadata(local.join("leakdir"))
+        .unwrap()
+        .is_dir());
+    assert_eq!(
+        names(&files(&secret_dir)),
+        ["secret.txt"],
+        "nothing written outside"
+    );
+}
+
+#[actix_rt::test]
+async fn changes_on_both_sides_conflict_and_the_workspace_wins() {
+    let mut rig = Rig::start().await;
+    rig.ws_write("a.txt", b"v1");
+    rig.ws_write("b.txt", b"b1");
+    rig.mirror.pull().await.unwrap();
+
+    // Meanwhile the workspace changes both, and the sandbox edits a.txt and deletes b.txt
+    // and creates c.txt, which the workspace also created.
+    rig.ws_write("a.txt", b"v2 from the workspace");
+    rig.ws_write("b.txt", b"b2 from the workspace");
+    rig.ws_write("c.txt", b"c from the workspace");
+    std::fs::write(rig.local().join("a.txt"), b"v2 from the sandbox").unwrap();
+    std::fs::remove_file(rig.local().join("b.txt")).unwrap();
+    std::fs::write(rig.local().join("c.txt"), b"c from the sandbox").unwrap();
+
+    let mut report = rig.mirror.push().await.unwrap();
+    report.conflicts.sort();
+    assert_eq!(report.conflicts, ["a.txt", "b.txt", "c.txt"], "{report:?}");
+    assert!(report.changed.is_empty() && report.deleted.is_empty());
+    assert_eq!(
+        std::fs::read(rig.ws().join("a.txt")).unwrap(),
+        b"v2 from the workspace"
+    );
+    assert_eq!(
+        std::fs::read(rig.ws().join("b.txt")).unwrap(),
+        b"b2 from the workspace"
+    );
+
+    let report = rig.mirror.pull().await.unwrap();
+    assert_eq!(report.copied, 3);
+    assert_eq!(
+        files(&rig.local()),
+        files(&rig.ws()),
+        "the workspace version wins"
+    );
+}
+
+#[actix_rt::test]
+async fn big_files_travel_in_parts_and_limits_hold_on_push() {
+    let mut rig = Rig::start().await;
+    let big: Vec<u8> = (0..2_500_000u32)
+        .map(|i| (i.wrapping_mul(7919) >> 5) as u8)
+        .collect();
+    rig.ws_write("big.bin", &big);
+    rig.mirror.pull().await.unwrap();
+    assert!(std::fs::read(rig.local().join("big.bin")).unwrap() == big);
+
+    let mut edited = big.clone();
+    edited[1_234_567] ^= 0xff;
+    std::fs::write(rig.local().join("big.bin"), &edited).unwrap();
+    // Over max_file_bytes (10 MiB by default): skipped, and not taken for a deletion.
+    let file = std::fs::File::create(rig.local().join("huge.bin")).unwrap();
+    file.set_len(11 * 1024 * 1024).unwrap();
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(report.changed, ["big.bin"], "{report:?}");
+    assert_eq!(report.skipped, 1);
+    assert!(std::fs::read(rig.ws().join("big.bin")).unwrap() == edited);
+    assert!(!rig.ws().join("huge.bin").exists());
+}
+
+#[actix_rt::test]
+async fn a_sync_with_nothing_changed_is_one_round_trip_each_way() {
+    let mut rig = Rig::start().await;
+    for i in 0..10 {
+        rig.ws_write(&format!("src/f{i}.py"), b"print('hi')\n");
+    }
+    rig.mirror.pull().await.unwrap();
+    rig.mirror.push().await.unwrap();
+    let rounds = 50u32;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        assert_eq!(rig.mirror.pull().await.unwrap().copied, 0);
+        assert!(rig.mirror.push().await.unwrap().changed.is_empty());
+    }
+    let each = started.elapsed() / rounds;
+    eprintln!("pull + push with nothing changed: {each:?} per command (debug build)");
+    assert!(each < Duration::from_millis(50), "{each:?}");
+}

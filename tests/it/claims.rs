@@ -1,0 +1,317 @@
+//! The claim protocol of long-running roles: a worker that takes a sandbox call names itself on
+//! the call's reply subject (`Toolmesh-Claimed-By`), and a caller whose worker is lost mid-call
+//! gets `unavailable` naming it long before the call's deadline.
+//!
+//! There is no sandbox actor in these clusters: a fake worker (a plain NATS subscriber in the
+//! sandbox queue group, heartbeating as a node when a test needs it) stands in for one.
+
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, Subject, Subscriber};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio::task::JoinHandle;
+use toolmesh_kernel::host::{confirm_subscriptions, publish_claim};
+use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::wire::{ActorCall, ActorReply, Heartbeat, NodeStatus};
+use toolmesh_kernel::{NodeId, Role};
+use toolmesh_testkit::{request_json, wait_until};
+
+use crate::support::Cluster;
+
+/// `run_command` with a 120 s timeout: the gateway waits up to 150 s for it.
+fn long_command() -> Value {
+    json!({
+        "tool": "run_command",
+        "session_id": "s1",
+        "arguments": {"command": "sleep 100", "timeout": 120},
+    })
+}
+
+/// Gateway and approval, with approvals off so that `run_command` runs without one.
+async fn cluster() -> Cluster {
+    Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await
+}
+
+/// Sends a call and waits up to `within` for the reply; returns it and how long it took.
+async fn call_timed(c: &Cluster, body: Value, within: Duration) -> (Value, Duration) {
+    let started = Instant::now();
+    let reply = tokio::time::timeout(
+        within,
+        c.client.request(
+            "toolmesh.v1.call.acme",
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no reply within {within:?}"))
+    .expect("the call is answered");
+    let reply: Value = serde_json::from_slice(&reply.payload).expect("the reply is JSON");
+    (reply, started.elapsed())
+}
+
+/// A fake sandbox worker: takes calls on `toolmesh.internal.v1.run.sandbox` in the sandbox
+/// queue group, like the real actor would.
+async fn fake_worker(client: &Client) -> Subscriber {
+    let sub = client
+        .queue_subscribe(internal::run(Role::Sandbox), queue::of(Role::Sandbox))
+        .await
+        .unwrap();
+    confirm_subscriptions(client).await.unwrap();
+    sub
+}
+
+/// The next call the fake worker receives, with its reply subject.
+async fn take_call(worker: &mut Subscriber) -> (ActorCall, Subject) {
+    let msg = tokio::time::timeout(Duration::from_secs(10), worker.next())
+        .await
+        .expect("the gateway routes the call to the worker")
+        .expect("subscription open");
+    let call: ActorCall = serde_json::from_slice(&msg.payload).expect("an ActorCall");
+    (call, msg.reply.expect("the call has a reply subject"))
+}
+
+fn node(id: &str) -> NodeId {
+    NodeId::parse(id).unwrap()
+}
+
+async fn beat(client: &Client, id: &str, leaving: bool) {
+    let beat = Heartbeat {
+        status: NodeStatus {
+            node_id: node(id),
+            roles: vec![Role::Sandbox],
+            version: "test".into(),
+            uptime_s: 0,
+            in_flight: 1,
+            sandbox: None,
+        },
+        leaving,
+    };
+    client
+        .publish(
+            internal::HEARTBEAT,
+            Bytes::from(serde_json::to_vec(&beat).unwrap()),
+        )
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+}
+
+/// Heartbeats as node `id` every 2 s (as a node does) until aborted, and returns once the
+/// cluster view (`toolmesh.v1.status`) lists it.
+async fn heartbeating(c: &Cluster, id: &str) -> JoinHandle<()> {
+    let client = c.client.clone();
+    let name = id.to_owned();
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tick.tick().await;
+            beat(&client, &name, false).await;
+        }
+    });
+    let listed = wait_until(Duration::from_secs(5), || async {
+        let status = request_json(&c.client, "toolmesh.v1.status", json!({})).await;
+        status["nodes"]
+            .as_array()
+            .is_some_and(|nodes| nodes.iter().any(|n| n["node_id"] == id))
+    })
+    .await;
+    assert!(listed, "{id} joins the cluster view");
+    task
+}
+
+fn reply_body(fields: Value) -> Bytes {
+    let Value::Object(fields) = fields else {
+        unreachable!()
+    };
+    Bytes::from(serde_json::to_vec(&ActorReply::ok(fields)).unwrap())
+}
+
+fn assert_lost(reply: &Value, id: &str, took: Duration) {
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    assert_eq!(reply["details"]["node_id"], id, "{reply}");
+    let message = reply["error_message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("sandbox worker {id} was lost")),
+        "{message}"
+    );
+    assert!(reply.get("approval_released").is_none(), "{reply}");
+    // Heartbeats stop at most 2 s before the claim and a node drops out after 6 s of silence:
+    // the answer comes after about 4–6 s, far from the 150 s deadline.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_claimed_call_gets_the_reply_of_its_worker() {
+    let c = cluster().await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (call, reply) = take_call(&mut worker).await;
+            assert_eq!(call.tool, "run_command");
+            publish_claim(&client, &reply, &node("worker-a"))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            client
+                .publish(reply, reply_body(json!({"exit_code": 0, "stdout": "hi"})))
+                .await
+                .unwrap();
+        })
+    };
+    let (reply, _) = call_timed(&c, long_command(), Duration::from_secs(10)).await;
+    serve.await.unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["exit_code"], 0, "{reply}");
+    assert_eq!(reply["stdout"], "hi", "{reply}");
+}
+
+#[tokio::test]
+async fn a_worker_lost_mid_call_is_unavailable_long_before_the_deadline() {
+    let c = cluster().await;
+    let heart = heartbeating(&c, "worker-b").await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (_call, reply) = take_call(&mut worker).await;
+            publish_claim(&client, &reply, &node("worker-b"))
+                .await
+                .unwrap();
+            // kill -9: no more heartbeats, no reply, no goodbye.
+            heart.abort();
+            // Keep the subscription: the worker is "running" the call.
+            worker
+        })
+    };
+    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
+    let _worker = serve.await.unwrap();
+    assert_lost(&reply, "worker-b", took);
+    assert!(took > Duration::from_secs(3), "lost too early: {took:?}");
+}
+
+#[tokio::test]
+async fn an_approval_stays_used_when_its_worker_is_lost() {
+    // Strict mode: run_command needs an approval. The call may have run on the lost worker, so
+    // the approval it used is not given back (unlike "no responders").
+    let c = Cluster::start().await;
+    let reply = c.call("acme", long_command()).await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    let id = reply["approval_request"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(c.decide("acme", &id, true).await["ok"], true);
+
+    let heart = heartbeating(&c, "worker-g").await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (_call, reply) = take_call(&mut worker).await;
+            publish_claim(&client, &reply, &node("worker-g"))
+                .await
+                .unwrap();
+            heart.abort();
+            worker
+        })
+    };
+    let mut approved = long_command();
+    approved["approval"] = json!({"id": id});
+    let (reply, took) = call_timed(&c, approved, Duration::from_secs(30)).await;
+    let _worker = serve.await.unwrap();
+    assert_lost(&reply, "worker-g", took);
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "used", "{got}");
+}
+
+#[tokio::test]
+async fn the_latest_claim_is_the_one_watched() {
+    let c = cluster().await;
+    // A stays alive throughout; B, to which A hands the call, dies.
+    let heart_a = heartbeating(&c, "worker-ha").await;
+    let heart_b = heartbeating(&c, "worker-hb").await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (_call, reply) = take_call(&mut worker).await;
+            publish_claim(&client, &reply, &node("worker-ha"))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            publish_claim(&client, &reply, &node("worker-hb"))
+                .await
+                .unwrap();
+            heart_b.abort();
+            worker
+        })
+    };
+    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
+    let _worker = serve.await.unwrap();
+    heart_a.abort();
+    assert_lost(&reply, "worker-hb", took);
+}
+
+#[tokio::test]
+async fn a_draining_worker_is_not_lost() {
+    // A `leaving` heartbeat means the node drains: it still answers its calls.
+    let c = cluster().await;
+    let heart = heartbeating(&c, "worker-d").await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (_call, reply) = take_call(&mut worker).await;
+            publish_claim(&client, &reply, &node("worker-d"))
+                .await
+                .unwrap();
+            heart.abort();
+            beat(&client, "worker-d", true).await;
+            // Longer than a node takes to drop out of the view.
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            client
+                .publish(reply, reply_body(json!({"exit_code": 0})))
+                .await
+                .unwrap();
+        })
+    };
+    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
+    serve.await.unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert!(took >= Duration::from_secs(8), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_claimless_call_waits_for_its_reply() {
+    // A worker that never claims is treated as before the claim protocol: the reply counts.
+    let c = cluster().await;
+    let mut worker = fake_worker(&c.client).await;
+    let serve = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            let (call, reply) = take_call(&mut worker).await;
+            let mut fields = Map::new();
+            fields.insert("seq".into(), Value::from(call.event_seq));
+            client
+                .publish(reply, reply_body(Value::Object(fields)))
+                .await
+                .unwrap();
+        })
+    };
+    let (reply, _) = call_timed(&c, long_command(), Duration::from_secs(10)).await;
+    serve.await.unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["seq"], 1, "after `started` (seq 0): {reply}");
+}
+
+#[tokio::test]
+async fn a_long_call_without_a_worker_is_unavailable_at_once() {
+    let c = cluster().await;
+    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(10)).await;
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    let message = reply["error_message"].as_str().unwrap();
+    assert!(message.contains("no sandbox actor"), "{message}");
+    assert!(reply.get("approval_released").is_none(), "{reply}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}

@@ -1,0 +1,775 @@
+//! The sandbox pool end to end: gateway → sandbox worker(s) → real Docker containers (and
+//! bubblewrap for the process backend), with the workspace actor syncing files over NATS.
+//!
+//! Every test names its nodes uniquely and removes the containers they labelled when it ends,
+//! so tests can run in parallel on one Docker engine.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::support::Cluster;
+
+const IMAGE: &str = "toolmesh/sandbox:latest";
+
+/// A cluster whose sandbox containers are removed on drop, whatever happened.
+struct SandboxCluster {
+    c: Cluster,
+}
+
+impl std::ops::Deref for SandboxCluster {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.c
+    }
+}
+
+impl std::ops::DerefMut for SandboxCluster {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.c
+    }
+}
+
+impl Drop for SandboxCluster {
+    fn drop(&mut self) {
+        for node in &mut self.c.nodes {
+            node.kill();
+        }
+        for id in containers_of(&self.c.node_prefix) {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v", &id])
+                .output();
+        }
+    }
+}
+
+/// Containers labelled by nodes whose id starts with `prefix`.
+fn containers_of(prefix: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=io.toolmesh.managed=1",
+            "--format",
+            "{{.ID}} {{.Label \"io.toolmesh.node\"}}",
+        ])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, node)| node.starts_with(prefix))
+        .map(|(id, _)| id.to_owned())
+        .collect()
+}
+
+fn unique_prefix() -> String {
+    format!("sbxt{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+const BASE_ENV: [(&str, &str); 3] = [
+    ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+    ("TOOLMESH_SANDBOX_WARM", "1"),
+    ("TOOLMESH_SANDBOX_MEMORY_MB", "256"),
+];
+
+/// One node with every role this test needs, Docker backend.
+async fn cluster_with(extra: &[(&str, &str)]) -> SandboxCluster {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
+    env.extend_from_slice(extra);
+    c.start_node("gateway,approval,workspace,sandbox", &env)
+        .await;
+    SandboxCluster { c }
+}
+
+async fn cluster() -> SandboxCluster {
+    cluster_with(&[]).await
+}
+
+async fn tool(c: &Cluster, session: &str, name: &str, args: Value) -> Value {
+    tool_as(c, "acme", session, name, args).await
+}
+
+async fn tool_as(c: &Cluster, account: &str, session: &str, name: &str, args: Value) -> Value {
+    c.call(
+        account,
+        json!({"tool": name, "session_id": session, "arguments": args}),
+    )
+    .await
+}
+
+fn docker_inspect(sandbox_id: &str) -> Value {
+    let out = Command::new("docker")
+        .args(["inspect", &format!("toolmesh-{sandbox_id}")])
+        .output()
+        .expect("docker inspect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("inspect JSON");
+    v[0].clone()
+}
+
+#[tokio::test]
+async fn run_command_reports_every_field_of_the_seed() {
+    let c = cluster().await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo out; echo err >&2; exit 3"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["backend"], "sandbox/docker");
+    assert!(r["sandbox_id"].as_str().unwrap().starts_with("sbx-"), "{r}");
+    assert_eq!(r["command"], "echo out; echo err >&2; exit 3");
+    assert_eq!(r["stdout"], "out\n");
+    assert_eq!(r["stderr"], "err\n");
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["timed_out"], false);
+    assert_eq!(r["stdout_truncated"], false);
+    assert_eq!(r["stdout_original_chars"], 4);
+    assert_eq!(r["stdout_preview_chars"], 4);
+    assert_eq!(r["stderr_truncated"], false);
+    assert_eq!(r["cwd"], "/workspace");
+}
+
+#[tokio::test]
+async fn cwd_env_and_a_non_root_user() {
+    let c = cluster().await;
+    let w = tool(
+        &c,
+        "s1",
+        "write_workspace_file",
+        json!({"path": "sub/keep.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "pwd; echo $GREETING; id -u", "cwd": "sub", "env": {"GREETING": "hi"}}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "/workspace/sub\nhi\n1000\n");
+    assert_eq!(r["cwd"], "/workspace/sub");
+}
+
+#[tokio::test]
+async fn sessions_reuse_their_sandbox_and_are_separated() {
+    let c = cluster().await;
+    let a = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo one > /tmp/state"}),
+    )
+    .await;
+    assert_eq!(a["ok"], true, "{a}");
+    let b = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat /tmp/state"}),
+    )
+    .await;
+    assert_eq!(b["stdout"], "one\n", "{b}");
+    assert_eq!(a["sandbox_id"], b["sandbox_id"]);
+
+    let other = tool(
+        &c,
+        "s2",
+        "run_command",
+        json!({"command": "cat /tmp/state || echo none"}),
+    )
+    .await;
+    assert_eq!(other["stdout"], "none\n", "{other}");
+    assert_ne!(other["sandbox_id"], a["sandbox_id"]);
+    let other_account = tool_as(
+        &c,
+        "globex",
+        "s1",
+        "run_command",
+        json!({"command": "cat /tmp/state || echo none"}),
+    )
+    .await;
+    assert_eq!(other_account["stdout"], "none\n", "{other_account}");
+    assert_ne!(other_account["sandbox_id"], a["sandbox_id"]);
+
+    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    assert_eq!(status["ok"], true, "{status}");
+    assert_eq!(status["sandbox_id"], a["sandbox_id"]);
+    for field in [
+        "backend",
+        "enabled",
+        "isolated",
+        "template_bound",
+        "template_id",
+        "timeout_seconds",
+        "ttl_seconds",
+        "idle_ttl_seconds",
+        "max_sessions",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "idle_seconds",
+        "boundary",
+    ] {
+        assert!(
+            status.get(field).is_some(),
+            "sandbox_status lacks {field}: {status}"
+        );
+    }
+    assert_eq!(status["template_id"], IMAGE);
+    let fresh = tool(&c, "s9", "sandbox_status", json!({})).await;
+    assert_eq!(fresh["ok"], true, "{fresh}");
+    assert_eq!(
+        fresh["sandbox_id"],
+        Value::Null,
+        "status creates no sandbox"
+    );
+}
+
+#[tokio::test]
+async fn the_workspace_is_synced_in_and_changes_come_back() {
+    let c = cluster().await;
+    let w = tool(
+        &c,
+        "s1",
+        "write_workspace_file",
+        json!({"path": "data/in.txt", "content": "from the workspace\n"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat data/in.txt && echo made > data/out.txt && rm data/in.txt && mkdir -p node_modules && echo x > node_modules/skip.js"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "from the workspace\n");
+    let read = tool(
+        &c,
+        "s1",
+        "read_workspace_file",
+        json!({"path": "data/out.txt"}),
+    )
+    .await;
+    assert_eq!(read["ok"], true, "{read}");
+    assert_eq!(read["content"], "     1\tmade\n");
+    let gone = tool(
+        &c,
+        "s1",
+        "read_workspace_file",
+        json!({"path": "data/in.txt"}),
+    )
+    .await;
+    assert_eq!(
+        gone["error"], "not_found",
+        "a file deleted in the sandbox is deleted: {gone}"
+    );
+    let skipped = tool(
+        &c,
+        "s1",
+        "read_workspace_file",
+        json!({"path": "node_modules/skip.js"}),
+    )
+    .await;
+    assert_eq!(
+        skipped["error"], "not_found",
+        "node_modules is not synced: {skipped}"
+    );
+    // A change made through the workspace reaches the sandbox on the next command.
+    tool(
+        &c,
+        "s1",
+        "write_workspace_file",
+        json!({"path": "data/out.txt", "content": "again\n"}),
+    )
+    .await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat data/out.txt"}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "again\n", "{r}");
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_command_and_says_so() {
+    let c = cluster().await;
+    let started = Instant::now();
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo before; sleep 30 & sleep 30", "timeout": 2}),
+    )
+    .await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"], "timeout");
+    assert_eq!(r["timed_out"], true);
+    assert_eq!(r["stdout"], "before\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let ps = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "ps -eo args | grep -c '^sleep 30' || true"}),
+    )
+    .await;
+    assert_eq!(
+        ps["stdout"], "0\n",
+        "the timed-out processes are gone: {ps}"
+    );
+}
+
+#[tokio::test]
+async fn output_streams_as_events_before_the_reply() {
+    let c = cluster().await;
+    let invocation = "inv_stream_1";
+    let mut events = c
+        .client
+        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let r = c
+        .call(
+            "acme",
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
+                   "arguments": {"command": "echo first; sleep 0.5; echo second >&2"}}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mut seen = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
+        let done = e["kind"] == "finished";
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["started", "stdout", "stderr", "finished"],
+        "{seen:?}"
+    );
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [0, 1, 2, 3]);
+    assert_eq!(seen[1]["data"], "first\n");
+    assert_eq!(seen[2]["data"], "second\n");
+}
+
+#[tokio::test]
+async fn a_cancel_kills_the_running_command() {
+    let c = cluster().await;
+    let invocation = "inv_cancel_1";
+    let client = c.client.clone();
+    let call = tokio::spawn(async move {
+        toolmesh_testkit::request_json(
+            &client,
+            "toolmesh.v1.call.acme".to_owned(),
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
+                   "arguments": {"command": "echo started; sleep 60"}}),
+        )
+        .await
+    });
+    // Wait until it runs, then cancel.
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ack = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.acme".to_owned(),
+        json!({"invocation_id": invocation}),
+    )
+    .await;
+    assert_eq!(ack["ok"], true, "{ack}");
+    let r = call.await.unwrap();
+    assert_eq!(r["error"], "cancelled", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn run_code_runs_python_javascript_and_bash_snippets() {
+    let c = cluster().await;
+    for (language, code, expected) in [
+        ("python", "import math\nprint(math.sqrt(16))", "4.0\n"),
+        ("javascript", "console.log(1 + 1)", "2\n"),
+        ("bash", "echo $((6 * 7))", "42\n"),
+    ] {
+        let r = tool(
+            &c,
+            "s1",
+            "run_code",
+            json!({"code": code, "language": language}),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{language}: {r}");
+        assert_eq!(r["stdout"], expected, "{language}: {r}");
+        assert_eq!(r["execution_model"], "snippet_runner");
+        assert_eq!(r["language"], language);
+        assert!(
+            r["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/tmp/toolmesh-run-code-"),
+            "{r}"
+        );
+        assert_eq!(r["exit_code"], 0);
+        assert!(r["boundary"].as_str().is_some());
+    }
+    let r = tool(&c, "s1", "run_code", json!({"code": "raise SystemExit(4)"})).await;
+    assert_eq!(r["ok"], true, "a non-zero exit is still ok: {r}");
+    assert_eq!(r["exit_code"], 4);
+}
+
+#[tokio::test]
+async fn background_tasks_poll_wait_feed_and_kill() {
+    let c = cluster().await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo ready; read line; echo got:$line; sleep 0.2; echo done", "background": true}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let task = r["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(r["status"], "running");
+
+    let out = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "ready", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["matched"], true);
+    assert_eq!(out["stdout"], "ready\n");
+    assert_eq!(out["status"], "running");
+
+    let fed = tool(
+        &c,
+        "s1",
+        "task_input",
+        json!({"task_id": task, "input": "hello\n"}),
+    )
+    .await;
+    assert_eq!(fed["ok"], true, "{fed}");
+    let out = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "done", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(out["matched"], true, "{out}");
+    assert_eq!(
+        out["stdout"], "got:hello\ndone\n",
+        "only output since the last read"
+    );
+    // The task ends by itself.
+    let mut status = Value::Null;
+    for _ in 0..50 {
+        status = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
+        if status["status"] == "exited" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status["status"], "exited", "{status}");
+    assert_eq!(status["exit_code"], 0);
+
+    let wait = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "never", "timeout": 1}),
+    )
+    .await;
+    assert_eq!(wait["ok"], true);
+    assert_eq!(wait["matched"], false, "{wait}");
+
+    let sleeper = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "sleep 300", "background": true}),
+    )
+    .await;
+    let sleeper = sleeper["task_id"].as_str().unwrap().to_owned();
+    let list = tool(&c, "s1", "list_tasks", json!({})).await;
+    let tasks = list["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2, "{list}");
+    for t in tasks {
+        for field in ["task_id", "command", "status", "started_at"] {
+            assert!(t.get(field).is_some(), "{t}");
+        }
+    }
+    let killed = tool(&c, "s1", "kill_task", json!({"task_id": sleeper})).await;
+    assert_eq!(killed["ok"], true, "{killed}");
+    assert_eq!(killed["status"], "killed");
+
+    // Another session, another account: not found.
+    let other = tool(&c, "s2", "task_output", json!({"task_id": task})).await;
+    assert_eq!(other["error"], "not_found", "{other}");
+    let other = tool_as(&c, "globex", "s1", "kill_task", json!({"task_id": task})).await;
+    assert_eq!(other["error"], "not_found", "{other}");
+    let bad = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "(", "timeout": 1}),
+    )
+    .await;
+    assert_eq!(bad["error"], "invalid_arguments", "{bad}");
+}
+
+#[tokio::test]
+async fn containers_are_hardened() {
+    let c = cluster().await;
+    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let inspect = docker_inspect(r["sandbox_id"].as_str().unwrap());
+    let host = &inspect["HostConfig"];
+    assert_eq!(host["NetworkMode"], "none", "{host}");
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    assert!(
+        host["SecurityOpt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.as_str().unwrap().starts_with("no-new-privileges")),
+        "{host}"
+    );
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["Memory"], 256 * 1024 * 1024);
+    assert_eq!(host["PidsLimit"], 256);
+    assert_eq!(host["NanoCpus"], 1_000_000_000u64);
+    assert!(host["Tmpfs"].get("/tmp").is_some(), "{host}");
+    assert_eq!(inspect["Config"]["User"], "1000:1000");
+    assert_eq!(inspect["Config"]["Labels"]["io.toolmesh.managed"], "1");
+    let mounts = serde_json::to_string(&inspect["Mounts"]).unwrap();
+    assert!(!mounts.contains("docker.sock"), "{mounts}");
+    // And from inside: no network but loopback, no writes outside /workspace and /tmp.
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "ls /sys/class/net; touch /etc/x 2>/dev/null && echo wrote || echo read-only"}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "lo\nread-only\n", "{r}");
+}
+
+#[tokio::test]
+async fn floods_and_bombs_stay_inside_the_sandbox() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_PIDS", "64")]).await;
+    let flood = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "head -c 30000000 /dev/zero | tr '\\0' 'a'", "timeout": 60}),
+    )
+    .await;
+    assert_eq!(
+        flood["ok"],
+        true,
+        "{}",
+        flood.to_string().chars().take(500).collect::<String>()
+    );
+    assert_eq!(flood["stdout_truncated"], true);
+    assert!(flood["persisted_outputs"]["stdout"]["path"]
+        .as_str()
+        .unwrap()
+        .starts_with(".toolmesh/outputs/"));
+    let bomb = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", "timeout": 10}),
+    )
+    .await;
+    assert!(bomb["ok"] == true || bomb["error"] == "timeout", "{bomb}");
+    let hog = tool(
+        &c,
+        "s1",
+        "run_code",
+        json!({"code": "x = bytearray(1024 * 1024 * 1024)\nprint('allocated')", "timeout": 30}),
+    )
+    .await;
+    assert_eq!(hog["ok"], true, "{hog}");
+    assert_ne!(
+        hog["exit_code"], 0,
+        "a 1 GiB allocation in a 256 MiB sandbox fails: {hog}"
+    );
+    // The worker still answers, and the session still works.
+    let r = tool(&c, "s2", "run_command", json!({"command": "echo alive"})).await;
+    assert_eq!(r["stdout"], "alive\n", "{r}");
+}
+
+#[tokio::test]
+async fn a_missing_image_is_unavailable_naming_the_fix() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_IMAGE", "toolmesh/no-such-image:latest")]).await;
+    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(r["error"], "unavailable", "{r}");
+    assert!(
+        r["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("scripts/build-images"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_is_queued_not_failed() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_CONCURRENCY", "2")]).await;
+    let calls = (0..12).map(|i| {
+        let client = c.client.clone();
+        async move {
+            toolmesh_testkit::request_json(
+                &client,
+                "toolmesh.v1.call.acme".to_owned(),
+                json!({"tool": "run_command", "session_id": format!("s{}", i % 3),
+                       "arguments": {"command": format!("sleep 0.3; echo {i}")}}),
+            )
+            .await
+        }
+    });
+    let replies = futures::future::join_all(calls).await;
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["stdout"], format!("{i}\n"));
+    }
+}
+
+#[tokio::test]
+async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c.start_node("gateway,approval,workspace", &BASE_ENV).await;
+    let w1 = c.start_node("sandbox", &BASE_ENV).await;
+    let w2 = c.start_node("sandbox", &BASE_ENV).await;
+    let mut c = SandboxCluster { c };
+    let first = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo hi > /tmp/mark"}),
+    )
+    .await;
+    assert_eq!(first["ok"], true, "{first}");
+    let sandbox = first["sandbox_id"].clone();
+    // Whatever worker the queue group picks, the session's sandbox serves every call.
+    let mut holder = None;
+    for _ in 0..8 {
+        let s = tool(&c, "s1", "run_command", json!({"command": "cat /tmp/mark"})).await;
+        assert_eq!(s["sandbox_id"], sandbox, "{s}");
+        assert_eq!(s["stdout"], "hi\n");
+        let st = tool(&c, "s1", "sandbox_status", json!({})).await;
+        holder = Some(st["node_id"].as_str().unwrap().to_owned());
+    }
+    let holder = holder.unwrap();
+    let victim = if c.nodes[w1].node_id == holder {
+        w1
+    } else {
+        w2
+    };
+    assert_eq!(c.nodes[victim].node_id, holder);
+
+    // Kill the holder mid-command: the caller hears of it well before its 120 s deadline.
+    let client = c.client.clone();
+    let running = tokio::spawn(async move {
+        toolmesh_testkit::request_json(
+            &client,
+            "toolmesh.v1.call.acme".to_owned(),
+            json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "sleep 100", "timeout": 90}}),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let killed_at = Instant::now();
+    c.nodes[victim].kill();
+    let r = running.await.unwrap();
+    assert_eq!(r["error"], "unavailable", "{r}");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    // The next call of the session runs on the surviving worker, in a new sandbox.
+    let next = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat /tmp/mark 2>/dev/null || echo fresh"}),
+    )
+    .await;
+    assert_eq!(next["ok"], true, "{next}");
+    assert_eq!(next["stdout"], "fresh\n");
+    assert_ne!(next["sandbox_id"], sandbox);
+}
+
+#[tokio::test]
+async fn the_process_backend_runs_in_bubblewrap() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c.start_node(
+        "gateway,approval,workspace,sandbox",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+        ],
+    )
+    .await;
+    let c = SandboxCluster { c };
+    tool(
+        &c,
+        "s1",
+        "write_workspace_file",
+        json!({"path": "in.txt", "content": "hello"}),
+    )
+    .await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat in.txt; echo; id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' \\n'; echo; echo out > made.txt; touch /usr/x 2>/dev/null && echo wrote || echo read-only"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["backend"], "sandbox/process");
+    let lines: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+    assert_eq!(lines[0], "hello");
+    assert_ne!(lines[1], "0", "not root inside: {r}");
+    assert_eq!(lines[2].trim(), "lo", "no network but loopback: {r}");
+    assert_eq!(lines[3], "read-only");
+    let read = tool(&c, "s1", "read_workspace_file", json!({"path": "made.txt"})).await;
+    assert_eq!(read["content"], "     1\tout\n", "{read}");
+    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    assert_eq!(status["backend"], "sandbox/process");
+    assert!(status["boundary"].as_str().unwrap().len() > 20);
+}
