@@ -16,6 +16,7 @@ pub mod host;
 pub mod ids;
 pub mod policy;
 pub mod role;
+pub mod skills;
 pub mod subjects;
 pub mod sync;
 pub mod time;

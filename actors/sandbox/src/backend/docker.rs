@@ -34,8 +34,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, OnceCell};
 
 use super::{
-    Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output, SandboxRef,
-    SandboxSpec, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX, LABEL_SCOPE,
+    skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
+    SandboxRef, SandboxSpec, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX, LABEL_SCOPE,
+    SKILLS_MOUNT,
 };
 
 /// The uid and gid every sandboxed command runs as (both backends).
@@ -178,7 +179,10 @@ impl DockerBackend {
             open_stdin: Some(false),
             tty: Some(false),
             host_config: Some(HostConfig {
-                binds: Some(vec![format!("{}:{WORKSPACE}:rw", workspace.display())]),
+                binds: Some(vec![
+                    format!("{}:{WORKSPACE}:rw", workspace.display()),
+                    format!("{}:{SKILLS_MOUNT}:ro", skills_dir_of(workspace).display()),
+                ]),
                 network_mode: Some(network),
                 cap_drop: Some(vec!["ALL".to_owned()]),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),
@@ -312,9 +316,14 @@ impl Backend for DockerBackend {
 
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError> {
         let dir = spec.workspace_dir.clone();
-        let workspace = tokio::task::spawn_blocking(move || prepare_workspace(&dir))
-            .await
-            .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
+        let workspace = tokio::task::spawn_blocking(move || {
+            let workspace = prepare_workspace(&dir)?;
+            std::fs::create_dir_all(skills_dir_of(&workspace))
+                .map_err(|e| BackendError::Failed(format!("creating the skills directory: {e}")))?;
+            Ok::<_, BackendError>(workspace)
+        })
+        .await
+        .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
         let bind = workspace.to_str().filter(|p| !p.contains([':', ',']));
         if bind.is_none() {
             return Err(BackendError::Failed(format!(

@@ -5,7 +5,7 @@
 //! directory of the worker) at `/workspace`, writable; a private `/tmp`; the rest read-only.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -20,6 +20,15 @@ pub const LABEL_SANDBOX: &str = "io.toolmesh.sandbox";
 /// Which deployment a sandbox belongs to (its pool's sandbox directory): workers reap only
 /// their own deployment's orphans, so two clusters (or parallel tests) can share one engine.
 pub const LABEL_SCOPE: &str = "io.toolmesh.scope";
+
+/// Where the sandbox sees the skills `execute_skills` binds (read-only).
+pub const SKILLS_MOUNT: &str = "/skills";
+
+/// The host directory shown read-only at [`SKILLS_MOUNT`]: a sibling of the workspace
+/// directory, created with the sandbox, written only by the worker.
+pub fn skills_dir_of(workspace_dir: &Path) -> PathBuf {
+    workspace_dir.with_file_name("skills")
+}
 
 /// Resource limits and network of one sandbox (PROTOCOL.md's `TOOLMESH_SANDBOX_*`).
 #[derive(Debug, Clone, PartialEq)]

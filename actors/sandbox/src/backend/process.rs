@@ -29,8 +29,8 @@ use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 
 use super::docker::{prepare_workspace, EXEC_ID_VAR, OUTPUT_CHANNEL, SANDBOX_GID, SANDBOX_UID};
 use super::{
-    Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output, SandboxLimits,
-    SandboxRef, SandboxSpec, StdinWriter,
+    skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
+    SandboxLimits, SandboxRef, SandboxSpec, StdinWriter, SKILLS_MOUNT,
 };
 
 /// Where Debian's `bubblewrap` package installs bwrap.
@@ -191,6 +191,9 @@ impl ProcessBackend {
             "--bind".to_owned(),
             workspace.display().to_string(),
             WORKSPACE.to_owned(),
+            "--ro-bind-try".to_owned(),
+            skills_dir_of(workspace).display().to_string(),
+            SKILLS_MOUNT.to_owned(),
         ]);
         args.extend(["--remount-ro", "/"].map(str::to_owned));
         let cwd = if spec.cwd.is_empty() {
@@ -310,6 +313,8 @@ impl Backend for ProcessBackend {
         })
         .await
         .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
+        std::fs::create_dir_all(skills_dir_of(&workspace))
+            .map_err(|e| BackendError::Failed(format!("creating the skills directory: {e}")))?;
         lock(&self.sandboxes).insert(spec.sandbox_id.clone(), spec.limits.clone());
         Ok(SandboxRef {
             sandbox_id: spec.sandbox_id.clone(),

@@ -233,7 +233,7 @@ impl ToolRegistry {
                 "Fuzzy search over skill names, aliases, tags, descriptions and examples.")),
             RegisteredTool::new::<LoadSkillArgs>(spec("load_skill", G::Skills, Role::Skills, Low, &[],
                 "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.")),
-            RegisteredTool::new::<ExecuteSkillsArgs>(spec("execute_skills", G::Skills, Role::Skills, High, &[IsolatedRuntimeExecution],
+            RegisteredTool::new::<ExecuteSkillsArgs>(spec("execute_skills", G::Skills, Role::Sandbox, High, &[IsolatedRuntimeExecution],
                 "Run a workflow prompt with the named skills inside the session's sandbox.")),
             RegisteredTool::new::<NoArgs>(spec("sandbox_status", G::Sandbox, Role::Sandbox, Low, &[],
                 "The session sandbox's backend, limits, lifetime and boundary; runs no command.")),

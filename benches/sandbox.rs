@@ -1,0 +1,590 @@
+//! Sandbox overhead against raw Docker exec and raw bubblewrap, measured in one run.
+//!
+//! `cargo bench --bench sandbox` starts a nats-server, a redis-server and one
+//! `toolmesh node --roles gateway,approval,workspace,sandbox` (approvals off, Docker backend,
+//! default warm pool and concurrency cap), then:
+//!
+//! 1. **warm session**: raw bollard exec of `true` (create_exec + attached start_exec to the end +
+//!    inspect_exec) in a started container of the sandbox image, hardened as the node's are,
+//!    against `run_command {"command":"true"}` through the gateway in a session whose sandbox
+//!    exists — interleaved (raw, tool, raw, …). A third column, raw `sh -c true` as the sandbox
+//!    user with the exec's env and cwd, is what the Docker backend asks Docker for: the gap
+//!    between the first two that is the shell's, not toolmesh's.
+//! 2. **new session**: a new session's first `run_command true` (the warm pool hands it a
+//!    started container), spaced so that the pool refills between samples, against raw exec.
+//! 3. **saturation**: K and 2K callers (K = the worker's concurrency cap), each in its own
+//!    session, running `true` back to back for a fixed window, against the same number of raw
+//!    callers, each in its own container: calls/s and the ratio.
+//! 4. **process backend**: the Docker node is drained (SIGTERM: it removes its containers), a
+//!    node with `TOOLMESH_SANDBOX_BACKEND=process` takes its place, and `run_command true` is
+//!    measured against the raw `prlimit … [setpriv …] bwrap … true` spawn the backend performs.
+//!
+//! Every container the run made is removed at the end, also when it panics.
+//!
+//! Knobs: `BENCH_SAMPLES` (default 150, per column in 1 and 4), `BENCH_NEW_SESSIONS` (24),
+//! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `TOOLMESH_SANDBOX_IMAGE`.
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
+use bytes::Bytes;
+use futures::StreamExt;
+use toolmesh_sandbox::backend::docker::DockerBackend;
+use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec};
+use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
+
+const ACCOUNT: &str = "bench";
+const CALL: &str = "toolmesh.v1.call.bench";
+const DEFAULT_IMAGE: &str = "toolmesh/sandbox:latest";
+const WARMUP: usize = 10;
+const POOL_REFILL: Duration = Duration::from_millis(1500);
+const THROUGHPUT_ROUNDS: usize = 2;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Removes, on drop, every container labelled by the run's node ids or its raw sandboxes.
+struct Cleanup {
+    node_ids: Vec<String>,
+    raw_scope: String,
+}
+
+impl Cleanup {
+    fn leftovers(&self) -> Vec<String> {
+        let mut ids = Vec::new();
+        let mut filters: Vec<String> = self
+            .node_ids
+            .iter()
+            .map(|n| format!("label=io.toolmesh.node={n}"))
+            .collect();
+        filters.push(format!("label=io.toolmesh.scope={}", self.raw_scope));
+        for filter in filters {
+            let out = Command::new("docker")
+                .args(["ps", "-aq", "--filter", &filter])
+                .stderr(Stdio::null())
+                .output();
+            if let Ok(out) = out {
+                ids.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(str::to_owned),
+                );
+            }
+        }
+        ids
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let ids = self.leftovers();
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v"])
+                .args(&ids)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Raw exec of `argv` (optionally as `user`, with env and cwd) in `container`; asserts exit 0.
+async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_user: bool) {
+    let mut options = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(argv.iter().map(|s| (*s).to_owned()).collect()),
+        ..Default::default()
+    };
+    if as_sandbox_user {
+        options.user = Some("1000:1000".to_owned());
+        options.working_dir = Some("/workspace".to_owned());
+        options.env = Some(vec!["TOOLMESH_EXEC_ID=exec-bench".to_owned()]);
+        options.tty = Some(false);
+        options.attach_stdin = Some(false);
+    }
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .expect("create_exec");
+    let start = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&created.id, Some(start))
+        .await
+        .expect("start_exec")
+    {
+        while output.next().await.is_some() {}
+    }
+    let inspect = docker
+        .inspect_exec(&created.id)
+        .await
+        .expect("inspect_exec");
+    assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
+}
+
+fn run_true(session: &str) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({
+            "tool": "run_command",
+            "session_id": session,
+            "arguments": {"command": "true"},
+        }))
+        .expect("json"),
+    )
+}
+
+/// One `run_command true` through the gateway; asserts it succeeded.
+async fn tool_call(client: &async_nats::Client, body: &Bytes) {
+    let reply = tokio::time::timeout(Duration::from_secs(60), client.request(CALL, body.clone()))
+        .await
+        .expect("run_command answers within 60 s")
+        .expect("request");
+    let v: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON reply");
+    assert!(
+        v["ok"] == true && v["exit_code"] == 0,
+        "run_command true failed: {v}"
+    );
+}
+
+struct Figures {
+    name: String,
+    samples: Vec<Duration>,
+}
+
+impl Figures {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            samples: Vec::new(),
+        }
+    }
+    fn p(&mut self, q: f64) -> Duration {
+        self.samples.sort();
+        percentile(&self.samples, q)
+    }
+    fn row(&mut self) {
+        let (p50, p99) = (self.p(0.5), self.p(0.99));
+        let max = *self.samples.last().expect("samples");
+        println!(
+            "  {:<44} {:>5} {:>9.2} {:>9.2} {:>9.2}",
+            self.name,
+            self.samples.len(),
+            ms(p50),
+            ms(p99),
+            ms(max)
+        );
+    }
+}
+
+fn header() {
+    println!(
+        "  {:<44} {:>5} {:>9} {:>9} {:>9}",
+        "", "n", "p50 ms", "p99 ms", "max ms"
+    );
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Completed calls of `callers` concurrent loops of `op(i)` during `window`, and the time taken.
+async fn throughput<F, Fut>(callers: usize, window: Duration, op: F) -> (u64, Duration)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let deadline = Instant::now() + window;
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let loops = (0..callers).map(|i| {
+        let done = done.clone();
+        let op = &op;
+        async move {
+            while Instant::now() < deadline {
+                op(i).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    futures::future::join_all(loops).await;
+    (done.load(Ordering::Relaxed), started.elapsed())
+}
+
+fn node_spec(id: &str, nats: &NatsServer, redis: &RedisServer, data: &Path) -> NodeSpec {
+    NodeSpec::new(
+        env!("CARGO_BIN_EXE_toolmesh"),
+        "gateway,approval,workspace,sandbox",
+        id,
+    )
+    .env("TOOLMESH_NATS_URL", nats.url())
+    .env("TOOLMESH_REDIS_URL", redis.url())
+    .env("TOOLMESH_DATA_DIR", data.display().to_string())
+    .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+    // Room for every session the run opens, so no first call waits for an eviction.
+    .env("TOOLMESH_SANDBOX_MAX_SESSIONS", "64")
+}
+
+async fn stop(mut node: Node) {
+    node.terminate();
+    if node.wait_exit(Duration::from_secs(60)).await.is_none() {
+        println!(
+            "  (node {} did not drain within 60 s; killed)",
+            node.node_id
+        );
+        node.kill();
+    }
+}
+
+/// The raw bubblewrap spawn the process backend performs for `true` (see
+/// `actors/sandbox/src/backend/process.rs`), minus the generated /etc files.
+fn raw_bwrap(workspace: &Path) -> tokio::process::Command {
+    let root = nix_is_root();
+    let mut args: Vec<String> = vec![
+        format!("--as={}", 1024u64 * 1024 * 1024),
+        "--nproc=256".into(),
+        "--".into(),
+    ];
+    if root {
+        args.extend(
+            [
+                "/usr/bin/setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+                "--",
+            ]
+            .map(str::to_owned),
+        );
+    }
+    args.push("/usr/bin/bwrap".into());
+    args.extend(
+        [
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        .map(str::to_owned),
+    );
+    for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let path = Path::new("/").join(name);
+        match std::fs::read_link(&path) {
+            Ok(target) => args.extend([
+                "--symlink".to_owned(),
+                target.display().to_string(),
+                path.display().to_string(),
+            ]),
+            Err(_) if path.is_dir() => {
+                let p = path.display().to_string();
+                args.extend(["--ro-bind".to_owned(), p.clone(), p]);
+            }
+            Err(_) => {}
+        }
+    }
+    for path in ["/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"] {
+        args.extend(["--ro-bind-try", path, path].map(str::to_owned));
+    }
+    args.extend(
+        [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            "268435456",
+            "--tmpfs",
+            "/tmp",
+        ]
+        .map(str::to_owned),
+    );
+    args.extend([
+        "--bind".to_owned(),
+        workspace.display().to_string(),
+        "/workspace".to_owned(),
+    ]);
+    args.extend(
+        [
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/workspace",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--",
+            "true",
+        ]
+        .map(str::to_owned),
+    );
+    let mut cmd = tokio::process::Command::new("/usr/bin/prlimit");
+    cmd.args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn nix_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+async fn raw_bwrap_true(workspace: &Path) {
+    let out = raw_bwrap(workspace).output().await.expect("spawn bwrap");
+    assert!(
+        out.status.success(),
+        "raw bwrap true: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn main() {
+    // One thread for the load generator (as in benches/gateway.rs): the node under test gets
+    // the rest of the machine.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run());
+}
+
+async fn run() {
+    let image = std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into());
+    let samples = env_usize("BENCH_SAMPLES", 150);
+    let new_sessions = env_usize("BENCH_NEW_SESSIONS", 24);
+    let window = Duration::from_secs(env_usize("BENCH_WINDOW_S", 3) as u64);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let k = 2 * cores;
+    let run_id = std::process::id();
+    let docker_node = format!("bench-sbx-docker-{run_id}");
+    let process_node = format!("bench-sbx-process-{run_id}");
+    let raw_scope = format!("bench-sbx-raw-{run_id}");
+    let _cleanup = Cleanup {
+        node_ids: vec![docker_node.clone(), process_node.clone()],
+        raw_scope: raw_scope.clone(),
+    };
+
+    let nats = NatsServer::start();
+    let redis = RedisServer::start();
+    let data = tempfile::tempdir().expect("temp dir");
+    let client = nats.client().await;
+
+    // Raw containers: the same image and hardening as the node's sandboxes (one per raw caller).
+    let backend = DockerBackend::new(image.clone(), vec![image.clone()]).expect("docker backend");
+    backend
+        .check()
+        .await
+        .expect("docker and the sandbox image (run scripts/build-images)");
+    let docker = Docker::connect_with_local_defaults()
+        .expect("docker")
+        .negotiate_version()
+        .await
+        .expect("docker version");
+    let mut raw_boxes: Vec<SandboxRef> = Vec::new();
+    for i in 0..2 * k {
+        let spec = SandboxSpec {
+            sandbox_id: format!("bench-raw-{run_id}-{i}"),
+            node_id: format!("bench-raw-{run_id}"),
+            scope: raw_scope.clone(),
+            workspace_dir: data.path().join(format!("raw/{i}/workspace")),
+            limits: SandboxLimits {
+                memory_mb: 1024,
+                pids: 256,
+                cpus: 1.0,
+                network: "none".into(),
+                tmpfs_mb: 256,
+            },
+        };
+        raw_boxes.push(backend.create(&spec).await.expect("raw container"));
+    }
+    let raw_ids: Vec<String> = raw_boxes.iter().map(|b| b.container_id.clone()).collect();
+
+    let node = node_spec(&docker_node, &nats, &redis, data.path())
+        .start(&client)
+        .await;
+    println!(
+        "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, load {}",
+        load()
+    );
+
+    // 1. Warm session.
+    let warm_body = run_true("warm");
+    for _ in 0..WARMUP {
+        raw_exec(&docker, &raw_ids[0], &["true"], false).await;
+        tool_call(&client, &warm_body).await;
+    }
+    let mut raw = Figures::new("raw bollard exec true");
+    let mut raw_sh = Figures::new("raw bollard exec sh -c true (uid 1000, env)");
+    let mut tool = Figures::new("run_command true, warm session");
+    for _ in 0..samples {
+        let t = Instant::now();
+        raw_exec(&docker, &raw_ids[0], &["true"], false).await;
+        raw.samples.push(t.elapsed());
+        let t = Instant::now();
+        tool_call(&client, &warm_body).await;
+        tool.samples.push(t.elapsed());
+        let t = Instant::now();
+        raw_exec(&docker, &raw_ids[0], &["sh", "-c", "true"], true).await;
+        raw_sh.samples.push(t.elapsed());
+    }
+    println!(
+        "\n1. warm session, interleaved (raw, tool, raw sh), load {}",
+        load()
+    );
+    header();
+    raw.row();
+    raw_sh.row();
+    tool.row();
+    let warm_delta = ms(tool.p(0.5)) - ms(raw.p(0.5));
+    println!(
+        "  p50(tool) - p50(raw) = {warm_delta:.2} ms (target <= 2); - p50(raw sh) = {:.2} ms",
+        ms(tool.p(0.5)) - ms(raw_sh.p(0.5))
+    );
+
+    // 2. A new session's first command, the warm pool refilled between samples.
+    let mut raw2 = Figures::new("raw bollard exec true");
+    let mut first = Figures::new("run_command true, new session (warm pool)");
+    for i in 0..new_sessions {
+        let paced = Instant::now();
+        let t = Instant::now();
+        raw_exec(&docker, &raw_ids[0], &["true"], false).await;
+        raw2.samples.push(t.elapsed());
+        let body = run_true(&format!("new-{i}"));
+        let t = Instant::now();
+        tool_call(&client, &body).await;
+        first.samples.push(t.elapsed());
+        tokio::time::sleep(POOL_REFILL.saturating_sub(paced.elapsed())).await;
+    }
+    println!(
+        "\n2. new session's first command, {} ms apart, load {}",
+        POOL_REFILL.as_millis(),
+        load()
+    );
+    header();
+    raw2.row();
+    first.row();
+    println!(
+        "  p50(first) - p50(raw) = {:.2} ms (target <= 5)",
+        ms(first.p(0.5)) - ms(raw2.p(0.5))
+    );
+
+    // 3. Saturation.
+    println!(
+        "\n3. throughput, {THROUGHPUT_ROUNDS} x {} s per figure, alternating, load {}",
+        window.as_secs(),
+        load()
+    );
+    println!(
+        "  {:<10} {:>14} {:>14} {:>8}",
+        "callers", "raw calls/s", "tool calls/s", "ratio"
+    );
+    let bodies: Vec<Bytes> = (0..2 * k).map(|i| run_true(&format!("tp-{i}"))).collect();
+    for body in &bodies {
+        tool_call(&client, body).await;
+    }
+    for callers in [k, 2 * k] {
+        let (mut rn, mut rt, mut tn, mut tt) = (0, Duration::ZERO, 0, Duration::ZERO);
+        for _ in 0..THROUGHPUT_ROUNDS {
+            let (n, t) = throughput(callers, window, |i| {
+                raw_exec(&docker, &raw_ids[i], &["true"], false)
+            })
+            .await;
+            rn += n;
+            rt += t;
+            let (n, t) = throughput(callers, window, |i| tool_call(&client, &bodies[i])).await;
+            tn += n;
+            tt += t;
+        }
+        let (r, t) = (rn as f64 / rt.as_secs_f64(), tn as f64 / tt.as_secs_f64());
+        println!(
+            "  {:<10} {:>14.1} {:>14.1} {:>7.0}%",
+            callers,
+            r,
+            t,
+            100.0 * t / r
+        );
+    }
+    println!("  (target >= 90%); load {}", load());
+
+    stop(node).await;
+    for b in &raw_boxes {
+        let _ = backend.destroy(b).await;
+    }
+
+    // 4. The process backend.
+    let node = node_spec(&process_node, &nats, &redis, data.path())
+        .env("TOOLMESH_SANDBOX_BACKEND", "process")
+        .start(&client)
+        .await;
+    let ws: PathBuf = data.path().join("raw-bwrap/workspace");
+    std::fs::create_dir_all(&ws).expect("raw bwrap workspace");
+    let _ = Command::new("chown").args(["1000:1000"]).arg(&ws).status();
+    let body = run_true("proc");
+    for _ in 0..WARMUP {
+        raw_bwrap_true(&ws).await;
+        tool_call(&client, &body).await;
+    }
+    let mut raw4 = Figures::new("raw prlimit+setpriv+bwrap true");
+    let mut tool4 = Figures::new("run_command true, process backend");
+    for _ in 0..samples {
+        let t = Instant::now();
+        raw_bwrap_true(&ws).await;
+        raw4.samples.push(t.elapsed());
+        let t = Instant::now();
+        tool_call(&client, &body).await;
+        tool4.samples.push(t.elapsed());
+    }
+    println!(
+        "\n4. process backend (bubblewrap), interleaved, load {}",
+        load()
+    );
+    header();
+    raw4.row();
+    tool4.row();
+    println!(
+        "  p50(tool) = {:.2} ms (target <= 5); p50(tool) - p50(raw) = {:.2} ms",
+        ms(tool4.p(0.5)),
+        ms(tool4.p(0.5)) - ms(raw4.p(0.5))
+    );
+    stop(node).await;
+}
