@@ -1,4 +1,4 @@
-//! The command line: `toolmesh node`, `call`, `approvals`, `status`, `events`.
+//! The command line: `toolmesh node`, `skill-service`, `call`, `approvals`, `status`, `events`.
 //!
 //! Client commands print JSON replies on stdout (one document, or one line per event) and
 //! hints for a person on stderr; the exit code is 0 for `ok: true`, 1 for `ok: false`, 2 when
@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use toolmesh_kernel::config::{NodeConfig, RawEnv, DEFAULT_NATS_URL};
-use toolmesh_kernel::host::connect_client;
+use toolmesh_kernel::host::connect_client_with_inbox;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 use toolmesh_kernel::{Account, InvocationId, NodeId};
 
@@ -29,6 +29,10 @@ struct Cli {
     /// NATS server(s) to connect to.
     #[arg(long, global = true, env = "TOOLMESH_NATS_URL", default_value = DEFAULT_NATS_URL)]
     nats_url: String,
+    /// Reply inbox prefix of client commands (default `_INBOX`): a NATS user allowed to
+    /// subscribe only to a private inbox, like the cluster's account users, names it here.
+    #[arg(long, global = true, env = "TOOLMESH_NATS_INBOX_PREFIX")]
+    inbox_prefix: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,6 +44,25 @@ enum Command {
         /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web) or `all`.
         #[arg(long, default_value = "all")]
         roles: String,
+    },
+    /// Serve a folder of skill folders over the Skill Service HTTP contract (PROTOCOL.md):
+    /// each folder holding SKILL.md is zipped deterministically and hashed.
+    SkillService {
+        /// The folder of skill folders.
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8470")]
+        listen: std::net::SocketAddr,
+        /// The space id the skills are served under.
+        #[arg(long, default_value = "local-service")]
+        space: String,
+        /// Require `Authorization: Bearer <token>` on every request.
+        #[arg(long, env = "TOOLMESH_SKILL_SERVICE_TOKEN")]
+        token: Option<String>,
+        /// Base URL of download links (default: http:// + the request's Host).
+        #[arg(long)]
+        public_url: Option<String>,
     },
     /// Call a tool and print its reply.
     Call {
@@ -138,14 +161,42 @@ enum ApprovalsCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A node logs what it does; a client command keeps stdout/stderr for the person.
-    init_tracing(if matches!(cli.command, Command::Node { .. }) {
-        "info"
-    } else {
-        "warn"
-    });
+    init_tracing(
+        if matches!(
+            cli.command,
+            Command::Node { .. } | Command::SkillService { .. }
+        ) {
+            "info"
+        } else {
+            "warn"
+        },
+    );
     let result = match cli.command {
         Command::Node { roles } => run_node(&cli.nats_url, &roles),
-        command => client_runtime().and_then(|rt| rt.block_on(run_client(&cli.nats_url, command))),
+        Command::SkillService {
+            dir,
+            listen,
+            space,
+            token,
+            public_url,
+        } => client_runtime().and_then(|rt| {
+            rt.block_on(toolmesh_skills::service::run_from_dir(
+                &dir,
+                listen,
+                &space,
+                toolmesh_skills::service::ServiceOptions { token, public_url },
+                toolmesh_kernel::host::shutdown_signal(),
+            ))
+            .map_err(anyhow::Error::msg)?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        command => client_runtime().and_then(|rt| {
+            rt.block_on(run_client(
+                &cli.nats_url,
+                cli.inbox_prefix.as_deref(),
+                command,
+            ))
+        }),
     };
     match result {
         Ok(code) => code,
@@ -218,14 +269,18 @@ fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_client(nats_url: &str, command: Command) -> anyhow::Result<ExitCode> {
-    let nats = connect_client(nats_url, "toolmesh-cli")
+async fn run_client(
+    nats_url: &str,
+    inbox_prefix: Option<&str>,
+    command: Command,
+) -> anyhow::Result<ExitCode> {
+    let nats = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
         .await
         .with_context(|| {
             format!("cannot connect to NATS at {nats_url} (set --nats-url or TOOLMESH_NATS_URL)")
         })?;
     match command {
-        Command::Node { .. } => unreachable!("handled before"),
+        Command::Node { .. } | Command::SkillService { .. } => unreachable!("handled before"),
         Command::Call {
             tool,
             account,

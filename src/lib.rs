@@ -2,4 +2,5 @@
 //! holds the command line (`cli`). Everything testable lives in the crates it wires.
 
 pub mod cli;
+pub mod micro;
 pub mod node;

@@ -23,11 +23,13 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 4] = [
+pub const AVAILABLE_ROLES: [Role; 6] = [
     Role::Gateway,
     Role::Approval,
     Role::Workspace,
+    Role::Skills,
     Role::Sandbox,
+    Role::Web,
 ];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
@@ -169,6 +171,20 @@ pub async fn run(
                 )
                 .await?
             }
+            Role::Skills => {
+                toolmesh_skills::spawn(
+                    nats.clone(),
+                    toolmesh_skills::SkillsSettings {
+                        node: id.clone(),
+                        data_dir: config.data_dir.clone(),
+                        config: config.skills.clone(),
+                        budget_chars: config.result_budget_chars,
+                    },
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?
+            }
             Role::Sandbox => {
                 let (handle, probe) = toolmesh_sandbox::spawn(
                     nats.clone(),
@@ -177,6 +193,7 @@ pub async fn run(
                         config: config.sandbox.clone(),
                         redis_url: config.redis_url.clone(),
                         budget_chars: config.result_budget_chars,
+                        skill_runner: config.skills.runner_command.clone(),
                     },
                     cluster.clone(),
                     lifecycle.clone(),
@@ -186,12 +203,29 @@ pub async fn run(
                 let _ = state.sandbox.set(probe);
                 handle
             }
-            other => anyhow::bail!("role {other} is not available in this build"),
+            Role::Web => {
+                toolmesh_web::spawn(
+                    nats.clone(),
+                    toolmesh_web::WebSettings {
+                        config: config.web.clone(),
+                        budget_chars: config.result_budget_chars,
+                    },
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?
+            }
         };
         tracing::info!(role = %role, "actor started");
         handles.push(handle);
     }
 
+    // NATS micro-service discovery ($SRV PING/INFO/STATS) for this node's actors.
+    let status_now = {
+        let state = state.clone();
+        move || state.status()
+    };
+    let micro_task = crate::micro::start(&nats, &id, &roles, status_now, node_stop.clone()).await?;
     // Readiness: status subjects last.
     let cluster_status = nats
         .queue_subscribe(public::STATUS, queue::STATUS.to_owned())
@@ -241,6 +275,7 @@ pub async fn run(
     node_stop.cancel();
     let _ = beat_task.await;
     let _ = status_task.await;
+    let _ = micro_task.await;
     let _ = nats
         .publish(internal::HEARTBEAT, state.heartbeat(true))
         .await;
@@ -327,8 +362,10 @@ mod tests {
     fn all_means_every_available_role() {
         assert_eq!(resolve_roles("all").unwrap(), AVAILABLE_ROLES.to_vec());
         assert_eq!(resolve_roles("gateway").unwrap(), vec![Role::Gateway]);
-        let err = resolve_roles("gateway,web").unwrap_err();
-        assert!(err.contains("web"), "{err}");
+        if let Some(missing) = Role::ALL.into_iter().find(|r| !AVAILABLE_ROLES.contains(r)) {
+            let err = resolve_roles(&format!("gateway,{missing}")).unwrap_err();
+            assert!(err.contains(missing.as_str()), "{err}");
+        }
         assert!(resolve_roles("nope").is_err());
     }
 }

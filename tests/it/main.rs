@@ -6,5 +6,7 @@ mod claims;
 mod gateway;
 mod node;
 mod sandbox;
+mod skills;
 mod support;
+mod web;
 mod workspace;

@@ -773,3 +773,108 @@ async fn the_process_backend_runs_in_bubblewrap() {
     assert_eq!(status["backend"], "sandbox/process");
     assert!(status["boundary"].as_str().unwrap().len() > 20);
 }
+
+#[tokio::test]
+async fn execute_skills_without_a_runner_says_how_to_enable_it() {
+    let c = cluster().await;
+    let r = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "draw a diagram", "skill_names": ["demo"]}),
+    )
+    .await;
+    assert_eq!(r["error"], "skill_runtime_disabled", "{r}");
+    assert!(
+        r["hint"]
+            .as_str()
+            .unwrap()
+            .contains("TOOLMESH_SKILL_RUNNER_COMMAND"),
+        "{r}"
+    );
+    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    assert_eq!(
+        status["sandbox_id"],
+        Value::Null,
+        "no sandbox was created for it: {status}"
+    );
+}
+
+#[tokio::test]
+async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
+    let skills = tempfile::tempdir().unwrap();
+    let demo = skills.path().join("demo");
+    std::fs::create_dir_all(demo.join("scripts")).unwrap();
+    std::fs::write(
+        demo.join("SKILL.md"),
+        "---\nname: demo\ndescription: says hello\nversion: 1.0.0\n---\nRun scripts/hello.sh.\n",
+    )
+    .unwrap();
+    std::fs::write(demo.join("scripts/hello.sh"), "echo hello from the skill\n").unwrap();
+    let skills_dir = skills.path().display().to_string();
+    let runner = "sh /skills/demo/scripts/hello.sh; echo \"names=$TOOLMESH_SKILL_NAMES\"; \
+                  echo \"prompt=$(cat)\"; echo \"env=$TOOLMESH_WORKFLOW_PROMPT\"; \
+                  echo result > report.txt; touch /skills/demo/x 2>/dev/null || echo read-only; \
+                  [ \"$TOOLMESH_WORKFLOW_PROMPT\" != fail ] || exit 3";
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
+    env.extend_from_slice(&[
+        ("TOOLMESH_SKILLS_DIR", skills_dir.as_str()),
+        ("TOOLMESH_SKILL_RUNNER_COMMAND", runner),
+    ]);
+    c.start_node("gateway,approval,workspace,sandbox,skills", &env)
+        .await;
+    let c = SandboxCluster { c };
+    let r = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "greet the user", "skill_names": ["demo"]}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        r["stdout"],
+        "hello from the skill\nnames=demo\nprompt=greet the user\nenv=greet the user\nread-only\n"
+    );
+    assert_eq!(r["exit_code"], 0);
+    assert_eq!(r["timed_out"], false);
+    assert_eq!(r["execution_context"], "skill-runtime/sandbox/docker");
+    assert_eq!(r["output_files"], json!(["report.txt"]));
+    assert!(r["duration_ms"].as_u64().is_some());
+    let report = tool(
+        &c,
+        "s1",
+        "read_workspace_file",
+        json!({"path": "report.txt"}),
+    )
+    .await;
+    assert_eq!(report["content"], "     1\tresult\n", "{report}");
+
+    let missing = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "x", "skill_names": "nope"}),
+    )
+    .await;
+    assert_eq!(missing["error"], "skill_not_found", "{missing}");
+
+    let failed = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "fail", "skill_names": ["demo"]}),
+    )
+    .await;
+    assert_eq!(failed["error"], "command_failed", "{failed}");
+    assert_eq!(failed["exit_code"], 3);
+    assert!(
+        failed["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("hello from the skill\n"),
+        "{failed}"
+    );
+}

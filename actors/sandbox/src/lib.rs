@@ -14,6 +14,7 @@ pub mod exec;
 pub mod mirror;
 pub mod pool;
 pub mod registry;
+pub mod skills;
 pub mod tasks;
 pub mod tools;
 mod worker;
@@ -45,6 +46,8 @@ pub struct SandboxSettings {
     pub redis_url: String,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`.
     pub budget_chars: usize,
+    /// `TOOLMESH_SKILL_RUNNER_COMMAND`: what `execute_skills` runs (`sh -c`), if anything.
+    pub skill_runner: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +145,7 @@ pub async fn spawn(
         budget_chars: settings.budget_chars,
         default_timeout: config.default_timeout,
         image: config.image.clone(),
+        skill_runner: settings.skill_runner.clone(),
     });
     let shared = client
         .queue_subscribe(internal::run(Role::Sandbox), queue::of(Role::Sandbox))

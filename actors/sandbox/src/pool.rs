@@ -116,6 +116,8 @@ pub struct Pool {
     sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
     warm: Mutex<VecDeque<SandboxRef>>,
     warming: AtomicUsize,
+    /// Set by [`Pool::shutdown`]: no new sandboxes, and one finished meanwhile is removed.
+    closed: std::sync::atomic::AtomicBool,
     /// Commands running at once on this worker; a fair semaphore, so waiting calls are served
     /// in arrival order.
     pub permits: Arc<Semaphore>,
@@ -164,6 +166,7 @@ impl Pool {
             sessions: Mutex::new(HashMap::new()),
             warm: Mutex::new(VecDeque::new()),
             warming: AtomicUsize::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
             permits,
         }
     }
@@ -313,6 +316,12 @@ impl Pool {
     }
 
     async fn create_sandbox(&self) -> Result<SandboxRef, ToolError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ToolError::new(
+                ErrorCode::Unavailable,
+                "this sandbox worker is shutting down; retry and another takes the call",
+            ));
+        }
         let sandbox_id = new_sandbox_id();
         let spec = SandboxSpec {
             workspace_dir: self
@@ -326,7 +335,26 @@ impl Pool {
             scope: self.scope(),
             limits: self.settings.limits.clone(),
         };
-        self.backend.create(&spec).await.map_err(backend_error)
+        let sandbox = self.backend.create(&spec).await.map_err(backend_error)?;
+        if self.closed.load(Ordering::Acquire) {
+            // Finished after the pool shut down: nobody will remove it later.
+            self.discard(&sandbox).await;
+            return Err(ToolError::new(
+                ErrorCode::Unavailable,
+                "this sandbox worker is shutting down; retry and another takes the call",
+            ));
+        }
+        Ok(sandbox)
+    }
+
+    async fn discard(&self, sandbox: &SandboxRef) {
+        let _ = self.backend.destroy(sandbox).await;
+        let _ = std::fs::remove_dir_all(
+            sandbox
+                .workspace_dir
+                .parent()
+                .unwrap_or(&sandbox.workspace_dir),
+        );
     }
 
     /// Tops the warm pool up to its size (sandboxes being created count).
@@ -337,15 +365,20 @@ impl Pool {
             if have >= self.settings.warm {
                 return;
             }
+            // Counted until it is in the pool, so that shutdown waits for it (a sandbox
+            // finished after shutdown began is removed by `create_sandbox` itself).
             self.warming.fetch_add(1, Ordering::AcqRel);
             let created = self.create_sandbox().await;
+            if let Ok(sandbox) = &created {
+                self.warm
+                    .lock()
+                    .expect("warm lock")
+                    .push_back(sandbox.clone());
+            }
             self.warming.fetch_sub(1, Ordering::AcqRel);
-            match created {
-                Ok(sandbox) => self.warm.lock().expect("warm lock").push_back(sandbox),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot create a warm sandbox");
-                    return;
-                }
+            if let Err(e) = created {
+                tracing::warn!(error = %e, "cannot create a warm sandbox");
+                return;
             }
         }
     }
@@ -431,6 +464,13 @@ impl Pool {
 
     /// Removes every sandbox of this worker (drain).
     pub async fn shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
+        // Sandboxes being created for the warm pool land (and are removed) first; the
+        // process may exit right after this returns.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.warming.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let all: Vec<(SessionKey, Arc<Session>)> = {
             let sessions = self.sessions.lock().expect("sessions lock");
             sessions
@@ -443,13 +483,7 @@ impl Pool {
         }
         let warm: Vec<SandboxRef> = self.warm.lock().expect("warm lock").drain(..).collect();
         for sandbox in warm {
-            let _ = self.backend.destroy(&sandbox).await;
-            let _ = std::fs::remove_dir_all(
-                sandbox
-                    .workspace_dir
-                    .parent()
-                    .unwrap_or(&sandbox.workspace_dir),
-            );
+            self.discard(&sandbox).await;
         }
     }
 }

@@ -11,8 +11,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
+use toolmesh_kernel::skills::SkillBundles;
 use toolmesh_kernel::tools::args::{
-    CodeLanguage, RunCodeArgs, RunCommandArgs, TaskIdArgs, TaskInputArgs, TaskOutputArgs,
+    CodeLanguage, ExecuteSkillsArgs, OneOrMany, RunCodeArgs, RunCommandArgs, TaskIdArgs,
+    TaskInputArgs, TaskOutputArgs,
 };
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
@@ -28,6 +30,8 @@ pub const WORKSPACE_MOUNT: &str = "/workspace";
 pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
 /// `task_output` waits this long for a pattern when the call names no timeout.
 const DEFAULT_PATTERN_WAIT: Duration = Duration::from_secs(30);
+/// The workflow prompt goes into the environment only up to this size (stdin always has it).
+const MAX_PROMPT_IN_ENV: usize = 100 * 1024;
 /// Marks the line a snippet runner prints when the image lacks the interpreter.
 const MISSING_INTERPRETER: &str = "toolmesh: missing interpreter";
 
@@ -38,6 +42,8 @@ pub struct SandboxService {
     pub default_timeout: Duration,
     /// The image (`template_id` in `sandbox_status`).
     pub image: String,
+    /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
+    pub skill_runner: Option<String>,
 }
 
 impl std::fmt::Debug for SandboxService {
@@ -61,7 +67,7 @@ impl From<Result<Map<String, Value>, ToolError>> for Answer {
 
 /// Tools that create the session's sandbox when it has none yet.
 pub fn creates_sandbox(tool: &str) -> bool {
-    matches!(tool, "run_command" | "run_code")
+    matches!(tool, "run_command" | "run_code" | "execute_skills")
 }
 
 fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
@@ -136,8 +142,35 @@ impl SandboxService {
         self.pool.backend.wire_name()
     }
 
+    /// Refusals that need no sandbox (checked before one is created for the session).
+    pub fn precheck(&self, call: &ActorCall) -> Result<(), ToolError> {
+        if call.tool == "execute_skills" && self.skill_runner.is_none() {
+            return Err(ToolError::new(
+                ErrorCode::SkillRuntimeDisabled,
+                "no skill runner is configured on the sandbox workers",
+            )
+            .with(
+                "hint",
+                "set TOOLMESH_SKILL_RUNNER_COMMAND on the sandbox workers to the command that runs a workflow (it gets the prompt on stdin and in TOOLMESH_WORKFLOW_PROMPT, the skill names in TOOLMESH_SKILL_NAMES, the skills under /skills); meanwhile load_skill returns a skill's instructions",
+            ));
+        }
+        Ok(())
+    }
+
     pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {
         match call.tool.as_str() {
+            "execute_skills" => {
+                let Some(session) = session else {
+                    return Err(no_session()).into();
+                };
+                match args(call) {
+                    Ok(a) => match self.execute_skills(call, &session, a).await {
+                        Ok(answer) => answer,
+                        Err(e) => Err(e).into(),
+                    },
+                    Err(e) => Err(e).into(),
+                }
+            }
             "run_command" | "run_code" => {
                 let Some(session) = session else {
                     return Err(no_session()).into();
@@ -524,6 +557,89 @@ impl SandboxService {
         let result = self
             .finish(call, session, fields, outcome, sync, timeout)
             .await;
+        Ok(Answer { result, events })
+    }
+
+    /// Runs the skill runner in the session's sandbox with the named skills under `/skills`.
+    /// `ok` only when it exits 0 in time; a non-zero exit is `command_failed` with the same
+    /// fields (seed 001's SkillRuntimeResult).
+    async fn execute_skills(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        a: ExecuteSkillsArgs,
+    ) -> Result<Answer, ToolError> {
+        let runner = self.skill_runner.clone().ok_or_else(|| {
+            ToolError::internal("execute_skills reached a worker without a runner")
+        })?;
+        let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_timeout);
+        if !names.is_empty() {
+            let bundles = SkillBundles::fetch(&self.client, &names).await?;
+            let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
+            tokio::task::spawn_blocking(move || crate::skills::install(&dir, &bundles))
+                .await
+                .map_err(|e| ToolError::internal(format!("installing skills: {e}")))??;
+        }
+        let mut env = BTreeMap::new();
+        // The environment cannot carry an unbounded prompt (execve caps one string at 128
+        // KiB); stdin always has the whole of it.
+        if a.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
+            env.insert(
+                "TOOLMESH_WORKFLOW_PROMPT".to_owned(),
+                a.workflow_prompt.clone(),
+            );
+        }
+        env.insert("TOOLMESH_SKILL_NAMES".to_owned(), names.join(","));
+        env.insert(
+            "TOOLMESH_SKILLS_DIR".to_owned(),
+            crate::backend::SKILLS_MOUNT.to_owned(),
+        );
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), runner.clone()],
+            cwd: WORKSPACE_MOUNT.to_owned(),
+            env,
+            stdin: true,
+            exec_id: format!("exec-{}", short_id()),
+        };
+        let (outcome, sync, events) = self
+            .run_foreground(
+                call,
+                session,
+                spec,
+                Some(Bytes::from(a.workflow_prompt)),
+                timeout,
+            )
+            .await?;
+        let output_files = sync.get("changed").cloned().unwrap_or_else(|| json!([]));
+        let exit_code = outcome.exit_code;
+        let mut fields = self.base_fields(session, &runner);
+        fields.insert(
+            "execution_context".into(),
+            format!("skill-runtime/{}", self.backend_name()).into(),
+        );
+        fields.insert("skill_names".into(), json!(names));
+        fields.insert("output_files".into(), output_files);
+        let result = self
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await
+            .and_then(|fields| match exit_code {
+                Some(0) => Ok(fields),
+                code => {
+                    let mut error = ToolError::new(
+                        ErrorCode::CommandFailed,
+                        format!(
+                            "the skill runner exited with {}; its output is in stdout/stderr",
+                            code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
+                        ),
+                    );
+                    error.details = fields;
+                    Err(error)
+                }
+            });
         Ok(Answer { result, events })
     }
 

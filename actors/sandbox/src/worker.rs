@@ -97,9 +97,13 @@ struct Placement {
     health: Arc<tokio::sync::Mutex<Option<String>>>,
 }
 
-/// Where a call runs.
+/// Where a call runs. `opened`: this call took a sandbox for a new session, so the warm pool
+/// is topped up once it has been answered.
 enum Target {
-    Here(Option<SessionUse>),
+    Here {
+        session: Option<SessionUse>,
+        opened: bool,
+    },
     On(NodeId),
 }
 
@@ -123,12 +127,16 @@ impl Placement {
         );
         async {
             self.claim(&msg).await;
+            let mut opened = false;
             let answer = match self.place(&call, forwarded).await {
                 Ok(Target::On(node)) => {
                     self.hand_over(&msg, &node).await;
                     return;
                 }
-                Ok(Target::Here(session)) => self.service.run(&call, session).await,
+                Ok(Target::Here { session, opened: o }) => {
+                    opened = o;
+                    self.service.run(&call, session).await
+                }
                 Err(error) => Err(error).into(),
             };
             let Answer { result, events } = answer;
@@ -138,6 +146,12 @@ impl Placement {
             };
             reply.events_emitted = events;
             self.reply(&msg, reply).await;
+            if opened {
+                // Not before: creating a container beside the first command slows it down
+                // (measured by benches/sandbox.rs, section 2).
+                let pool = self.service.pool.clone();
+                tokio::spawn(async move { pool.fill_warm().await });
+            }
         }
         .instrument(span)
         .await
@@ -182,6 +196,7 @@ impl Placement {
     }
 
     async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, ToolError> {
+        self.service.precheck(call)?;
         self.check_health().await?;
         let session_id = call
             .invocation
@@ -191,7 +206,10 @@ impl Placement {
         let key: SessionKey = (call.invocation.account.clone(), session_id);
         let pool = &self.service.pool;
         if let Some(session) = pool.local(&key) {
-            return Ok(Target::Here(Some(session)));
+            return Ok(Target::Here {
+                session: Some(session),
+                opened: false,
+            });
         }
         let mut replacing = None;
         if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
@@ -204,14 +222,16 @@ impl Placement {
             }
         }
         if !creates_sandbox(&call.tool) {
-            return Ok(Target::Here(None));
+            return Ok(Target::Here {
+                session: None,
+                opened: false,
+            });
         }
         match pool.open(&key, replacing.as_ref()).await {
-            Ok(session) => {
-                let pool = pool.clone();
-                tokio::spawn(async move { pool.fill_warm().await });
-                Ok(Target::Here(Some(session)))
-            }
+            Ok(session) => Ok(Target::Here {
+                session: Some(session),
+                opened: true,
+            }),
             Err(OpenError::HeldBy(node)) if !forwarded => Ok(Target::On(node)),
             Err(OpenError::HeldBy(node)) => Err(ToolError::new(
                 ErrorCode::Unavailable,

@@ -437,10 +437,13 @@ async fn docker_container_is_hardened() {
     let binds = host.binds.unwrap();
     assert_eq!(
         binds,
-        vec![format!(
-            "{}:/workspace:rw",
-            sbx.sandbox.workspace_dir.display()
-        )]
+        vec![
+            format!("{}:/workspace:rw", sbx.sandbox.workspace_dir.display()),
+            format!(
+                "{}:/skills:ro",
+                toolmesh_sandbox::backend::skills_dir_of(&sbx.sandbox.workspace_dir).display()
+            ),
+        ]
     );
     let mounts = inspect.mounts.unwrap_or_default();
     assert!(

@@ -1,1 +1,83 @@
-//! placeholder
+//! toolmesh-web: the web actor. It serves `web_fetch` and `web_search` (PROTOCOL.md "Web")
+//! over `toolmesh.internal.v1.run.web`, in the queue group `toolmesh.web`.
+//!
+//! Architecture invariant: `web_fetch` connects only to addresses its egress policy checked
+//! ([`egress`]): every hop's IP literal or resolved addresses are checked before the request,
+//! and the HTTP client's only resolver hands out checked addresses, so DNS rebinding cannot
+//! swap one in; redirects are followed by hand, each checked again; no proxy is used.
+
+pub mod egress;
+pub mod fetch;
+mod runner;
+pub mod search;
+pub mod text;
+pub mod tools;
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::StreamExt;
+use toolmesh_kernel::config::WebConfig;
+use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::sync::WorkspaceSync;
+use toolmesh_kernel::Role;
+
+/// What the web actor needs besides NATS.
+#[derive(Debug, Clone)]
+pub struct WebSettings {
+    /// `TOOLMESH_WEB_*`.
+    pub config: WebConfig,
+    /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `web_fetch`'s `text` by default.
+    pub budget_chars: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebStartError {
+    #[error("TOOLMESH_WEB_ALLOWED_NETWORKS: {0}")]
+    AllowedNetworks(String),
+    #[error("{0}")]
+    SearchProvider(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("cannot subscribe to the web subject: {0}")]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error("the NATS server did not confirm the subscription: {0}")]
+    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+}
+
+/// Starts the web actor (inside an actix `System`); returns once it is subscribed.
+pub async fn spawn(
+    client: async_nats::Client,
+    settings: WebSettings,
+    lifecycle: Lifecycle,
+    in_flight: InFlight,
+) -> Result<ActorHandle, WebStartError> {
+    let config = settings.config;
+    let policy = egress::EgressPolicy::new(&config.allowed_networks)
+        .map_err(WebStartError::AllowedNetworks)?;
+    let search = search::SearchProvider::from_config(
+        config.search_provider.as_deref(),
+        config.search_url.as_deref(),
+        config.search_api_key.as_deref(),
+    )
+    .map_err(WebStartError::SearchProvider)?;
+    let service = Arc::new(tools::WebService {
+        client: client.clone(),
+        fetcher: fetch::Fetcher::new(policy, config.max_bytes)?,
+        search,
+        sync: WorkspaceSync::new(client.clone()),
+        budget_chars: settings.budget_chars,
+    });
+    let calls = client
+        .queue_subscribe(internal::run(Role::Web), queue::of(Role::Web))
+        .await?;
+    confirm_subscriptions(&client).await?;
+    let (handle, notice) = ActorHandle::new(Role::Web);
+    let drain = lifecycle.drain.clone();
+    runner::WebRunner::create(move |ctx| {
+        ctx.add_stream(drainable(calls, drain).map(runner::RunRequested));
+        runner::WebRunner::new(client, service, in_flight, notice)
+    });
+    Ok(handle)
+}

@@ -108,6 +108,54 @@ impl ReadState {
             .map_err(unavailable)
     }
 
+    /// Sends the record of [`ReadState::record`] without waiting for Redis to answer, for the
+    /// read path (a read is answered as soon as the file is read). The command is handed to the
+    /// connection before this returns, so every later command of this node (an edit's lock and
+    /// `HGET`) is queued behind it on the same multiplexed connection and sees it; the answer is
+    /// awaited in the background, and a failure there is logged (the next read records again).
+    ///
+    /// True when the command was sent; false when Redis is not reachable at all (logged too).
+    ///
+    /// The one race this opens: the caller gets the reply before Redis has applied the record,
+    /// so an edit served by *another* node that overtakes the record (its `HGET` reaching Redis
+    /// first) answers `file_not_read`, the safe side: nothing is written, and reading again
+    /// fixes it. An edit can never pass on a record that does not hold.
+    pub async fn record_pipelined(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+        sha256: &str,
+    ) -> bool {
+        let Ok(mut conn) = self.conn().await else {
+            return false;
+        };
+        let key = state_key(account, session);
+        let mut pipe = redis::pipe();
+        pipe.hset(&key, path, sha256)
+            .ignore()
+            .expire(&key, READ_STATE_TTL.as_secs() as i64)
+            .ignore();
+        let path = path.to_owned();
+        let mut pending = Box::pin(async move { pipe.query_async::<()>(&mut conn).await });
+        // One poll hands the command to the connection's queue (its writer task sends it).
+        match futures::poll!(pending.as_mut()) {
+            std::task::Poll::Ready(Ok(())) => true,
+            std::task::Poll::Ready(Err(e)) => {
+                tracing::warn!(error = %e, path, "could not record a read; a later edit of it answers file_not_read until it is read again");
+                false
+            }
+            std::task::Poll::Pending => {
+                tokio::spawn(async move {
+                    if let Err(e) = pending.await {
+                        tracing::warn!(error = %e, path, "could not record a read; a later edit of it answers file_not_read until it is read again");
+                    }
+                });
+                true
+            }
+        }
+    }
+
     /// The hash the session last saw for `path`, if it read or wrote it.
     pub async fn recorded(
         &self,

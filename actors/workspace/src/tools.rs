@@ -216,13 +216,14 @@ impl WorkspaceService {
             })
             .await?;
         if let Some(sha) = sha {
-            // A read that cannot be recorded still returns the file; a later edit then says
-            // file_not_read, which is the safe side.
+            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
+            // recorded still returns the file; a later edit then says file_not_read, which is
+            // the safe side.
             let recorded = self
                 .read_state
-                .record(&ctx.account, &session, path.display().as_str(), &sha)
+                .record_pipelined(&ctx.account, &session, path.display().as_str(), &sha)
                 .await;
-            fields.insert("read_state_recorded".into(), Value::Bool(recorded.is_ok()));
+            fields.insert("read_state_recorded".into(), Value::Bool(recorded));
         }
         Ok(fields)
     }

@@ -29,6 +29,8 @@ pub const DEFAULT_SYNC_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_SYNC_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
+/// How long one Skill Service request or archive download may take.
+pub const DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S: u64 = 120;
 pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
 /// How long decided/used/expired approvals stay readable through `get` (the audit window).
@@ -204,6 +206,12 @@ pub struct SkillsConfig {
     pub allow_hash_mismatch: bool,
     pub max_bytes: u64,
     pub max_entries: u64,
+    /// Public spaces that expose only some of their skills
+    /// (`TOOLMESH_SKILL_SPACE_ALLOWLISTS=space=skill-a|skill-b,other=skill-c`): a space named
+    /// here lists only the skills named for it; other spaces list all their active skills.
+    pub space_allowlists: Vec<(String, Vec<String>)>,
+    /// `TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S`: one Skill Service request or archive download.
+    pub download_timeout: Duration,
 }
 
 /// Web settings.
@@ -212,6 +220,10 @@ pub struct WebConfig {
     pub search_provider: Option<String>,
     pub allowed_networks: Vec<String>,
     pub max_bytes: u64,
+    /// `TOOLMESH_WEB_SEARCH_URL`: the endpoint of the `http` search provider.
+    pub search_url: Option<String>,
+    /// `TOOLMESH_WEB_SEARCH_API_KEY`: sent as `Authorization: Bearer …` to that endpoint.
+    pub search_api_key: Option<String>,
 }
 
 /// Everything a node reads from its environment.
@@ -323,17 +335,50 @@ impl NodeConfig {
                 allow_hash_mismatch: env.flag("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", false)?,
                 max_bytes: env.parse("TOOLMESH_SKILL_MAX_BYTES", DEFAULT_SKILL_MAX_BYTES)?,
                 max_entries: env.parse("TOOLMESH_SKILL_MAX_ENTRIES", DEFAULT_SKILL_MAX_ENTRIES)?,
+                space_allowlists: skill_allowlists(env)?,
+                download_timeout: Duration::from_secs(env.parse(
+                    "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
+                    DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
+                )?),
             },
             web: WebConfig {
                 search_provider: env.get("TOOLMESH_WEB_SEARCH_PROVIDER").map(str::to_owned),
                 allowed_networks: env.list("TOOLMESH_WEB_ALLOWED_NETWORKS"),
                 max_bytes: env.parse("TOOLMESH_WEB_MAX_BYTES", DEFAULT_WEB_MAX_BYTES)?,
+                search_url: env.get("TOOLMESH_WEB_SEARCH_URL").map(str::to_owned),
+                search_api_key: env.get("TOOLMESH_WEB_SEARCH_API_KEY").map(str::to_owned),
             },
             drain_timeout: Duration::from_secs(
                 env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,
             ),
         })
     }
+}
+
+/// `TOOLMESH_SKILL_SPACE_ALLOWLISTS`: `space=name|name,space2=name`.
+fn skill_allowlists(env: &RawEnv) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
+    const KEY: &str = "TOOLMESH_SKILL_SPACE_ALLOWLISTS";
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for item in env.list(KEY) {
+        let Some((space, names)) = item.split_once('=') else {
+            return Err(ConfigError::Invalid {
+                key: KEY,
+                value: item,
+                reason: "use space=skill|skill,other-space=skill".into(),
+            });
+        };
+        let names = names
+            .split('|')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let space = space.trim();
+        match out.iter_mut().find(|(s, _)| s == space) {
+            Some((_, list)) => list.extend(names),
+            None => out.push((space.to_owned(), names.collect())),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -369,5 +414,26 @@ mod tests {
         let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SPACE_IDS", " a, b,,c ")]);
         let config = NodeConfig::from_env(&env).unwrap();
         assert_eq!(config.skills.space_ids, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn skill_allowlists_name_skills_per_space() {
+        let env = RawEnv::from_pairs([(
+            "TOOLMESH_SKILL_SPACE_ALLOWLISTS",
+            "public=a|b, other=c,public=d",
+        )]);
+        let config = NodeConfig::from_env(&env).unwrap();
+        assert_eq!(
+            config.skills.space_allowlists,
+            [
+                (
+                    "public".to_owned(),
+                    vec!["a".to_owned(), "b".into(), "d".into()]
+                ),
+                ("other".to_owned(), vec!["c".to_owned()])
+            ]
+        );
+        let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SPACE_ALLOWLISTS", "nope")]);
+        assert!(NodeConfig::from_env(&env).is_err());
     }
 }

@@ -20,7 +20,7 @@ use crate::wire::{CancelAck, CLAIMED_BY_HEADER};
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
 /// comes up once the server does, and reconnects by itself after a server restart.
 pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
-    ConnectOptions::new()
+    url_credentials(ConnectOptions::new(), url)
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
@@ -39,11 +39,61 @@ pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::C
 
 /// Connects a short-lived client (the CLI, tests): fails fast when the server is not there.
 pub async fn connect_client(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
-    ConnectOptions::new()
+    connect_client_with_inbox(url, name, None).await
+}
+
+/// [`connect_client`] with replies coming to `<inbox_prefix>.…` instead of `_INBOX.…`: a NATS
+/// user whose permissions allow subscribing only to a private inbox prefix needs this.
+pub async fn connect_client_with_inbox(
+    url: &str,
+    name: &str,
+    inbox_prefix: Option<&str>,
+) -> Result<Client, async_nats::ConnectError> {
+    let mut options = url_credentials(ConnectOptions::new(), url)
         .name(name)
-        .connection_timeout(Duration::from_secs(3))
-        .connect(url)
-        .await
+        .connection_timeout(Duration::from_secs(3));
+    if let Some(prefix) = inbox_prefix {
+        options = options.custom_inbox_prefix(prefix);
+    }
+    options.connect(url).await
+}
+
+/// Credentials in the (first) server URL, `nats://user:password@host:4222`, become the
+/// connection's user and password: async-nats parses them but does not send them
+/// (nats-io/nats.rs#1623). Percent-encoded characters in them are decoded.
+fn url_credentials(options: ConnectOptions, url: &str) -> ConnectOptions {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let Ok(addr) = first.parse::<async_nats::ServerAddr>() else {
+        return options;
+    };
+    match (addr.username(), addr.password()) {
+        (Some(user), Some(password)) => {
+            options.user_and_password(percent_decode(user), percent_decode(password))
+        }
+        _ => options,
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Waits until the server has processed everything this connection sent so far, in particular
@@ -409,5 +459,17 @@ pub struct Lifecycle {
 impl Lifecycle {
     pub fn new() -> Self {
         Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn url_credentials_are_percent_decoded() {
+        assert_eq!(percent_decode("s3cr%40t%2Fx"), "s3cr@t/x");
+        assert_eq!(percent_decode("plain"), "plain");
+        assert_eq!(percent_decode("100%"), "100%");
     }
 }

@@ -42,7 +42,7 @@ use crate::role::Role;
 use crate::sync::{decode_frame, parse_reply};
 
 /// Where the skills actor answers bundle requests (queue group `toolmesh.skills`).
-pub const BUNDLE_SUBJECT: &str = "toolmesh.internal.v1.skills.bundle";
+pub const BUNDLE_SUBJECT: &str = crate::subjects::internal::SKILLS_BUNDLE;
 /// Most content bytes one bundle reply carries (NATS `max_payload` is 1 MiB by default).
 pub const BUNDLE_CONTENT_BUDGET: usize = 512 * 1024;
 /// How long [`SkillBundles::fetch`] waits for one reply (the first may download an archive).
@@ -290,9 +290,10 @@ impl SkillBundles {
                 }
                 Some(first) => {
                     let same = first.len() == page.skills.len()
-                        && first.iter().zip(&page.skills).all(|(a, b)| {
-                            a.name == b.name && a.fingerprint == b.fingerprint
-                        });
+                        && first
+                            .iter()
+                            .zip(&page.skills)
+                            .all(|(a, b)| a.name == b.name && a.fingerprint == b.fingerprint);
                     if !same {
                         return Ok(None);
                     }

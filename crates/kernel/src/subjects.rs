@@ -149,6 +149,10 @@ pub mod internal {
         format!("{PREFIX}.cancel.{account}.{invocation}")
     }
 
+    /// Skill bundles: a sandbox worker asks the skill loader for the files of named skills
+    /// (`kernel::skills`), queue group of the skills role.
+    pub const SKILLS_BUNDLE: &str = "toolmesh.internal.v1.skills.bundle";
+
     /// Node heartbeats (every node publishes and listens; no queue group).
     pub const HEARTBEAT: &str = "toolmesh.internal.v1.heartbeat";
 

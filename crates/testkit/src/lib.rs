@@ -272,6 +272,25 @@ impl Node {
             .status();
     }
 
+    /// SIGTERM, then waits (blocking the thread) up to `timeout` for the drained node to exit,
+    /// then SIGKILL if it has not. True when it exited by itself (or was gone already). For
+    /// `Drop`s that must clean up after a node.
+    pub fn stop_blocking(&mut self, timeout: Duration) -> bool {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return true;
+        }
+        self.terminate();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;

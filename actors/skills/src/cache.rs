@@ -1,0 +1,272 @@
+//! Loading a skill: a local folder as it is, a remote one through the archive cache
+//! `$TOOLMESH_DATA_DIR/skills-cache/<sha256>/`.
+//!
+//! A remote archive is downloaded (capped at `TOOLMESH_SKILL_MAX_BYTES`, timed out), its sha256
+//! checked against the Skill Service's (`hash_mismatch`, or a warning with
+//! `TOOLMESH_SKILL_ALLOW_HASH_MISMATCH=1`), unpacked by [`crate::archive::unpack`] into a fresh
+//! staging folder `skills-cache/.staging/<uuid>/`, checked for `SKILL.md`, and only then renamed
+//! to `skills-cache/<sha256>/` (the hash of the bytes actually downloaded). A refusal removes the
+//! staging folder, so the cache only ever holds whole, checked skills; a rename that loses a race
+//! with another node (the folder exists) keeps the other's copy, which is the same content.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use toolmesh_kernel::canonical::sha256_hex;
+use toolmesh_kernel::skills::LOCAL_SHA256;
+use toolmesh_kernel::{ErrorCode, ToolError};
+
+use crate::archive::{self, Caps};
+use crate::catalog::{CatalogSkill, ServiceClient, Source};
+use crate::frontmatter::{self, SkillDoc};
+
+/// The cache folder under the data dir.
+pub const CACHE_DIR: &str = "skills-cache";
+/// Staging folders, under the cache folder.
+pub const STAGING_DIR: &str = ".staging";
+
+/// A skill ready to use: its files are under `root`.
+#[derive(Debug, Clone)]
+pub struct LoadedSkill {
+    pub skill: CatalogSkill,
+    /// The folder holding `SKILL.md`.
+    pub root: PathBuf,
+    pub doc: SkillDoc,
+    /// The archive's sha256, or `local`.
+    pub sha256: String,
+    pub cache_hit: bool,
+    pub warnings: Vec<String>,
+}
+
+/// What loading needs.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    pub cache_dir: PathBuf,
+    pub service: ServiceClient,
+    pub allow_hash_mismatch: bool,
+    pub caps: Caps,
+}
+
+impl Loader {
+    pub fn new(
+        data_dir: &Path,
+        service: ServiceClient,
+        allow_hash_mismatch: bool,
+        caps: Caps,
+    ) -> Self {
+        Self {
+            cache_dir: data_dir.join(CACHE_DIR),
+            service,
+            allow_hash_mismatch,
+            caps,
+        }
+    }
+
+    pub async fn load(&self, skill: &CatalogSkill) -> Result<LoadedSkill, ToolError> {
+        match &skill.source {
+            Source::Local(dir) => {
+                let dir = dir.clone();
+                let doc = tokio::task::spawn_blocking(move || read_doc(&dir))
+                    .await
+                    .map_err(|e| {
+                        ToolError::internal(format!("skill loading task failed: {e}"))
+                    })??;
+                let Source::Local(root) = &skill.source else {
+                    unreachable!()
+                };
+                Ok(LoadedSkill {
+                    skill: skill.clone(),
+                    root: root.clone(),
+                    doc,
+                    sha256: LOCAL_SHA256.into(),
+                    cache_hit: false,
+                    warnings: Vec::new(),
+                })
+            }
+            Source::Remote => self.load_remote(skill).await,
+        }
+    }
+
+    async fn load_remote(&self, skill: &CatalogSkill) -> Result<LoadedSkill, ToolError> {
+        let name = &skill.manifest.name;
+        let (url, expected) = self
+            .service
+            .download_info(&skill.manifest.space_id, name)
+            .await?;
+        let cached = self.cache_dir.join(&expected);
+        if let Some((root, doc)) = blocking(move || cached_skill(&cached)).await? {
+            return Ok(LoadedSkill {
+                skill: skill.clone(),
+                root,
+                doc,
+                sha256: expected,
+                cache_hit: true,
+                warnings: Vec::new(),
+            });
+        }
+        let bytes = self
+            .service
+            .get_bytes(
+                url,
+                &format!("the archive of skill '{name}'"),
+                self.service.max_download_bytes,
+            )
+            .await?;
+        let actual = sha256_hex(&bytes);
+        let mut warnings = Vec::new();
+        if actual != expected {
+            if !self.allow_hash_mismatch {
+                return Err(ToolError::new(
+                    ErrorCode::HashMismatch,
+                    format!(
+                        "the archive of skill '{name}' has sha256 {actual}, but the Skill Service says {expected}; it was not unpacked"
+                    ),
+                )
+                .with("expected_sha256", expected)
+                .with("actual_sha256", actual));
+            }
+            warnings.push(format!(
+                "sha256 mismatch for skill '{name}': expected {expected}, got {actual}; loaded anyway because TOOLMESH_SKILL_ALLOW_HASH_MISMATCH=1"
+            ));
+        }
+        let cache_dir = self.cache_dir.clone();
+        let caps = self.caps;
+        let key = actual.clone();
+        let (root, doc) = blocking(move || install(&cache_dir, &key, &bytes, caps)).await?;
+        Ok(LoadedSkill {
+            skill: skill.clone(),
+            root,
+            doc,
+            sha256: actual,
+            cache_hit: false,
+            warnings,
+        })
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::internal(format!("skill loading task failed: {e}")))?
+}
+
+/// A cached skill, if the cache holds one under that folder.
+fn cached_skill(dir: &Path) -> Result<Option<(PathBuf, SkillDoc)>, ToolError> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        _ => return Ok(None),
+    }
+    let root = skill_root(dir)?;
+    let doc = read_doc(&root)?;
+    Ok(Some((root, doc)))
+}
+
+/// Unpacks into staging, checks, renames into the cache.
+fn install(
+    cache_dir: &Path,
+    key: &str,
+    zip: &[u8],
+    caps: Caps,
+) -> Result<(PathBuf, SkillDoc), ToolError> {
+    let io = |what: &str, e: std::io::Error| {
+        ToolError::internal(format!(
+            "cannot {what} in the skill cache {}: {e}",
+            cache_dir.display()
+        ))
+    };
+    let staging_parent = cache_dir.join(STAGING_DIR);
+    fs::create_dir_all(&staging_parent).map_err(|e| io("create the staging folder", e))?;
+    let staging = staging_parent.join(uuid::Uuid::new_v4().simple().to_string());
+    fs::create_dir(&staging).map_err(|e| io("create a staging folder", e))?;
+    let checked = archive::unpack(zip, &staging, caps).and_then(|_| {
+        let root = skill_root(&staging)?;
+        let doc = read_doc(&root)?;
+        Ok((
+            root.strip_prefix(&staging)
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+            doc,
+        ))
+    });
+    let (relative_root, doc) = match checked {
+        Ok(found) => found,
+        Err(e) => {
+            if let Err(rm) = fs::remove_dir_all(&staging) {
+                tracing::warn!(error = %rm, path = %staging.display(), "could not remove a refused skill's staging folder");
+            }
+            return Err(e);
+        }
+    };
+    let target = cache_dir.join(key);
+    if let Err(e) = fs::rename(&staging, &target) {
+        let _ = fs::remove_dir_all(&staging);
+        if !target.is_dir() {
+            return Err(io("move a skill into place", e));
+        }
+        // Another node (or call) put the same archive there first.
+    }
+    Ok((target.join(relative_root), doc))
+}
+
+/// The folder holding `SKILL.md`: the root, or its single top folder (`__MACOSX` aside).
+pub fn skill_root(dir: &Path) -> Result<PathBuf, ToolError> {
+    let is_skill_md =
+        |p: &Path| fs::symlink_metadata(p.join("SKILL.md")).is_ok_and(|m| m.is_file());
+    if is_skill_md(dir) {
+        return Ok(dir.to_path_buf());
+    }
+    let tops: Vec<_> = fs::read_dir(dir)
+        .map_err(|e| ToolError::internal(format!("cannot read {}: {e}", dir.display())))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != "__MACOSX")
+        .collect();
+    if let [only] = &tops[..] {
+        if only.file_type().is_ok_and(|t| t.is_dir()) && is_skill_md(&only.path()) {
+            return Ok(only.path());
+        }
+    }
+    Err(ToolError::new(
+        ErrorCode::InvalidSkill,
+        "the skill archive holds no SKILL.md at its root or in a single top folder",
+    ))
+}
+
+/// Reads and parses `root/SKILL.md`.
+pub fn read_doc(root: &Path) -> Result<SkillDoc, ToolError> {
+    let path = root.join("SKILL.md");
+    let text = fs::read(&path).map_err(|e| {
+        ToolError::new(
+            ErrorCode::InvalidSkill,
+            format!("cannot read SKILL.md of the skill: {e}"),
+        )
+    })?;
+    let text = String::from_utf8(text)
+        .map_err(|_| ToolError::new(ErrorCode::InvalidSkill, "SKILL.md is not UTF-8"))?;
+    frontmatter::parse(&text).map_err(|why| {
+        ToolError::new(
+            ErrorCode::InvalidSkill,
+            format!("the front matter of SKILL.md is unreadable: {why}"),
+        )
+    })
+}
+
+/// A content fingerprint of a local skill folder: the hash of its file list with sizes, modes
+/// and mtimes.
+pub fn fingerprint(files: &[(String, fs::Metadata)]) -> String {
+    let mut text = String::new();
+    for (path, meta) in files {
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        text.push_str(&format!(
+            "{path}\0{}\0{mtime}\0{}\n",
+            meta.len(),
+            archive::is_executable(meta)
+        ));
+    }
+    sha256_hex(text.as_bytes())
+}

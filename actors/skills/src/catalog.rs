@@ -1,0 +1,406 @@
+//! The skills an account can see: local skill folders merged with the manifests of the
+//! configured Skill Service spaces (PROTOCOL.md "Skill Service").
+//!
+//! Merge order: local skills first (`space_id: "local"`, winning a name clash), then each space
+//! in `TOOLMESH_SKILL_SPACE_IDS` order; only active skills; the first of a name wins; a space
+//! with an allow-list (`TOOLMESH_SKILL_SPACE_ALLOWLISTS`) shows only the skills it names. A
+//! space the service cannot list is left out with a line in `warnings`.
+//!
+//! The bearer token goes to the Skill Service's own origin only: an archive URL on another
+//! scheme, host or port is fetched without it (and reqwest drops `Authorization` on redirects
+//! to another origin).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toolmesh_kernel::config::SkillsConfig;
+use toolmesh_kernel::skills::{is_skill_name, LOCAL_SPACE_ID};
+use toolmesh_kernel::{ErrorCode, ToolError};
+use url::Url;
+
+use crate::frontmatter;
+
+/// A manifest entry, as the Skill Service lists it (and as `list_skills` answers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillManifest {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub space_id: String,
+    #[serde(default = "active")]
+    pub status: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+fn active() -> String {
+    "active".into()
+}
+
+impl SkillManifest {
+    pub fn is_active(&self) -> bool {
+        self.status == "active"
+    }
+}
+
+/// `GET …/skills` reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ManifestList {
+    pub skills: Vec<SkillManifest>,
+}
+
+/// `GET …/download` reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DownloadInfo {
+    pub url: String,
+    pub sha256: String,
+}
+
+/// Where a skill comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A folder under `TOOLMESH_SKILLS_DIR` holding `SKILL.md`.
+    Local(PathBuf),
+    /// A space of the Skill Service.
+    Remote,
+}
+
+/// A skill of the merged catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogSkill {
+    pub manifest: SkillManifest,
+    pub source: Source,
+}
+
+/// The merged catalog of one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub skills: Vec<CatalogSkill>,
+    pub warnings: Vec<String>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&CatalogSkill> {
+        self.skills.iter().find(|s| s.manifest.name == name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.skills
+            .iter()
+            .map(|s| s.manifest.name.clone())
+            .collect()
+    }
+
+    /// `skill_not_found` with `available_skills`.
+    pub fn not_found(&self, name: &str) -> ToolError {
+        let mut message = format!(
+            "no active skill is named '{name}'; pick one of available_skills (list_skills shows them)"
+        );
+        if !self.warnings.is_empty() {
+            message.push_str(&format!(
+                " — some skill spaces could not be listed: {}",
+                self.warnings.join("; ")
+            ));
+        }
+        ToolError::new(ErrorCode::SkillNotFound, message).with("available_skills", self.names())
+    }
+}
+
+/// Reads the local skills: each folder directly under `dir` that holds a regular `SKILL.md`
+/// (symlinks are not followed). The name is the front matter's when it is a valid skill name,
+/// else the folder's. A folder whose `SKILL.md` is unreadable is left out with a warning.
+pub fn local_skills(dir: &Path, warnings: &mut Vec<String>) -> Vec<CatalogSkill> {
+    let Ok(read) = fs::read_dir(dir) else {
+        return Vec::new(); // no local skills folder: no local skills
+    };
+    let mut folders: Vec<(String, PathBuf)> = read
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| Some((e.file_name().to_str()?.to_owned(), e.path())))
+        .collect();
+    folders.sort();
+    let mut out: Vec<CatalogSkill> = Vec::new();
+    for (folder, path) in folders {
+        let skill_md = path.join("SKILL.md");
+        match fs::symlink_metadata(&skill_md) {
+            Ok(meta) if meta.is_file() => {}
+            _ => continue,
+        }
+        let doc = match fs::read_to_string(&skill_md)
+            .map_err(|e| e.to_string())
+            .and_then(|text| frontmatter::parse(&text))
+        {
+            Ok(doc) => doc,
+            Err(why) => {
+                warnings.push(format!(
+                    "local skill '{folder}' is left out: SKILL.md {why}"
+                ));
+                continue;
+            }
+        };
+        let name = match doc.name.as_deref() {
+            Some(n) if is_skill_name(n) => n.to_owned(),
+            _ if is_skill_name(&folder) => folder.clone(),
+            _ => {
+                warnings.push(format!(
+                    "local skill folder {folder:?} is left out: not a valid skill name"
+                ));
+                continue;
+            }
+        };
+        if doc.status.as_deref().is_some_and(|s| s != "active") {
+            continue;
+        }
+        if out.iter().any(|s| s.manifest.name == name) {
+            continue;
+        }
+        out.push(CatalogSkill {
+            manifest: SkillManifest {
+                name,
+                description: doc.description.unwrap_or_default(),
+                version: doc.version.unwrap_or_default(),
+                space_id: LOCAL_SPACE_ID.into(),
+                status: "active".into(),
+                tags: doc.tags,
+                aliases: doc.aliases,
+                examples: doc.examples,
+            },
+            source: Source::Local(path),
+        });
+    }
+    out
+}
+
+/// The Skill Service client.
+#[derive(Debug, Clone)]
+pub struct ServiceClient {
+    http: reqwest::Client,
+    base: Option<Url>,
+    token: Option<String>,
+    space_ids: Vec<String>,
+    allowlists: Vec<(String, Vec<String>)>,
+    pub max_download_bytes: u64,
+}
+
+impl ServiceClient {
+    pub fn new(config: &SkillsConfig) -> Result<Self, String> {
+        let base = match &config.service_url {
+            None => None,
+            Some(raw) => {
+                let mut url = Url::parse(raw)
+                    .map_err(|e| format!("TOOLMESH_SKILL_SERVICE_URL={raw:?} is not a URL: {e}"))?;
+                if !url.path().ends_with('/') {
+                    let path = format!("{}/", url.path());
+                    url.set_path(&path);
+                }
+                Some(url)
+            }
+        };
+        let http = reqwest::Client::builder()
+            .timeout(config.download_timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            http,
+            base,
+            token: config.service_token.clone(),
+            space_ids: config.space_ids.clone(),
+            allowlists: config.space_allowlists.clone(),
+            max_download_bytes: config.max_bytes,
+        })
+    }
+
+    pub fn space_ids(&self) -> &[String] {
+        &self.space_ids
+    }
+
+    fn endpoint(&self, space: &str, rest: &[&str]) -> Result<Url, ToolError> {
+        let base = self.base.as_ref().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Unavailable,
+                "no Skill Service is configured (TOOLMESH_SKILL_SERVICE_URL)",
+            )
+        })?;
+        let mut url = base.clone();
+        {
+            let mut segments = url
+                .path_segments_mut()
+                .map_err(|_| ToolError::internal("the Skill Service URL cannot take a path"))?;
+            segments
+                .pop_if_empty()
+                .extend(["v1", "spaces", space, "skills"]);
+            segments.extend(rest);
+        }
+        Ok(url)
+    }
+
+    /// Whether `url` is on the Skill Service's own origin (and so may carry the token).
+    pub fn same_origin(&self, url: &Url) -> bool {
+        self.base
+            .as_ref()
+            .is_some_and(|base| base.origin() == url.origin())
+    }
+
+    fn get(&self, url: Url) -> reqwest::RequestBuilder {
+        let authorized = self.same_origin(&url);
+        let request = self.http.get(url);
+        match (&self.token, authorized) {
+            (Some(token), true) => request.bearer_auth(token),
+            _ => request,
+        }
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        url: Url,
+        what: &str,
+    ) -> Result<T, ToolError> {
+        let body = self.get_bytes(url, what, 4 * 1024 * 1024).await?;
+        serde_json::from_slice(&body).map_err(|e| {
+            ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("the Skill Service answered {what} with unreadable JSON: {e}"),
+            )
+        })
+    }
+
+    /// A GET, its body capped at `cap` bytes (counted as it arrives).
+    pub async fn get_bytes(&self, url: Url, what: &str, cap: u64) -> Result<Vec<u8>, ToolError> {
+        let failed = |e: reqwest::Error| {
+            let code = if e.is_timeout() {
+                ErrorCode::Timeout
+            } else {
+                ErrorCode::FetchFailed
+            };
+            ToolError::new(code, format!("could not fetch {what}: {e}"))
+        };
+        let mut response = self.get(url).send().await.map_err(failed)?;
+        let status = response.status();
+        if !status.is_success() {
+            let code = if status == reqwest::StatusCode::NOT_FOUND {
+                ErrorCode::NotFound
+            } else {
+                ErrorCode::FetchFailed
+            };
+            return Err(ToolError::new(
+                code,
+                format!("fetching {what} answered HTTP {status}"),
+            ));
+        }
+        if response.content_length().is_some_and(|n| n > cap) {
+            return Err(too_big(what, cap));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            if (body.len() + chunk.len()) as u64 > cap {
+                return Err(too_big(what, cap));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// The active manifests of one space (allow-list applied, invalid names left out).
+    pub async fn list_space(&self, space: &str) -> Result<Vec<SkillManifest>, ToolError> {
+        let url = self.endpoint(space, &[])?;
+        let list: ManifestList = self
+            .get_json(url, &format!("the skills of space '{space}'"))
+            .await?;
+        let allow = self
+            .allowlists
+            .iter()
+            .find(|(s, _)| s == space)
+            .map(|(_, names)| names);
+        Ok(list
+            .skills
+            .into_iter()
+            .filter(|m| m.is_active() && is_skill_name(&m.name))
+            .filter(|m| allow.is_none_or(|names| names.contains(&m.name)))
+            .map(|mut m| {
+                m.space_id = space.to_owned();
+                m
+            })
+            .collect())
+    }
+
+    /// Where to download a skill's archive, and its sha256.
+    pub async fn download_info(&self, space: &str, name: &str) -> Result<(Url, String), ToolError> {
+        let url = self.endpoint(space, &[name, "download"])?;
+        let info: DownloadInfo = self
+            .get_json(url.clone(), &format!("the download of skill '{name}'"))
+            .await?;
+        let archive = url.join(&info.url).map_err(|e| {
+            ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("the Skill Service gave skill '{name}' an unusable archive URL: {e}"),
+            )
+        })?;
+        if !matches!(archive.scheme(), "http" | "https") {
+            return Err(ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("the archive URL of skill '{name}' is not http or https"),
+            ));
+        }
+        let sha256 = info.sha256.trim().to_ascii_lowercase();
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("the Skill Service gave skill '{name}' a malformed sha256"),
+            ));
+        }
+        Ok((archive, sha256))
+    }
+}
+
+fn too_big(what: &str, cap: u64) -> ToolError {
+    ToolError::new(
+        ErrorCode::UnsafeArchive,
+        format!("{what} is larger than TOOLMESH_SKILL_MAX_BYTES ({cap} bytes)"),
+    )
+}
+
+/// Builds the merged catalog (see the module docs).
+pub async fn catalog(skills_dir: &Path, service: &ServiceClient) -> Catalog {
+    let mut warnings = Vec::new();
+    let mut skills = local_skills(skills_dir, &mut warnings);
+    if !service.space_ids.is_empty() && service.base.is_none() {
+        warnings.push(
+            "TOOLMESH_SKILL_SPACE_IDS is set but TOOLMESH_SKILL_SERVICE_URL is not: remote skills are not listed".into(),
+        );
+    } else {
+        let lists = futures::future::join_all(
+            service
+                .space_ids
+                .iter()
+                .map(|space| async move { (space, service.list_space(space).await) }),
+        )
+        .await;
+        for (space, list) in lists {
+            match list {
+                Ok(manifests) => {
+                    for manifest in manifests {
+                        if !skills.iter().any(|s| s.manifest.name == manifest.name) {
+                            skills.push(CatalogSkill {
+                                manifest,
+                                source: Source::Remote,
+                            });
+                        }
+                    }
+                }
+                Err(e) => warnings.push(format!("space '{space}': {}", e.message)),
+            }
+        }
+    }
+    Catalog { skills, warnings }
+}

@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""Drives the compose cluster through the public protocol and asserts what issue 6 asks of it.
+
+    python3 examples/cluster_check.py check [--only NAME,…]   # the checks (scripts/cluster-test)
+    python3 examples/cluster_check.py bench --concurrency 8 --seconds 20
+
+It needs nats-py, a running cluster (compose.yml, with `docker-compose` and the project name in
+COMPOSE_PROJECT_NAME), and the passwords of docker/nats.conf (the defaults, or the
+TOOLMESH_NATS_*_PASSWORD variables). Every check prints what it saw; the first failed
+assertion stops the run with exit code 1. Faults are made with the docker CLI (kill, stop,
+restart) on the containers the cluster reports as its nodes: a node's id is
+`<hostname>-<suffix>`, and a sandbox worker's hostname is its container id.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import nats
+from nats.errors import TimeoutError as NatsTimeout
+
+URL = os.environ.get("TOOLMESH_CLIENT_URL", "nats://127.0.0.1:4222")
+PASSWORDS = {
+    "toolmesh": os.environ.get("TOOLMESH_NATS_NODE_PASSWORD", "toolmesh-node-secret"),
+    "acme": os.environ.get("TOOLMESH_NATS_ACME_PASSWORD", "acme-secret"),
+    "globex": os.environ.get("TOOLMESH_NATS_GLOBEX_PASSWORD", "globex-secret"),
+    "approver": os.environ.get("TOOLMESH_NATS_APPROVER_PASSWORD", "approver-secret"),
+}
+COMPOSE = os.environ.get("COMPOSE", "docker-compose").split()
+T0 = time.monotonic()
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def log(*parts):
+    print(f"[{time.monotonic() - T0:7.1f}s]", *parts, flush=True)
+
+
+def expect(cond, what, detail=None):
+    if not cond:
+        raise CheckFailed(what + (f": {json.dumps(detail)[:1500]}" if detail is not None else ""))
+    log("  ok:", what)
+
+
+def sh(*args, check=True):
+    """Runs a command (docker, docker-compose); returns its stdout."""
+    out = subprocess.run(list(args), capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise CheckFailed(f"{' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+    return out.stdout.strip()
+
+
+def compose(*args, check=True):
+    return sh(*COMPOSE, *args, check=check)
+
+
+class Conn:
+    """One NATS connection as one user, with the errors the server sent it."""
+
+    def __init__(self, user):
+        self.user = user
+        self.errors = []
+        self.nc = None
+
+    async def open(self):
+        async def on_error(e):
+            self.errors.append(str(e))
+
+        inbox = "_INBOX" if self.user == "toolmesh" else f"_INBOX_{self.user}"
+        self.nc = await nats.connect(
+            URL,
+            user=self.user,
+            password=PASSWORDS[self.user],
+            inbox_prefix=inbox,
+            name=f"cluster-check-{self.user}",
+            error_cb=on_error,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+        )
+        return self
+
+    async def request(self, subject, body, timeout=60.0):
+        msg = await self.nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+        return json.loads(msg.data)
+
+    async def call(self, account, tool, args=None, session=None, approval=None, timeout=150.0, **extra):
+        body = {"tool": tool, "arguments": args or {}, **extra}
+        if session:
+            body["session_id"] = session
+        if approval:
+            body["approval"] = {"id": approval}
+        return await self.request(f"toolmesh.v1.call.{account}", body, timeout)
+
+    async def close(self):
+        if self.nc and not self.nc.is_closed:
+            await self.nc.close()
+
+
+async def eventually(what, probe, timeout=90.0, interval=0.5):
+    """Polls `probe` (async, returns a truthy value when done) until it succeeds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = await probe()
+            if result:
+                return result
+            last = "not yet"
+        except Exception as e:  # noqa: BLE001 - anything (timeouts, no responders) means "not yet"
+            last = f"{type(e).__name__}: {e}"
+        await asyncio.sleep(interval)
+    raise CheckFailed(f"{what}: not within {timeout:.0f} s (last: {last})")
+
+
+async def cluster(node):
+    reply = await node.request("toolmesh.v1.status", {}, timeout=5)
+    return reply.get("nodes", []) if reply.get("ok") else []
+
+
+def with_role(nodes, role):
+    return sorted(n["node_id"] for n in nodes if role in n["roles"])
+
+
+def container_of(node_id):
+    """A sandbox worker's node id starts with its container id (its hostname)."""
+    return node_id.rsplit("-", 1)[0]
+
+
+async def wait_cluster(node, workers, gateways=2):
+    async def ready():
+        nodes = await cluster(node)
+        ok = (
+            len(with_role(nodes, "gateway")) >= gateways
+            and with_role(nodes, "approval")
+            and with_role(nodes, "workspace")
+            and len(with_role(nodes, "sandbox")) >= workers
+        )
+        return nodes if ok else None
+
+    return await eventually(f"{gateways} gateways, approval, workspace, {workers} sandbox workers", ready, 180)
+
+
+async def holder(node, session):
+    reply = await node.call("bench", "sandbox_status", session=session, timeout=30)
+    if not reply.get("ok"):
+        raise CheckFailed(f"sandbox_status of {session} failed: {reply}")
+    return reply["node_id"]
+
+
+async def approved_call(client, approver, account, tool, args, session):
+    """The out-of-band flow: approval_required, the approver decides, the call runs."""
+    first = await client.call(account, tool, args, session=session)
+    if first.get("error") != "approval_required":
+        raise CheckFailed(f"expected approval_required: {first}")
+    appr = first["approval_request"]["id"]
+    decided = await approver.request(f"toolmesh.v1.approvals.{account}.decide", {"id": appr, "approved": True})
+    if not decided.get("ok"):
+        raise CheckFailed(f"decide failed: {decided}")
+    return await client.call(account, tool, args, session=session, approval=appr)
+
+
+# --- the checks ---------------------------------------------------------------------------
+
+
+async def check_status_and_micro(c):
+    nodes = await cluster(c["node"])
+    log("cluster:", ", ".join(f"{n['node_id']}({'+'.join(n['roles'])})" for n in nodes))
+    workers = [n for n in nodes if "sandbox" in n["roles"]]
+    expect(all(n.get("sandbox") and n["sandbox"]["capacity"] > 0 for n in workers), "every worker reports its sandbox capacity")
+    # $SRV discovery: every node answers PING for itself and each of its actors.
+    inbox = c["node"].nc.new_inbox()
+    sub = await c["node"].nc.subscribe(inbox)
+    await c["node"].nc.publish("$SRV.PING", b"", reply=inbox)
+    pongs = []
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=1.0)
+            pongs.append(json.loads(msg.data))
+    except NatsTimeout:
+        pass
+    await sub.unsubscribe()
+    names = sorted({p["name"] for p in pongs})
+    log("$SRV.PING:", len(pongs), "answers from", names)
+    expect(all(p["type"] == "io.nats.micro.v1.ping_response" for p in pongs), "PING answers are io.nats.micro.v1.ping_response")
+    expect(len([p for p in pongs if p["name"] == "toolmesh-node"]) == len(nodes), "one toolmesh-node instance per node")
+    expect(len([p for p in pongs if p["name"] == "toolmesh-sandbox"]) == len(workers), "one toolmesh-sandbox instance per worker")
+    info = await c["node"].request(f"$SRV.INFO.toolmesh-sandbox.{workers[0]['node_id']}", {}, timeout=5)
+    expect(
+        info["type"] == "io.nats.micro.v1.info_response"
+        and {"toolmesh.internal.v1.run.sandbox"} <= {e["subject"] for e in info["endpoints"]},
+        "INFO of one worker names its endpoints",
+        info,
+    )
+    stats = await c["node"].request("$SRV.STATS.toolmesh-gateway", {}, timeout=5)
+    expect(stats["type"] == "io.nats.micro.v1.stats_response" and stats["endpoints"], "STATS of a gateway", stats)
+
+
+async def check_spread(c):
+    """Sessions land on several workers (NATS queue group), and stay there."""
+    sessions = [f"spread-{i}-{uuid.uuid4().hex[:6]}" for i in range(9)]
+    replies = await asyncio.gather(
+        *(c["node"].call("bench", "run_command", {"command": "echo hi"}, session=s) for s in sessions)
+    )
+    expect(all(r.get("ok") and r.get("stdout") == "hi\n" for r in replies), "9 sessions ran echo", replies[0])
+    holders = {s: await holder(c["node"], s) for s in sessions}
+    used = sorted(set(holders.values()))
+    log("sessions per worker:", {w: list(holders.values()).count(w) for w in used})
+    expect(len(used) >= 2, f"the sessions are spread over {len(used)} workers")
+    again = await asyncio.gather(*(holder(c["node"], s) for s in sessions))
+    expect(list(holders.values()) == again, "every session stays on its worker")
+
+
+async def check_kill_worker(c):
+    """A worker killed mid-command: its caller hears `unavailable` long before the deadline,
+    and the session's next call runs on a surviving worker."""
+    node = c["node"]
+    session = f"kill-{uuid.uuid4().hex[:6]}"
+    await node.call("bench", "run_command", {"command": "true"}, session=session)
+    victim = await holder(node, session)
+    call = asyncio.create_task(
+        node.call("bench", "run_command", {"command": "echo start; sleep 100", "timeout": 120}, session=session, timeout=170)
+    )
+    await asyncio.sleep(2.0)
+    expect(not call.done(), "the long command is running")
+    log(f"  docker kill {container_of(victim)} (worker {victim}, running the command)")
+    killed_at = time.monotonic()
+    sh("docker", "kill", container_of(victim))
+    reply = await call
+    waited = time.monotonic() - killed_at
+    log(f"  caller answered {waited:.1f} s after the kill: {reply.get('error')}: {reply.get('error_message', '')[:100]}")
+    expect(reply.get("error") == "unavailable", "the caller gets unavailable", reply)
+    expect(waited < 30, f"…within {waited:.1f} s of the kill (the command's deadline was 100 s away)")
+    nxt = await eventually(
+        "the session's next call",
+        lambda: node.call("bench", "run_command", {"command": "echo again"}, session=session, timeout=60),
+        60,
+    )
+    expect(nxt.get("ok") and nxt.get("stdout") == "again\n", "the session's next call runs", nxt)
+    survivor = await holder(node, session)
+    expect(survivor != victim, f"…on another worker ({survivor})")
+    # Bring the fleet back to three workers for the next checks (the killed one stays dead).
+    compose("up", "-d", "--no-recreate", "--scale", "sandbox=3", "sandbox")
+    await wait_cluster(node, 3)
+
+
+async def check_drain_worker(c):
+    """`docker stop` (SIGTERM) drains a worker: every call it was running still gets its reply."""
+    node = c["node"]
+    sessions = [f"drain-{i}-{uuid.uuid4().hex[:6]}" for i in range(8)]
+    await asyncio.gather(*(node.call("bench", "run_command", {"command": "true"}, session=s) for s in sessions))
+    holders = {s: await holder(node, s) for s in sessions}
+    counts = {}
+    for w in holders.values():
+        counts[w] = counts.get(w, 0) + 1
+    victim = max(counts, key=counts.get)
+    mine = [s for s in sessions if holders[s] == victim]
+    log(f"  worker {victim} holds {len(mine)} of {len(sessions)} sessions")
+    calls = [
+        asyncio.create_task(node.call("bench", "run_command", {"command": "sleep 4; echo done"}, session=s, timeout=120))
+        for s in sessions
+    ]
+    await asyncio.sleep(1.5)
+    log(f"  docker stop {container_of(victim)} while {len(calls)} commands run")
+    stopped_at = time.monotonic()
+    stop = asyncio.create_task(asyncio.to_thread(sh, "docker", "stop", "-t", "40", container_of(victim)))
+    replies = await asyncio.gather(*calls)
+    await stop
+    log(f"  stopped in {time.monotonic() - stopped_at:.1f} s")
+    bad = [r for r in replies if not (r.get("ok") and r.get("stdout") == "done\n")]
+    expect(not bad, f"all {len(replies)} in-flight calls answered ok (none lost)", bad[:2])
+    state = sh("docker", "inspect", "-f", "{{.State.ExitCode}}", container_of(victim))
+    expect(state == "0", "the drained worker exited 0")
+    again = await asyncio.gather(
+        *(node.call("bench", "run_command", {"command": "echo after"}, session=s, timeout=60) for s in mine)
+    )
+    expect(all(r.get("ok") for r in again), "its sessions run again on the survivors", [r for r in again if not r.get("ok")][:1])
+    compose("up", "-d", "--no-recreate", "--scale", "sandbox=3", "sandbox")
+    await wait_cluster(node, 3)
+
+
+async def check_nats_restart(c):
+    """nats-server restarts: every node reconnects by itself and calls resume."""
+    node = c["node"]
+    session = f"natsr-{uuid.uuid4().hex[:6]}"
+    log("  docker-compose restart nats")
+    compose("restart", "nats")
+    restarted = time.monotonic()
+
+    async def works():
+        status = await node.call("acme", "component_status", timeout=5)
+        cmd = await node.call("bench", "run_command", {"command": "echo back"}, session=session, timeout=30)
+        return status.get("ok") and cmd.get("ok") and cmd
+
+    await eventually("calls after the NATS restart", works, 90)
+    log(f"  calls resumed {time.monotonic() - restarted:.1f} s after the restart")
+    nodes = await wait_cluster(node, 3)
+    expect(len(nodes) >= 7, f"all {len(nodes)} nodes are back in the cluster view")
+
+
+async def check_redis_restart(c):
+    """Redis restarts with approvals pending: none is lost, and they can still be decided."""
+    acme, approver = c["acme"], c["approver"]
+    ids = []
+    for i in range(3):
+        r = await acme.call("acme", "run_command", {"command": f"echo pending {i}"}, session=f"redis-{i}")
+        expect(r.get("error") == "approval_required", f"approval {i} is pending", r)
+        ids.append(r["approval_request"]["id"])
+    log("  docker-compose restart redis")
+    compose("restart", "redis")
+
+    async def listed():
+        reply = await approver.request("toolmesh.v1.approvals.acme.list", {}, timeout=5)
+        return reply.get("ok") and {a["id"] for a in reply["approvals"]}
+
+    seen = await eventually("listing approvals after the Redis restart", listed, 60)
+    expect(set(ids) <= seen, "every pending approval survived the restart")
+    r = await approver.request("toolmesh.v1.approvals.acme.decide", {"id": ids[0], "approved": True}, timeout=10)
+    expect(r.get("ok") and r["approval"]["status"] == "approved", "one of them is approved after the restart", r)
+    run = await acme.call("acme", "run_command", {"command": "echo pending 0"}, session="redis-0", approval=ids[0])
+    expect(run.get("ok") and run.get("stdout") == "pending 0\n", "and its call runs", run)
+
+
+async def check_two_gateways(c):
+    """An approval requested through one gateway is decided and redeemed through the other.
+    Which gateway NATS picks cannot be chosen from outside, so the other one is stopped
+    while each step runs."""
+    acme, approver, node = c["acme"], c["approver"], c["node"]
+    session = f"gw-{uuid.uuid4().hex[:6]}"
+    args = {"command": "echo via two gateways"}
+    compose("stop", "gateway-b")
+    first = await acme.call("acme", "run_command", args, session=session)
+    expect(first.get("error") == "approval_required", "requested through gateway-a (gateway-b stopped)", first)
+    appr = first["approval_request"]["id"]
+    compose("start", "gateway-b")
+    await wait_cluster(node, 3, gateways=2)
+    compose("stop", "gateway-a")
+    r = await approver.request("toolmesh.v1.approvals.acme.decide", {"id": appr, "approved": True})
+    expect(r.get("ok"), "decided", r)
+    run = await acme.call("acme", "run_command", args, session=session, approval=appr)
+    expect(run.get("ok") and run.get("stdout") == "via two gateways\n", "redeemed through gateway-b (gateway-a stopped)", run)
+    # Parked: a call waiting for the decision on one gateway is released by a decision made
+    # while the other gateway is the only one up.
+    compose("start", "gateway-a")
+    await wait_cluster(node, 3, gateways=2)
+    compose("stop", "gateway-b")
+    parked = asyncio.create_task(
+        acme.call("acme", "run_command", {"command": "echo parked"}, session=session, timeout=120, wait_for_approval_s=60)
+    )
+
+    async def pending():
+        reply = await approver.request("toolmesh.v1.approvals.acme.list", {}, timeout=5)
+        return [a["id"] for a in reply.get("approvals", []) if a["session_id"] == session and a["status"] == "pending"]
+
+    (appr2,) = await eventually("the parked call's approval", pending, 30)
+    compose("start", "gateway-b")
+    await wait_cluster(node, 3, gateways=2)
+    r = await approver.request("toolmesh.v1.approvals.acme.decide", {"id": appr2, "approved": True})
+    expect(r.get("ok"), "the parked call's approval is decided", r)
+    run = await parked
+    expect(run.get("ok") and run.get("stdout") == "parked\n", "the call parked on gateway-a runs", run)
+
+
+async def denied(conn, action):
+    """Runs `action` and expects the server to refuse it with a permissions violation."""
+    before = len(conn.errors)
+    try:
+        await action()
+    except NatsTimeout:
+        pass
+    await asyncio.sleep(0.3)
+    new = conn.errors[before:]
+    return any("Permissions Violation" in e for e in new), new
+
+
+async def check_accounts(c):
+    """globex's user cannot call, list, decide, watch anything of acme's, nor read its replies."""
+    acme, approver = c["acme"], c["approver"]
+    globex = await Conn("globex").open()
+    try:
+        own = await globex.call("globex", "component_status", timeout=10)
+        expect(own.get("ok"), "globex calls its own account")
+        pending = await acme.call("acme", "run_command", {"command": "echo secret"}, session="acct")
+        appr = pending["approval_request"]["id"]
+        attempts = {
+            "call acme": lambda: globex.call("acme", "component_status", timeout=1.5),
+            "list acme's approvals": lambda: globex.request("toolmesh.v1.approvals.acme.list", {}, timeout=1.5),
+            "get acme's approval": lambda: globex.request("toolmesh.v1.approvals.acme.get", {"id": appr}, timeout=1.5),
+            "decide acme's approval": lambda: globex.request(
+                "toolmesh.v1.approvals.acme.decide", {"id": appr, "approved": True}, timeout=1.5
+            ),
+            "decide its own approval (only the approver decides)": lambda: globex.request(
+                "toolmesh.v1.approvals.globex.decide", {"id": appr, "approved": True}, timeout=1.5
+            ),
+            "cancel acme's calls": lambda: globex.request("toolmesh.v1.cancel.acme", {"invocation_id": "x"}, timeout=1.5),
+        }
+        for what, action in attempts.items():
+            refused, errors = await denied(globex, action)
+            expect(refused, f"globex cannot {what} (server: permissions violation)", errors)
+        got = []
+        for subject in [
+            "toolmesh.v1.approvals.acme.requested",
+            "toolmesh.v1.approvals.acme.decided",
+            "toolmesh.v1.events.acme.>",
+            "_INBOX.>",
+            "_INBOX_acme.>",
+            ">",
+        ]:
+            before = len(globex.errors)
+
+            async def keep(msg, subject=subject):
+                got.append((subject, msg.subject))
+
+            await globex.nc.subscribe(subject, cb=keep)
+            await globex.nc.flush()
+            await asyncio.sleep(0.3)
+            expect(
+                any("Permissions Violation" in e for e in globex.errors[before:]),
+                f"globex cannot subscribe to {subject}",
+                globex.errors[before:],
+            )
+        # acme works while globex listens everywhere it tried to.
+        r = await acme.call("acme", "run_command", {"command": "echo secret"}, session="acct")
+        await approver.request("toolmesh.v1.approvals.acme.decide", {"id": r["approval_request"]["id"], "approved": True})
+        r = await acme.call("acme", "run_command", {"command": "echo secret"}, session="acct", approval=r["approval_request"]["id"])
+        expect(r.get("ok") and r.get("stdout") == "secret\n", "meanwhile acme's call, approval and reply go through")
+        await asyncio.sleep(0.5)
+        expect(not got, "globex received none of acme's messages", got)
+        state = await approver.request("toolmesh.v1.approvals.acme.get", {"id": appr})
+        expect(state["approval"]["status"] == "pending", "acme's approval is still pending, undecided by globex")
+        # The private inbox is what makes replies private: acme's user with the default
+        # `_INBOX` prefix cannot even receive its own replies.
+        plain = Conn("acme")
+        errors = []
+
+        async def on_error(e):
+            errors.append(str(e))
+
+        plain.nc = await nats.connect(URL, user="acme", password=PASSWORDS["acme"], error_cb=on_error)
+        try:
+            await plain.call("acme", "component_status", timeout=1.5)
+            raise CheckFailed("a reply arrived on _INBOX for the acme user")
+        except NatsTimeout:
+            pass
+        await asyncio.sleep(0.3)
+        expect(any("Permissions Violation" in e for e in errors), "acme's user cannot subscribe to _INBOX.> either")
+        await plain.close()
+    finally:
+        await globex.close()
+
+
+async def check_python_example(c):
+    """examples/approve_flow.py: another process, another language."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, os.path.join(here, "approve_flow.py"), "--url", URL],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    for line in out.stdout.splitlines():
+        log("  |", line)
+    expect(out.returncode == 0, "examples/approve_flow.py exits 0", out.stderr[-800:])
+
+
+CHECKS = {
+    "status": check_status_and_micro,
+    "spread": check_spread,
+    "accounts": check_accounts,
+    "python": check_python_example,
+    "gateways": check_two_gateways,
+    "redis": check_redis_restart,
+    "kill": check_kill_worker,
+    "drain": check_drain_worker,
+    "nats": check_nats_restart,
+}
+
+
+async def run_checks(only):
+    conns = {"node": await Conn("toolmesh").open(), "acme": await Conn("acme").open(), "approver": await Conn("approver").open()}
+    results = []
+    try:
+        await wait_cluster(conns["node"], 3)
+        for name, check in CHECKS.items():
+            if only and name not in only:
+                continue
+            log(f"== {name}: {check.__doc__.splitlines()[0] if check.__doc__ else ''}")
+            started = time.monotonic()
+            try:
+                await check(conns)
+                results.append((name, "passed", time.monotonic() - started))
+            except Exception as e:  # noqa: BLE001 - report and stop
+                results.append((name, f"FAILED: {type(e).__name__}: {e}", time.monotonic() - started))
+                break
+    finally:
+        for conn in conns.values():
+            await conn.close()
+    print("\ncluster check summary:")
+    for name, outcome, took in results:
+        print(f"  {name:10} {took:6.1f} s  {outcome}")
+    failed = [r for r in results if r[1] != "passed"]
+    skipped = [n for n in CHECKS if (not only or n in only) and n not in {r[0] for r in results}]
+    if skipped:
+        print("  not run:", ", ".join(skipped))
+    return 1 if failed or skipped else 0
+
+
+async def run_bench(concurrency, seconds, workers):
+    """run_command `true` in warm sessions: `concurrency` callers, each its own session, for
+    `seconds`; throughput and latency percentiles."""
+    node = await Conn("toolmesh").open()
+    try:
+        await wait_cluster(node, workers)
+        sessions = [f"bench-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
+        warm = await asyncio.gather(*(node.call("bench", "run_command", {"command": "true"}, session=s) for s in sessions))
+        if not all(r.get("ok") for r in warm):
+            raise CheckFailed(f"warm-up failed: {warm}")
+        holders = [await holder(node, s) for s in sessions]
+        latencies, errors = [], 0
+        deadline = time.monotonic() + seconds
+
+        async def caller(session):
+            nonlocal errors
+            while time.monotonic() < deadline:
+                t = time.perf_counter()
+                r = await node.call("bench", "run_command", {"command": "true"}, session=session, timeout=60)
+                if r.get("ok"):
+                    latencies.append((time.perf_counter() - t) * 1000)
+                else:
+                    errors += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(caller(s) for s in sessions))
+        took = time.monotonic() - started
+        latencies.sort()
+        q = statistics.quantiles(latencies, n=100)
+        print(
+            json.dumps(
+                {
+                    "workers": workers,
+                    "sessions_per_worker": {w: holders.count(w) for w in sorted(set(holders))},
+                    "concurrency": concurrency,
+                    "seconds": round(took, 1),
+                    "calls": len(latencies),
+                    "errors": errors,
+                    "calls_per_s": round(len(latencies) / took, 1),
+                    "p50_ms": round(q[49], 1),
+                    "p99_ms": round(q[98], 1),
+                }
+            )
+        )
+        return 0 if errors == 0 else 1
+    finally:
+        await node.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    check = sub.add_parser("check")
+    check.add_argument("--only", default="", help="comma-separated: " + ",".join(CHECKS))
+    bench = sub.add_parser("bench")
+    bench.add_argument("--concurrency", type=int, default=8)
+    bench.add_argument("--seconds", type=float, default=20)
+    bench.add_argument("--workers", type=int, default=3)
+    args = parser.parse_args()
+    if args.mode == "check":
+        only = {n for n in args.only.split(",") if n}
+        return asyncio.run(run_checks(only))
+    return asyncio.run(run_bench(args.concurrency, args.seconds, args.workers))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
