@@ -4,6 +4,7 @@
 mod approvals;
 mod claims;
 mod gateway;
+mod micro;
 mod node;
 mod sandbox;
 mod skills;

@@ -878,3 +878,15 @@ async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
         "{failed}"
     );
 }
+
+#[tokio::test]
+async fn a_redis_restart_does_not_fail_the_next_new_session() {
+    let mut c = cluster().await;
+    let first = tool(&c, "s1", "run_command", json!({"command": "echo one"})).await;
+    assert_eq!(first["ok"], true, "{first}");
+    c.c.redis.restart();
+    // The worker's registry connection was dropped; the first claim after it must still work.
+    let r = tool(&c, "s2", "run_command", json!({"command": "echo two"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "two\n");
+}

@@ -28,6 +28,7 @@ use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError}
 
 use crate::builtin;
 use crate::events::RunEvents;
+use crate::splice;
 
 /// How long the gateway waits for an actor when the call names no `timeout` of its own.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -489,9 +490,7 @@ impl<'a> Call<'a> {
             name if target.spec.role == Role::Gateway => Err(ToolError::internal(format!(
                 "the gateway has no handler for {name}; this is a bug, see the gateway log"
             ))),
-            _ => Box::pin(self.route(target, arguments))
-                .await
-                .map(Answer::Fields),
+            _ => Box::pin(self.route(target, arguments)).await,
         }
     }
 
@@ -500,7 +499,7 @@ impl<'a> Call<'a> {
         &mut self,
         target: &RegisteredTool,
         arguments: Value,
-    ) -> Result<Map<String, Value>, ToolError> {
+    ) -> Result<Answer, ToolError> {
         let core = self.core;
         let timeout = route_timeout(&arguments);
         let call = ActorCall {
@@ -528,6 +527,11 @@ impl<'a> Call<'a> {
             self.send(role, target.spec.name, Bytes::from(body), timeout)
                 .await?
         };
+        // The common case, a success, goes to the caller as the actor wrote it.
+        if let Some(success) = splice::success(&reply.payload) {
+            self.events.skip(success.events_emitted);
+            return Ok(Answer::Prepared(success.members));
+        }
         let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
             tracing::error!(error = %e, role = %role, "malformed reply from an actor");
             ToolError::internal(format!(
@@ -541,7 +545,7 @@ impl<'a> Call<'a> {
         }
         // shift, not swap: the tool's member order is kept.
         fields.shift_remove("ok");
-        Ok(fields)
+        Ok(Answer::Fields(fields))
     }
 
     /// One request to the actor of `role`: the first message on the reply subject is the reply.

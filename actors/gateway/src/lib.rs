@@ -12,6 +12,7 @@ mod actor;
 mod builtin;
 mod call;
 mod events;
+mod splice;
 
 use std::sync::Arc;
 

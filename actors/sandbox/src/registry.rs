@@ -72,6 +72,15 @@ fn key(account: &Account, session: &SessionId) -> String {
     format!("toolmesh:sandbox:session:{account}:{session}")
 }
 
+/// How long to let the connection manager reconnect before the one retry.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Errors after which one more try may succeed: the connection was dropped (Redis restarted)
+/// and the manager reconnects on the next command.
+fn retryable(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
 fn unreachable_store(e: impl std::fmt::Display) -> ToolError {
     tracing::warn!(error = %e, "sandbox session registry unreachable");
     ToolError::new(
@@ -117,13 +126,20 @@ impl SessionRegistry {
         session: &SessionId,
     ) -> Result<Option<Placement>, ToolError> {
         let mut conn = self.conn().await?;
-        let (node, sandbox): (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(key(account, session))
-            .arg("node")
-            .arg("sandbox")
-            .query_async(&mut conn)
-            .await
-            .map_err(unreachable_store)?;
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(key(account, session)).arg("node").arg("sandbox");
+        let (node, sandbox): (Option<String>, Option<String>) =
+            match cmd.query_async(&mut conn).await {
+                Ok(found) => found,
+                // A connection Redis dropped (a restart) fails once, then reconnects.
+                Err(e) if retryable(&e) => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    cmd.query_async(&mut conn)
+                        .await
+                        .map_err(unreachable_store)?
+                }
+                Err(e) => return Err(unreachable_store(e)),
+            };
         Ok(match (node.and_then(|n| NodeId::parse(n).ok()), sandbox) {
             (Some(node), Some(sandbox_id)) => Some(Placement { node, sandbox_id }),
             _ => None,
@@ -140,16 +156,25 @@ impl SessionRegistry {
         replacing: Option<&NodeId>,
     ) -> Result<Claim, ToolError> {
         let mut conn = self.conn().await?;
-        let holder: String = self
-            .claim
-            .key(key(account, session))
+        let mut claim = self.claim.key(key(account, session));
+        claim
             .arg(node.as_str())
             .arg(sandbox_id)
             .arg(replacing.map_or("", |n| n.as_str()))
-            .arg(self.ttl_ms())
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unreachable_store)?;
+            .arg(self.ttl_ms());
+        // The script is idempotent for this node, so running it again after a dropped
+        // connection is safe.
+        let holder: String = match claim.invoke_async(&mut conn).await {
+            Ok(holder) => holder,
+            Err(e) if retryable(&e) => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                claim
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(unreachable_store)?
+            }
+            Err(e) => return Err(unreachable_store(e)),
+        };
         if holder.is_empty() {
             return Ok(Claim::Taken);
         }

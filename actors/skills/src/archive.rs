@@ -24,8 +24,9 @@ use std::collections::HashSet;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use flate2::read::DeflateDecoder;
+use flate2::bufread::DeflateDecoder;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
@@ -331,84 +332,201 @@ fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
     Ok(entries)
 }
 
+/// Inflated bytes below which [`unpack`] writes on one thread.
+pub const PARALLEL_MIN_BYTES: u64 = 8 << 20;
+/// Threads [`unpack`] writes on, at most.
+pub const MAX_UNPACK_THREADS: usize = 4;
+/// The write buffer of one unpacking thread.
+const UNPACK_BUF: usize = 256 * 1024;
+
 /// Checks `zip` whole, then writes its files and folders under `dest` (an existing, empty
 /// folder the caller owns). On `Err` some files may have been written under `dest`: the caller
 /// removes it.
+///
+/// An archive declaring at least [`PARALLEL_MIN_BYTES`] is written by up to
+/// [`MAX_UNPACK_THREADS`] threads (as many as the machine has cores), each taking whole
+/// entries; the caps are shared, so they hold for the archive as a whole.
 pub fn unpack(zip: &[u8], dest: &Path, caps: Caps) -> Result<Unpacked, ToolError> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    unpack_on(zip, dest, caps, cores.min(MAX_UNPACK_THREADS))
+}
+
+/// [`unpack`] on at most `threads` threads (benches compare one with several).
+pub fn unpack_on(
+    zip: &[u8],
+    dest: &Path,
+    caps: Caps,
+    threads: usize,
+) -> Result<Unpacked, ToolError> {
     let entries = read_entries(zip, caps)?;
-    let io = |what: &str, path: &str, e: std::io::Error| {
-        ToolError::internal(format!(
-            "cannot {what} '{path}' in the skill staging area: {e}"
-        ))
-    };
-    let mut out = Unpacked::default();
-    let mut buf = vec![0u8; 64 * 1024];
+    // Folders first, so that the writers only create files.
     for entry in &entries {
         let target = dest.join(&entry.path);
-        if entry.kind == Kind::Dir {
-            fs::create_dir_all(&target).map_err(|e| io("create", &entry.path, e))?;
-            continue;
-        }
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).map_err(|e| io("create", &entry.path, e))?;
-        }
-        let start = entry.data_start as usize;
-        let data = &zip[start..start + entry.compressed as usize];
-        let mut reader: Box<dyn Read> = match entry.method {
-            0 => Box::new(data),
-            _ => Box::new(DeflateDecoder::new(data)),
+        let folder = match entry.kind {
+            Kind::Dir => Some(target.as_path()),
+            Kind::File => target.parent(),
         };
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&target)
-            .map_err(|e| io("create", &entry.path, e))?;
-        let mut crc = flate2::Crc::new();
-        let mut written: u64 = 0;
-        loop {
-            let n = reader.read(&mut buf).map_err(|e| {
-                ToolError::new(
-                    ErrorCode::InvalidSkill,
-                    format!(
-                        "entry '{}' of the skill archive is corrupt: {e}",
-                        entry.path
-                    ),
-                )
-            })?;
-            if n == 0 {
-                break;
-            }
-            written += n as u64;
-            out.bytes += n as u64;
-            if out.bytes > caps.max_bytes {
-                return Err(unsafe_archive(format!(
-                    "the archive inflates past TOOLMESH_SKILL_MAX_BYTES ({} bytes)",
-                    caps.max_bytes
-                )));
-            }
-            if written > entry.size {
-                return Err(unsafe_archive(format!(
-                    "entry '{}' inflates past its declared size of {} bytes",
-                    entry.path, entry.size
-                )));
-            }
-            crc.update(&buf[..n]);
-            file.write_all(&buf[..n])
-                .map_err(|e| io("write", &entry.path, e))?;
+        if let Some(folder) = folder {
+            fs::create_dir_all(folder).map_err(|e| io_error("create", &entry.path, e))?;
         }
-        if written != entry.size || crc.sum() != entry.crc {
-            return Err(ToolError::new(
+    }
+    let files: Vec<&Entry> = entries.iter().filter(|e| e.kind == Kind::File).collect();
+    let declared: u64 = files.iter().map(|e| e.size).sum();
+    let threads = if declared < PARALLEL_MIN_BYTES {
+        1
+    } else {
+        threads.clamp(1, files.len().max(1))
+    };
+    let inflated = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let written = if threads == 1 {
+        write_files(zip, dest, caps, &files, &inflated, &failed)
+    } else {
+        // Whole entries to each thread, largest first to the least loaded.
+        let mut by_size: Vec<&Entry> = files.clone();
+        by_size.sort_by_key(|e| std::cmp::Reverse(e.compressed.max(e.size)));
+        let mut shares: Vec<(u64, Vec<&Entry>)> = vec![(0, Vec::new()); threads];
+        for entry in by_size {
+            let least = shares
+                .iter_mut()
+                .min_by_key(|(load, _)| *load)
+                .expect("at least one thread");
+            least.0 += entry.compressed.max(entry.size);
+            least.1.push(entry);
+        }
+        let (inflated, failed) = (&inflated, &failed);
+        let results: Vec<Result<(), ToolError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = shares
+                .iter()
+                .map(|(_, share)| {
+                    scope.spawn(move || write_files(zip, dest, caps, share, inflated, failed))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(ToolError::internal("a skill unpacking thread panicked"))
+                    })
+                })
+                .collect()
+        });
+        results.into_iter().collect::<Result<(), ToolError>>()
+    };
+    written?;
+    Ok(Unpacked {
+        files: files.iter().map(|e| e.path.clone()).collect(),
+        bytes: inflated.into_inner(),
+    })
+}
+
+fn io_error(what: &str, path: &str, e: std::io::Error) -> ToolError {
+    ToolError::internal(format!(
+        "cannot {what} '{path}' in the skill staging area: {e}"
+    ))
+}
+
+/// Writes `files` under `dest`, adding what it inflates to `inflated` (the whole archive's
+/// count, checked against the cap). Sets `failed` on its own failure, and stops early (`Ok`:
+/// the failing thread reports) once another thread set it.
+fn write_files(
+    zip: &[u8],
+    dest: &Path,
+    caps: Caps,
+    files: &[&Entry],
+    inflated: &AtomicU64,
+    failed: &AtomicBool,
+) -> Result<(), ToolError> {
+    let mut buf = vec![0u8; UNPACK_BUF];
+    for entry in files {
+        if failed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if let Err(e) = write_file(zip, dest, caps, entry, inflated, &mut buf) {
+            failed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Writes one file entry, inflating it (counted) and checking its size and CRC.
+fn write_file(
+    zip: &[u8],
+    dest: &Path,
+    caps: Caps,
+    entry: &Entry,
+    inflated: &AtomicU64,
+    buf: &mut [u8],
+) -> Result<(), ToolError> {
+    let start = entry.data_start as usize;
+    let data = &zip[start..start + entry.compressed as usize];
+    // `bufread` reads the slice in place: no copy of the compressed bytes.
+    let mut reader: Box<dyn Read> = match entry.method {
+        0 => Box::new(data),
+        _ => Box::new(DeflateDecoder::new(data)),
+    };
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dest.join(&entry.path))
+        .map_err(|e| io_error("create", &entry.path, e))?;
+    let mut crc = flate2::Crc::new();
+    let mut written: u64 = 0;
+    loop {
+        let n = read_full(&mut reader, buf).map_err(|e| {
+            ToolError::new(
                 ErrorCode::InvalidSkill,
                 format!(
-                    "entry '{}' of the skill archive is corrupt (size or CRC differs from its header)",
+                    "entry '{}' of the skill archive is corrupt: {e}",
                     entry.path
                 ),
-            ));
+            )
+        })?;
+        if n == 0 {
+            break;
         }
-        set_mode(&file, entry.executable).map_err(|e| io("set the mode of", &entry.path, e))?;
-        out.files.push(entry.path.clone());
+        written += n as u64;
+        if inflated.fetch_add(n as u64, Ordering::Relaxed) + n as u64 > caps.max_bytes {
+            return Err(unsafe_archive(format!(
+                "the archive inflates past TOOLMESH_SKILL_MAX_BYTES ({} bytes)",
+                caps.max_bytes
+            )));
+        }
+        if written > entry.size {
+            return Err(unsafe_archive(format!(
+                "entry '{}' inflates past its declared size of {} bytes",
+                entry.path, entry.size
+            )));
+        }
+        crc.update(&buf[..n]);
+        file.write_all(&buf[..n])
+            .map_err(|e| io_error("write", &entry.path, e))?;
     }
-    Ok(out)
+    if written != entry.size || crc.sum() != entry.crc {
+        return Err(ToolError::new(
+            ErrorCode::InvalidSkill,
+            format!(
+                "entry '{}' of the skill archive is corrupt (size or CRC differs from its header)",
+                entry.path
+            ),
+        ));
+    }
+    set_mode(&file, entry.executable).map_err(|e| io_error("set the mode of", &entry.path, e))
+}
+
+/// Fills `buf` as far as `reader` goes (fewer, larger writes); 0 at the end.
+fn read_full(reader: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 #[cfg(unix)]
@@ -776,6 +894,62 @@ mod tests {
     fn garbage_is_not_a_zip() {
         check(b"not a zip at all, clearly", Err(ErrorCode::InvalidSkill));
         check(b"", Err(ErrorCode::InvalidSkill));
+    }
+
+    /// An archive big enough to be written by several threads: `n` files of 1 MiB.
+    fn big(n: usize) -> ZipBuilder {
+        let mut zip = ZipBuilder::new();
+        zip.file("SKILL.md", b"hi");
+        for i in 0..n {
+            let data: Vec<u8> = (0..1u32 << 20).map(|b| (b * 7 + i as u32) as u8).collect();
+            zip.file(&format!("d{}/f{i}", i % 3), &data);
+        }
+        zip
+    }
+
+    #[test]
+    fn several_threads_write_the_same_files_and_keep_the_caps() {
+        let caps = Caps {
+            max_bytes: 64 << 20,
+            max_entries: 100,
+        };
+        let zip = big(12).finish();
+        for threads in [1, 2, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let out = unpack_on(&zip, dir.path(), caps, threads).unwrap();
+            assert_eq!(out.bytes, 2 + (12 << 20));
+            assert_eq!(out.files.len(), 13);
+            assert_eq!(out.files[1], "d0/f0");
+            let f5 = fs::read(dir.path().join("d2/f5")).unwrap();
+            assert_eq!(f5.len(), 1 << 20);
+            assert_eq!(f5[1], 12);
+        }
+        // The cap on inflated bytes holds across threads: headers that under-declare are
+        // caught while inflating.
+        let tight = Caps {
+            max_bytes: 10 << 20,
+            max_entries: 100,
+        };
+        let mut lying = zip.clone();
+        let mut builder = big(16);
+        for c in &mut builder.central[1..] {
+            c.size = 512 << 10;
+        }
+        let under = builder.finish();
+        for threads in [1, 2] {
+            let dir = tempfile::tempdir().unwrap();
+            let e = unpack_on(&under, dir.path(), tight, threads).unwrap_err();
+            assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
+        }
+        // A corrupt entry fails the whole archive, whichever thread meets it.
+        let cd = u32_at(&lying, lying.len() - 6).unwrap() as usize;
+        let crc_at = cd + 16; // the first entry's CRC in the central directory
+        lying[crc_at] ^= 0xff;
+        for threads in [1, 2] {
+            let dir = tempfile::tempdir().unwrap();
+            let e = unpack_on(&lying, dir.path(), caps, threads).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidSkill, "{e}");
+        }
     }
 
     #[test]

@@ -8,9 +8,14 @@
 //! to `skills-cache/<sha256>/` (the hash of the bytes actually downloaded). A refusal removes the
 //! staging folder, so the cache only ever holds whole, checked skills; a rename that loses a race
 //! with another node (the folder exists) keeps the other's copy, which is the same content.
+//!
+//! Each install logs its phases at debug level (`skill archive installed`: lookup, download,
+//! hash, extract, check and rename times in µs; lookup is the download info and the cache
+//! check), which `benches/skills.rs` reads.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::skills::LOCAL_SHA256;
@@ -89,6 +94,7 @@ impl Loader {
 
     async fn load_remote(&self, skill: &CatalogSkill) -> Result<LoadedSkill, ToolError> {
         let name = &skill.manifest.name;
+        let started = Instant::now();
         let (url, expected) = self
             .service
             .download_info(&skill.manifest.space_id, name)
@@ -104,6 +110,7 @@ impl Loader {
                 warnings: Vec::new(),
             });
         }
+        let looked_up = Instant::now();
         let bytes = self
             .service
             .get_bytes(
@@ -112,7 +119,13 @@ impl Loader {
                 self.service.max_download_bytes,
             )
             .await?;
-        let actual = sha256_hex(&bytes);
+        let downloaded = Instant::now();
+        // ~30 ms for 50 MB even with SHA-NI: off the async worker.
+        let (bytes, actual, hashed) = blocking(move || {
+            let actual = sha256_hex(&bytes);
+            Ok((bytes, actual, Instant::now()))
+        })
+        .await?;
         let mut warnings = Vec::new();
         if actual != expected {
             if !self.allow_hash_mismatch {
@@ -132,7 +145,22 @@ impl Loader {
         let cache_dir = self.cache_dir.clone();
         let caps = self.caps;
         let key = actual.clone();
-        let (root, doc) = blocking(move || install(&cache_dir, &key, &bytes, caps)).await?;
+        let archive_bytes = bytes.len();
+        let (root, doc, times) = blocking(move || install(&cache_dir, &key, &bytes, caps)).await?;
+        let us = |d: Duration| d.as_micros() as u64;
+        tracing::debug!(
+            skill = %name,
+            archive_bytes,
+            inflated_bytes = times.inflated_bytes,
+            lookup_us = us(looked_up - started),
+            download_us = us(downloaded - looked_up),
+            hash_us = us(hashed - downloaded),
+            extract_us = us(times.extract),
+            check_us = us(times.check),
+            rename_us = us(times.rename),
+            total_us = us(started.elapsed()),
+            "skill archive installed"
+        );
         Ok(LoadedSkill {
             skill: skill.clone(),
             root,
@@ -163,13 +191,22 @@ fn cached_skill(dir: &Path) -> Result<Option<(PathBuf, SkillDoc)>, ToolError> {
     Ok(Some((root, doc)))
 }
 
+/// How long the phases of [`install`] took.
+#[derive(Debug, Clone, Copy, Default)]
+struct InstallTimes {
+    extract: Duration,
+    check: Duration,
+    rename: Duration,
+    inflated_bytes: u64,
+}
+
 /// Unpacks into staging, checks, renames into the cache.
 fn install(
     cache_dir: &Path,
     key: &str,
     zip: &[u8],
     caps: Caps,
-) -> Result<(PathBuf, SkillDoc), ToolError> {
+) -> Result<(PathBuf, SkillDoc, InstallTimes), ToolError> {
     let io = |what: &str, e: std::io::Error| {
         ToolError::internal(format!(
             "cannot {what} in the skill cache {}: {e}",
@@ -180,9 +217,15 @@ fn install(
     fs::create_dir_all(&staging_parent).map_err(|e| io("create the staging folder", e))?;
     let staging = staging_parent.join(uuid::Uuid::new_v4().simple().to_string());
     fs::create_dir(&staging).map_err(|e| io("create a staging folder", e))?;
-    let checked = archive::unpack(zip, &staging, caps).and_then(|_| {
+    let mut times = InstallTimes::default();
+    let extracting = Instant::now();
+    let checked = archive::unpack(zip, &staging, caps).and_then(|unpacked| {
+        times.inflated_bytes = unpacked.bytes;
+        times.extract = extracting.elapsed();
+        let checking = Instant::now();
         let root = skill_root(&staging)?;
         let doc = read_doc(&root)?;
+        times.check = checking.elapsed();
         Ok((
             root.strip_prefix(&staging)
                 .map(Path::to_path_buf)
@@ -200,6 +243,7 @@ fn install(
         }
     };
     let target = cache_dir.join(key);
+    let renaming = Instant::now();
     if let Err(e) = fs::rename(&staging, &target) {
         let _ = fs::remove_dir_all(&staging);
         if !target.is_dir() {
@@ -207,7 +251,8 @@ fn install(
         }
         // Another node (or call) put the same archive there first.
     }
-    Ok((target.join(relative_root), doc))
+    times.rename = renaming.elapsed();
+    Ok((target.join(relative_root), doc, times))
 }
 
 /// The folder holding `SKILL.md`: the root, or its single top folder (`__MACOSX` aside).

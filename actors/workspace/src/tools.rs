@@ -18,6 +18,8 @@ use crate::{edit, lint, search};
 
 /// Largest file read whole (PROTOCOL.md); a line range may read further into a bigger file.
 pub const READ_MAX_BYTES: u64 = 2 * 1024 * 1024;
+/// Largest file `read_workspace_file` reads without the blocking pool.
+pub const INLINE_READ_MAX_BYTES: u64 = 16 * 1024;
 /// Largest file an edit or lint takes in.
 pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
 /// `write_workspace_files` writes at most this many files per call.
@@ -119,6 +121,19 @@ impl WorkspaceService {
         })?
     }
 
+    /// Runs `work` on the blocking pool.
+    async fn offload<T, F>(&self, work: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    {
+        tokio::task::spawn_blocking(work).await.map_err(|e| {
+            ToolError::internal(format!(
+                "a workspace task failed ({e}); see the workspace log"
+            ))
+        })?
+    }
+
     async fn status(
         &self,
         ctx: &InvocationContext,
@@ -170,51 +185,30 @@ impl WorkspaceService {
             .max_chars
             .map_or(self.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
         let invocation = ctx.invocation_id.to_string();
-        let p = path.clone();
-        let (mut fields, sha) = self
-            .blocking(ctx, session.clone(), move |ws| {
-                let text = read_text(ws, &p, a.start_line.is_some() || a.end_line.is_some())?;
-                let lines: Vec<&str> = text.body.lines().collect();
-                let total = lines.len() as u64;
-                let start = a.start_line.unwrap_or(1);
-                let end = a.end_line.unwrap_or(total).min(total);
-                if total > 0 && start > total {
-                    return Err(ToolError::invalid_argument(
-                        "/start_line",
-                        format!("{} has {total} lines", p.display()),
-                    ));
-                }
-                let mut content = String::new();
-                for n in start..=end {
-                    let line = lines[(n - 1) as usize];
-                    if a.include_line_numbers {
-                        content.push_str(&format!("{n:>6}\t{line}\n"));
-                    } else {
-                        content.push_str(line);
-                        content.push('\n');
-                    }
-                }
-                let mut fields = Map::new();
-                fields.insert("path".into(), Value::from(p.display()));
-                let range_partial = start > 1 || end < total;
-                let cut = budgeted(
-                    ws,
-                    &mut fields,
-                    "content",
-                    &content,
-                    budget_chars,
-                    &invocation,
-                )?;
-                fields.insert("read_range".into(), json!([start, end]));
-                fields.insert("total_lines".into(), Value::from(total));
-                fields.insert(
-                    "partial".into(),
-                    Value::Bool(range_partial || cut || text.capped),
-                );
-                fields.insert("size".into(), Value::from(text.size));
-                Ok((fields, text.sha256))
+        let ranged = a.start_line.is_some() || a.end_line.is_some();
+        // A small file is opened, read and rendered right here: handing ~20 µs of cached file
+        // work to the blocking pool and back costs more than the work (two thread wake-ups).
+        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
+        // blocking pool as every other file operation does.
+        let ws = Workspace::open(&self.data_dir, &ctx.account, &session)?;
+        let (file, size) = confine::open_sized(&ws, &path)?;
+        let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
+            let text = read_opened_text(file, size, &path, ranged)?;
+            if text.rendered_bound() <= budget_chars {
+                render_read(&ws, &path, text, &a, budget_chars, &invocation)?
+            } else {
+                let p = path.clone();
+                self.offload(move || render_read(&ws, &p, text, &a, budget_chars, &invocation))
+                    .await?
+            }
+        } else {
+            let p = path.clone();
+            self.offload(move || {
+                let text = read_opened_text(file, size, &p, ranged)?;
+                render_read(&ws, &p, text, &a, budget_chars, &invocation)
             })
-            .await?;
+            .await?
+        };
         if let Some(sha) = sha {
             // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
             // recorded still returns the file; a later edit then says file_not_read, which is
@@ -511,8 +505,22 @@ struct TextRead {
     capped: bool,
 }
 
-fn read_text(ws: &Workspace, path: &WorkspacePath, ranged: bool) -> Result<TextRead, ToolError> {
-    let (file, size) = confine::open_sized(ws, path)?;
+impl TextRead {
+    /// At most this many characters once rendered, line numbers included (`{n:>6}\t` and the
+    /// newline per line): under the budget, nothing can need persisting.
+    fn rendered_bound(&self) -> usize {
+        let lines = self.body.bytes().filter(|b| *b == b'\n').count() + 1;
+        self.body.len() + 8 * lines
+    }
+}
+
+/// Reads a file opened with [`confine::open_sized`].
+fn read_opened_text(
+    file: cap_std::fs::File,
+    size: u64,
+    path: &WorkspacePath,
+    ranged: bool,
+) -> Result<TextRead, ToolError> {
     if size > READ_MAX_BYTES && !ranged {
         return Err(too_large(path, size, READ_MAX_BYTES)
             .with("hint", "give start_line/end_line to read a part"));
@@ -538,6 +546,58 @@ fn read_text(ws: &Workspace, path: &WorkspacePath, ranged: bool) -> Result<TextR
         sha256,
         capped,
     })
+}
+
+/// The fields of a `read_workspace_file` reply for a file already read, and the file's hash
+/// for the read state.
+fn render_read(
+    ws: &Workspace,
+    p: &WorkspacePath,
+    text: TextRead,
+    a: &ReadWorkspaceFileArgs,
+    budget_chars: usize,
+    invocation: &str,
+) -> Result<(Map<String, Value>, Option<String>), ToolError> {
+    use std::fmt::Write as _;
+    let lines: Vec<&str> = text.body.lines().collect();
+    let total = lines.len() as u64;
+    let start = a.start_line.unwrap_or(1);
+    let end = a.end_line.unwrap_or(total).min(total);
+    if total > 0 && start > total {
+        return Err(ToolError::invalid_argument(
+            "/start_line",
+            format!("{} has {total} lines", p.display()),
+        ));
+    }
+    let mut content = String::with_capacity(text.body.len() + 8 * lines.len());
+    for n in start..=end {
+        let line = lines[(n - 1) as usize];
+        if a.include_line_numbers {
+            let _ = writeln!(content, "{n:>6}\t{line}");
+        } else {
+            content.push_str(line);
+            content.push('\n');
+        }
+    }
+    let mut fields = Map::new();
+    fields.insert("path".into(), Value::from(p.display()));
+    let range_partial = start > 1 || end < total;
+    let cut = budgeted(
+        ws,
+        &mut fields,
+        "content",
+        &content,
+        budget_chars,
+        invocation,
+    )?;
+    fields.insert("read_range".into(), json!([start, end]));
+    fields.insert("total_lines".into(), Value::from(total));
+    fields.insert(
+        "partial".into(),
+        Value::Bool(range_partial || cut || text.capped),
+    );
+    fields.insert("size".into(), Value::from(text.size));
+    Ok((fields, text.sha256))
 }
 
 /// Puts a budgeted text field in `fields`; over the budget, the whole text is persisted under

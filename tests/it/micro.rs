@@ -1,0 +1,108 @@
+//! NATS micro-service discovery: `$SRV.PING|INFO|STATS` answered by every node for itself and
+//! each of its actors, in the shapes async-nats's own `service` types read.
+
+use std::time::Duration;
+
+use async_nats::service::{Info, PingResponse, Stats};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::support::Cluster;
+
+/// Every reply to one request on `subject`, until none came for 500 ms (the server's
+/// "no responders" status message is not a reply).
+async fn gather(client: &async_nats::Client, subject: &str) -> Vec<Bytes> {
+    let inbox = client.new_inbox();
+    let mut sub = client.subscribe(inbox.clone()).await.unwrap();
+    client
+        .publish_with_reply(subject.to_owned(), inbox, Bytes::new())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+        if msg.status.is_none() {
+            out.push(msg.payload);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
+    let mut cluster = Cluster::with_env(&[]).await; // test-node-1: gateway, approval
+    cluster.start_node("workspace", &[]).await; // test-node-2
+    let client = cluster.client.clone();
+
+    let pings: Vec<PingResponse> = gather(&client, "$SRV.PING")
+        .await
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("a ping_response"))
+        .collect();
+    let mut seen: Vec<(String, String)> = pings
+        .iter()
+        .map(|p| (p.name.clone(), p.id.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("toolmesh-approval", "test-node-1"),
+            ("toolmesh-gateway", "test-node-1"),
+            ("toolmesh-node", "test-node-1"),
+            ("toolmesh-node", "test-node-2"),
+            ("toolmesh-workspace", "test-node-2"),
+        ]
+        .map(|(n, i)| (n.to_owned(), i.to_owned()))
+    );
+    assert!(pings
+        .iter()
+        .all(|p| p.kind == "io.nats.micro.v1.ping_response" && !p.version.is_empty()));
+    assert_eq!(pings[0].metadata["node_id"], pings[0].id);
+
+    // By name: only that service's instances answer.
+    let infos: Vec<Info> = gather(&client, "$SRV.INFO.toolmesh-gateway")
+        .await
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("an info_response"))
+        .collect();
+    assert_eq!(infos.len(), 1);
+    let info = &infos[0];
+    assert_eq!(info.kind, "io.nats.micro.v1.info_response");
+    let endpoints: Vec<(&str, &str, &str)> = info
+        .endpoints
+        .iter()
+        .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
+        .collect();
+    assert_eq!(
+        endpoints,
+        [
+            ("call", "toolmesh.v1.call.>", "toolmesh.gateway"),
+            ("cancel", "toolmesh.v1.cancel.>", "toolmesh.gateway"),
+        ]
+    );
+
+    // By name and id: that one instance; the node's live load rides in each endpoint's data.
+    let stats = gather(&client, "$SRV.STATS.toolmesh-workspace.test-node-2").await;
+    assert_eq!(stats.len(), 1);
+    let stats: Stats = serde_json::from_slice(&stats[0]).expect("a stats_response");
+    assert_eq!(stats.kind, "io.nats.micro.v1.stats_response");
+    assert_eq!(stats.id, "test-node-2");
+    assert!(stats
+        .endpoints
+        .iter()
+        .any(|e| e.subject == "toolmesh.internal.v1.run.workspace"
+            && e.queue_group == "toolmesh.workspace"));
+    for endpoint in &stats.endpoints {
+        assert_eq!((endpoint.requests, endpoint.errors), (0, 0));
+        let data = endpoint.data.as_ref().expect("load data");
+        assert_eq!(data["in_flight"], 0, "{data}");
+    }
+
+    // Another instance id, or another name: nobody answers.
+    assert!(gather(&client, "$SRV.PING.toolmesh-workspace.test-node-1")
+        .await
+        .is_empty());
+    assert!(gather(&client, "$SRV.PING.toolmesh-sandbox")
+        .await
+        .is_empty());
+}
