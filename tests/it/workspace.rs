@@ -585,3 +585,40 @@ async fn list_sorts_by_name_size_and_mtime() {
     .await;
     assert_eq!(l["error"], "invalid_arguments", "{l}");
 }
+
+/// Small files are read inline, bigger ones (and results that may need persisting) on the
+/// blocking pool: both give the same reply, and both count as a read for the next edit.
+#[tokio::test]
+async fn reads_small_and_large_count_for_edits() {
+    let c = cluster().await;
+    let ws = root(&c, "acme", "s1");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (name, lines) in [("small.txt", 100), ("large.txt", 4000)] {
+        let text: String = (1..=lines).map(|i| format!("line {i:05}\n")).collect();
+        std::fs::write(ws.join(name), &text).unwrap();
+        let r = tool(
+            &c,
+            "read_workspace_file",
+            json!({"path": name, "max_chars": 100000}),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["total_lines"], lines, "{name}");
+        assert_eq!(r["size"], text.len(), "{name}");
+        assert_eq!(r["read_state_recorded"], true, "{name}");
+        let content = r["content"].as_str().unwrap();
+        assert!(content.starts_with("     1\tline 00001\n"), "{name}");
+        assert!(
+            content.ends_with(&format!("{lines:>6}\tline {lines:05}\n")),
+            "{name}"
+        );
+        // Straight after the read: the record was sent before the reply.
+        let e = tool(
+            &c,
+            "edit_workspace_file",
+            json!({"path": name, "old_text": "line 00001\n", "new_text": "first\n"}),
+        )
+        .await;
+        assert_eq!(e["ok"], true, "{name}: {e}");
+    }
+}

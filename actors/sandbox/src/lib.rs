@@ -22,9 +22,7 @@ mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use futures::StreamExt;
-use tokio_util::task::TaskTracker;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
 use toolmesh_kernel::config::{SandboxBackend, SandboxConfig};
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
@@ -165,32 +163,25 @@ pub async fn spawn(
         lifecycle.drain.clone(),
     ));
 
-    let (handle, stop_notice) = ActorHandle::new(Role::Sandbox);
     let drain = lifecycle.drain.clone();
-    let node = settings.node.clone();
-    worker::SandboxWorker::create(move |ctx| {
-        let calls = futures::stream::select(
-            drainable(shared, drain.clone()).map(|msg| worker::RunRequested {
-                msg,
-                forwarded: false,
-            }),
-            drainable(own, drain).map(|msg| worker::RunRequested {
-                msg,
-                forwarded: true,
-            }),
-        );
-        ctx.add_stream(calls);
-        worker::SandboxWorker {
-            client,
-            service,
-            cluster,
-            node,
-            in_flight,
-            tasks: TaskTracker::new(),
-            stopped: stop_notice,
-            health: Arc::new(tokio::sync::Mutex::new(health)),
-        }
-    });
+    let calls = futures::stream::select(
+        drainable(shared, drain.clone()).map(|msg| worker::RunRequested {
+            msg,
+            forwarded: false,
+        }),
+        drainable(own, drain).map(|msg| worker::RunRequested {
+            msg,
+            forwarded: true,
+        }),
+    );
+    let worker = worker::SandboxWorker {
+        client,
+        service,
+        cluster,
+        node: settings.node.clone(),
+        health: tokio::sync::Mutex::new(health),
+    };
+    let handle = toolmesh_actix_host::start(Role::Sandbox, "sandbox", worker, calls, in_flight);
     Ok((handle, CapacityProbe(pool)))
 }
 

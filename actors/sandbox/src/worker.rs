@@ -14,11 +14,10 @@
 
 use std::sync::Arc;
 
-use actix::prelude::*;
 use async_nats::{Client, Message};
-use tokio_util::task::TaskTracker;
+use toolmesh_actix_host::Handler;
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::host::{publish_claim, respond, InFlight, StopNotice};
+use toolmesh_kernel::host::{publish_claim, respond};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
@@ -28,73 +27,33 @@ use crate::pool::{OpenError, SessionKey, SessionUse};
 use crate::tools::{creates_sandbox, Answer, SandboxService};
 
 /// A routed call; `forwarded` when another worker handed it to this one.
-#[derive(Message)]
-#[rtype(result = "()")]
 pub struct RunRequested {
     pub msg: Message,
     pub forwarded: bool,
 }
 
+/// Places each call (hosted by [`toolmesh_actix_host`], a task per call).
 pub struct SandboxWorker {
     pub client: Client,
     pub service: Arc<SandboxService>,
     pub cluster: Arc<ClusterView>,
     pub node: NodeId,
-    pub in_flight: InFlight,
-    pub tasks: TaskTracker,
-    pub stopped: StopNotice,
     /// Why the backend cannot run here (image missing…), re-checked on every call until fixed.
-    pub health: Arc<tokio::sync::Mutex<Option<String>>>,
+    pub health: tokio::sync::Mutex<Option<String>>,
 }
 
-impl Actor for SandboxWorker {
-    type Context = Context<Self>;
+impl Handler for SandboxWorker {
+    type Request = RunRequested;
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        tracing::info!("sandbox actor drained");
-        self.stopped.notify();
-    }
-}
-
-impl StreamHandler<RunRequested> for SandboxWorker {
-    fn handle(&mut self, item: RunRequested, _ctx: &mut Context<Self>) {
-        let held = self.in_flight.enter();
-        let placement = Placement {
-            client: self.client.clone(),
-            service: self.service.clone(),
-            cluster: self.cluster.clone(),
-            node: self.node.clone(),
-            health: self.health.clone(),
-        };
-        self.tasks.spawn(async move {
-            let _held = held;
-            placement.handle(item.msg, item.forwarded).await;
-        });
+    async fn handle(&self, RunRequested { msg, forwarded }: RunRequested) {
+        self.place_and_run(msg, forwarded).await;
     }
 
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        // Drained (both subscriptions end together): wait for running calls, remove this
-        // worker's sandboxes, then stop.
-        self.tasks.close();
-        let tasks = self.tasks.clone();
-        let pool = self.service.pool.clone();
-        ctx.wait(
-            async move {
-                tasks.wait().await;
-                pool.shutdown().await;
-            }
-            .into_actor(self)
-            .map(|_, _, ctx| ctx.stop()),
-        );
+    /// Drained (both subscriptions end together) and every call answered: remove this
+    /// worker's sandboxes.
+    async fn drained(&self) {
+        self.service.pool.shutdown().await;
     }
-}
-
-struct Placement {
-    client: Client,
-    service: Arc<SandboxService>,
-    cluster: Arc<ClusterView>,
-    node: NodeId,
-    health: Arc<tokio::sync::Mutex<Option<String>>>,
 }
 
 /// Where a call runs. `opened`: this call took a sandbox for a new session, so the warm pool
@@ -107,8 +66,8 @@ enum Target {
     On(NodeId),
 }
 
-impl Placement {
-    async fn handle(self, msg: Message, forwarded: bool) {
+impl SandboxWorker {
+    async fn place_and_run(&self, msg: Message, forwarded: bool) {
         let call = match serde_json::from_slice::<ActorCall>(&msg.payload) {
             Ok(call) => call,
             Err(e) => {

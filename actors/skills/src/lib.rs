@@ -23,7 +23,6 @@ pub mod tools;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use actix::prelude::*;
 use futures::StreamExt;
 use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
@@ -86,15 +85,16 @@ pub async fn spawn(
         .queue_subscribe(BUNDLE_SUBJECT, queue::of(Role::Skills))
         .await?;
     confirm_subscriptions(&client).await?;
-    let (handle, notice) = ActorHandle::new(Role::Skills);
-    let drain = lifecycle.drain.clone();
-    loader::SkillLoader::create(move |ctx| {
-        let requests = futures::stream::select(
-            drainable(calls, drain.clone()).map(loader::SkillRequested::Run),
-            drainable(bundles, drain).map(loader::SkillRequested::Bundle),
-        );
-        ctx.add_stream(requests);
-        loader::SkillLoader::new(client, settings.node, service, in_flight, notice)
-    });
+    let drain = lifecycle.drain;
+    let requests = futures::stream::select(
+        drainable(calls, drain.clone()).map(loader::SkillRequested::Run),
+        drainable(bundles, drain).map(loader::SkillRequested::Bundle),
+    );
+    let loader = loader::SkillLoader {
+        client,
+        node: settings.node,
+        service,
+    };
+    let handle = toolmesh_actix_host::start(Role::Skills, "skills", loader, requests, in_flight);
     Ok(handle)
 }

@@ -15,8 +15,6 @@ pub mod tools;
 
 use std::sync::Arc;
 
-use actix::prelude::*;
-use futures::StreamExt;
 use toolmesh_kernel::config::WebConfig;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
@@ -73,11 +71,12 @@ pub async fn spawn(
         .queue_subscribe(internal::run(Role::Web), queue::of(Role::Web))
         .await?;
     confirm_subscriptions(&client).await?;
-    let (handle, notice) = ActorHandle::new(Role::Web);
-    let drain = lifecycle.drain.clone();
-    runner::WebRunner::create(move |ctx| {
-        ctx.add_stream(drainable(calls, drain).map(runner::RunRequested));
-        runner::WebRunner::new(client, service, in_flight, notice)
-    });
+    let handle = toolmesh_actix_host::start(
+        Role::Web,
+        "web",
+        runner::WebRunner { client, service },
+        drainable(calls, lifecycle.drain),
+        in_flight,
+    );
     Ok(handle)
 }

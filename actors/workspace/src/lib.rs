@@ -18,8 +18,6 @@ pub mod tools;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use actix::prelude::*;
-use futures::StreamExt;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::Role;
@@ -75,24 +73,32 @@ pub async fn spawn(
         sync_subscriptions.push(drainable(subscription, lifecycle.drain.clone()));
     }
     confirm_subscriptions(&client).await?;
+    let drain = lifecycle.drain;
+    let keeper = toolmesh_actix_host::start(
+        Role::Workspace,
+        "workspace",
+        keeper::WorkspaceKeeper {
+            client: client.clone(),
+            service,
+        },
+        drainable(calls, drain),
+        in_flight.clone(),
+    );
+    let syncer = toolmesh_actix_host::start(
+        Role::Workspace,
+        "workspace sync",
+        sync::WorkspaceSyncer {
+            client,
+            service: sync_service,
+        },
+        futures::stream::select_all(sync_subscriptions),
+        in_flight,
+    );
     // Two actors, one handle: the role has stopped once both have drained.
     let (handle, mut stop_notice) = ActorHandle::new(Role::Workspace);
-    let (keeper_handle, keeper_notice) = ActorHandle::new(Role::Workspace);
-    let (syncer_handle, syncer_notice) = ActorHandle::new(Role::Workspace);
-    let drain = lifecycle.drain.clone();
-    let keeper_client = client.clone();
-    let keeper_in_flight = in_flight.clone();
-    keeper::WorkspaceKeeper::create(move |ctx| {
-        ctx.add_stream(drainable(calls, drain).map(keeper::RunRequested));
-        keeper::WorkspaceKeeper::new(keeper_client, service, keeper_in_flight, keeper_notice)
-    });
-    sync::WorkspaceSyncer::create(move |ctx| {
-        ctx.add_stream(futures::stream::select_all(sync_subscriptions).map(sync::SyncRequested));
-        sync::WorkspaceSyncer::new(client, sync_service, in_flight, syncer_notice)
-    });
-    actix::spawn(async move {
-        keeper_handle.stopped().await;
-        syncer_handle.stopped().await;
+    tokio::spawn(async move {
+        keeper.stopped().await;
+        syncer.stopped().await;
         stop_notice.notify();
     });
     Ok(handle)

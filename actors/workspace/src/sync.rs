@@ -19,14 +19,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix::prelude::*;
 use async_nats::{Client, Message};
 use bytes::Bytes;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, FileExt, Metadata, MetadataExt, OpenOptions};
 use serde_json::Value;
-use tokio_util::task::TaskTracker;
-use toolmesh_kernel::host::{respond, InFlight, StopNotice};
+use toolmesh_actix_host::Handler;
+use toolmesh_kernel::host::respond;
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::sync::{
     self as wire, Change, ChangeOp, ChangeOutcome, Chunk, Current, Expected, FetchFailure,
@@ -768,80 +767,33 @@ fn sweep_staging(staging: &Dir) {
 // ------------------------------------------------------------------------------------------
 // The actor
 
-/// A sync request on one of the three subjects.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SyncRequested(pub Message);
-
-/// Serves the sync subjects; each request runs as a task of its own, file work on tokio's
-/// blocking pool.
+/// Serves the sync subjects; each request runs as a task of its own (hosted by
+/// [`toolmesh_actix_host`]), file work on tokio's blocking pool.
 pub struct WorkspaceSyncer {
-    client: Client,
-    service: Arc<SyncService>,
-    in_flight: InFlight,
-    tasks: TaskTracker,
-    stopped: StopNotice,
+    pub client: Client,
+    pub service: Arc<SyncService>,
 }
 
-impl WorkspaceSyncer {
-    pub fn new(
-        client: Client,
-        service: Arc<SyncService>,
-        in_flight: InFlight,
-        stopped: StopNotice,
-    ) -> Self {
-        Self {
-            client,
-            service,
-            in_flight,
-            tasks: TaskTracker::new(),
-            stopped,
-        }
-    }
-}
+impl Handler for WorkspaceSyncer {
+    type Request = Message;
 
-impl Actor for WorkspaceSyncer {
-    type Context = Context<Self>;
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        tracing::info!("workspace sync actor drained");
-        self.stopped.notify();
-    }
-}
-
-impl StreamHandler<SyncRequested> for WorkspaceSyncer {
-    fn handle(&mut self, SyncRequested(msg): SyncRequested, _ctx: &mut Context<Self>) {
-        let client = self.client.clone();
+    async fn handle(&self, msg: Message) {
         let service = self.service.clone();
-        let held = self.in_flight.enter();
-        self.tasks.spawn(async move {
-            let _held = held;
-            let subject = msg.subject.to_string();
-            let payload = msg.payload.clone();
-            let body = tokio::task::spawn_blocking(move || service.handle(&subject, &payload))
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "a workspace sync request panicked");
-                    let error = wire::error_body(ToolError::internal(
-                        "the workspace sync request failed; the workspace actor's log has the details",
-                    ));
-                    if msg.subject.as_str() == internal::WORKSPACE_FETCH {
-                        wire::encode_frame(&error, &[])
-                    } else {
-                        serde_json::to_vec(&error).expect("an error serializes")
-                    }
-                });
-            respond(&client, msg.reply.as_ref(), body).await;
-        });
-    }
-
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        self.tasks.close();
-        let tasks = self.tasks.clone();
-        ctx.wait(
-            async move { tasks.wait().await }
-                .into_actor(self)
-                .map(|_, _, ctx| ctx.stop()),
-        );
+        let subject = msg.subject.to_string();
+        let payload = msg.payload.clone();
+        let body = tokio::task::spawn_blocking(move || service.handle(&subject, &payload))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "a workspace sync request panicked");
+                let error = wire::error_body(ToolError::internal(
+                    "the workspace sync request failed; the workspace actor's log has the details",
+                ));
+                if msg.subject.as_str() == internal::WORKSPACE_FETCH {
+                    wire::encode_frame(&error, &[])
+                } else {
+                    serde_json::to_vec(&error).expect("an error serializes")
+                }
+            });
+        respond(&self.client, msg.reply.as_ref(), body).await;
     }
 }
