@@ -3,7 +3,8 @@
 //! `cargo bench --bench gateway` starts a nats-server, a redis-server and one
 //! `toolmesh node --roles gateway,workspace`, then for two tools — `component_status`
 //! (answered by the gateway) and `read_workspace_file` of a 1 KiB file (routed to the workspace
-//! actor, which also records the read state in Redis) — measures raw async-nats request/reply
+//! actor, which also sends the read-state record to Redis, without waiting for it before the
+//! reply) — measures raw async-nats request/reply
 //! to a responder answering with the very bytes the tool answers, against the tool through the
 //! gateway: sequential p50/p99 and the ratio, then throughput with 64 requests in flight.
 //!

@@ -528,8 +528,7 @@ impl<'a> Call<'a> {
                 .await?
         };
         // The common case, a success, goes to the caller as the actor wrote it.
-        if std::env::var_os("TOOLMESH_EXPERIMENT_NOSPLICE").is_some() {
-        } else if let Some(success) = splice::success(&reply.payload) {
+        if let Some(success) = splice::success(&reply.payload) {
             self.events.skip(success.events_emitted);
             return Ok(Answer::Prepared(success.members));
         }
