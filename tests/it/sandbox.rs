@@ -890,3 +890,32 @@ async fn a_redis_restart_does_not_fail_the_next_new_session() {
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["stdout"], "two\n");
 }
+
+#[tokio::test]
+async fn an_approval_is_given_back_when_the_worker_cannot_run_the_call() {
+    let c = cluster_with(&[
+        ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
+        ("TOOLMESH_APPROVAL_IN_BAND", "0"),
+        ("TOOLMESH_SANDBOX_IMAGE", "toolmesh/no-such-image:latest"),
+    ])
+    .await;
+    let args = json!({"command": "true"});
+    let first = tool(&c, "s1", "run_command", args.clone()).await;
+    assert_eq!(first["error"], "approval_required", "{first}");
+    let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(c.decide("acme", &id, true).await["ok"], true);
+    let call = json!({"tool": "run_command", "session_id": "s1", "arguments": args,
+                      "approval": {"id": id}});
+    let r = c.call("acme", call.clone()).await;
+    assert_eq!(r["error"], "unavailable", "{r}");
+    assert_eq!(
+        r["approval_released"], true,
+        "nothing ran, so the approval is back: {r}"
+    );
+    let again = c.call("acme", call).await;
+    assert_eq!(
+        again["error"], "unavailable",
+        "the same approval still passes the gate: {again}"
+    );
+    assert_eq!(again["approval_released"], true, "{again}");
+}

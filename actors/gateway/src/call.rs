@@ -541,6 +541,13 @@ impl<'a> Call<'a> {
         self.events.skip(answer.events_emitted);
         let mut fields = answer.reply;
         if let Some(error) = ToolError::from_fields(&fields) {
+            // Refused before it ran (say, the sandbox image is missing): like no responders,
+            // the approval it used is given back, so a retry needs no new decision.
+            if answer.not_run && error.code == ErrorCode::Unavailable {
+                if let Some(id) = self.consumed_approval.take() {
+                    return Err(self.give_back(&id, error).await);
+                }
+            }
             return Err(error);
         }
         // shift, not swap: the tool's member order is kept.

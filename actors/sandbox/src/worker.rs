@@ -86,17 +86,19 @@ impl SandboxWorker {
         );
         async {
             self.claim(&msg).await;
-            let mut opened = false;
-            let answer = match self.place(&call, forwarded).await {
+            let (answer, opened) = match self.place(&call, forwarded).await {
                 Ok(Target::On(node)) => {
                     self.hand_over(&msg, &node).await;
                     return;
                 }
-                Ok(Target::Here { session, opened: o }) => {
-                    opened = o;
-                    self.service.run(&call, session).await
+                Ok(Target::Here { session, opened }) => {
+                    (self.service.run(&call, session).await, opened)
                 }
-                Err(error) => Err(error).into(),
+                Err(error) => {
+                    // Nothing ran: the gateway may give the call's approval back.
+                    self.reply(&msg, ActorReply::refused(error)).await;
+                    return;
+                }
             };
             let Answer { result, events } = answer;
             let mut reply = match result {

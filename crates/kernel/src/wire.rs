@@ -527,6 +527,10 @@ pub struct ActorReply {
     pub reply: Map<String, Value>,
     #[serde(default)]
     pub events_emitted: u64,
+    /// The actor refused before running anything (a failure only): an approval the call
+    /// used is given back, as when no actor received it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_run: bool,
 }
 
 impl ActorReply {
@@ -537,12 +541,21 @@ impl ActorReply {
         Self {
             reply,
             events_emitted: 0,
+            not_run: false,
         }
     }
     pub fn error(error: ToolError) -> Self {
         Self {
             reply: error.into_fields(),
             events_emitted: 0,
+            not_run: false,
+        }
+    }
+    /// A refusal before anything ran (see [`ActorReply::not_run`]).
+    pub fn refused(error: ToolError) -> Self {
+        Self {
+            not_run: true,
+            ..Self::error(error)
         }
     }
 }
