@@ -622,3 +622,59 @@ async fn reads_small_and_large_count_for_edits() {
         assert_eq!(e["ok"], true, "{name}: {e}");
     }
 }
+
+#[tokio::test]
+async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
+    let c = cluster().await;
+    let dir = root(&c, "acme", "s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 400,000 lines of 31 bytes: 12.4 MB, over the 10 MB a file is read whole up to.
+    let mut text = String::with_capacity(400_000 * 31);
+    for n in 1..=400_000u32 {
+        text.push_str(&format!("line {n:>10} of the big file\n"));
+    }
+    assert!(text.len() > 10 * 1024 * 1024);
+    std::fs::write(dir.join("huge.log"), &text).unwrap();
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "huge.log", "start_line": 350_000, "end_line": 350_002}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        r["content"],
+        "350000\tline     350000 of the big file\n350001\tline     350001 of the big file\n350002\tline     350002 of the big file\n"
+    );
+    assert_eq!(r["read_range"], json!([350_000, 350_002]));
+    assert_eq!(r["total_lines"], 400_000);
+    assert_eq!(r["partial"], true);
+    // Past the line count: the same error as for a small file.
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "huge.log", "start_line": 400_001}),
+    )
+    .await;
+    assert_eq!(r["error"], "invalid_arguments", "{r}");
+    // An open-ended range stops at the 2 MB cap, on a whole line.
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "huge.log", "start_line": 10, "max_chars": 1000}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let range = r["read_range"].as_array().unwrap();
+    assert_eq!(range[0], 10);
+    let last = range[1].as_u64().unwrap();
+    assert!(
+        (60_000..80_000).contains(&last),
+        "about 2 MB of 31-byte lines: {last}"
+    );
+    assert_eq!(r["partial"], true);
+    assert_eq!(
+        r["content_truncated"], true,
+        "over max_chars: persisted for paging"
+    );
+}

@@ -204,7 +204,11 @@ impl WorkspaceService {
         } else {
             let p = path.clone();
             self.offload(move || {
-                let text = read_opened_text(file, size, &p, ranged)?;
+                let text = if ranged && size > EDIT_MAX_BYTES {
+                    read_streamed_range(file, size, &p, a.start_line.unwrap_or(1), a.end_line)?
+                } else {
+                    read_opened_text(file, size, &p, ranged)?
+                };
                 render_read(&ws, &p, text, &a, budget_chars, &invocation)
             })
             .await?
@@ -503,6 +507,10 @@ struct TextRead {
     sha256: Option<String>,
     /// A ranged read of a big file stopped at the 2 MB cap.
     capped: bool,
+    /// The line number of `body`'s first line: 1, or where a streamed range begins.
+    first_line: u64,
+    /// The file's line count when `body` holds only part of the file (a streamed range).
+    total_lines: Option<u64>,
 }
 
 impl TextRead {
@@ -545,6 +553,55 @@ fn read_opened_text(
         size,
         sha256,
         capped,
+        first_line: 1,
+        total_lines: None,
+    })
+}
+
+/// A line range of a file too big to hold (over the edit limit): streams through it, keeping
+/// only the lines of the range (at most [`READ_MAX_BYTES`] of them) and counting the rest.
+fn read_streamed_range(
+    file: cap_std::fs::File,
+    size: u64,
+    path: &WorkspacePath,
+    start: u64,
+    end: Option<u64>,
+) -> Result<TextRead, ToolError> {
+    use std::io::BufRead as _;
+    let mut reader = std::io::BufReader::with_capacity(256 * 1024, file);
+    let mut kept: Vec<u8> = Vec::new();
+    let mut capped = false;
+    let mut line_no: u64 = 0;
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| ToolError::internal(format!("cannot read '{path}': {e}")))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let in_range = line_no >= start && end.is_none_or(|e| line_no <= e);
+        if in_range && !capped {
+            if (kept.len() + line.len()) as u64 > READ_MAX_BYTES {
+                capped = true;
+            } else {
+                kept.extend_from_slice(&line);
+                if !line.ends_with(b"\n") {
+                    kept.push(b'\n');
+                }
+            }
+        }
+    }
+    let body = String::from_utf8(kept).map_err(|_| not_utf8(path))?;
+    Ok(TextRead {
+        body,
+        size,
+        sha256: None,
+        capped,
+        first_line: start,
+        total_lines: Some(line_no),
     })
 }
 
@@ -560,9 +617,16 @@ fn render_read(
 ) -> Result<(Map<String, Value>, Option<String>), ToolError> {
     use std::fmt::Write as _;
     let lines: Vec<&str> = text.body.lines().collect();
-    let total = lines.len() as u64;
+    // `lines[0]` is line `first_line` of the file.
+    let offset = text.first_line - 1;
+    let total = text.total_lines.unwrap_or(lines.len() as u64);
     let start = a.start_line.unwrap_or(1);
-    let end = a.end_line.unwrap_or(total).min(total);
+    // A streamed range may stop early at the size cap: end at the last line it holds.
+    let end = a
+        .end_line
+        .unwrap_or(total)
+        .min(total)
+        .min(offset + lines.len() as u64);
     if total > 0 && start > total {
         return Err(ToolError::invalid_argument(
             "/start_line",
@@ -571,7 +635,7 @@ fn render_read(
     }
     let mut content = String::with_capacity(text.body.len() + 8 * lines.len());
     for n in start..=end {
-        let line = lines[(n - 1) as usize];
+        let line = lines[(n - 1 - offset) as usize];
         if a.include_line_numbers {
             let _ = writeln!(content, "{n:>6}\t{line}");
         } else {
