@@ -59,6 +59,22 @@ pub struct Answer {
     pub events: u64,
 }
 
+impl Answer {
+    /// A failure before the tool produced an answer of its own.
+    pub fn failed(error: ToolError) -> Self {
+        Answer {
+            result: Err(error),
+            events: 0,
+        }
+    }
+}
+
+impl From<Result<Answer, ToolError>> for Answer {
+    fn from(result: Result<Answer, ToolError>) -> Self {
+        result.unwrap_or_else(Answer::failed)
+    }
+}
+
 impl From<Result<Map<String, Value>, ToolError>> for Answer {
     fn from(result: Result<Map<String, Value>, ToolError>) -> Self {
         Answer { result, events: 0 }
@@ -158,37 +174,27 @@ impl SandboxService {
     }
 
     pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {
-        match call.tool.as_str() {
-            "execute_skills" => {
-                let Some(session) = session else {
-                    return Err(no_session()).into();
-                };
-                match args(call) {
-                    Ok(a) => match self.execute_skills(call, &session, a).await {
-                        Ok(answer) => answer,
-                        Err(e) => Err(e).into(),
-                    },
-                    Err(e) => Err(e).into(),
-                }
-            }
-            "run_command" | "run_code" => {
-                let Some(session) = session else {
-                    return Err(no_session()).into();
-                };
-                if call.tool == "run_command" {
-                    match args(call) {
-                        Ok(a) => self.run_command(call, &session, a).await,
-                        Err(e) => Err(e).into(),
-                    }
-                } else {
-                    match args(call) {
-                        Ok(a) => self.run_code(call, &session, a).await,
-                        Err(e) => Err(e).into(),
-                    }
-                }
-            }
-            _ => self.run_quick(call, session).await.into(),
+        if !creates_sandbox(&call.tool) {
+            return self.run_quick(call, session).await.into();
         }
+        let Some(session) = session else {
+            return Answer::failed(no_session());
+        };
+        let answer = match call.tool.as_str() {
+            "execute_skills" => match args(call) {
+                Ok(a) => self.execute_skills(call, &session, a).await,
+                Err(e) => Err(e),
+            },
+            "run_command" => match args(call) {
+                Ok(a) => self.run_command(call, &session, a).await,
+                Err(e) => Err(e),
+            },
+            _ => match args(call) {
+                Ok(a) => self.run_code(call, &session, a).await,
+                Err(e) => Err(e),
+            },
+        };
+        answer.into()
     }
 
     /// The tools that publish no events.
@@ -436,14 +442,7 @@ impl SandboxService {
         }))
     }
 
-    async fn run_command(&self, call: &ActorCall, session: &Session, a: RunCommandArgs) -> Answer {
-        match self.run_command_inner(call, session, a).await {
-            Ok(answer) => answer,
-            Err(e) => Err(e).into(),
-        }
-    }
-
-    async fn run_command_inner(
+    async fn run_command(
         &self,
         call: &ActorCall,
         session: &Session,
@@ -499,14 +498,7 @@ impl SandboxService {
         Ok(Answer { result, events })
     }
 
-    async fn run_code(&self, call: &ActorCall, session: &Session, a: RunCodeArgs) -> Answer {
-        match self.run_code_inner(call, session, a).await {
-            Ok(answer) => answer,
-            Err(e) => Err(e).into(),
-        }
-    }
-
-    async fn run_code_inner(
+    async fn run_code(
         &self,
         call: &ActorCall,
         session: &Session,
