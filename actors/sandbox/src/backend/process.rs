@@ -131,6 +131,26 @@ impl ProcessBackend {
         Ok(&etc.path)
     }
 
+    /// What follows prlimit's own options: setpriv down to uid 1000 when the worker is root
+    /// (see the module docs), then bwrap itself.
+    fn launcher_args(&self) -> Vec<String> {
+        let mut args = Vec::with_capacity(7);
+        if self.as_root {
+            args.extend(
+                [
+                    SETPRIV,
+                    "--reuid=1000",
+                    "--regid=1000",
+                    "--clear-groups",
+                    "--",
+                ]
+                .map(str::to_owned),
+            );
+        }
+        args.push(self.bwrap.display().to_string());
+        args
+    }
+
     /// The full command line: prlimit, setpriv (as root), bwrap and its arguments, then argv.
     fn command(
         &self,
@@ -145,19 +165,7 @@ impl ProcessBackend {
             format!("--nproc={}", limits.pids),
             "--".into(),
         ];
-        if self.as_root {
-            args.extend(
-                [
-                    SETPRIV,
-                    "--reuid=1000",
-                    "--regid=1000",
-                    "--clear-groups",
-                    "--",
-                ]
-                .map(str::to_owned),
-            );
-        }
-        args.push(self.bwrap.display().to_string());
+        args.extend(self.launcher_args());
         args.extend(self.namespace_args(network));
         args.extend(["--ro-bind", "/usr", "/usr"].map(str::to_owned));
         args.extend(self.root_args.iter().cloned());
@@ -265,19 +273,7 @@ impl Backend for ProcessBackend {
             return Err(self.unavailable("not installed"));
         }
         let mut args: Vec<String> = vec!["--nproc=4096".into(), "--".into()];
-        if self.as_root {
-            args.extend(
-                [
-                    SETPRIV,
-                    "--reuid=1000",
-                    "--regid=1000",
-                    "--clear-groups",
-                    "--",
-                ]
-                .map(str::to_owned),
-            );
-        }
-        args.push(self.bwrap.display().to_string());
+        args.extend(self.launcher_args());
         args.extend(self.namespace_args(false));
         args.extend(["--ro-bind", "/", "/", "true"].map(str::to_owned));
         let run = Command::new(PRLIMIT)

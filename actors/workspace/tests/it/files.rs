@@ -8,6 +8,8 @@ use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
 
+use crate::tree;
+
 fn workspace() -> (tempfile::TempDir, Workspace) {
     let tmp = tempfile::tempdir().unwrap();
     let ws = Workspace::open(
@@ -36,29 +38,6 @@ fn set_mtime(ws: &Workspace, rel: &str, secs: u64) {
         .unwrap();
     file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
         .unwrap();
-}
-
-/// Every name in the workspace, recursively, sorted (to see stray temp files).
-fn tree(root: &Path) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            names.push(
-                path.strip_prefix(root)
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned(),
-            );
-            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
-                stack.push(path);
-            }
-        }
-    }
-    names.sort();
-    names
 }
 
 fn list_args(path: &str) -> ListWorkspaceFilesArgs {

@@ -3,9 +3,11 @@
 //! the workspace actor as a node runs it.
 
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::Bytes;
+
+use crate::tree;
 use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::{
     Change, ChangeOp, ChangeOutcome, Current, Expected, FetchFile, ManifestLimits, WorkspaceSync,
@@ -105,29 +107,6 @@ fn delete(path: &str, expected: Expected) -> Change {
             prune_empty_dirs: false,
         },
     }
-}
-
-/// Every name under `root`, recursively, sorted.
-fn tree(root: &Path) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            names.push(
-                path.strip_prefix(root)
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned(),
-            );
-            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
-                stack.push(path);
-            }
-        }
-    }
-    names.sort();
-    names
 }
 
 #[actix_rt::test]
