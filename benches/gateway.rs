@@ -17,8 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+
+mod support;
+use support::{latencies, percentile};
 
 const WARMUP: usize = 2_000;
 const ROUNDS: usize = 10;
@@ -27,30 +29,6 @@ const IN_FLIGHT: usize = 64;
 const THROUGHPUT_ROUNDS: usize = 5;
 const THROUGHPUT_ROUND: Duration = Duration::from_secs(1);
 const GATEWAY: &str = "toolmesh.v1.call.bench";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
-
-/// Sequential request/reply round trips, appended to `out`.
-async fn latencies(
-    client: &async_nats::Client,
-    subject: &str,
-    body: &Bytes,
-    samples: usize,
-    out: &mut Vec<Duration>,
-) {
-    for _ in 0..samples {
-        let t = Instant::now();
-        let reply = client
-            .request(subject.to_owned(), body.clone())
-            .await
-            .expect("request");
-        out.push(t.elapsed());
-        assert!(!reply.payload.is_empty());
-    }
-}
 
 /// Calls completed with `IN_FLIGHT` requests outstanding during `window`, and the time taken.
 async fn throughput(
@@ -98,29 +76,7 @@ async fn compare(
     let parsed: serde_json::Value = serde_json::from_slice(&sample).expect("JSON reply");
     assert_eq!(parsed["ok"], true, "{parsed}");
 
-    // The raw responder: its own thread, connection and runtime.
-    let url = url.to_owned();
-    let reply = sample.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let responder = async_nats::connect(url).await.expect("responder connects");
-            let mut sub = responder.subscribe(raw_subject).await.expect("subscribe");
-            while let Some(msg) = sub.next().await {
-                if let Some(to) = msg.reply {
-                    let _ = responder.publish(to, reply.clone()).await;
-                }
-            }
-        });
-    });
-    let ready = toolmesh_testkit::wait_until(Duration::from_secs(5), || async {
-        client.request(raw_subject, body.clone()).await.is_ok()
-    })
-    .await;
-    assert!(ready, "raw responder did not come up");
+    support::start_raw_responder(client, url, raw_subject, sample.clone(), &body).await;
 
     let mut warm = Vec::new();
     latencies(client, raw_subject, &body, WARMUP, &mut warm).await;

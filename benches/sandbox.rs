@@ -44,6 +44,9 @@ use toolmesh_sandbox::backend::docker::DockerBackend;
 use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec};
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
+mod support;
+use support::{load_average, ms, percentile};
+
 const ACCOUNT: &str = "bench";
 const CALL: &str = "toolmesh.v1.call.bench";
 const DEFAULT_IMAGE: &str = "toolmesh/sandbox:latest";
@@ -56,15 +59,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// Removes, on drop, every container labelled by the run's node ids or its raw sandboxes.
@@ -210,12 +204,6 @@ fn header() {
         "  {:<44} {:>5} {:>9} {:>9} {:>9}",
         "", "n", "p50 ms", "p99 ms", "max ms"
     );
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// Completed calls of `callers` concurrent loops of `op(i)` during `window`, and the time taken.
@@ -455,7 +443,7 @@ async fn run() {
         .await;
     println!(
         "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, load {}",
-        load()
+        load_average()
     );
 
     // 1. Warm session.
@@ -507,7 +495,7 @@ async fn run() {
     }
     println!(
         "\n1. warm session, interleaved (raw, tool, raw sh), load {}",
-        load()
+        load_average()
     );
     header();
     raw.row();
@@ -554,7 +542,7 @@ async fn run() {
     println!(
         "\n2. new session's first command, {} ms apart, load {}",
         POOL_REFILL.as_millis(),
-        load()
+        load_average()
     );
     header();
     raw2.row();
@@ -570,7 +558,7 @@ async fn run() {
     println!(
         "\n3. throughput, {THROUGHPUT_ROUNDS} x {} s per figure, alternating, load {}",
         window.as_secs(),
-        load()
+        load_average()
     );
     println!(
         "  {:<10} {:>14} {:>14} {:>8}",
@@ -602,7 +590,7 @@ async fn run() {
             100.0 * t / r
         );
     }
-    println!("  (target >= 90%); load {}", load());
+    println!("  (target >= 90%); load {}", load_average());
 
     stop(node).await;
     for b in &raw_boxes {
@@ -634,7 +622,7 @@ async fn run() {
     }
     println!(
         "\n4. process backend (bubblewrap), interleaved, load {}",
-        load()
+        load_average()
     );
     header();
     raw4.row();

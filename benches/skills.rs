@@ -27,12 +27,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_skills::archive::{self, Caps};
 use toolmesh_testkit::{free_port, NatsServer, RedisServer};
+
+mod support;
+use support::{latencies, load_average, ms, percentile, us};
 
 const SKILL: &str = "big-skill";
 const SPACE: &str = "bench";
@@ -271,22 +273,9 @@ async fn start_node(
     (proc, rx)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     percentile(&v, 0.5)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 async fn load_skill(client: &async_nats::Client, body: &Bytes) -> Value {
@@ -295,31 +284,6 @@ async fn load_skill(client: &async_nats::Client, body: &Bytes) -> Value {
         .await
         .expect("load_skill answers");
     serde_json::from_slice(&reply.payload).expect("a JSON reply")
-}
-
-/// Sequential request/reply round trips, appended to `out`.
-async fn latencies(
-    client: &async_nats::Client,
-    subject: &'static str,
-    body: &Bytes,
-    samples: usize,
-    out: &mut Vec<Duration>,
-) {
-    for _ in 0..samples {
-        let t = Instant::now();
-        let reply = client
-            .request(subject, body.clone())
-            .await
-            .expect("request");
-        out.push(t.elapsed());
-        assert!(!reply.payload.is_empty());
-    }
-}
-
-fn uptime() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, ns): with other work on
@@ -470,7 +434,10 @@ fn main() {
 }
 
 async fn run() {
-    println!("toolmesh skills bench (load average at start {})", uptime());
+    println!(
+        "toolmesh skills bench (load average at start {})",
+        load_average()
+    );
     let skills = tempfile::tempdir().expect("temp dir");
     let skill_dir = write_skill(skills.path());
     let zip = archive::zip_dir(&skill_dir).expect("zip the skill");
@@ -640,28 +607,7 @@ async fn run() {
         .payload;
     let parsed: Value = serde_json::from_slice(&sample).expect("JSON reply");
     assert_eq!(parsed["cache_hit"], true, "{parsed}");
-    let url = nats.url();
-    let reply = sample.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let responder = async_nats::connect(url).await.expect("responder connects");
-            let mut sub = responder.subscribe(RAW_SUBJECT).await.expect("subscribe");
-            while let Some(msg) = sub.next().await {
-                if let Some(to) = msg.reply {
-                    let _ = responder.publish(to, reply.clone()).await;
-                }
-            }
-        });
-    });
-    let ready = toolmesh_testkit::wait_until(Duration::from_secs(5), || async {
-        client.request(RAW_SUBJECT, body.clone()).await.is_ok()
-    })
-    .await;
-    assert!(ready, "raw responder did not come up");
+    support::start_raw_responder(&client, &nats.url(), RAW_SUBJECT, sample.clone(), &body).await;
     let mut warm = Vec::new();
     latencies(&client, RAW_SUBJECT, &body, WARMUP, &mut warm).await;
     latencies(&client, GATEWAY, &body, WARMUP, &mut warm).await;
@@ -733,5 +679,5 @@ async fn run() {
         v.sort();
         line(what, us(percentile(&v, 0.5)), us(percentile(&v, 0.99)));
     }
-    println!("\nload average at end {}", uptime());
+    println!("\nload average at end {}", load_average());
 }
