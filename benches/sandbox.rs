@@ -16,8 +16,10 @@
 //!    session, running `true` back to back for a fixed window, against the same number of raw
 //!    callers, each in its own container: calls/s and the ratio.
 //! 4. **process backend**: the Docker node is drained (SIGTERM: it removes its containers), a
-//!    node with `TOOLMESH_SANDBOX_BACKEND=process` takes its place, and `run_command true` is
-//!    measured against the raw `prlimit … [setpriv …] bwrap … true` spawn the backend performs.
+//!    node with `TOOLMESH_SANDBOX_BACKEND=process` takes its place, and `run_command true` in a
+//!    warm session is measured against the raw `prlimit … [setpriv …] bwrap … true` run that
+//!    starting a sandbox costs (once per session: its spawner then forks each command) and a
+//!    bare `sh -c true` spawned on the host, the floor of any command.
 //!
 //! Every container the run made is removed at the end, also when it panics.
 //!
@@ -272,7 +274,7 @@ async fn stop(mut node: Node) {
     }
 }
 
-/// The raw bubblewrap spawn the process backend performs for `true` (see
+/// The raw bubblewrap run that starts a process sandbox, with `true` for its spawner (see
 /// `actors/sandbox/src/backend/process.rs`), minus the generated /etc files.
 fn raw_bwrap(workspace: &Path) -> tokio::process::Command {
     let root = nix_is_root();
@@ -612,6 +614,7 @@ async fn run() {
     }
     let mut raw4 = Figures::new("raw prlimit+setpriv+bwrap true");
     let mut tool4 = Figures::new("run_command true, process backend");
+    let mut sh4 = Figures::new("raw sh -c true on the host");
     for _ in 0..samples {
         let t = Instant::now();
         raw_bwrap_true(&ws).await;
@@ -619,6 +622,13 @@ async fn run() {
         let t = Instant::now();
         tool_call(&client, &body).await;
         tool4.samples.push(t.elapsed());
+        let t = Instant::now();
+        let out = Command::new("sh")
+            .args(["-c", "true"])
+            .output()
+            .expect("spawn sh");
+        assert!(out.status.success());
+        sh4.samples.push(t.elapsed());
     }
     println!(
         "\n4. process backend (bubblewrap), interleaved, load {}",
@@ -627,10 +637,12 @@ async fn run() {
     header();
     raw4.row();
     tool4.row();
+    sh4.row();
     println!(
-        "  p50(tool) = {:.2} ms (target <= 5); p50(tool) - p50(raw) = {:.2} ms",
+        "  p50(tool) = {:.2} ms (target <= 5); p50(tool) - p50(raw bwrap) = {:.2} ms; p50(tool) - p50(raw sh) = {:.2} ms",
         ms(tool4.p(0.5)),
-        ms(tool4.p(0.5)) - ms(raw4.p(0.5))
+        ms(tool4.p(0.5)) - ms(raw4.p(0.5)),
+        ms(tool4.p(0.5)) - ms(sh4.p(0.5))
     );
     stop(node).await;
 }

@@ -64,6 +64,10 @@ enum Command {
         #[arg(long)]
         public_url: Option<String>,
     },
+    /// Internal: the process sandbox backend's spawner, started by a sandbox worker inside
+    /// each bubblewrap sandbox (its stdin is the worker's socket).
+    #[command(hide = true)]
+    SandboxSpawner,
     /// Call a tool and print its reply.
     Call {
         /// The tool to call, e.g. component_status.
@@ -160,6 +164,10 @@ enum ApprovalsCommand {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SandboxSpawner = cli.command {
+        // Before anything else: no runtime, no logging; it speaks only on its socket.
+        return toolmesh_sandbox::backend::spawner::serve();
+    }
     // A node logs what it does; a client command keeps stdout/stderr for the person.
     init_tracing(
         if matches!(
@@ -280,7 +288,9 @@ async fn run_client(
             format!("cannot connect to NATS at {nats_url} (set --nats-url or TOOLMESH_NATS_URL)")
         })?;
     match command {
-        Command::Node { .. } | Command::SkillService { .. } => unreachable!("handled before"),
+        Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner => {
+            unreachable!("handled before")
+        }
         Command::Call {
             tool,
             account,

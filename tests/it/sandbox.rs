@@ -772,6 +772,30 @@ async fn the_process_backend_runs_in_bubblewrap() {
     let status = tool(&c, "s1", "sandbox_status", json!({})).await;
     assert_eq!(status["backend"], "sandbox/process");
     assert!(status["boundary"].as_str().unwrap().len() > 20);
+
+    // One sandbox per session, as with Docker: its /tmp outlives a command, and another
+    // session does not see it.
+    let keep = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo kept > /tmp/keep"}),
+    )
+    .await;
+    assert_eq!(keep["exit_code"], 0, "{keep}");
+    let again = tool(&c, "s1", "run_command", json!({"command": "cat /tmp/keep"})).await;
+    assert_eq!(again["stdout"], "kept\n", "{again}");
+    let other = tool(
+        &c,
+        "s2",
+        "run_command",
+        json!({"command": "cat /tmp/keep 2>&1 || true"}),
+    )
+    .await;
+    assert!(
+        other["stdout"].as_str().unwrap().contains("No such file"),
+        "{other}"
+    );
 }
 
 #[tokio::test]

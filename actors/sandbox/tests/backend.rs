@@ -10,7 +10,7 @@ use std::time::Duration;
 use bollard::Docker;
 use tokio::io::AsyncWriteExt;
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
-use toolmesh_sandbox::backend::process::ProcessBackend;
+use toolmesh_sandbox::backend::process::{ProcessBackend, Spawner};
 use toolmesh_sandbox::backend::{
     Backend, BackendError, ExecSpec, Execution, Output, SandboxLimits, SandboxRef, SandboxSpec,
     LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
@@ -93,7 +93,7 @@ impl Sandbox {
     }
 
     async fn process() -> Self {
-        let backend = ProcessBackend::new();
+        let backend = process_backend();
         backend
             .check()
             .await
@@ -626,6 +626,13 @@ async fn docker_pids_limit_stops_a_fork_bomb() {
 
 // ---- process (bubblewrap) ------------------------------------------------------------------
 
+/// The process backend with this crate's spawner program (the node uses `toolmesh` itself).
+fn process_backend() -> ProcessBackend {
+    ProcessBackend::new().with_spawner(Spawner::program(env!(
+        "CARGO_BIN_EXE_toolmesh-sandbox-spawner"
+    )))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn process_output_exit_cwd_env() {
     check_output_exit_cwd_env(&Sandbox::process().await).await;
@@ -639,6 +646,33 @@ async fn process_stdin_reaches_cat_and_closes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn process_kill_ends_the_process_tree() {
     check_kill_tree(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_leftovers_end_with_their_command() {
+    let sbx = Sandbox::process().await;
+    // `sleep` keeps the command's stdout open; the second one also drops the marker (an
+    // empty environment) and a process group of its own: the command still ends.
+    let began = std::time::Instant::now();
+    let ran = sbx
+        .run(sh(
+            "sleep 100 & setsid env -i /bin/sleep 101 & \
+             until ps -eo args | grep -q '^/bin/sleep 101'; do sleep 0.01; done; echo started",
+        ))
+        .await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("started\n", 0), "{ran:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        began.elapsed()
+    );
+    let ran = sbx
+        .run(sh("ps -eo args | grep '[s]leep 10[01]' || echo none"))
+        .await;
+    assert_eq!(
+        ran.stdout, "/bin/sleep 101\n",
+        "only the escaped one is left: {ran:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -704,8 +738,5 @@ async fn process_check_names_the_install_command() {
         matches!(&err, BackendError::Unavailable(m) if m.contains("apt-get install bubblewrap")),
         "{err:?}"
     );
-    ProcessBackend::new()
-        .check()
-        .await
-        .expect("bwrap works here");
+    process_backend().check().await.expect("bwrap works here");
 }

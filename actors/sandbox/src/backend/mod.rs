@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub mod docker;
 pub mod process;
+pub mod spawner;
 
 /// Labels every sandbox container carries, so a restarted worker can find its orphans.
 pub const LABEL_MANAGED: &str = "io.toolmesh.managed";

@@ -1,19 +1,24 @@
-//! The process backend (bubblewrap): each command runs in fresh namespaces that see the host's
-//! `/usr` read-only, a private `/tmp`, and the sandbox's workspace at `/workspace`.
+//! The process backend (bubblewrap): a sandbox is a set of namespaces that see the host's
+//! `/usr` read-only, a private `/tmp`, and the sandbox's workspace at `/workspace`, held open
+//! for the session by one long-lived *spawner* process inside them ([`super::spawner`]).
 //!
-//! A sandbox is only its workspace directory and its limits; each execution is
-//! `prlimit --as=… --nproc=… -- [setpriv --reuid=1000 …] bwrap … -- argv`. When this worker
-//! runs as root, `setpriv` first drops to uid/gid 1000 so the sandboxed process is an
-//! unprivileged user on the host too (as root, RLIMIT_NPROC would not be enforced); bwrap then
-//! maps that uid to 1000 inside its user namespace. Without root, the caller's uid is mapped to
-//! 1000 inside.
+//! Creating a sandbox runs `prlimit --as=… --nproc=… -- [setpriv --reuid=1000 …] bwrap … --
+//! <spawner>` once. When this worker runs as root, `setpriv` first drops to uid/gid 1000 so the
+//! sandboxed processes are an unprivileged user on the host too (as root, RLIMIT_NPROC would
+//! not be enforced); bwrap then maps that uid to 1000 inside its user namespace. Without root,
+//! the caller's uid is mapped to 1000 inside. Each command is then a fork and exec by the
+//! spawner, with pipes this worker made: about a millisecond instead of a bwrap run's nine.
 //!
-//! Killing: bwrap runs with `--unshare-pid --die-with-parent`, so SIGKILL to the outer bwrap
-//! (our child) kills the namespace's init and with it every process inside.
+//! Killing: a command's process group and every process carrying its `TOOLMESH_EXEC_ID` are
+//! killed by the spawner, also when the command's first process exits. Destroying a sandbox
+//! kills bwrap, which runs with `--unshare-pid --die-with-parent`: the namespace's init dies
+//! and with it every process inside. bwrap dies with the worker *thread* that started it
+//! (PR_SET_PDEATHSIG), so sandboxes are started from the async task, never from a blocking
+//! pool thread, which exits when idle.
 
 use std::collections::HashMap;
 use std::io;
-use std::os::unix::process::ExitStatusExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
@@ -23,11 +28,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::net::unix::{pipe, OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 
 use super::docker::{prepare_workspace, EXEC_ID_VAR, OUTPUT_CHANNEL, SANDBOX_GID, SANDBOX_UID};
+use super::spawner::{self, Event, Request};
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
     SandboxLimits, SandboxRef, SandboxSpec, StdinWriter, SKILLS_MOUNT,
@@ -43,6 +50,12 @@ const INSTALL_HINT: &str = "apt-get install bubblewrap (and allow unprivileged u
                             sysctl kernel.unprivileged_userns_clone=1)";
 /// How long a kill waits for the process tree to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(10);
+/// How long a new sandbox's spawner may take to say it is ready.
+const SPAWNER_START: Duration = Duration::from_secs(10);
+/// How long output is still read after the command exited (and its leftovers were killed).
+const OUTPUT_GRACE: Duration = Duration::from_millis(200);
+/// The exit code of a command killed by SIGKILL.
+const KILLED: i64 = 137;
 /// Host `/etc` entries shown read-only inside (when present).
 const HOST_ETC: &[&str] = &[
     "/etc/alternatives",
@@ -61,17 +74,46 @@ const HOST_ETC_NET: &[&str] = &[
     "/etc/gai.conf",
 ];
 
-/// Runs each command in a bubblewrap sandbox.
+/// The program a sandbox's spawner runs: a path on this host (bound read-only into the
+/// sandbox at [`SPAWNER_MOUNT`]) and its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spawner {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+impl Spawner {
+    /// `toolmesh sandbox-spawner`: the running binary, when it is `toolmesh`.
+    pub fn this_binary() -> Self {
+        Self {
+            program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolmesh")),
+            args: vec!["sandbox-spawner".to_owned()],
+        }
+    }
+
+    /// A program that is the spawner by itself (the crate's `toolmesh-sandbox-spawner`).
+    pub fn program(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// Where the sandbox sees its spawner's program.
+pub const SPAWNER_MOUNT: &str = "/run/toolmesh-spawner";
+
+/// Runs each sandbox as bubblewrap namespaces held by a spawner.
 pub struct ProcessBackend {
     bwrap: PathBuf,
+    spawner: Spawner,
     /// Drop to uid 1000 with setpriv before bwrap (this worker runs as root).
     as_root: bool,
     /// Generated `/etc/passwd`, `/etc/group`, `/etc/hosts` for the sandbox (made on first use).
     etc: OnceCell<EtcDir>,
     /// `--symlink`/`--ro-bind` arguments for `/bin`, `/lib`… (merged `/usr` or not).
     root_args: Vec<String>,
-    sandboxes: Mutex<HashMap<String, SandboxLimits>>,
-    running: Arc<Mutex<HashMap<String, HashMap<u64, KillSwitch>>>>,
+    sandboxes: Mutex<HashMap<String, Arc<Link>>>,
     next_exec: AtomicU64,
 }
 
@@ -79,6 +121,7 @@ impl std::fmt::Debug for ProcessBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessBackend")
             .field("bwrap", &self.bwrap)
+            .field("spawner", &self.spawner)
             .finish()
     }
 }
@@ -90,7 +133,8 @@ impl Default for ProcessBackend {
 }
 
 impl ProcessBackend {
-    /// A backend using [`DEFAULT_BWRAP`]. Nothing is checked here: see [`Backend::check`].
+    /// A backend using [`DEFAULT_BWRAP`] and [`Spawner::this_binary`]. Nothing is checked
+    /// here: see [`Backend::check`].
     pub fn new() -> Self {
         Self::with_bwrap(PathBuf::from(DEFAULT_BWRAP))
     }
@@ -114,13 +158,19 @@ impl ProcessBackend {
         }
         Self {
             bwrap,
+            spawner: Spawner::this_binary(),
             as_root: rustix::process::geteuid().is_root(),
             etc: OnceCell::new(),
             root_args,
             sandboxes: Mutex::new(HashMap::new()),
-            running: Arc::new(Mutex::new(HashMap::new())),
             next_exec: AtomicU64::new(0),
         }
+    }
+
+    /// The same backend with another spawner program.
+    pub fn with_spawner(mut self, spawner: Spawner) -> Self {
+        self.spawner = spawner;
+        self
     }
 
     async fn etc(&self) -> Result<&Path, BackendError> {
@@ -151,14 +201,9 @@ impl ProcessBackend {
         args
     }
 
-    /// The full command line: prlimit, setpriv (as root), bwrap and its arguments, then argv.
-    fn command(
-        &self,
-        etc_dir: &Path,
-        workspace: &Path,
-        limits: &SandboxLimits,
-        spec: &ExecSpec,
-    ) -> Command {
+    /// The command that starts a sandbox: prlimit, setpriv (as root), bwrap and its arguments,
+    /// then the spawner.
+    fn command(&self, etc_dir: &Path, workspace: &Path, limits: &SandboxLimits) -> Command {
         let network = !matches!(limits.network.as_str(), "" | "none");
         let mut args: Vec<String> = vec![
             format!("--as={}", limits.memory_mb.saturating_mul(1024 * 1024)),
@@ -202,30 +247,25 @@ impl ProcessBackend {
             "--ro-bind-try".to_owned(),
             skills_dir_of(workspace).display().to_string(),
             SKILLS_MOUNT.to_owned(),
+            "--ro-bind".to_owned(),
+            self.spawner.program.display().to_string(),
+            SPAWNER_MOUNT.to_owned(),
         ]);
         args.extend(["--remount-ro", "/"].map(str::to_owned));
-        let cwd = if spec.cwd.is_empty() {
-            WORKSPACE
-        } else {
-            spec.cwd.as_str()
-        };
-        args.extend(["--chdir", cwd, "--clearenv"].map(str::to_owned));
-        let mut setenv = |k: &str, v: &str| args.extend(["--setenv", k, v].map(str::to_owned));
-        setenv("PATH", PATH);
-        setenv("HOME", "/tmp");
-        for (k, v) in spec.env.iter().filter(|(k, _)| k.as_str() != EXEC_ID_VAR) {
-            setenv(k, v);
-        }
-        setenv(EXEC_ID_VAR, &spec.exec_id);
-        args.push("--".into());
-        args.extend(spec.argv.iter().cloned());
+        args.extend(["--chdir", WORKSPACE, "--clearenv"].map(str::to_owned));
+        args.extend(["--setenv", "PATH", PATH, "--setenv", "HOME", "/tmp"].map(str::to_owned));
+        args.extend(["--".to_owned(), SPAWNER_MOUNT.to_owned()]);
+        args.extend(self.spawner.args.iter().cloned());
 
         let mut command = Command::new(PRLIMIT);
         command
             .args(args)
             .env_clear()
             .process_group(0)
-            .kill_on_drop(false);
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            // Dropping the backend (or a sandbox) kills bwrap, and with it the sandbox.
+            .kill_on_drop(true);
         command
     }
 
@@ -253,6 +293,13 @@ impl ProcessBackend {
             self.bwrap.display()
         ))
     }
+
+    fn link(&self, sandbox_id: &str) -> Result<Arc<Link>, BackendError> {
+        lock(&self.sandboxes)
+            .get(sandbox_id)
+            .cloned()
+            .ok_or_else(|| BackendError::Gone(sandbox_id.to_owned()))
+    }
 }
 
 #[async_trait::async_trait]
@@ -263,14 +310,20 @@ impl Backend for ProcessBackend {
 
     fn boundary(&self) -> &'static str {
         "executes only through the sandbox backend (bubblewrap: fresh user, pid, mount, ipc, uts and \
-         network namespaces, no network, uid 1000 without capabilities, read-only system, only \
-         /workspace and /tmp writable); shares the host kernel; limits are rlimits (address space, \
-         processes of uid 1000 on the worker), not cgroups: no CPU limit"
+         network namespaces per session, no network, uid 1000 without capabilities, read-only \
+         system, only /workspace and /tmp writable); shares the host kernel; limits are rlimits \
+         (address space, processes of uid 1000 on the worker), not cgroups: no CPU limit"
     }
 
     async fn check(&self) -> Result<(), BackendError> {
         if !self.bwrap.is_file() {
             return Err(self.unavailable("not installed"));
+        }
+        if !self.spawner.program.is_file() {
+            return Err(BackendError::Unavailable(format!(
+                "the sandbox spawner {} is missing (it is the toolmesh binary itself: run the node from an installed toolmesh)",
+                self.spawner.program.display()
+            )));
         }
         let mut args: Vec<String> = vec!["--nproc=4096".into(), "--".into()];
         args.extend(self.launcher_args());
@@ -311,7 +364,21 @@ impl Backend for ProcessBackend {
         .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
         std::fs::create_dir_all(skills_dir_of(&workspace))
             .map_err(|e| BackendError::Failed(format!("creating the skills directory: {e}")))?;
-        lock(&self.sandboxes).insert(spec.sandbox_id.clone(), spec.limits.clone());
+        let etc_dir = self.etc().await?;
+        // Here, on the task's own thread (see the module docs on PR_SET_PDEATHSIG).
+        let command = self.command(etc_dir, &workspace, &spec.limits);
+        let link = Link::start(command, &spec.sandbox_id)
+            .await
+            .map_err(|why| match why {
+                LinkError::Spawn(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.unavailable(&format!("{PRLIMIT}: {e}"))
+                }
+                LinkError::Spawn(e) => BackendError::Failed(format!("starting bwrap: {e}")),
+                LinkError::NotReady(why) => {
+                    BackendError::Failed(format!("the sandbox did not start: {why}"))
+                }
+            })?;
+        lock(&self.sandboxes).insert(spec.sandbox_id.clone(), Arc::new(link));
         Ok(SandboxRef {
             sandbox_id: spec.sandbox_id.clone(),
             container_id: String::new(),
@@ -320,12 +387,10 @@ impl Backend for ProcessBackend {
     }
 
     async fn destroy(&self, sandbox: &SandboxRef) -> Result<(), BackendError> {
-        lock(&self.sandboxes).remove(&sandbox.sandbox_id);
-        let kills: Vec<KillSwitch> = lock(&self.running)
-            .remove(&sandbox.sandbox_id)
-            .map(|execs| execs.into_values().collect())
-            .unwrap_or_default();
-        futures::future::join_all(kills.iter().map(KillSwitch::kill)).await;
+        let link = lock(&self.sandboxes).remove(&sandbox.sandbox_id);
+        if let Some(link) = link {
+            link.shut().await;
+        }
         Ok(())
     }
 
@@ -333,61 +398,78 @@ impl Backend for ProcessBackend {
         if spec.argv.is_empty() {
             return Err(BackendError::Failed("empty command".to_owned()));
         }
-        let limits = lock(&self.sandboxes)
-            .get(&sandbox.sandbox_id)
-            .cloned()
-            .ok_or_else(|| BackendError::Gone(sandbox.sandbox_id.clone()))?;
-        let etc_dir = self.etc().await?;
-        let mut command = self.command(etc_dir, &sandbox.workspace_dir, &limits, &spec);
-        command
-            .stdin(if spec.stdin {
-                Stdio::piped()
+        let link = self.link(&sandbox.sandbox_id)?;
+        let failed = |what: &str, e: io::Error| BackendError::Failed(format!("{what}: {e}"));
+        let pipe = || {
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| failed("making a pipe", e.into()))
+        };
+        let (stdout, stdout_w) = pipe()?;
+        let (stderr, stderr_w) = pipe()?;
+        let (stdin_r, stdin_w): (OwnedFd, Option<OwnedFd>) = if spec.stdin {
+            let (r, w) = pipe()?;
+            (r, Some(w))
+        } else {
+            let null = std::fs::File::open("/dev/null").map_err(|e| failed("/dev/null", e))?;
+            (null.into(), None)
+        };
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".to_owned(), PATH.to_owned()),
+            ("HOME".to_owned(), "/tmp".to_owned()),
+        ];
+        env.extend(
+            spec.env
+                .into_iter()
+                .filter(|(k, _)| k.as_str() != EXEC_ID_VAR),
+        );
+        let id = self.next_exec.fetch_add(1, Ordering::Relaxed);
+        let request = Request::Spawn {
+            id,
+            argv: spec.argv,
+            env,
+            cwd: if spec.cwd.is_empty() {
+                WORKSPACE.to_owned()
             } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => self.unavailable(&format!("{PRLIMIT}: {e}")),
-            _ => BackendError::Failed(format!("starting bwrap: {e}")),
-        })?;
-        let stdin = child
-            .stdin
-            .take()
-            .map(|w| Box::pin(PipeStdin(Some(w))) as StdinWriter);
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+                spec.cwd
+            },
+            marker: spec.exec_id,
+        };
+        let exited = link
+            .spawn(
+                &request,
+                [stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()],
+            )
+            .await?;
+        // The spawner holds its own copies now: ours would keep the pipes open.
+        drop((stdin_r, stdout_w, stderr_w));
+        let receiver =
+            |r: OwnedFd| pipe::Receiver::from_owned_fd(r).map_err(|e| failed("reading a pipe", e));
+        let (stdout, stderr) = (receiver(stdout)?, receiver(stderr)?);
+        let stdin = match stdin_w {
+            Some(w) => Some(Box::pin(PipeStdin(Some(
+                pipe::Sender::from_owned_fd(w).map_err(|e| failed("writing a pipe", e))?,
+            ))) as StdinWriter),
+            None => None,
+        };
 
         let (out_tx, out_rx) = mpsc::channel(OUTPUT_CHANNEL);
         let (exit_tx, exit_rx) = oneshot::channel();
-        let (kill_tx, kill_rx) = watch::channel(false);
         let (done_tx, done_rx) = watch::channel(false);
+        let killer = Arc::clone(&link);
         let kill = KillSwitch(Arc::new(move || {
-            let kill_tx = kill_tx.clone();
+            let killer = Arc::clone(&killer);
             let mut done_rx = done_rx.clone();
             Box::pin(async move {
-                kill_tx.send_replace(true);
+                if !*done_rx.borrow() {
+                    killer.kill(id).await;
+                }
                 let _ = tokio::time::timeout(KILL_WAIT, done_rx.wait_for(|done| *done)).await;
             })
         }));
-
-        let key = self.next_exec.fetch_add(1, Ordering::Relaxed);
-        let sandbox_id = sandbox.sandbox_id.clone();
-        lock(&self.running)
-            .entry(sandbox_id.clone())
-            .or_default()
-            .insert(key, kill.clone());
-        let running = Arc::clone(&self.running);
         tokio::spawn(async move {
-            let status = supervise(child, stdout, stderr, out_tx, kill_rx).await;
-            let _ = exit_tx.send(status);
+            let code = supervise(stdout, stderr, out_tx, exited).await;
+            let _ = exit_tx.send(Ok(ExitStatus { code }));
             done_tx.send_replace(true);
-            let mut running = lock(&running);
-            if let Some(execs) = running.get_mut(&sandbox_id) {
-                execs.remove(&key);
-                if execs.is_empty() {
-                    running.remove(&sandbox_id);
-                }
-            }
         });
         Ok(Execution {
             output: out_rx,
@@ -408,40 +490,178 @@ impl Backend for ProcessBackend {
     }
 }
 
-/// Forwards both output pipes in arrival order, kills on request, and returns the exit status.
-async fn supervise(
-    mut child: Child,
-    stdout: Option<impl AsyncRead + Unpin>,
-    stderr: Option<impl AsyncRead + Unpin>,
-    out_tx: mpsc::Sender<Output>,
-    mut kill_rx: watch::Receiver<bool>,
-) -> Result<ExitStatus, BackendError> {
-    let mut tx = Some(out_tx);
-    let (mut out_open, mut err_open) = (stdout.is_some(), stderr.is_some());
-    let (mut stdout, mut stderr) = (stdout, stderr);
-    let (mut out_buf, mut err_buf) = (vec![0u8; 8192], vec![0u8; 8192]);
-    // One kill request at most; a closed channel (every switch dropped) is none.
-    let mut kill_pending = true;
-    let kill = |child: &mut Child, changed: Result<(), watch::error::RecvError>| {
-        if changed.is_ok() {
-            let _ = child.start_kill();
+/// Commands sent and not yet exited, by id, each with where its exit code goes; `None` once
+/// the spawner is gone.
+type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<i64>>>>>;
+
+/// Why a sandbox's spawner did not start.
+enum LinkError {
+    Spawn(io::Error),
+    NotReady(String),
+}
+
+/// This worker's end of one sandbox: the spawner's socket and bwrap's process.
+struct Link {
+    sandbox_id: String,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    waiting: Waiting,
+    process: tokio::sync::Mutex<Option<Child>>,
+}
+
+impl Link {
+    /// Starts bwrap with the spawner and waits for the spawner's `ready`.
+    async fn start(mut command: Command, sandbox_id: &str) -> Result<Self, LinkError> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(LinkError::Spawn)?;
+        command.stdin(Stdio::from(OwnedFd::from(theirs)));
+        let mut child = command.spawn().map_err(LinkError::Spawn)?;
+        let said = Arc::new(Mutex::new(String::new()));
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(log_stderr(stderr, sandbox_id.to_owned(), Arc::clone(&said)));
         }
-    };
-    while out_open || err_open {
+        ours.set_nonblocking(true).map_err(LinkError::Spawn)?;
+        let (mut reader, writer) = tokio::net::UnixStream::from_std(ours)
+            .map_err(LinkError::Spawn)?
+            .into_split();
+        let waiting = Arc::new(Mutex::new(Some(HashMap::new())));
+        let ready = tokio::time::timeout(SPAWNER_START, spawner::next_event(&mut reader)).await;
+        match ready {
+            Ok(Ok(Some(Event::Ready))) => {}
+            other => {
+                let _ = child.start_kill();
+                let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
+                // Give the stderr logger a moment to take bwrap's last words.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let said = lock(&said).trim().to_owned();
+                let why = match other {
+                    Err(_) => format!("no answer within {} s", SPAWNER_START.as_secs()),
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(_)) => "it ended at once".to_owned(),
+                };
+                return Err(LinkError::NotReady(if said.is_empty() {
+                    why
+                } else {
+                    format!("{why}: {said}")
+                }));
+            }
+        }
+        tokio::spawn(read_events(reader, Arc::clone(&waiting)));
+        Ok(Self {
+            sandbox_id: sandbox_id.to_owned(),
+            writer: tokio::sync::Mutex::new(writer),
+            waiting,
+            process: tokio::sync::Mutex::new(Some(child)),
+        })
+    }
+
+    /// Sends a spawn request; the receiver resolves with the command's exit code.
+    async fn spawn(
+        &self,
+        request: &Request,
+        fds: [BorrowedFd<'_>; 3],
+    ) -> Result<oneshot::Receiver<i64>, BackendError> {
+        let Request::Spawn { id, .. } = request else {
+            unreachable!("Link::spawn takes spawn requests")
+        };
+        let (tx, rx) = oneshot::channel();
+        match lock(&self.waiting).as_mut() {
+            Some(waiting) => waiting.insert(*id, tx),
+            None => return Err(BackendError::Gone(self.sandbox_id.clone())),
+        };
+        let sent = spawner::send(&mut *self.writer.lock().await, request, &fds).await;
+        if let Err(e) = sent {
+            if let Some(waiting) = lock(&self.waiting).as_mut() {
+                waiting.remove(id);
+            }
+            return Err(match e.kind() {
+                io::ErrorKind::InvalidInput => BackendError::Failed(e.to_string()),
+                _ => BackendError::Gone(self.sandbox_id.clone()),
+            });
+        }
+        Ok(rx)
+    }
+
+    async fn kill(&self, id: u64) {
+        let _ = spawner::send(&mut *self.writer.lock().await, &Request::Kill { id }, &[]).await;
+    }
+
+    /// Kills bwrap (the sandbox ends with it) and waits until it is gone.
+    async fn shut(&self) {
+        if let Some(mut child) = self.process.lock().await.take() {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
+        }
+    }
+}
+
+/// Resolves each command's exit as the spawner reports it; when the spawner is gone, every
+/// command still waiting ends as killed (137).
+async fn read_events(mut reader: OwnedReadHalf, waiting: Waiting) {
+    loop {
+        match spawner::next_event(&mut reader).await {
+            Ok(Some(Event::Exited { id, code })) => {
+                let tx = lock(&waiting).as_mut().and_then(|w| w.remove(&id));
+                if let Some(tx) = tx {
+                    let _ = tx.send(code);
+                }
+            }
+            Ok(Some(Event::Ready)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the sandbox spawner's socket");
+                break;
+            }
+        }
+    }
+    let left = lock(&waiting).take().unwrap_or_default();
+    for tx in left.into_values() {
+        let _ = tx.send(KILLED);
+    }
+}
+
+/// Logs what bwrap or the spawner write to stderr, keeping the latest for error messages.
+async fn log_stderr(
+    stderr: tokio::process::ChildStderr,
+    sandbox_id: String,
+    said: Arc<Mutex<String>>,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::warn!(sandbox_id = %sandbox_id, "sandbox: {line}");
+        *lock(&said) = line;
+    }
+}
+
+/// Forwards both output pipes in arrival order until both end, or until a moment after the
+/// command exited (a process that escaped its kill may hold them open), and returns the
+/// exit code.
+async fn supervise(
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+    out_tx: mpsc::Sender<Output>,
+    mut exited: oneshot::Receiver<i64>,
+) -> i64 {
+    let mut tx = Some(out_tx);
+    let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
+    let (mut out_buf, mut err_buf) = (vec![0u8; 8192], vec![0u8; 8192]);
+    let mut code: Option<i64> = None;
+    let grace = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(grace);
+    while stdout.is_some() || stderr.is_some() {
         let chunk = tokio::select! {
-            read = read_some(&mut stdout, &mut out_buf), if out_open => match read {
+            read = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => match read {
                 Some(n) => Output::Stdout(Bytes::copy_from_slice(&out_buf[..n])),
-                None => { out_open = false; continue }
+                None => { stdout = None; continue }
             },
-            read = read_some(&mut stderr, &mut err_buf), if err_open => match read {
+            read = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match read {
                 Some(n) => Output::Stderr(Bytes::copy_from_slice(&err_buf[..n])),
-                None => { err_open = false; continue }
+                None => { stderr = None; continue }
             },
-            changed = kill_rx.changed(), if kill_pending => {
-                kill_pending = false;
-                kill(&mut child, changed);
+            exit = &mut exited, if code.is_none() => {
+                code = Some(exit.unwrap_or(KILLED));
+                grace.as_mut().reset(tokio::time::Instant::now() + OUTPUT_GRACE);
                 continue
             }
+            () = &mut grace, if code.is_some() => break,
         };
         // A dropped receiver: keep draining so the process never blocks on a full pipe.
         if let Some(sender) = &tx {
@@ -450,36 +670,22 @@ async fn supervise(
             }
         }
     }
-    drop(tx);
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            changed = kill_rx.changed(), if kill_pending => {
-                kill_pending = false;
-                kill(&mut child, changed);
-            }
-        }
-    };
-    let status = status.map_err(|e| BackendError::Failed(format!("waiting for bwrap: {e}")))?;
-    let code = match (status.code(), status.signal()) {
-        (Some(code), _) => i64::from(code),
-        (None, Some(signal)) => 128 + i64::from(signal),
-        (None, None) => -1,
-    };
-    Ok(ExitStatus { code })
+    match code {
+        Some(code) => code,
+        None => exited.await.unwrap_or(KILLED),
+    }
 }
 
 /// Reads a chunk; `None` at EOF or on an error.
-async fn read_some(reader: &mut Option<impl AsyncRead + Unpin>, buf: &mut [u8]) -> Option<usize> {
+async fn read_some(reader: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> Option<usize> {
     match reader.as_mut()?.read(buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(n),
     }
 }
 
-/// The child's stdin pipe; `shutdown` closes it (tokio's `ChildStdin` only does on drop), so the
-/// process reads EOF.
-struct PipeStdin(Option<ChildStdin>);
+/// The command's stdin pipe; `shutdown` closes it, so the process reads EOF.
+struct PipeStdin(Option<pipe::Sender>);
 
 impl AsyncWrite for PipeStdin {
     fn poll_write(
