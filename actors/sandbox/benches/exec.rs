@@ -10,7 +10,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
 use futures::StreamExt;
 use toolmesh_sandbox::backend::docker::DockerBackend;
-use toolmesh_sandbox::backend::{Backend, ExecSpec, SandboxLimits, SandboxSpec};
+use toolmesh_sandbox::backend::{Backend, ExecSpec, SandboxLimits, SandboxSpec, StartGate};
 
 #[tokio::main]
 async fn main() {
@@ -63,6 +63,7 @@ async fn main() {
                     stdin: false,
                     exec_id: format!("bench-{i}"),
                 },
+                StartGate::open(),
             )
             .await
             .expect("exec");

@@ -19,7 +19,7 @@ use toolmesh_kernel::tools::args::{
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
-use crate::backend::ExecSpec;
+use crate::backend::{ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::tasks::TaskStatus;
@@ -360,6 +360,28 @@ impl SandboxService {
         }
     }
 
+    /// Starts `spec` once `before` succeeded, with the backend's own preparation (Docker
+    /// creating the exec: about a millisecond) done meanwhile; nothing starts when `before`
+    /// fails.
+    async fn start_after<T>(
+        &self,
+        session: &Session,
+        spec: ExecSpec,
+        before: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<(T, Execution), ToolError> {
+        let (opener, gate) = StartGate::closed();
+        let before = async move {
+            let done = before.await;
+            if done.is_ok() {
+                opener.open();
+            }
+            done
+        };
+        let exec = self.pool.backend.exec(&session.sandbox, spec, gate);
+        let (done, execution) = tokio::join!(before, exec);
+        Ok((done?, execution.map_err(backend_error)?))
+    }
+
     /// Runs one foreground process to its end: pull, exec (under the worker's concurrency
     /// cap), push. Returns the outcome, the sync report and the events it published.
     async fn run_foreground(
@@ -370,24 +392,22 @@ impl SandboxService {
         stdin: Option<Bytes>,
         timeout: Duration,
     ) -> Result<(CommandOutcome, Value, u64), ToolError> {
-        self.pull(session).await?;
-        let mut cancel = CancelWatch::listen(
-            &self.client,
-            &call.invocation.account,
-            &call.invocation.invocation_id,
-        )
-        .await;
-        // Wait for a slot in arrival order (a burst is queued, not failed).
-        let permit = tokio::select! {
-            permit = self.pool.permits.clone().acquire_owned() => permit.map_err(|_| ToolError::new(ErrorCode::Cancelled, "the sandbox worker is shutting down"))?,
-            _ = cancel.requested() => return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before the command started")),
+        let before = async {
+            self.pull(session).await?;
+            let mut cancel = CancelWatch::listen(
+                &self.client,
+                &call.invocation.account,
+                &call.invocation.invocation_id,
+            )
+            .await;
+            // Wait for a slot in arrival order (a burst is queued, not failed).
+            let permit = tokio::select! {
+                permit = self.pool.permits.clone().acquire_owned() => permit.map_err(|_| ToolError::new(ErrorCode::Cancelled, "the sandbox worker is shutting down"))?,
+                _ = cancel.requested() => return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before the command started")),
+            };
+            Ok((cancel, permit))
         };
-        let execution = self
-            .pool
-            .backend
-            .exec(&session.sandbox, spec)
-            .await
-            .map_err(backend_error)?;
+        let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
         let mut events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
         let outcome = run_to_end(execution, stdin, timeout, &mut events, &mut cancel).await;
         drop(permit);
@@ -466,13 +486,7 @@ impl SandboxService {
         let mut fields = self.base_fields(session, &a.command);
         fields.insert("cwd".into(), cwd.into());
         if a.background {
-            self.pull(session).await?;
-            let execution = self
-                .pool
-                .backend
-                .exec(&session.sandbox, spec)
-                .await
-                .map_err(backend_error)?;
+            let ((), execution) = self.start_after(session, spec, self.pull(session)).await?;
             let task_id = format!("task-{}", short_id());
             let task = session
                 .tasks

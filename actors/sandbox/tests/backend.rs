@@ -13,7 +13,7 @@ use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
 use toolmesh_sandbox::backend::process::{ProcessBackend, Spawner};
 use toolmesh_sandbox::backend::{
     Backend, BackendError, ExecSpec, Execution, Output, SandboxLimits, SandboxRef, SandboxSpec,
-    LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
+    StartGate, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -134,7 +134,10 @@ impl Sandbox {
     }
 
     async fn exec(&self, spec: ExecSpec) -> Execution {
-        self.backend.exec(&self.sandbox, spec).await.expect("exec")
+        self.backend
+            .exec(&self.sandbox, spec, StartGate::open())
+            .await
+            .expect("exec")
     }
 
     async fn run(&self, spec: ExecSpec) -> Ran {
@@ -224,6 +227,35 @@ async fn check_output_exit_cwd_env(sbx: &Sandbox) {
         .run(sh("echo 1; sleep 0.2; echo 2 >&2; sleep 0.2; echo 3"))
         .await;
     assert_eq!(ran.order, ["o:1\n", "e:2\n", "o:3\n"]);
+}
+
+/// A command waits for its gate, and does not run at all when the gate is dropped unopened.
+async fn check_start_gate(sbx: &Sandbox) {
+    let marker = sbx.host_workspace().join("ran");
+    let (opener, gate) = StartGate::closed();
+    let exec = sbx
+        .backend
+        .exec(&sbx.sandbox, sh("touch /workspace/ran"), gate);
+    let open_later = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!marker.exists(), "ran before its gate opened");
+        opener.open();
+    };
+    let (exec, ()) = tokio::join!(exec, open_later);
+    let exit = exec.expect("exec").exit.await.unwrap().unwrap();
+    assert_eq!(exit.code, 0);
+    assert!(marker.exists(), "ran once its gate opened");
+
+    std::fs::remove_file(&marker).unwrap();
+    let (opener, gate) = StartGate::closed();
+    drop(opener);
+    let refused = sbx
+        .backend
+        .exec(&sbx.sandbox, sh("touch /workspace/ran"), gate)
+        .await;
+    assert!(refused.is_err(), "a dropped gate starts nothing");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!marker.exists(), "ran although its gate was dropped");
 }
 
 async fn check_stdin_eof(sbx: &Sandbox) {
@@ -345,6 +377,11 @@ async fn docker_output_exit_cwd_env() {
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_stdin_reaches_cat_and_closes() {
     check_stdin_eof(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_waits_for_its_start_gate() {
+    check_start_gate(&Sandbox::docker().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -572,7 +609,7 @@ async fn docker_destroyed_sandbox_is_gone() {
         .expect("destroy is idempotent");
     let err = sbx
         .backend
-        .exec(&sbx.sandbox, spec(&["true"]))
+        .exec(&sbx.sandbox, spec(&["true"]), StartGate::open())
         .await
         .unwrap_err();
     assert!(
@@ -644,6 +681,11 @@ async fn process_stdin_reaches_cat_and_closes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn process_exec_waits_for_its_start_gate() {
+    check_start_gate(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn process_kill_ends_the_process_tree() {
     check_kill_tree(&Sandbox::process().await).await;
 }
@@ -704,7 +746,7 @@ async fn process_destroy_kills_running_commands() {
         .expect("destroy is idempotent");
     let err = sbx
         .backend
-        .exec(&sbx.sandbox, spec(&["true"]))
+        .exec(&sbx.sandbox, spec(&["true"]), StartGate::open())
         .await
         .unwrap_err();
     assert!(matches!(err, BackendError::Gone(_)), "{err:?}");

@@ -35,8 +35,8 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
-    SandboxRef, SandboxSpec, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX, LABEL_SCOPE,
-    SKILLS_MOUNT,
+    SandboxRef, SandboxSpec, StartGate, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
+    LABEL_SCOPE, SKILLS_MOUNT,
 };
 
 /// The uid and gid every sandboxed command runs as (both backends).
@@ -371,7 +371,12 @@ impl Backend for DockerBackend {
         self.remove(&container_ref(sandbox)).await.map(drop)
     }
 
-    async fn exec(&self, sandbox: &SandboxRef, spec: ExecSpec) -> Result<Execution, BackendError> {
+    async fn exec(
+        &self,
+        sandbox: &SandboxRef,
+        spec: ExecSpec,
+        gate: StartGate,
+    ) -> Result<Execution, BackendError> {
         if spec.argv.is_empty() {
             return Err(BackendError::Failed("empty command".to_owned()));
         }
@@ -406,6 +411,8 @@ impl Backend for DockerBackend {
             )
             .await
             .map_err(|e| exec_error(e, &sandbox.sandbox_id))?;
+        // An exec created but never started is Docker's to forget (it collects those).
+        gate.pass().await?;
         let options = StartExecOptions {
             detach: false,
             tty: false,

@@ -81,6 +81,45 @@ pub struct ExecSpec {
     pub exec_id: String,
 }
 
+/// When a process may start. [`Backend::exec`] does what it can before (Docker creates the
+/// exec), then waits for the gate, so that this overlaps with what the caller does first (the
+/// workspace pull, the wait for a slot). A gate dropped unopened means "do not start".
+#[derive(Debug)]
+pub struct StartGate(Option<oneshot::Receiver<()>>);
+
+/// Opens a [`StartGate`].
+#[derive(Debug)]
+pub struct GateOpener(oneshot::Sender<()>);
+
+impl StartGate {
+    /// A gate that is open already.
+    pub fn open() -> Self {
+        Self(None)
+    }
+
+    /// A closed gate and what opens it.
+    pub fn closed() -> (GateOpener, Self) {
+        let (tx, rx) = oneshot::channel();
+        (GateOpener(tx), Self(Some(rx)))
+    }
+
+    /// Waits until the gate opens; an error when its opener was dropped instead.
+    pub async fn pass(self) -> Result<(), BackendError> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => rx
+                .await
+                .map_err(|_| BackendError::Failed("the process was not started".to_owned())),
+        }
+    }
+}
+
+impl GateOpener {
+    pub fn open(self) {
+        let _ = self.0.send(());
+    }
+}
+
 /// A piece of output, in the order the backend received it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
@@ -162,8 +201,13 @@ pub trait Backend: Send + Sync + 'static {
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError>;
     /// Removes a sandbox and everything running in it. Idempotent.
     async fn destroy(&self, sandbox: &SandboxRef) -> Result<(), BackendError>;
-    /// Starts a process in the sandbox.
-    async fn exec(&self, sandbox: &SandboxRef, spec: ExecSpec) -> Result<Execution, BackendError>;
+    /// Starts a process in the sandbox once `gate` opens.
+    async fn exec(
+        &self,
+        sandbox: &SandboxRef,
+        spec: ExecSpec,
+        gate: StartGate,
+    ) -> Result<Execution, BackendError>;
     /// Removes sandboxes of `scope` whose node is not in `live_nodes` (or is `this_node`, for
     /// sandboxes a previous run of this node left). Returns how many.
     async fn reap_orphans(

@@ -37,7 +37,7 @@ use super::docker::{prepare_workspace, EXEC_ID_VAR, OUTPUT_CHANNEL, SANDBOX_GID,
 use super::spawner::{self, Event, Request};
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
-    SandboxLimits, SandboxRef, SandboxSpec, StdinWriter, SKILLS_MOUNT,
+    SandboxLimits, SandboxRef, SandboxSpec, StartGate, StdinWriter, SKILLS_MOUNT,
 };
 
 /// Where Debian's `bubblewrap` package installs bwrap.
@@ -394,10 +394,17 @@ impl Backend for ProcessBackend {
         Ok(())
     }
 
-    async fn exec(&self, sandbox: &SandboxRef, spec: ExecSpec) -> Result<Execution, BackendError> {
+    async fn exec(
+        &self,
+        sandbox: &SandboxRef,
+        spec: ExecSpec,
+        gate: StartGate,
+    ) -> Result<Execution, BackendError> {
         if spec.argv.is_empty() {
             return Err(BackendError::Failed("empty command".to_owned()));
         }
+        // Nothing to do before: a spawn is all of it.
+        gate.pass().await?;
         let link = self.link(&sandbox.sandbox_id)?;
         let failed = |what: &str, e: io::Error| BackendError::Failed(format!("{what}: {e}"));
         let pipe = || {
