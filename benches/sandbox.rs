@@ -7,7 +7,7 @@
 //! 1. **warm session**: raw bollard exec of `true` (create_exec + attached start_exec to the end +
 //!    inspect_exec) in a started container of the sandbox image, hardened as the node's are,
 //!    against `run_command {"command":"true"}` through the gateway in a session whose sandbox
-//!    exists — interleaved (raw, tool, raw, …). A third column, raw `sh -c true` as the sandbox
+//!    exists — interleaved (raw, tool, raw, …), each sample after the same 25 ms pause. A third column, raw `sh -c true` as the sandbox
 //!    user with the exec's env and cwd, is what the Docker backend asks Docker for: the gap
 //!    between the first two that is the shell's, not toolmesh's.
 //! 2. **new session**: a new session's first `run_command true` (the warm pool hands it a
@@ -54,6 +54,7 @@ const CALL: &str = "toolmesh.v1.call.bench";
 const DEFAULT_IMAGE: &str = "toolmesh/sandbox:latest";
 const WARMUP: usize = 10;
 const POOL_REFILL: Duration = Duration::from_millis(1500);
+const SETTLE: Duration = Duration::from_millis(25);
 const THROUGHPUT_ROUNDS: usize = 2;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -145,6 +146,15 @@ async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_us
         .await
         .expect("inspect_exec");
     assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
+}
+
+/// A pause before each sample of section 1: Docker goes on working for a few milliseconds
+/// after an exec returned (the shim reaps the process, dockerd records the exit), and whatever
+/// runs in that time is slowed down on 2 cores. Without it the order of the columns decides
+/// who pays for it (measured: a route-only call right after an exec took 1.5 ms, 0.5 ms on its
+/// own), so every sample starts from the same quiet machine.
+async fn settle() {
+    tokio::time::sleep(SETTLE).await;
 }
 
 fn run_true(session: &str) -> Bytes {
@@ -473,15 +483,19 @@ async fn run() {
         max_total_bytes: DEFAULT_SYNC_MAX_TOTAL_BYTES,
     };
     for _ in 0..samples {
+        settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["true"], false).await;
         raw.samples.push(t.elapsed());
+        settle().await;
         let t = Instant::now();
         tool_call(&client, &warm_body).await;
         tool.samples.push(t.elapsed());
+        settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["sh", "-c", "true"], true).await;
         raw_sh.samples.push(t.elapsed());
+        settle().await;
         let t = Instant::now();
         let reply = client
             .request(CALL, status_body.clone())
