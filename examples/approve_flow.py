@@ -9,7 +9,7 @@ tool again with the approval's id. Only the public protocol (PROTOCOL.md) is use
     python3 examples/approve_flow.py [--url nats://127.0.0.1:4222]
 
 Each account user may subscribe only to its own inbox prefix (docker/nats.conf), so the
-connection names it: `inbox_prefix="_INBOX_acme"`. Exits 0 when the flow worked, 1 otherwise.
+connection names it: `inbox_prefix="_INBOX.acme"`. Exits 0 when the flow worked, 1 otherwise.
 """
 
 import argparse
@@ -40,11 +40,11 @@ async def main():
 
     # The agent's connection: account user, private inbox prefix.
     agent = await nats.connect(
-        args.url, user=account, password=args.password, inbox_prefix=f"_INBOX_{account}", name="example-agent"
+        args.url, user=account, password=args.password, inbox_prefix=f"_INBOX.{account}", name="example-agent"
     )
     # A person's connection (a UI, a chat bot): the approver user.
     person = await nats.connect(
-        args.url, user="approver", password=args.approver_password, inbox_prefix="_INBOX_approver", name="example-ui"
+        args.url, user="approver", password=args.approver_password, inbox_prefix="_INBOX.approver", name="example-ui"
     )
 
     session = f"py-{uuid.uuid4().hex[:8]}"

@@ -74,7 +74,7 @@ class Conn:
         async def on_error(e):
             self.errors.append(str(e))
 
-        inbox = "_INBOX" if self.user == "toolmesh" else f"_INBOX_{self.user}"
+        inbox = "_INBOX" if self.user == "toolmesh" else f"_INBOX.{self.user}"
         self.nc = await nats.connect(
             URL,
             user=self.user,
@@ -428,7 +428,7 @@ async def check_accounts(c):
             "toolmesh.v1.approvals.acme.decided",
             "toolmesh.v1.events.acme.>",
             "_INBOX.>",
-            "_INBOX_acme.>",
+            "_INBOX.acme.>",
             ">",
         ]:
             before = len(globex.errors)

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod claims;
+mod direct;
 mod gateway;
 mod micro;
 mod node;

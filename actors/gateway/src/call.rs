@@ -20,9 +20,9 @@ use toolmesh_kernel::tools::{
     RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
 };
 use toolmesh_kernel::wire::{
-    self, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest, ApprovalStatus,
-    CancelAck, GateOutcome, GateRequest, InvocationContext, ReleaseAck, ReplyWriter, RiskLevel,
-    RunEventKind, ToolRequest,
+    self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
+    ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
+    ReleaseAck, ReplyWriter, RiskLevel, RunEventKind, ToolRequest,
 };
 use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError};
 
@@ -59,10 +59,12 @@ pub struct GatewayCore {
     pub replies: ReplyInbox,
 }
 
-/// What a tool answered: members to serialize, or members already serialized.
+/// What a tool answered: members to serialize, members already serialized, or nothing more
+/// to do (the actor answered the caller itself: [`DirectReply`]).
 pub enum Answer {
     Fields(Map<String, Value>),
     Prepared(Vec<u8>),
+    Delivered,
 }
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
@@ -101,6 +103,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
         let ctx = request.context(account);
         let mut call = Call {
             core: &core,
+            reply_to: &reply_to,
             events: RunEvents::new(core.client.clone(), &ctx),
             tool_for_events: request.tool.clone(),
             ctx,
@@ -109,8 +112,9 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             consumed_approval: None,
         };
         let result = call.run(&request).await;
-        let body = call.finish(result).await;
-        respond(&core.client, Some(&reply_to), body).await;
+        if let Some(body) = call.finish(result).await {
+            respond(&core.client, Some(&reply_to), body).await;
+        }
     }
     .instrument(span)
     .await
@@ -119,6 +123,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
 /// One call in flight.
 struct Call<'a> {
     core: &'a GatewayCore,
+    /// The caller's reply subject.
+    reply_to: &'a async_nats::Subject,
     ctx: InvocationContext,
     events: RunEvents,
     tool_for_events: String,
@@ -194,32 +200,50 @@ impl<'a> Call<'a> {
             .await;
     }
 
-    /// Publishes `finished` (when `started` was), then builds the reply body.
-    async fn finish(&mut self, result: Result<Answer, ToolError>) -> Vec<u8> {
+    /// Publishes `finished` (when `started` was), then builds the reply body; `None` when the
+    /// actor did both ([`Answer::Delivered`]).
+    async fn finish(&mut self, result: Result<Answer, ToolError>) -> Option<Vec<u8>> {
+        if matches!(result, Ok(Answer::Delivered)) {
+            return None;
+        }
         let error = result.as_ref().err().map(|e| e.code);
         if let Some(started) = self.started {
-            let mut extra = Map::new();
-            extra.insert("ok".into(), Value::Bool(error.is_none()));
-            extra.insert(
-                "error".into(),
-                error.map_or(Value::Null, |c| Value::from(c.as_str())),
-            );
-            extra.insert(
-                "duration_ms".into(),
-                Value::from(started.elapsed().as_millis() as u64),
-            );
-            self.emit(RunEventKind::Finished, extra).await;
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            // `emit` adds dispatched_tool_name.
+            self.emit(
+                RunEventKind::Finished,
+                finished_extra(error, duration_ms, None),
+            )
+            .await;
         }
         let mut reply = ReplyWriter::new(error.is_none(), Some(&self.ctx.invocation_id));
         match result {
             Ok(Answer::Fields(fields)) => reply.members(&fields),
             Ok(Answer::Prepared(members)) => reply.raw_members(&members),
+            Ok(Answer::Delivered) => unreachable!("returned above"),
             Err(error) => reply.members(&error.into_fields()),
         };
         if let Some(name) = self.dispatched {
             reply.member("dispatched_tool_name", name);
         }
-        reply.finish()
+        Some(reply.finish())
+    }
+
+    /// What the actor needs to answer the caller itself, when it may: the call used no
+    /// approval (no outcome of it gives one back) and the caller's reply subject is under
+    /// `_INBOX.`, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
+    /// the reply comes through here.
+    fn direct_reply(&self) -> Option<DirectReply> {
+        if self.consumed_approval.is_some() || !self.reply_to.starts_with("_INBOX.") {
+            return None;
+        }
+        let started = self.started?;
+        Some(DirectReply {
+            reply_to: self.reply_to.to_string(),
+            event_tool: self.tool_for_events.clone(),
+            dispatched_tool_name: self.dispatched.map(str::to_owned),
+            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// `tool_dispatcher`: answers `list`/`describe` here; `call` names the tool to run.
@@ -507,6 +531,7 @@ impl<'a> Call<'a> {
             tool: target.spec.name.to_owned(),
             arguments,
             event_seq: self.events.next_seq(),
+            direct: self.direct_reply(),
         };
         let body = serde_json::to_vec(&call).map_err(|e| ToolError::internal(e.to_string()))?;
         let max_payload = core.client.server_info().max_payload;
@@ -539,6 +564,9 @@ impl<'a> Call<'a> {
             ))
         })?;
         self.events.skip(answer.events_emitted);
+        if answer.delivered {
+            return Ok(Answer::Delivered);
+        }
         let mut fields = answer.reply;
         if let Some(error) = ToolError::from_fields(&fields) {
             // Refused before it ran (say, the sandbox image is missing): like no responders,

@@ -13,11 +13,12 @@
 //! worker is lost instead of at the call's deadline.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_nats::{Client, Message};
 use toolmesh_actix_host::Handler;
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::host::{publish_claim, respond};
+use toolmesh_kernel::host::{answer, publish_claim};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
@@ -68,13 +69,14 @@ enum Target {
 
 impl SandboxWorker {
     async fn place_and_run(&self, msg: Message, forwarded: bool) {
+        let started = Instant::now();
         let call = match serde_json::from_slice::<ActorCall>(&msg.payload) {
             Ok(call) => call,
             Err(e) => {
                 let reply = ActorReply::error(ToolError::invalid_request(format!(
                     "malformed routed call: {e}"
                 )));
-                self.reply(&msg, reply).await;
+                self.reply(&msg, None, reply, started).await;
                 return;
             }
         };
@@ -96,7 +98,8 @@ impl SandboxWorker {
                 }
                 Err(error) => {
                     // Nothing ran: the gateway may give the call's approval back.
-                    self.reply(&msg, ActorReply::refused(error)).await;
+                    self.reply(&msg, Some(&call), ActorReply::refused(error), started)
+                        .await;
                     return;
                 }
             };
@@ -106,7 +109,7 @@ impl SandboxWorker {
                 Err(error) => ActorReply::error(error),
             };
             reply.events_emitted = events;
-            self.reply(&msg, reply).await;
+            self.reply(&msg, Some(&call), reply, started).await;
             if opened {
                 // Not before: creating a container beside the first command slows it down
                 // (measured by benches/sandbox.rs, section 2).
@@ -127,9 +130,14 @@ impl SandboxWorker {
         }
     }
 
-    async fn reply(&self, msg: &Message, reply: ActorReply) {
-        let body = serde_json::to_vec(&reply).expect("a reply serializes");
-        respond(&self.client, msg.reply.as_ref(), body).await;
+    async fn reply(
+        &self,
+        msg: &Message,
+        call: Option<&ActorCall>,
+        reply: ActorReply,
+        started: Instant,
+    ) {
+        answer(&self.client, msg.reply.as_ref(), call, reply, started).await;
     }
 
     /// Hands the call to `node`'s own subject; `node` answers the gateway directly.

@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, StreamHandler, WrapFuture,
@@ -20,7 +21,7 @@ use async_nats::{Client, Message};
 use futures::Stream;
 use serde_json::{Map, Value};
 use tokio_util::task::TaskTracker;
-use toolmesh_kernel::host::{respond, ActorHandle, InFlight, StopNotice};
+use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{Role, ToolError};
 
@@ -68,24 +69,45 @@ where
 }
 
 /// Answers a routed tool call: the message's body is an [`ActorCall`] (a malformed one is
-/// answered `invalid_request`), `run` computes the tool's fields or error, and the
-/// [`ActorReply`] goes to the message's reply subject.
+/// answered `invalid_request`), `run` computes the tool's fields or error, and the answer goes
+/// out through [`host::answer`] (to the gateway, or to the caller for a direct reply).
 pub async fn answer_call<F, Fut>(client: &Client, msg: Message, run: F)
 where
     F: FnOnce(ActorCall) -> Fut,
     Fut: Future<Output = Result<Map<String, Value>, ToolError>>,
 {
-    let reply = match serde_json::from_slice::<ActorCall>(&msg.payload) {
-        Err(e) => ActorReply::error(ToolError::invalid_request(format!(
-            "malformed routed call: {e}"
-        ))),
-        Ok(call) => match run(call).await {
-            Ok(fields) => ActorReply::ok(fields),
-            Err(error) => ActorReply::error(error),
-        },
+    let started = Instant::now();
+    let (reply, finisher) = match serde_json::from_slice::<ActorCall>(&msg.payload) {
+        Err(e) => (
+            ActorReply::error(ToolError::invalid_request(format!(
+                "malformed routed call: {e}"
+            ))),
+            None,
+        ),
+        Ok(call) => {
+            // What answering needs after `run` took the call: all but the arguments.
+            let finisher = call.direct.as_ref().map(|direct| ActorCall {
+                invocation: call.invocation.clone(),
+                tool: call.tool.clone(),
+                arguments: Value::Null,
+                event_seq: call.event_seq,
+                direct: Some(direct.clone()),
+            });
+            let reply = match run(call).await {
+                Ok(fields) => ActorReply::ok(fields),
+                Err(error) => ActorReply::error(error),
+            };
+            (reply, finisher)
+        }
     };
-    let body = serde_json::to_vec(&reply).expect("a reply serializes");
-    respond(client, msg.reply.as_ref(), body).await;
+    host::answer(
+        client,
+        msg.reply.as_ref(),
+        finisher.as_ref(),
+        reply,
+        started,
+    )
+    .await;
 }
 
 /// The actor behind [`start`].

@@ -5,17 +5,21 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::{Client, ConnectOptions, Message, Subscriber};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::ToolError;
 use crate::ids::{Account, InvocationId, NodeId};
 use crate::role::Role;
 use crate::subjects;
-use crate::wire::{CancelAck, CLAIMED_BY_HEADER};
+use crate::wire::{
+    finished_extra, public_reply, run_event, ActorCall, ActorReply, CancelAck, RunEventKind,
+    CLAIMED_BY_HEADER,
+};
 
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
 /// comes up once the server does, and reconnects by itself after a server restart.
@@ -25,6 +29,7 @@ pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::C
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
+        .event_callback(|event| async move { log_connection_event(event) })
         .reconnect_delay_callback(|attempt| {
             // First retry at once (a server restarting is often back within milliseconds),
             // then back off to at most 2 s.
@@ -35,6 +40,30 @@ pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::C
         })
         .connect(url)
         .await
+}
+
+/// What a node's NATS connection reports: server errors loudly, with what to do about a
+/// permission a direct reply lacked (the server drops such a publish and says so only here).
+fn log_connection_event(event: async_nats::Event) {
+    match event {
+        async_nats::Event::ServerError(error) => {
+            let text = error.to_string();
+            if text
+                .to_ascii_lowercase()
+                .contains("permissions violation for publish to \"_inbox.")
+            {
+                tracing::error!(
+                    error = %text,
+                    "this node may not publish to a caller's inbox: give its NATS user publish rights on _INBOX.> (README, \"The account boundary is the broker's\"); the caller of that call gets no reply"
+                );
+            } else {
+                tracing::error!(error = %text, "NATS server error");
+            }
+        }
+        async_nats::Event::Disconnected => tracing::warn!("disconnected from NATS; reconnecting"),
+        async_nats::Event::Connected => tracing::info!("connected to NATS"),
+        other => tracing::warn!(event = %other, "NATS connection event"),
+    }
 }
 
 /// Connects a short-lived client (the CLI, tests): fails fast when the server is not there.
@@ -169,6 +198,47 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
     if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
         tracing::warn!(error = %e, "could not publish a reply");
     }
+}
+
+/// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, when the call asks
+/// for a [`DirectReply`], the actor finishes it in the gateway's place: `finished` on the
+/// call's events subject, the public reply to the caller, then [`ActorReply::delivered`] to
+/// the gateway (in that order, on one connection, so the caller's events come first).
+/// `started`: when this actor took the call.
+pub async fn answer(
+    client: &Client,
+    request_reply: Option<&async_nats::Subject>,
+    call: Option<&ActorCall>,
+    reply: ActorReply,
+    started: Instant,
+) {
+    let direct = call.and_then(|c| Some((c, c.direct.as_ref()?)));
+    let Some((call, direct)) = direct else {
+        let body = serde_json::to_vec(&reply).expect("a reply serializes");
+        return respond(client, request_reply, body).await;
+    };
+    let dispatched = direct.dispatched_tool_name.as_deref();
+    let error = ToolError::from_fields(&reply.reply).map(|e| e.code);
+    let duration_ms = direct
+        .elapsed_ms
+        .saturating_add(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    let event = run_event(
+        &call.invocation,
+        &direct.event_tool,
+        call.event_seq.saturating_add(reply.events_emitted),
+        RunEventKind::Finished,
+        &finished_extra(error, duration_ms, dispatched),
+    );
+    let events = subjects::public::events(&call.invocation.account, &call.invocation.invocation_id);
+    if let Err(e) = client.publish(events, Bytes::from(event)).await {
+        tracing::warn!(error = %e, "could not publish a run event");
+    }
+    let body = public_reply(&call.invocation.invocation_id, &reply.reply, dispatched);
+    let caller = async_nats::Subject::from(direct.reply_to.as_str());
+    respond(client, Some(&caller), body).await;
+    let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1));
+    let body = serde_json::to_vec(&ack).expect("a reply serializes");
+    respond(client, request_reply, body).await;
 }
 
 /// Claims a call of a long-running role: publishes an empty message with

@@ -519,6 +519,63 @@ pub struct ActorCall {
     pub arguments: Value,
     /// The next RunEvent `seq` the actor may use (events stay gap-free across actors).
     pub event_seq: u64,
+    /// Set when the actor answers the caller itself ([`DirectReply`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<DirectReply>,
+}
+
+/// What an actor needs to finish a call in the gateway's place: publish `finished`, send the
+/// public reply to the caller, then tell the gateway it did ([`ActorReply::delivered`]). This
+/// spares the reply one hop through the gateway. The gateway asks for it only for calls that
+/// used no approval (so no outcome makes it give one back) and whose caller's reply subject is
+/// under `_INBOX.` (nodes may publish there; see README "NATS permissions"). Timeouts, lost
+/// workers and no responders are still answered by the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectReply {
+    /// The caller's reply subject.
+    pub reply_to: String,
+    /// The tool the call's RunEvents name (`tool_dispatcher` for a dispatched call).
+    pub event_tool: String,
+    /// The inner tool of a `tool_dispatcher` call: in the reply and in `finished`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_tool_name: Option<String>,
+    /// Milliseconds since the gateway published `started`, for `finished`'s `duration_ms`.
+    pub elapsed_ms: u64,
+}
+
+/// The extra members of a `finished` RunEvent.
+pub fn finished_extra(
+    error: Option<ErrorCode>,
+    duration_ms: u64,
+    dispatched_tool_name: Option<&str>,
+) -> Map<String, Value> {
+    let mut extra = Map::with_capacity(4);
+    extra.insert("ok".into(), Value::Bool(error.is_none()));
+    extra.insert(
+        "error".into(),
+        error.map_or(Value::Null, |c| Value::from(c.as_str())),
+    );
+    extra.insert("duration_ms".into(), Value::from(duration_ms));
+    if let Some(name) = dispatched_tool_name {
+        extra.insert("dispatched_tool_name".into(), Value::from(name));
+    }
+    extra
+}
+
+/// The public reply to a routed call from an actor's reply fields (`ok` first, then
+/// `invocation_id`, the fields in order, and `dispatched_tool_name` for a dispatched call).
+pub fn public_reply(
+    invocation_id: &InvocationId,
+    fields: &Map<String, Value>,
+    dispatched_tool_name: Option<&str>,
+) -> Vec<u8> {
+    let ok = fields.get("ok") != Some(&Value::Bool(false));
+    let mut writer = ReplyWriter::new(ok, Some(invocation_id));
+    writer.members(fields);
+    if let Some(name) = dispatched_tool_name {
+        writer.member("dispatched_tool_name", name);
+    }
+    writer.finish()
 }
 
 /// Actor → gateway: the tool's reply fields and how many events the actor published.
@@ -531,6 +588,9 @@ pub struct ActorReply {
     /// used is given back, as when no actor received it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_run: bool,
+    /// The actor answered the caller itself ([`DirectReply`]); `reply` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delivered: bool,
 }
 
 impl ActorReply {
@@ -542,6 +602,7 @@ impl ActorReply {
             reply,
             events_emitted: 0,
             not_run: false,
+            delivered: false,
         }
     }
     pub fn error(error: ToolError) -> Self {
@@ -549,6 +610,16 @@ impl ActorReply {
             reply: error.into_fields(),
             events_emitted: 0,
             not_run: false,
+            delivered: false,
+        }
+    }
+    /// The gateway's notice that the caller has its reply ([`DirectReply`]).
+    pub fn delivered(events_emitted: u64) -> Self {
+        Self {
+            reply: Map::new(),
+            events_emitted,
+            not_run: false,
+            delivered: true,
         }
     }
     /// A refusal before anything ran (see [`ActorReply::not_run`]).
