@@ -201,7 +201,7 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
 }
 
 /// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, when the call asks
-/// for a [`DirectReply`], the actor finishes it in the gateway's place: `finished` on the
+/// for a [`DirectReply`](crate::wire::DirectReply), the actor finishes it in the gateway's place: `finished` on the
 /// call's events subject, the public reply to the caller, then [`ActorReply::delivered`] to
 /// the gateway (in that order, on one connection, so the caller's events come first).
 /// `started`: when this actor took the call.
