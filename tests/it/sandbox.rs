@@ -796,6 +796,24 @@ async fn the_process_backend_runs_in_bubblewrap() {
         other["stdout"].as_str().unwrap().contains("No such file"),
         "{other}"
     );
+
+    // A command may kill everything of its uid, the spawner included: the sandbox dies, the
+    // next call says so, and the one after gets a new sandbox.
+    let before = tool(&c, "s1", "sandbox_status", json!({})).await;
+    let _ = tool(&c, "s1", "run_command", json!({"command": "kill -9 -1"})).await;
+    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    if gone["ok"] == false {
+        assert_eq!(gone["error"], "unavailable", "{gone}");
+    }
+    let fresh = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat /tmp/keep 2>/dev/null || echo fresh"}),
+    )
+    .await;
+    assert_eq!(fresh["stdout"], "fresh\n", "{fresh}");
+    assert_ne!(fresh["sandbox_id"], before["sandbox_id"], "{fresh}");
 }
 
 #[tokio::test]
@@ -942,4 +960,39 @@ async fn an_approval_is_given_back_when_the_worker_cannot_run_the_call() {
         "the same approval still passes the gate: {again}"
     );
     assert_eq!(again["approval_released"], true, "{again}");
+}
+
+#[tokio::test]
+async fn a_removed_container_is_replaced_on_the_next_call() {
+    let c = cluster().await;
+    let first = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "touch /tmp/mark"}),
+    )
+    .await;
+    assert_eq!(first["ok"], true, "{first}");
+    let sandbox = first["sandbox_id"].as_str().unwrap().to_owned();
+    let removed = Command::new("docker")
+        .args(["rm", "-f", &format!("toolmesh-{sandbox}")])
+        .output()
+        .expect("docker rm");
+    assert!(removed.status.success(), "{removed:?}");
+    // The worker learns of it from Docker: that call says so, the next one gets a new sandbox.
+    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(gone["error"], "unavailable", "{gone}");
+    assert!(
+        gone["error_message"].as_str().unwrap().contains("is gone"),
+        "{gone}"
+    );
+    let next = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat /tmp/mark 2>/dev/null || echo fresh"}),
+    )
+    .await;
+    assert_eq!(next["stdout"], "fresh\n", "{next}");
+    assert_ne!(next["sandbox_id"], sandbox.as_str());
 }

@@ -402,6 +402,25 @@ impl Pool {
         }
     }
 
+    /// Drops a session whose sandbox died under it (the backend answered `Gone`: its container
+    /// was removed, or a command killed a process sandbox's spawner), so that the next call of
+    /// the session creates a new one, as the `unavailable` reply says.
+    pub async fn remove_gone(&self, session: &Session) {
+        let key: SessionKey = (session.account.clone(), session.session_id.clone());
+        let held = {
+            let sessions = self.sessions.lock().expect("sessions lock");
+            sessions
+                .get(&key)
+                .and_then(|c| c.get())
+                .filter(|s| std::ptr::eq(Arc::as_ptr(s), session))
+                .cloned()
+        };
+        if let Some(held) = held {
+            tracing::warn!(sandbox = %session.sandbox.sandbox_id, "the session's sandbox is gone; removing it");
+            self.remove(&key, &held).await;
+        }
+    }
+
     async fn remove(&self, key: &SessionKey, session: &Arc<Session>) {
         {
             let mut sessions = self.sessions.lock().expect("sessions lock");

@@ -19,7 +19,7 @@ use toolmesh_kernel::tools::args::{
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
-use crate::backend::{ExecSpec, Execution, StartGate};
+use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::tasks::TaskStatus;
@@ -379,7 +379,16 @@ impl SandboxService {
         };
         let exec = self.pool.backend.exec(&session.sandbox, spec, gate);
         let (done, execution) = tokio::join!(before, exec);
-        Ok((done?, execution.map_err(backend_error)?))
+        let done = done?;
+        match execution {
+            Ok(execution) => Ok((done, execution)),
+            Err(e) => {
+                if matches!(e, BackendError::Gone(_)) {
+                    self.pool.remove_gone(session).await;
+                }
+                Err(backend_error(e))
+            }
+        }
     }
 
     /// Runs one foreground process to its end: pull, exec (under the worker's concurrency
