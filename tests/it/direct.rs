@@ -53,6 +53,18 @@ async fn send_call(client: &Client, reply_to: &str, body: Value) -> Subscriber {
     replies
 }
 
+/// Answers `call` as a real actor does (`host::answer`).
+async fn finish(client: &Client, gateway_reply: &Subject, call: &ActorCall, reply: ActorReply) {
+    answer(
+        client,
+        Some(gateway_reply),
+        Some(call),
+        reply,
+        Instant::now(),
+    )
+    .await;
+}
+
 fn read_call(invocation: &str) -> Value {
     json!({"tool": "read_workspace_file", "session_id": "s1", "invocation_id": invocation,
            "arguments": {"path": "a.txt"}})
@@ -84,14 +96,7 @@ async fn the_actor_answers_the_caller_itself() {
     confirm_subscriptions(&c.client).await.unwrap();
     let mut fields = Map::new();
     fields.insert("content".into(), json!("     1\tfrom the actor\n"));
-    answer(
-        &c.client,
-        Some(&gateway_reply),
-        Some(&call),
-        ActorReply::ok(fields),
-        Instant::now(),
-    )
-    .await;
+    finish(&c.client, &gateway_reply, &call, ActorReply::ok(fields)).await;
 
     let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
     assert_eq!(got.len(), 1, "exactly one reply: {got:?}");
@@ -136,14 +141,7 @@ async fn a_direct_failure_keeps_the_error_shape_and_the_dispatcher_name() {
         "missing.txt does not exist",
     )
     .with("path", "missing.txt");
-    answer(
-        &c.client,
-        Some(&gateway_reply),
-        Some(&call),
-        ActorReply::error(error),
-        Instant::now(),
-    )
-    .await;
+    finish(&c.client, &gateway_reply, &call, ActorReply::error(error)).await;
     let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
@@ -170,14 +168,7 @@ async fn other_callers_get_the_reply_through_the_gateway() {
     assert_eq!(call.direct, None);
     let mut fields = Map::new();
     fields.insert("content".into(), json!("x"));
-    answer(
-        &c.client,
-        Some(&gateway_reply),
-        Some(&call),
-        ActorReply::ok(fields),
-        Instant::now(),
-    )
-    .await;
+    finish(&c.client, &gateway_reply, &call, ActorReply::ok(fields)).await;
     let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
@@ -198,14 +189,7 @@ async fn a_call_that_used_an_approval_is_answered_by_the_gateway() {
     let mut replies = send_call(&c.client, "_INBOX.acme.direct-test-4", body).await;
     let (call, gateway_reply) = take_call(&mut actor).await;
     assert_eq!(call.direct, None);
-    answer(
-        &c.client,
-        Some(&gateway_reply),
-        Some(&call),
-        ActorReply::ok(Map::new()),
-        Instant::now(),
-    )
-    .await;
+    finish(&c.client, &gateway_reply, &call, ActorReply::ok(Map::new())).await;
     let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["ok"], true, "{got:?}");

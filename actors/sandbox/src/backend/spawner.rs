@@ -92,6 +92,18 @@ pub fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
     Ok(frame)
 }
 
+/// The body length a frame header announces, refused over [`MAX_FRAME`].
+fn body_len(header: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a spawner frame announces {len} bytes, over the limit of {MAX_FRAME}"),
+        ));
+    }
+    Ok(len)
+}
+
 /// Worker side: sends one frame with `fds` attached to its first bytes.
 pub async fn send<T: Serialize>(
     writer: &mut tokio::net::unix::OwnedWriteHalf,
@@ -128,14 +140,7 @@ pub async fn next_event(reader: &mut tokio::net::unix::OwnedReadHalf) -> io::Res
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "frame too large",
-        ));
-    }
-    let mut body = vec![0u8; len];
+    let mut body = vec![0u8; body_len(header)?];
     reader.read_exact(&mut body).await?;
     serde_json::from_slice(&body)
         .map(Some)
@@ -174,14 +179,7 @@ pub fn recv_frame<T: for<'de> Deserialize<'de>>(
         }
         got += received.bytes;
     }
-    let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "frame too large",
-        ));
-    }
-    let mut body = vec![0u8; len];
+    let mut body = vec![0u8; body_len(header)?];
     let mut reader = socket;
     reader.read_exact(&mut body)?;
     let message = serde_json::from_slice(&body).map_err(io::Error::other)?;
