@@ -55,10 +55,11 @@ async fn send_call(client: &Client, reply_to: &str, body: Value) -> Subscriber {
 
 /// Answers `call` as a real actor does (`host::answer`).
 async fn finish(client: &Client, gateway_reply: &Subject, call: &ActorCall, reply: ActorReply) {
+    let finish = call.direct_finish();
     answer(
         client,
         Some(gateway_reply),
-        Some(call),
+        finish.as_ref(),
         reply,
         Instant::now(),
     )

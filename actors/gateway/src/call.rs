@@ -15,6 +15,7 @@ use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
+use toolmesh_kernel::time::elapsed_ms;
 use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
 use toolmesh_kernel::tools::{
     RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
@@ -208,7 +209,7 @@ impl<'a> Call<'a> {
         }
         let error = result.as_ref().err().map(|e| e.code);
         if let Some(started) = self.started {
-            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let duration_ms = elapsed_ms(started);
             // `emit` adds dispatched_tool_name.
             self.emit(
                 RunEventKind::Finished,
@@ -242,7 +243,7 @@ impl<'a> Call<'a> {
             reply_to: self.reply_to.to_string(),
             event_tool: self.tool_for_events.clone(),
             dispatched_tool_name: self.dispatched.map(str::to_owned),
-            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            elapsed_ms: elapsed_ms(started),
         })
     }
 

@@ -191,7 +191,7 @@ pub async fn run_to_end(
         exit_code,
         timed_out,
         cancelled,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms: toolmesh_kernel::time::elapsed_ms(started),
     }
 }
 

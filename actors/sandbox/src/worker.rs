@@ -70,13 +70,11 @@ enum Target {
 impl SandboxWorker {
     async fn place_and_run(&self, msg: Message, forwarded: bool) {
         let started = Instant::now();
-        let call = match serde_json::from_slice::<ActorCall>(&msg.payload) {
+        let call = match ActorCall::parse(&msg.payload) {
             Ok(call) => call,
-            Err(e) => {
-                let reply = ActorReply::error(ToolError::invalid_request(format!(
-                    "malformed routed call: {e}"
-                )));
-                self.reply(&msg, None, reply, started).await;
+            Err(error) => {
+                self.reply(&msg, None, ActorReply::error(error), started)
+                    .await;
                 return;
             }
         };
@@ -137,7 +135,15 @@ impl SandboxWorker {
         reply: ActorReply,
         started: Instant,
     ) {
-        answer(&self.client, msg.reply.as_ref(), call, reply, started).await;
+        let finish = call.and_then(ActorCall::direct_finish);
+        answer(
+            &self.client,
+            msg.reply.as_ref(),
+            finish.as_ref(),
+            reply,
+            started,
+        )
+        .await;
     }
 
     /// Hands the call to `node`'s own subject; `node` answers the gateway directly.

@@ -77,37 +77,18 @@ where
     Fut: Future<Output = Result<Map<String, Value>, ToolError>>,
 {
     let started = Instant::now();
-    let (reply, finisher) = match serde_json::from_slice::<ActorCall>(&msg.payload) {
-        Err(e) => (
-            ActorReply::error(ToolError::invalid_request(format!(
-                "malformed routed call: {e}"
-            ))),
-            None,
-        ),
+    let (reply, finish) = match ActorCall::parse(&msg.payload) {
+        Err(error) => (ActorReply::error(error), None),
         Ok(call) => {
-            // What answering needs after `run` took the call: all but the arguments.
-            let finisher = call.direct.as_ref().map(|direct| ActorCall {
-                invocation: call.invocation.clone(),
-                tool: call.tool.clone(),
-                arguments: Value::Null,
-                event_seq: call.event_seq,
-                direct: Some(direct.clone()),
-            });
+            let finish = call.direct_finish();
             let reply = match run(call).await {
                 Ok(fields) => ActorReply::ok(fields),
                 Err(error) => ActorReply::error(error),
             };
-            (reply, finisher)
+            (reply, finish)
         }
     };
-    host::answer(
-        client,
-        msg.reply.as_ref(),
-        finisher.as_ref(),
-        reply,
-        started,
-    )
-    .await;
+    host::answer(client, msg.reply.as_ref(), finish.as_ref(), reply, started).await;
 }
 
 /// The actor behind [`start`].

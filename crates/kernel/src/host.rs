@@ -16,8 +16,9 @@ use crate::error::ToolError;
 use crate::ids::{Account, InvocationId, NodeId};
 use crate::role::Role;
 use crate::subjects;
+use crate::time::elapsed_ms;
 use crate::wire::{
-    finished_extra, public_reply, run_event, ActorCall, ActorReply, CancelAck, RunEventKind,
+    finished_extra, public_reply, run_event, ActorReply, CancelAck, DirectFinish, RunEventKind,
     CLAIMED_BY_HEADER,
 };
 
@@ -200,40 +201,43 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
     }
 }
 
-/// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, when the call asks
-/// for a [`DirectReply`](crate::wire::DirectReply), the actor finishes it in the gateway's place: `finished` on the
-/// call's events subject, the public reply to the caller, then [`ActorReply::delivered`] to
-/// the gateway (in that order, on one connection, so the caller's events come first).
-/// `started`: when this actor took the call.
+/// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, for a call with a
+/// [`DirectReply`](crate::wire::DirectReply) (`finish`, from [`ActorCall::direct_finish`](crate::wire::ActorCall::direct_finish)), the
+/// actor finishes it in the gateway's place: `finished` on the call's events subject, the
+/// public reply to the caller, then [`ActorReply::delivered`] to the gateway (in that order, on
+/// one connection, so the caller's events come first). `started`: when this actor took the
+/// call.
 pub async fn answer(
     client: &Client,
     request_reply: Option<&async_nats::Subject>,
-    call: Option<&ActorCall>,
+    finish: Option<&DirectFinish>,
     reply: ActorReply,
     started: Instant,
 ) {
-    let direct = call.and_then(|c| Some((c, c.direct.as_ref()?)));
-    let Some((call, direct)) = direct else {
+    let Some(DirectFinish {
+        invocation,
+        event_seq,
+        direct,
+    }) = finish
+    else {
         let body = serde_json::to_vec(&reply).expect("a reply serializes");
         return respond(client, request_reply, body).await;
     };
     let dispatched = direct.dispatched_tool_name.as_deref();
     let error = ToolError::from_fields(&reply.reply).map(|e| e.code);
-    let duration_ms = direct
-        .elapsed_ms
-        .saturating_add(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    let duration_ms = direct.elapsed_ms.saturating_add(elapsed_ms(started));
     let event = run_event(
-        &call.invocation,
+        invocation,
         &direct.event_tool,
-        call.event_seq.saturating_add(reply.events_emitted),
+        event_seq.saturating_add(reply.events_emitted),
         RunEventKind::Finished,
         &finished_extra(error, duration_ms, dispatched),
     );
-    let events = subjects::public::events(&call.invocation.account, &call.invocation.invocation_id);
+    let events = subjects::public::events(&invocation.account, &invocation.invocation_id);
     if let Err(e) = client.publish(events, Bytes::from(event)).await {
         tracing::warn!(error = %e, "could not publish a run event");
     }
-    let body = public_reply(&call.invocation.invocation_id, &reply.reply, dispatched);
+    let body = public_reply(&invocation.invocation_id, &reply.reply, dispatched);
     let caller = async_nats::Subject::from(direct.reply_to.as_str());
     respond(client, Some(&caller), body).await;
     let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1));

@@ -1,6 +1,6 @@
 //! RFC 3339 UTC timestamps, the only time format of the protocol.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Now, as `2026-11-29T22:43:45.123Z`.
 pub fn now_rfc3339() -> String {
@@ -17,6 +17,11 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whole milliseconds since `since` (a `duration_ms`).
+pub fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

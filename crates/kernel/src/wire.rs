@@ -524,6 +524,34 @@ pub struct ActorCall {
     pub direct: Option<DirectReply>,
 }
 
+impl ActorCall {
+    /// Reads a routed call; a malformed one is `invalid_request`, answered to the gateway.
+    pub fn parse(payload: &[u8]) -> Result<Self, ToolError> {
+        serde_json::from_slice(payload)
+            .map_err(|e| ToolError::invalid_request(format!("malformed routed call: {e}")))
+    }
+
+    /// What answering this call directly needs once the tool ran; `None` when the gateway
+    /// answers it.
+    pub fn direct_finish(&self) -> Option<DirectFinish> {
+        Some(DirectFinish {
+            invocation: self.invocation.clone(),
+            event_seq: self.event_seq,
+            direct: self.direct.clone()?,
+        })
+    }
+}
+
+/// The part of an [`ActorCall`] with a [`DirectReply`] that finishing it needs (not the
+/// arguments, which the tool consumed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectFinish {
+    pub invocation: InvocationContext,
+    /// The call's first event `seq` ([`ActorCall::event_seq`]).
+    pub event_seq: u64,
+    pub direct: DirectReply,
+}
+
 /// What an actor needs to finish a call in the gateway's place: publish `finished`, send the
 /// public reply to the caller, then tell the gateway it did ([`ActorReply::delivered`]). This
 /// spares the reply one hop through the gateway. The gateway asks for it only for calls that
