@@ -180,21 +180,14 @@ impl SandboxService {
         let Some(session) = session else {
             return Answer::failed(no_session());
         };
-        let answer = match call.tool.as_str() {
-            "execute_skills" => match args(call) {
-                Ok(a) => self.execute_skills(call, &session, a).await,
-                Err(e) => Err(e),
-            },
-            "run_command" => match args(call) {
-                Ok(a) => self.run_command(call, &session, a).await,
-                Err(e) => Err(e),
-            },
-            _ => match args(call) {
-                Ok(a) => self.run_code(call, &session, a).await,
-                Err(e) => Err(e),
-            },
+        let answer = async {
+            match call.tool.as_str() {
+                "execute_skills" => self.execute_skills(call, &session, args(call)?).await,
+                "run_command" => self.run_command(call, &session, args(call)?).await,
+                _ => self.run_code(call, &session, args(call)?).await,
+            }
         };
-        answer.into()
+        answer.await.into()
     }
 
     /// The tools that publish no events.

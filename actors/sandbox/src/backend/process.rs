@@ -34,7 +34,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 
 use super::docker::{prepare_workspace, EXEC_ID_VAR, OUTPUT_CHANNEL, SANDBOX_GID, SANDBOX_UID};
-use super::spawner::{self, Event, Request};
+use super::spawner::{self, Event, Request, SpawnRequest, KILLED};
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
     SandboxLimits, SandboxRef, SandboxSpec, StartGate, StdinWriter, SKILLS_MOUNT,
@@ -54,8 +54,6 @@ const KILL_WAIT: Duration = Duration::from_secs(10);
 const SPAWNER_START: Duration = Duration::from_secs(10);
 /// How long output is still read after the command exited (and its leftovers were killed).
 const OUTPUT_GRACE: Duration = Duration::from_millis(200);
-/// The exit code of a command killed by SIGKILL.
-const KILLED: i64 = 137;
 /// Host `/etc` entries shown read-only inside (when present).
 const HOST_ETC: &[&str] = &[
     "/etc/alternatives",
@@ -430,7 +428,7 @@ impl Backend for ProcessBackend {
                 .filter(|(k, _)| k.as_str() != EXEC_ID_VAR),
         );
         let id = self.next_exec.fetch_add(1, Ordering::Relaxed);
-        let request = Request::Spawn {
+        let request = SpawnRequest {
             id,
             argv: spec.argv,
             env,
@@ -443,7 +441,7 @@ impl Backend for ProcessBackend {
         };
         let exited = link
             .spawn(
-                &request,
+                request,
                 [stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()],
             )
             .await?;
@@ -563,21 +561,20 @@ impl Link {
     /// Sends a spawn request; the receiver resolves with the command's exit code.
     async fn spawn(
         &self,
-        request: &Request,
+        request: SpawnRequest,
         fds: [BorrowedFd<'_>; 3],
     ) -> Result<oneshot::Receiver<i64>, BackendError> {
-        let Request::Spawn { id, .. } = request else {
-            unreachable!("Link::spawn takes spawn requests")
-        };
+        let id = request.id;
         let (tx, rx) = oneshot::channel();
         match lock(&self.waiting).as_mut() {
-            Some(waiting) => waiting.insert(*id, tx),
+            Some(waiting) => waiting.insert(id, tx),
             None => return Err(BackendError::Gone(self.sandbox_id.clone())),
         };
-        let sent = spawner::send(&mut *self.writer.lock().await, request, &fds).await;
+        let request = Request::Spawn(request);
+        let sent = spawner::send(&mut *self.writer.lock().await, &request, &fds).await;
         if let Err(e) = sent {
             if let Some(waiting) = lock(&self.waiting).as_mut() {
-                waiting.remove(id);
+                waiting.remove(&id);
             }
             return Err(match e.kind() {
                 io::ErrorKind::InvalidInput => BackendError::Failed(e.to_string()),

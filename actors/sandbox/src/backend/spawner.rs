@@ -53,18 +53,24 @@ const WAITER_STACK: usize = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Request {
-    /// Start `argv` with exactly `env` (plus the marker) in `cwd`; the frame carries its
-    /// stdin, stdout and stderr.
-    Spawn {
-        id: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: String,
-        marker: String,
-    },
+    /// Start a command; the frame carries its stdin, stdout and stderr.
+    Spawn(SpawnRequest),
     /// Kill command `id` and everything it started.
     Kill { id: u64 },
 }
+
+/// Start `argv` with exactly `env` (plus `marker` as [`MARKER_VAR`]) in `cwd`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    pub id: u64,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub marker: String,
+}
+
+/// The exit code of a command killed by SIGKILL (as a shell reports it).
+pub const KILLED: i64 = 137;
 
 /// Spawner → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -222,18 +228,7 @@ pub fn serve() -> ExitCode {
     write_event(&writer, &Event::Ready);
     loop {
         match recv_frame::<Request>(&control) {
-            Ok(Some((
-                Request::Spawn {
-                    id,
-                    argv,
-                    env,
-                    cwd,
-                    marker,
-                },
-                fds,
-            ))) => {
-                spawn(id, argv, env, &cwd, marker, fds, &running, &writer);
-            }
+            Ok(Some((Request::Spawn(request), fds))) => spawn(request, fds, &running, &writer),
             Ok(Some((Request::Kill { id }, _))) => {
                 let target = lock(&running).get(&id).map(|r| (r.pid, r.marker.clone()));
                 if let Some((pid, marker)) = target {
@@ -249,17 +244,19 @@ pub fn serve() -> ExitCode {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn spawn(
-    id: u64,
-    argv: Vec<String>,
-    env: Vec<(String, String)>,
-    cwd: &str,
-    marker: String,
+    request: SpawnRequest,
     fds: Vec<OwnedFd>,
     running: &Table,
     writer: &Arc<Mutex<UnixStream>>,
 ) {
+    let SpawnRequest {
+        id,
+        argv,
+        env,
+        cwd,
+        marker,
+    } = request;
     let exited = |code: i64| write_event(writer, &Event::Exited { id, code });
     let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
         exited(126);
@@ -276,7 +273,7 @@ fn spawn(
         .env_clear()
         .envs(env)
         .env(MARKER_VAR, &marker)
-        .current_dir(cwd)
+        .current_dir(&cwd)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr))
@@ -285,7 +282,7 @@ fn spawn(
         Ok(child) => child,
         Err(e) => {
             // What a shell would say, on the command's own stderr.
-            let (why, code) = if !std::path::Path::new(cwd).is_dir() {
+            let (why, code) = if !std::path::Path::new(&cwd).is_dir() {
                 (format!("cannot change to directory {cwd}: {e}"), 1)
             } else if e.kind() == io::ErrorKind::NotFound {
                 (format!("{program}: command not found"), 127)
@@ -308,7 +305,7 @@ fn spawn(
             marker: marker.clone(),
         },
     );
-    let (running, writer, mark) = (Arc::clone(running), Arc::clone(writer), marker.clone());
+    let (table, events, mark) = (Arc::clone(running), Arc::clone(writer), marker.clone());
     let waiter = std::thread::Builder::new()
         .stack_size(WAITER_STACK)
         .spawn(move || {
@@ -324,13 +321,14 @@ fn spawn(
             // What the command left running ends with it. By marker only: its pid is reaped
             // and may already name another process group.
             kill_tree(None, &mark);
-            lock(&running).remove(&id);
-            write_event(&writer, &Event::Exited { id, code });
+            lock(&table).remove(&id);
+            write_event(&events, &Event::Exited { id, code });
         });
     if waiter.is_err() {
         // No thread for it: kill it rather than leave a command nobody reports on.
         kill_tree(Some(pid), &marker);
-        exited(137);
+        lock(running).remove(&id);
+        exited(KILLED);
     }
 }
 
@@ -417,13 +415,13 @@ mod tests {
             .unwrap();
         let err = recv_frame::<Request>(&b).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-        let huge = Request::Spawn {
+        let huge = Request::Spawn(SpawnRequest {
             id: 1,
             argv: vec!["x".repeat(MAX_FRAME)],
             env: Vec::new(),
             cwd: "/".into(),
             marker: "m".into(),
-        };
+        });
         assert_eq!(
             encode(&huge).unwrap_err().kind(),
             io::ErrorKind::InvalidInput
