@@ -7,9 +7,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::Docker;
+use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
+use toolmesh_sandbox::backend::exits::ExecExits;
 use toolmesh_sandbox::backend::process::{ProcessBackend, Spawner};
 use toolmesh_sandbox::backend::{
     Backend, BackendError, ExecSpec, Execution, Output, SandboxLimits, SandboxRef, SandboxSpec,
@@ -597,6 +600,40 @@ fn docker_image_must_be_allowed() {
         matches!(&err, BackendError::Unavailable(m) if m.contains("evil/image:latest")),
         "{err:?}"
     );
+}
+
+/// Exit codes come from the daemon's `exec_die` events (no `inspect_exec` after the output),
+/// also for a code a killed process leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exit_codes_come_from_exec_die_events() {
+    let sbx = Sandbox::docker().await;
+    let docker = docker_client().await;
+    let exits = ExecExits::watch(docker.clone());
+    for (script, code) in [("exit 0", 0), ("exit 7", 7), ("kill -9 $$", 137)] {
+        let created = docker
+            .create_exec(
+                &sbx.sandbox.container_id,
+                CreateExecOptions::<String> {
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let notice = exits.register(&created.id);
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&created.id, None).await.unwrap()
+        {
+            while output.next().await.is_some() {}
+        }
+        assert_eq!(
+            notice.wait(TIMEOUT).await,
+            Some(code),
+            "exit code of {script:?} from its event"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

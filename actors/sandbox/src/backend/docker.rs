@@ -4,8 +4,9 @@
 //! A sandbox container runs `sleep infinity` under `docker-init` as uid 1000, with no network
 //! (unless the operator named one), no capabilities, `no-new-privileges`, a read-only root,
 //! tmpfs `/tmp` and `/home/sandbox`, memory/CPU/pids limits and the session's mirror directory
-//! bound at `/workspace`. An execution costs three API calls: create_exec, start_exec (attached)
-//! and inspect_exec once the output ends.
+//! bound at `/workspace`. An execution costs two API calls: create_exec and start_exec (attached);
+//! its exit code comes from the daemon's `exec_die` event ([`ExecExits`]), or from inspect_exec
+//! when the event does not come.
 //!
 //! Killing an execution: a `docker exec` process is its own session and process-group leader
 //! and its children may start their own, so the kill switch runs a second exec that SIGKILLs
@@ -32,6 +33,8 @@ use bollard::Docker;
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, OnceCell};
+
+use super::exits::{ExecExits, EVENT_WAIT};
 
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
@@ -78,6 +81,8 @@ pub struct DockerBackend {
     image: String,
     /// The API version is negotiated once (the daemon may be older than bollard's default).
     negotiated: OnceCell<()>,
+    /// Exit codes announced by the daemon; watched from the first exec on.
+    exits: std::sync::OnceLock<Arc<ExecExits>>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -109,6 +114,7 @@ impl DockerBackend {
             docker,
             image,
             negotiated: OnceCell::new(),
+            exits: std::sync::OnceLock::new(),
         })
     }
 
@@ -418,6 +424,10 @@ impl Backend for DockerBackend {
             tty: false,
             output_capacity: None,
         };
+        let exit_notice = self
+            .exits
+            .get_or_init(|| ExecExits::watch(docker.clone()))
+            .register(&created.id);
         let (mut stream, input) = match docker
             .start_exec(&created.id, Some(options))
             .await
@@ -459,8 +469,12 @@ impl Backend for DockerBackend {
                 }
             }
             drop(tx);
-            let _ =
-                exit_tx.send(exit_status(&waiter, &container_name, &exec_id, &sandbox_id).await);
+            // 126 may mean the container went away: inspect tells.
+            let status = match exit_notice.wait(EVENT_WAIT).await {
+                Some(code) if code != 126 => Ok(ExitStatus { code }),
+                _ => exit_status(&waiter, &container_name, &exec_id, &sandbox_id).await,
+            };
+            let _ = exit_tx.send(status);
         });
 
         let stdin: Option<StdinWriter> = spec.stdin.then(|| {

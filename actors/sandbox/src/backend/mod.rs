@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 pub mod docker;
+pub mod exits;
 pub mod process;
 pub mod spawner;
 
