@@ -148,7 +148,7 @@ async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_us
     assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
 }
 
-/// A pause before each sample of section 1: Docker goes on working for a few milliseconds
+/// A pause before each sample of sections 1 and 2: Docker goes on working for a few milliseconds
 /// after an exec returned (the shim reaps the process, dockerd records the exit), and whatever
 /// runs in that time is slowed down on 2 cores. Without it the order of the columns decides
 /// who pays for it (measured: a route-only call right after an exec took 1.5 ms, 0.5 ms on its
@@ -542,12 +542,15 @@ async fn run() {
             .await
             .expect("fresh raw container");
         tokio::time::sleep(POOL_REFILL.saturating_sub(last_call.elapsed())).await;
+        // Each after the same pause, as in section 1.
         let t = Instant::now();
         raw_exec(&docker, &fresh.container_id, &["true"], false).await;
         raw_fresh.samples.push(t.elapsed());
+        settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["true"], false).await;
         raw2.samples.push(t.elapsed());
+        settle().await;
         let body = run_true(&format!("new-{i}"));
         let t = Instant::now();
         tool_call(&client, &body).await;

@@ -251,29 +251,48 @@ impl Pool {
                 .with("node_id", self.settings.node.as_str()),
             ));
         }
-        let sandbox = self.take_sandbox().await?;
+        // The claim comes first (callers skip the registry lookup for a new session, so it
+        // may find the session held elsewhere), naming the warm sandbox this session gets or
+        // the id of the one created for it once the claim holds.
+        let warm = self.warm.lock().expect("warm lock").pop_front();
+        let sandbox_id = warm
+            .as_ref()
+            .map_or_else(new_sandbox_id, |s| s.sandbox_id.clone());
         let (account, session_id) = key;
-        match self
+        let claimed = self
             .registry
             .claim(
                 account,
                 session_id,
                 &self.settings.node,
-                &sandbox.sandbox_id,
+                &sandbox_id,
                 replacing,
             )
-            .await
-        {
-            Ok(Claim::Taken) => {}
-            Ok(Claim::HeldBy(node)) => {
+            .await;
+        let refused = match claimed {
+            Ok(Claim::Taken) => None,
+            Ok(Claim::HeldBy(node)) => Some(OpenError::HeldBy(node)),
+            Err(e) => Some(e.into()),
+        };
+        if let Some(refused) = refused {
+            if let Some(sandbox) = warm {
                 self.give_back(sandbox);
-                return Err(OpenError::HeldBy(node));
             }
-            Err(e) => {
-                self.give_back(sandbox);
-                return Err(e.into());
-            }
+            return Err(refused);
         }
+        let sandbox = match warm {
+            Some(sandbox) => sandbox,
+            None => match self.create_sandbox(sandbox_id).await {
+                Ok(sandbox) => sandbox,
+                Err(e) => {
+                    let _ = self
+                        .registry
+                        .release(account, session_id, &self.settings.node)
+                        .await;
+                    return Err(e.into());
+                }
+            },
+        };
         let mirror = Mirror::new(
             self.sync.clone(),
             account.clone(),
@@ -300,29 +319,18 @@ impl Pool {
         }))
     }
 
-    /// A started sandbox: from the warm pool when one is ready, else created now.
-    async fn take_sandbox(&self) -> Result<SandboxRef, ToolError> {
-        let warm = self.warm.lock().expect("warm lock").pop_front();
-        let sandbox = match warm {
-            Some(sandbox) => sandbox,
-            None => self.create_sandbox().await?,
-        };
-        Ok(sandbox)
-    }
-
     /// A sandbox taken for a claim that failed goes back to the warm pool (it is still empty).
     fn give_back(&self, sandbox: SandboxRef) {
         self.warm.lock().expect("warm lock").push_front(sandbox);
     }
 
-    async fn create_sandbox(&self) -> Result<SandboxRef, ToolError> {
+    async fn create_sandbox(&self, sandbox_id: String) -> Result<SandboxRef, ToolError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(ToolError::new(
                 ErrorCode::Unavailable,
                 "this sandbox worker is shutting down; retry and another takes the call",
             ));
         }
-        let sandbox_id = new_sandbox_id();
         let spec = SandboxSpec {
             workspace_dir: self
                 .settings
@@ -368,7 +376,7 @@ impl Pool {
             // Counted until it is in the pool, so that shutdown waits for it (a sandbox
             // finished after shutdown began is removed by `create_sandbox` itself).
             self.warming.fetch_add(1, Ordering::AcqRel);
-            let created = self.create_sandbox().await;
+            let created = self.create_sandbox(new_sandbox_id()).await;
             if let Ok(sandbox) = &created {
                 self.warm
                     .lock()

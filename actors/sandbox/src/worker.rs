@@ -8,6 +8,10 @@
 //! 3. Nobody holds S, or its holder is gone → W claims S (compare-and-set against the holder
 //!    it found gone) and creates the sandbox; a lost claim race hands over to the winner.
 //!
+//! A tool that creates a sandbox claims at once instead of looking first (the claim answers
+//! with the holder when it is someone else), so a new session costs one registry round trip;
+//! the other tools only look.
+//!
 //! Every worker that takes a call first sends a claim (`Toolmesh-Claimed-By`,
 //! [`publish_claim`]) to the reply subject, so the gateway can tell the caller as soon as that
 //! worker is lost instead of at the call's deadline.
@@ -186,23 +190,37 @@ impl SandboxWorker {
                 opened: false,
             });
         }
-        let mut replacing = None;
-        if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
-            if holder.node != self.node {
-                if !forwarded && self.live_sandbox_node(&holder.node) {
+        if !creates_sandbox(&call.tool) {
+            if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
+                if holder.node != self.node && !forwarded && self.live_sandbox_node(&holder.node) {
                     return Ok(Target::On(holder.node));
                 }
-                // Its holder is gone (or handed it back to us): re-create it here.
-                replacing = Some(holder.node);
             }
-        }
-        if !creates_sandbox(&call.tool) {
             return Ok(Target::Here {
                 session: None,
                 opened: false,
             });
         }
-        match pool.open(&key, replacing.as_ref()).await {
+        // Claim without looking first: a new session (the usual case here) costs one registry
+        // round trip, not two. Held by a live worker: hand the call over; by one that is gone
+        // (or that handed the call back to us): take the session over and re-create it here.
+        let holder = match pool.open(&key, None).await {
+            Err(OpenError::HeldBy(node)) => node,
+            opened => return self.opened(opened, forwarded),
+        };
+        if !forwarded && self.live_sandbox_node(&holder) {
+            return Ok(Target::On(holder));
+        }
+        let opened = pool.open(&key, Some(&holder)).await;
+        self.opened(opened, forwarded)
+    }
+
+    fn opened(
+        &self,
+        opened: Result<SessionUse, OpenError>,
+        forwarded: bool,
+    ) -> Result<Target, ToolError> {
+        match opened {
             Ok(session) => Ok(Target::Here {
                 session: Some(session),
                 opened: true,
