@@ -11,7 +11,9 @@
 //!    user with the exec's env and cwd, is what the Docker backend asks Docker for: the gap
 //!    between the first two that is the shell's, not toolmesh's.
 //! 2. **new session**: a new session's first `run_command true` (the warm pool hands it a
-//!    started container), spaced so that the pool refills between samples, against raw exec.
+//!    started container), spaced so that the pool refills between samples, against raw exec
+//!    (the two in turns first, each after the 25 ms pause), and the first exec in a container
+//!    created as long before (measured last: it leaves Docker busy for a while).
 //! 3. **saturation**: K and 2K callers (K = the worker's concurrency cap), each in its own
 //!    session, running `true` back to back for a fixed window, against the same number of raw
 //!    callers, each in its own container: calls/s and the ratio.
@@ -542,20 +544,26 @@ async fn run() {
             .await
             .expect("fresh raw container");
         tokio::time::sleep(POOL_REFILL.saturating_sub(last_call.elapsed())).await;
-        // Each after the same pause, as in section 1.
+        // Each after the same pause, as in section 1, the raw and the tool call in turns
+        // first (the first after the long pause meets a quieter machine), and the fresh
+        // container last: its first exec leaves Docker busy for longer than the pause.
+        let body = run_true(&format!("new-{i}"));
+        for turn in 0..2 {
+            if (i + turn) % 2 == 0 {
+                let t = Instant::now();
+                raw_exec(&docker, &raw_ids[0], &["true"], false).await;
+                raw2.samples.push(t.elapsed());
+            } else {
+                let t = Instant::now();
+                tool_call(&client, &body).await;
+                first.samples.push(t.elapsed());
+                last_call = Instant::now();
+            }
+            settle().await;
+        }
         let t = Instant::now();
         raw_exec(&docker, &fresh.container_id, &["true"], false).await;
         raw_fresh.samples.push(t.elapsed());
-        settle().await;
-        let t = Instant::now();
-        raw_exec(&docker, &raw_ids[0], &["true"], false).await;
-        raw2.samples.push(t.elapsed());
-        settle().await;
-        let body = run_true(&format!("new-{i}"));
-        let t = Instant::now();
-        tool_call(&client, &body).await;
-        first.samples.push(t.elapsed());
-        last_call = Instant::now();
         let _ = backend.destroy(&fresh).await;
     }
     println!(
