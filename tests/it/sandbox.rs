@@ -733,6 +733,51 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
     assert_ne!(next["sandbox_id"], sandbox);
 }
 
+/// A worker killed (so it could not remove its containers) and started again under its node
+/// id removes what its previous run left, and its sessions get new sandboxes.
+#[tokio::test]
+async fn a_restarted_worker_removes_what_its_previous_run_left() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c.start_node("gateway,approval,workspace", &BASE_ENV).await;
+    // No warm pool: nothing is being created in the background when the worker is killed.
+    let spec = c.spec(
+        "sandbox",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_WARM", "0"),
+        ],
+    );
+    let c = SandboxCluster { c };
+    let mut first = spec.clone().start(&c.client).await;
+    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let left = containers_of(&spec.node_id);
+    assert!(!left.is_empty(), "the session's sandbox exists");
+    first.kill();
+    assert_eq!(
+        containers_of(&spec.node_id),
+        left,
+        "a killed worker removes nothing"
+    );
+
+    let _second = spec.start(&c.client).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while left
+        .iter()
+        .any(|id| containers_of(&spec.node_id).contains(id))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the previous run's containers are still there: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let next = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(next["ok"], true, "{next}");
+    assert_ne!(next["sandbox_id"], r["sandbox_id"]);
+}
+
 #[tokio::test]
 async fn the_process_backend_runs_in_bubblewrap() {
     let mut c = Cluster::servers().await;

@@ -137,6 +137,24 @@ pub async fn spawn(
             Some(e.to_string())
         }
     };
+    if health.is_none() {
+        // A previous run of this node (killed, so it could not remove them) left these; before
+        // this run creates any, every sandbox carrying this node's id is one of them.
+        match pool
+            .backend
+            .reap_orphans(&pool.scope(), settings.node.as_str(), None)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                removed = n,
+                "removed the sandboxes a previous run of this node left"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for sandboxes a previous run of this node left")
+            }
+        }
+    }
     let service = Arc::new(tools::SandboxService {
         pool: pool.clone(),
         client: client.clone(),
@@ -210,7 +228,11 @@ async fn housekeeping(
                 .map(|n| n.node_id.as_str().to_owned())
                 .collect();
             // Never this node's own: its live sandboxes carry its id. ("" names no node.)
-            match pool.backend.reap_orphans(&pool.scope(), "", &live).await {
+            match pool
+                .backend
+                .reap_orphans(&pool.scope(), "", Some(&live))
+                .await
+            {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(removed = n, "removed orphaned sandboxes"),
                 Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandboxes"),

@@ -526,7 +526,7 @@ async fn docker_reap_orphans_removes_dead_nodes_only() {
     let live_nodes = vec![live_node.clone()];
 
     let removed = backend
-        .reap_orphans(&scope, &unique("node-me"), &live_nodes)
+        .reap_orphans(&scope, &unique("node-me"), Some(&live_nodes))
         .await
         .unwrap();
     assert_eq!(removed, 1);
@@ -554,7 +554,6 @@ async fn docker_reap_orphans_removes_dead_nodes_only() {
         .await
         .expect("live node's sandbox kept");
 
-    // A sandbox a previous run of this node left is an orphan too.
     docker
         .inspect_container(
             &stranger.sandbox.container_id,
@@ -563,11 +562,21 @@ async fn docker_reap_orphans_removes_dead_nodes_only() {
         .await
         .expect("another deployment's sandbox kept");
 
+    // A sandbox a previous run of this node left is an orphan too; at start (no view of the
+    // cluster yet) only this node's own are judged: another node's sandbox in the scope stays.
+    let other = Sandbox::docker_scoped(limits(), &unique("node-other"), &scope).await;
     let removed = backend
-        .reap_orphans(&scope, &live_node, &live_nodes)
+        .reap_orphans(&scope, &live_node, None)
         .await
         .unwrap();
     assert_eq!(removed, 1);
+    docker
+        .inspect_container(
+            &other.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("another node's sandbox kept when no live nodes are given");
     assert!(docker
         .inspect_container(
             &live.sandbox.container_id,

@@ -495,7 +495,7 @@ impl Backend for DockerBackend {
         &self,
         scope: &str,
         this_node: &str,
-        live_nodes: &[String],
+        live_nodes: Option<&[String]>,
     ) -> Result<usize, BackendError> {
         let docker = self.client().await?;
         let options = ListContainersOptions {
@@ -521,9 +521,11 @@ impl Backend for DockerBackend {
                 .as_ref()
                 .and_then(|l| l.get(LABEL_NODE))
                 .map(String::as_str);
-            let orphan = match node {
-                Some(node) => node == this_node || !live_nodes.iter().any(|live| live == node),
-                None => true,
+            let orphan = match (node, live_nodes) {
+                (Some(node), _) if node == this_node => true,
+                (Some(node), Some(live)) => !live.iter().any(|l| l == node),
+                (None, Some(_)) => true,
+                (_, None) => false,
             };
             if orphan && self.remove(&id).await? {
                 tracing::info!(container = %id, node = ?node, "removed orphaned sandbox container");

@@ -209,12 +209,13 @@ pub trait Backend: Send + Sync + 'static {
         spec: ExecSpec,
         gate: StartGate,
     ) -> Result<Execution, BackendError>;
-    /// Removes sandboxes of `scope` whose node is not in `live_nodes` (or is `this_node`, for
-    /// sandboxes a previous run of this node left). Returns how many.
+    /// Removes sandboxes of `scope` that a previous run of `this_node` left (call it before
+    /// this run creates any) and, given `live_nodes`, those of every node not in it (dead
+    /// workers on this host) and those that name no node. Returns how many.
     async fn reap_orphans(
         &self,
         scope: &str,
         this_node: &str,
-        live_nodes: &[String],
+        live_nodes: Option<&[String]>,
     ) -> Result<usize, BackendError>;
 }

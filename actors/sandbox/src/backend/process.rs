@@ -488,7 +488,7 @@ impl Backend for ProcessBackend {
         &self,
         _scope: &str,
         _this_node: &str,
-        _live_nodes: &[String],
+        _live_nodes: Option<&[String]>,
     ) -> Result<usize, BackendError> {
         // Nothing outlives its worker: bwrap runs with --die-with-parent.
         Ok(0)
