@@ -530,37 +530,12 @@ async fn docker_reap_orphans_removes_dead_nodes_only() {
         .await
         .unwrap();
     assert_eq!(removed, 1);
-    let gone = docker
-        .inspect_container(
-            &dead.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await;
+    assert!(!exists(&docker, &dead).await, "dead node's sandbox removed");
+    assert!(exists(&docker, &live).await, "live node's sandbox kept");
     assert!(
-        matches!(
-            gone,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404,
-                ..
-            })
-        ),
-        "{gone:?}"
+        exists(&docker, &stranger).await,
+        "another deployment's sandbox kept"
     );
-    docker
-        .inspect_container(
-            &live.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .expect("live node's sandbox kept");
-
-    docker
-        .inspect_container(
-            &stranger.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .expect("another deployment's sandbox kept");
 
     // A sandbox a previous run of this node left is an orphan too; at start (no view of the
     // cluster yet) only this node's own are judged: another node's sandbox in the scope stays.
@@ -570,20 +545,31 @@ async fn docker_reap_orphans_removes_dead_nodes_only() {
         .await
         .unwrap();
     assert_eq!(removed, 1);
-    docker
+    assert!(
+        exists(&docker, &other).await,
+        "another node's sandbox kept when no live nodes are given"
+    );
+    assert!(
+        !exists(&docker, &live).await,
+        "this node's previous run's sandbox removed"
+    );
+}
+
+/// Whether the sandbox's container exists (Docker answers 404 once it is removed).
+async fn exists(docker: &Docker, sbx: &Sandbox) -> bool {
+    let inspect = docker
         .inspect_container(
-            &other.sandbox.container_id,
+            &sbx.sandbox.container_id,
             None::<bollard::query_parameters::InspectContainerOptions>,
         )
-        .await
-        .expect("another node's sandbox kept when no live nodes are given");
-    assert!(docker
-        .inspect_container(
-            &live.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>
-        )
-        .await
-        .is_err());
+        .await;
+    match inspect {
+        Ok(_) => true,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
+        Err(e) => panic!("inspecting {}: {e}", sbx.sandbox.container_id),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
