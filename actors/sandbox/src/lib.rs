@@ -140,20 +140,7 @@ pub async fn spawn(
     if health.is_none() {
         // A previous run of this node (killed, so it could not remove them) left these; before
         // this run creates any, every sandbox carrying this node's id is one of them.
-        match pool
-            .backend
-            .reap_orphans(&pool.scope(), settings.node.as_str(), None)
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(
-                removed = n,
-                "removed the sandboxes a previous run of this node left"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot look for sandboxes a previous run of this node left")
-            }
-        }
+        pool.reap_orphans(settings.node.as_str(), None).await;
     }
     let service = Arc::new(tools::SandboxService {
         pool: pool.clone(),
@@ -228,15 +215,7 @@ async fn housekeeping(
                 .map(|n| n.node_id.as_str().to_owned())
                 .collect();
             // Never this node's own: its live sandboxes carry its id. ("" names no node.)
-            match pool
-                .backend
-                .reap_orphans(&pool.scope(), "", Some(&live))
-                .await
-            {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "removed orphaned sandboxes"),
-                Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandboxes"),
-            }
+            pool.reap_orphans("", Some(&live)).await;
         }
     }
 }

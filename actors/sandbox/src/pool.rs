@@ -177,6 +177,22 @@ impl Pool {
         self.settings.dir.display().to_string()
     }
 
+    /// [`Backend::reap_orphans`] in this pool's scope, logged (a failure only delays it).
+    pub async fn reap_orphans(&self, this_node: &str, live_nodes: Option<&[String]>) {
+        let previous_run = live_nodes.is_none();
+        match self
+            .backend
+            .reap_orphans(&self.scope(), this_node, live_nodes)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, previous_run, "removed orphaned sandboxes"),
+            Err(e) => {
+                tracing::warn!(error = %e, previous_run, "cannot look for orphaned sandboxes")
+            }
+        }
+    }
+
     pub fn registry(&self) -> &SessionRegistry {
         &self.registry
     }

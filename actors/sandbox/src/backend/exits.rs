@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bollard::models::EventMessage;
@@ -37,7 +37,7 @@ pub struct ExecExits {
     waiting: Mutex<HashMap<String, oneshot::Sender<i64>>>,
     /// False while the stream is being re-opened after a failure: waits are not worth it then.
     live: AtomicBool,
-    watcher: Mutex<Option<JoinHandle<()>>>,
+    watcher: OnceLock<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ExecExits {
@@ -63,10 +63,11 @@ impl ExecExits {
         let exits = Arc::new(Self {
             waiting: Mutex::new(HashMap::new()),
             live: AtomicBool::new(true),
-            watcher: Mutex::new(None),
+            watcher: OnceLock::new(),
         });
+        // Spawned once the Arc exists: the task holds a Weak that must upgrade.
         let task = tokio::spawn(run(docker, Arc::downgrade(&exits)));
-        *exits.watcher.lock().expect("watcher lock") = Some(task);
+        let _ = exits.watcher.set(task);
         exits
     }
 
@@ -86,12 +87,7 @@ impl ExecExits {
 
     /// Whether the stream is believed open: waiting for an event is worth it.
     pub fn is_live(&self) -> bool {
-        let watching = self
-            .watcher
-            .lock()
-            .expect("watcher lock")
-            .as_ref()
-            .is_some_and(|task| !task.is_finished());
+        let watching = self.watcher.get().is_some_and(|task| !task.is_finished());
         watching && self.live.load(Ordering::Relaxed)
     }
 
@@ -105,7 +101,7 @@ impl ExecExits {
 
 impl Drop for ExecExits {
     fn drop(&mut self) {
-        if let Some(task) = self.watcher.get_mut().ok().and_then(Option::take) {
+        if let Some(task) = self.watcher.take() {
             task.abort();
         }
     }
