@@ -382,6 +382,65 @@ async fn output_streams_as_events_before_the_reply() {
 }
 
 #[tokio::test]
+async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads() {
+    let c = cluster().await;
+    // "€" is e2 82 ac; the command writes its first two bytes, waits past an event flush
+    // (50 ms) and writes the third.
+    let split_euro = r"printf '\342\202'; sleep 0.4; printf '\254\n'";
+    let invocation = "inv_utf8_1";
+    let mut events = c
+        .client
+        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let r = c
+        .call(
+            "acme",
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
+                   "arguments": {"command": split_euro}}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "€\n");
+    let mut streamed = String::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
+        if e["kind"] == "stdout" {
+            streamed.push_str(e["data"].as_str().unwrap());
+        }
+        if e["kind"] == "finished" {
+            break;
+        }
+    }
+    assert_eq!(streamed, "€\n", "no event may carry half a character");
+
+    let started = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": r"printf '\342\202'; sleep 2; printf '\254\n'; echo done", "background": true}),
+    )
+    .await;
+    assert_eq!(started["ok"], true, "{started}");
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let early = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
+    assert_eq!(
+        early["stdout"], "",
+        "half a character stays for the next read: {early}"
+    );
+    let rest = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "done", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(rest["stdout"], "€\ndone\n", "{rest}");
+}
+
+#[tokio::test]
 async fn a_cancel_kills_the_running_command() {
     let c = cluster().await;
     let invocation = "inv_cancel_1";

@@ -69,6 +69,28 @@ impl<'a> EventSink<'a> {
     }
 }
 
+/// The length of `bytes` without a trailing UTF-8 sequence that is cut short (at most three
+/// bytes, which the next read may complete). Output arrives in pipe-sized pieces that can end
+/// inside a character; sending such a piece as text would turn both halves into U+FFFD.
+/// Invalid bytes that no later byte can complete are left for the lossy conversion.
+pub fn utf8_complete_len(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    for back in 1..=len.min(4) {
+        let byte = bytes[len - back];
+        if byte & 0xC0 == 0x80 {
+            continue; // a continuation byte: the character starts further back
+        }
+        let needs = match byte {
+            0xF0..=0xF7 => 4,
+            0xE0..=0xEF => 3,
+            0xC0..=0xDF => 2,
+            _ => 1,
+        };
+        return if needs > back { len - back } else { len };
+    }
+    len
+}
+
 /// One stream's collected and pending-to-stream output.
 #[derive(Default)]
 struct Stream {
@@ -86,6 +108,20 @@ impl Stream {
         let stream_room = STREAM_CAP.saturating_sub(self.streamed + self.pending.len());
         self.pending
             .extend_from_slice(&data[..data.len().min(stream_room)]);
+    }
+
+    /// What to stream now: all that is pending at the end (`last`), else up to the last whole
+    /// character (the rest waits for the bytes that complete it).
+    fn take_pending(&mut self, last: bool) -> Vec<u8> {
+        let cut = if last {
+            self.pending.len()
+        } else {
+            utf8_complete_len(&self.pending)
+        };
+        let rest = self.pending.split_off(cut);
+        let ready = std::mem::replace(&mut self.pending, rest);
+        self.streamed += ready.len();
+        ready
     }
 
     /// The text for the reply, with a note when output was dropped past the cap.
@@ -143,17 +179,17 @@ pub async fn run_to_end(
             chunk = execution.output.recv() => match chunk {
                 Some(Output::Stdout(b)) => {
                     out.push(&b);
-                    if out.pending.len() >= EVENT_CHUNK { flush(events, &mut out, RunEventKind::Stdout).await; }
+                    if out.pending.len() >= EVENT_CHUNK { flush(events, &mut out, RunEventKind::Stdout, false).await; }
                 }
                 Some(Output::Stderr(b)) => {
                     err.push(&b);
-                    if err.pending.len() >= EVENT_CHUNK { flush(events, &mut err, RunEventKind::Stderr).await; }
+                    if err.pending.len() >= EVENT_CHUNK { flush(events, &mut err, RunEventKind::Stderr, false).await; }
                 }
                 None => break,
             },
             _ = tick.tick() => {
-                flush(events, &mut out, RunEventKind::Stdout).await;
-                flush(events, &mut err, RunEventKind::Stderr).await;
+                flush(events, &mut out, RunEventKind::Stdout, false).await;
+                flush(events, &mut err, RunEventKind::Stderr, false).await;
             }
             _ = &mut deadline, if !timed_out && !cancelled => {
                 timed_out = true;
@@ -171,8 +207,8 @@ pub async fn run_to_end(
             }
         }
     }
-    flush(events, &mut out, RunEventKind::Stdout).await;
-    flush(events, &mut err, RunEventKind::Stderr).await;
+    flush(events, &mut out, RunEventKind::Stdout, true).await;
+    flush(events, &mut err, RunEventKind::Stderr, true).await;
     let exit_code = if timed_out || cancelled {
         None
     } else {
@@ -195,13 +231,58 @@ pub async fn run_to_end(
     }
 }
 
-async fn flush(events: &mut EventSink<'_>, stream: &mut Stream, kind: RunEventKind) {
-    if stream.pending.is_empty() {
-        return;
+async fn flush(events: &mut EventSink<'_>, stream: &mut Stream, kind: RunEventKind, last: bool) {
+    let ready = stream.take_pending(last);
+    let mut rest = &ready[..];
+    while !rest.is_empty() {
+        // Chunks end on whole characters too (a character is at most 4 bytes, a chunk 16 KiB).
+        let mut cut = rest.len().min(EVENT_CHUNK);
+        if cut < rest.len() {
+            cut = utf8_complete_len(&rest[..cut]).max(1);
+        }
+        events.publish(kind, &rest[..cut]).await;
+        rest = &rest[cut..];
     }
-    let pending = std::mem::take(&mut stream.pending);
-    for chunk in pending.chunks(EVENT_CHUNK) {
-        events.publish(kind, chunk).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_cut_short_at_the_end_is_held_back() {
+        let euro = "€".as_bytes(); // 3 bytes
+        assert_eq!(utf8_complete_len(b"abc"), 3);
+        assert_eq!(utf8_complete_len(b""), 0);
+        assert_eq!(utf8_complete_len(&[b'a', euro[0]]), 1);
+        assert_eq!(utf8_complete_len(&[b'a', euro[0], euro[1]]), 1);
+        assert_eq!(utf8_complete_len(&[b'a', euro[0], euro[1], euro[2]]), 4);
+        let emoji = "🦀".as_bytes(); // 4 bytes
+        assert_eq!(utf8_complete_len(&emoji[..3]), 0);
+        assert_eq!(utf8_complete_len(emoji), 4);
+        // Bytes no continuation can mend are not held back.
+        assert_eq!(utf8_complete_len(&[b'a', 0x80, 0x80, 0x80, 0x80]), 5);
+        assert_eq!(utf8_complete_len(&[b'a', 0xFF]), 2);
     }
-    stream.streamed += pending.len();
+
+    #[test]
+    fn streamed_pieces_keep_characters_whole() {
+        let text = "naïve €uro 🦀 ".repeat(50);
+        let bytes = text.as_bytes();
+        let mut stream = Stream::default();
+        let mut streamed = Vec::new();
+        // Pipe-sized pieces that cut characters anywhere.
+        for piece in bytes.chunks(7) {
+            stream.push(piece);
+            let ready = stream.take_pending(false);
+            assert!(
+                std::str::from_utf8(&ready).is_ok(),
+                "a piece ends inside a character"
+            );
+            streamed.extend_from_slice(&ready);
+        }
+        streamed.extend_from_slice(&stream.take_pending(true));
+        assert_eq!(streamed, bytes);
+        assert_eq!(stream.text(), text);
+    }
 }

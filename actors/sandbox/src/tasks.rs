@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{Execution, KillSwitch, Output, StdinWriter};
+use crate::exec::utf8_complete_len;
 
 /// Unread output kept per stream; past it, the oldest unread output is dropped (and counted).
 pub const UNREAD_CAP: usize = 8 * 1024 * 1024;
@@ -79,6 +80,18 @@ pub struct TaskRead {
     pub dropped_bytes: u64,
 }
 
+/// Takes `buffer` as text: all of it when the task has ended (`whole`), else up to the last
+/// whole character; a character cut short stays for the next read.
+fn take_text(buffer: &mut Vec<u8>, whole: bool) -> String {
+    let cut = if whole {
+        buffer.len()
+    } else {
+        utf8_complete_len(buffer)
+    };
+    let rest = buffer.split_off(cut);
+    String::from_utf8_lossy(&std::mem::replace(buffer, rest)).into_owned()
+}
+
 fn append_capped(buffer: &mut Vec<u8>, data: &[u8], dropped: &mut u64) {
     buffer.extend_from_slice(data);
     if buffer.len() > UNREAD_CAP {
@@ -96,14 +109,14 @@ impl Task {
 
     fn take_unread(&self, matched: Option<bool>) -> TaskRead {
         let mut state = self.state.lock().expect("task state");
-        let unread = std::mem::take(&mut state.unread);
+        let whole = state.status != TaskStatus::Running;
         TaskRead {
-            stdout: String::from_utf8_lossy(&unread.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&unread.stderr).into_owned(),
+            stdout: take_text(&mut state.unread.stdout, whole),
+            stderr: take_text(&mut state.unread.stderr, whole),
             status: state.status,
             exit_code: state.exit_code,
             matched,
-            dropped_bytes: unread.dropped_bytes,
+            dropped_bytes: std::mem::take(&mut state.unread.dropped_bytes),
         }
     }
 
@@ -327,5 +340,23 @@ impl TaskTable {
         for task in self.list() {
             task.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_text;
+
+    #[test]
+    fn a_running_task_keeps_a_character_cut_short_for_the_next_read() {
+        let euro = "€".as_bytes();
+        let mut unread = vec![b'a', euro[0], euro[1]];
+        assert_eq!(take_text(&mut unread, false), "a");
+        unread.push(euro[2]);
+        assert_eq!(take_text(&mut unread, false), "€");
+        assert!(unread.is_empty());
+        // Once the task has ended nothing more can complete it: all of it goes out.
+        let mut unread = vec![b'b', euro[0]];
+        assert_eq!(take_text(&mut unread, true), "b\u{FFFD}");
     }
 }
