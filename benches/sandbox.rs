@@ -1,24 +1,28 @@
 //! Sandbox overhead against raw Docker exec and raw bubblewrap, measured in one run.
 //!
-//! `cargo bench --bench sandbox` starts a nats-server, a redis-server and one
-//! `toolmesh node --roles gateway,approval,workspace,sandbox` (approvals off, Docker backend,
-//! default warm pool and concurrency cap), then:
+//! `cargo bench --bench sandbox` starts a nats-server, a redis-server and, as compose.yml
+//! deploys them, a front node `toolmesh node --roles gateway,approval,workspace` and a sandbox
+//! worker node `--roles sandbox` (approvals off, Docker backend, default warm pool and
+//! concurrency cap; `BENCH_ONE_NODE=1`: one node with all four roles), then:
 //!
 //! 1. **warm session**: raw bollard exec of `true` (create_exec + attached start_exec to the end +
 //!    inspect_exec) in a started container of the sandbox image, hardened as the node's are,
 //!    against `run_command {"command":"true"}` through the gateway in a session whose sandbox
-//!    exists — interleaved (raw, tool, raw, …), each sample after the same 25 ms pause. A third column, raw `sh -c true` as the sandbox
-//!    user with the exec's env and cwd, is what the Docker backend asks Docker for: the gap
-//!    between the first two that is the shell's, not toolmesh's.
+//!    exists — interleaved (raw, tool, raw, …), each sample after the same 25 ms pause. A third
+//!    column, raw `sh -c true` as the sandbox user with the exec's env and cwd, is what the
+//!    Docker backend asks Docker for: the gap between the first two that is the shell's, not
+//!    toolmesh's. Besides p50(tool) - p50(raw), the median of the differences within each
+//!    iteration, which the machine's drift over the run disturbs less.
 //! 2. **new session**: a new session's first `run_command true` (the warm pool hands it a
-//!    started container), spaced so that the pool refills between samples, against raw exec
-//!    (the two in turns first, each after the 25 ms pause), and the first exec in a container
-//!    created as long before (measured last: it leaves Docker busy for a while).
+//!    started container) against raw exec in a started container (the two in turns first)
+//!    and the first exec in a container created as long before as the warm one: each sample
+//!    after the same 1.5 s pause, in which the pool refills (a container being created beside
+//!    a sample slows it down).
 //! 3. **saturation**: K and 2K callers (K = the worker's concurrency cap), each in its own
 //!    session, running `true` back to back for a fixed window, against the same number of raw
 //!    callers, each in its own container: calls/s and the ratio.
-//! 4. **process backend**: the Docker node is drained (SIGTERM: it removes its containers), a
-//!    node with `TOOLMESH_SANDBOX_BACKEND=process` takes its place, and `run_command true` in a
+//! 4. **process backend**: the Docker worker is drained (SIGTERM: it removes its containers), a
+//!    worker with `TOOLMESH_SANDBOX_BACKEND=process` takes its place, and `run_command true` in a
 //!    warm session is measured against the raw `prlimit … [setpriv …] bwrap … true` run that
 //!    starting a sandbox costs (once per session: its spawner then forks each command) and a
 //!    bare `sh -c true` spawned on the host, the floor of any command.
@@ -26,7 +30,7 @@
 //! Every container the run made is removed at the end, also when it panics.
 //!
 //! Knobs: `BENCH_SAMPLES` (default 150, per column in 1 and 4), `BENCH_NEW_SESSIONS` (24),
-//! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `TOOLMESH_SANDBOX_IMAGE`.
+//! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `BENCH_ONE_NODE`, `TOOLMESH_SANDBOX_IMAGE`.
 #![allow(clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
@@ -55,6 +59,7 @@ const ACCOUNT: &str = "bench";
 const CALL: &str = "toolmesh.v1.call.bench";
 const DEFAULT_IMAGE: &str = "toolmesh/sandbox:latest";
 const WARMUP: usize = 10;
+const FRONT_ROLES: &str = "gateway,approval,workspace";
 const POOL_REFILL: Duration = Duration::from_millis(1500);
 const SETTLE: Duration = Duration::from_millis(25);
 const THROUGHPUT_ROUNDS: usize = 2;
@@ -155,6 +160,12 @@ async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_us
 /// runs in that time is slowed down on 2 cores. Without it the order of the columns decides
 /// who pays for it (measured: a route-only call right after an exec took 1.5 ms, 0.5 ms on its
 /// own), so every sample starts from the same quiet machine.
+/// The median of `values` (sorted in place).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 async fn settle() {
     tokio::time::sleep(SETTLE).await;
 }
@@ -261,18 +272,20 @@ fn raw_spec(run_id: u32, scope: &str, data: &Path, name: &str) -> SandboxSpec {
     }
 }
 
-fn node_spec(id: &str, nats: &NatsServer, redis: &RedisServer, data: &Path) -> NodeSpec {
-    NodeSpec::new(
-        env!("CARGO_BIN_EXE_toolmesh"),
-        "gateway,approval,workspace,sandbox",
-        id,
-    )
-    .env("TOOLMESH_NATS_URL", nats.url())
-    .env("TOOLMESH_REDIS_URL", redis.url())
-    .env("TOOLMESH_DATA_DIR", data.display().to_string())
-    .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-    // Room for every session the run opens, so no first call waits for an eviction.
-    .env("TOOLMESH_SANDBOX_MAX_SESSIONS", "64")
+fn node_spec(
+    id: &str,
+    roles: &str,
+    nats: &NatsServer,
+    redis: &RedisServer,
+    data: &Path,
+) -> NodeSpec {
+    NodeSpec::new(env!("CARGO_BIN_EXE_toolmesh"), roles, id)
+        .env("TOOLMESH_NATS_URL", nats.url())
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.display().to_string())
+        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+        // Room for every session the run opens, so no first call waits for an eviction.
+        .env("TOOLMESH_SANDBOX_MAX_SESSIONS", "64")
 }
 
 async fn stop(mut node: Node) {
@@ -423,6 +436,7 @@ async fn run() {
     let run_id = std::process::id();
     let docker_node = format!("bench-sbx-docker-{run_id}");
     let process_node = format!("bench-sbx-process-{run_id}");
+    let front_node = format!("bench-sbx-front-{run_id}");
     let raw_scope = format!("bench-sbx-raw-{run_id}");
     let _cleanup = Cleanup {
         node_ids: vec![docker_node.clone(), process_node.clone()],
@@ -452,11 +466,29 @@ async fn run() {
     }
     let raw_ids: Vec<String> = raw_boxes.iter().map(|b| b.container_id.clone()).collect();
 
-    let node = node_spec(&docker_node, &nats, &redis, data.path())
+    // As deployed (compose.yml), the sandbox worker is a node of its own beside the front
+    // node (gateway, approval, workspace); BENCH_ONE_NODE=1 runs all four roles in one node.
+    let one_node = std::env::var("BENCH_ONE_NODE").is_ok_and(|v| v == "1");
+    let front = if one_node {
+        None
+    } else {
+        Some(
+            node_spec(&front_node, FRONT_ROLES, &nats, &redis, data.path())
+                .start(&client)
+                .await,
+        )
+    };
+    let worker_roles = if one_node {
+        "gateway,approval,workspace,sandbox"
+    } else {
+        "sandbox"
+    };
+    let node = node_spec(&docker_node, worker_roles, &nats, &redis, data.path())
         .start(&client)
         .await;
     println!(
-        "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, load {}",
+        "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, {}, load {}",
+        if one_node { "one node" } else { "front node + sandbox worker node" },
         load_average()
     );
 
@@ -473,6 +505,9 @@ async fn run() {
     // sandbox worker → gateway, no exec, no sync) and the mirror pull's manifest round trip.
     let mut routed = Figures::new("sandbox_status, warm session (route only)");
     let mut manifest = Figures::new("workspace manifest round trip (pull)");
+    // tool - raw of the same iteration: the machine drifts between iterations but hardly
+    // within one, so these differences scatter less than the two columns do.
+    let mut paired: Vec<f64> = Vec::with_capacity(samples);
     let status_body = Bytes::from_static(br#"{"tool":"sandbox_status","session_id":"warm"}"#);
     let sync = WorkspaceSync::new(client.clone());
     let (account, session) = (
@@ -488,11 +523,13 @@ async fn run() {
         settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["true"], false).await;
-        raw.samples.push(t.elapsed());
+        let raw_sample = t.elapsed();
+        raw.samples.push(raw_sample);
         settle().await;
         let t = Instant::now();
         tool_call(&client, &warm_body).await;
         tool.samples.push(t.elapsed());
+        paired.push(ms(t.elapsed()) - ms(raw_sample));
         settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["sh", "-c", "true"], true).await;
@@ -526,13 +563,20 @@ async fn run() {
         "  p50(tool) - p50(raw) = {warm_delta:.2} ms (target <= 2); - p50(raw sh) = {:.2} ms",
         ms(tool.p(0.5)) - ms(raw_sh.p(0.5))
     );
+    println!(
+        "  median of paired differences (tool - raw, same iteration) = {:.2} ms",
+        median(&mut paired)
+    );
 
-    // 2. A new session's first command, the warm pool refilled between samples.
-    // Also raw: the first exec in a container started a moment ago (as a warm one is).
+    // 2. A new session's first command against raw exec, each sample after the same pause in
+    // which the warm pool refills (the container created after each new session would slow
+    // down whatever ran beside it). Raw exec goes to a container section 1 did not use: one
+    // with thousands of finished execs behind it execs more slowly than the session's new one.
+    // Also raw: the first exec in a container created as long before as a warm one.
     let mut raw2 = Figures::new("raw bollard exec true");
     let mut raw_fresh = Figures::new("raw bollard exec true, fresh container");
     let mut first = Figures::new("run_command true, new session (warm pool)");
-    let mut last_call = Instant::now();
+    let mut paired: Vec<f64> = Vec::with_capacity(new_sessions);
     for i in 0..new_sessions {
         let fresh = backend
             .create(&raw_spec(
@@ -543,31 +587,31 @@ async fn run() {
             ))
             .await
             .expect("fresh raw container");
-        tokio::time::sleep(POOL_REFILL.saturating_sub(last_call.elapsed())).await;
-        // Each after the same pause, as in section 1, the raw and the tool call in turns
-        // first (the first after the long pause meets a quieter machine), and the fresh
-        // container last: its first exec leaves Docker busy for longer than the pause.
         let body = run_true(&format!("new-{i}"));
+        let mut pair = [0.0; 2];
         for turn in 0..2 {
+            tokio::time::sleep(POOL_REFILL).await;
             if (i + turn) % 2 == 0 {
                 let t = Instant::now();
-                raw_exec(&docker, &raw_ids[0], &["true"], false).await;
+                raw_exec(&docker, &raw_ids[1], &["true"], false).await;
                 raw2.samples.push(t.elapsed());
+                pair[0] = ms(t.elapsed());
             } else {
                 let t = Instant::now();
                 tool_call(&client, &body).await;
                 first.samples.push(t.elapsed());
-                last_call = Instant::now();
+                pair[1] = ms(t.elapsed());
             }
-            settle().await;
         }
+        paired.push(pair[1] - pair[0]);
+        tokio::time::sleep(POOL_REFILL).await;
         let t = Instant::now();
         raw_exec(&docker, &fresh.container_id, &["true"], false).await;
         raw_fresh.samples.push(t.elapsed());
         let _ = backend.destroy(&fresh).await;
     }
     println!(
-        "\n2. new session's first command, {} ms apart, load {}",
+        "\n2. new session's first command, each sample after {} ms, load {}",
         POOL_REFILL.as_millis(),
         load_average()
     );
@@ -579,6 +623,10 @@ async fn run() {
         "  p50(first) - p50(raw) = {:.2} ms (target <= 5); - p50(raw fresh) = {:.2} ms",
         ms(first.p(0.5)) - ms(raw2.p(0.5)),
         ms(first.p(0.5)) - ms(raw_fresh.p(0.5))
+    );
+    println!(
+        "  median of paired differences (first - raw, same iteration) = {:.2} ms",
+        median(&mut paired)
     );
 
     // 3. Saturation.
@@ -625,7 +673,7 @@ async fn run() {
     }
 
     // 4. The process backend.
-    let node = node_spec(&process_node, &nats, &redis, data.path())
+    let node = node_spec(&process_node, worker_roles, &nats, &redis, data.path())
         .env("TOOLMESH_SANDBOX_BACKEND", "process")
         .start(&client)
         .await;
@@ -670,4 +718,7 @@ async fn run() {
         ms(tool4.p(0.5)) - ms(sh4.p(0.5))
     );
     stop(node).await;
+    if let Some(front) = front {
+        stop(front).await;
+    }
 }
