@@ -342,24 +342,22 @@ async fn a_timeout_kills_the_command_and_says_so() {
     );
 }
 
-#[tokio::test]
-async fn output_streams_as_events_before_the_reply() {
-    let c = cluster().await;
-    let invocation = "inv_stream_1";
+/// `run_command` of `command` in session s1 of acme as `invocation`: the reply and the
+/// RunEvents published for it, up to `finished`.
+async fn run_with_events(c: &Cluster, invocation: &str, command: &str) -> (Value, Vec<Value>) {
     let mut events = c
         .client
         .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
         .await
         .unwrap();
     c.client.flush().await.unwrap();
-    let r = c
+    let reply = c
         .call(
             "acme",
             json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
-                   "arguments": {"command": "echo first; sleep 0.5; echo second >&2"}}),
+                   "arguments": {"command": command}}),
         )
         .await;
-    assert_eq!(r["ok"], true, "{r}");
     let mut seen = Vec::new();
     while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
         let e: Value = serde_json::from_slice(&msg.payload).unwrap();
@@ -369,6 +367,15 @@ async fn output_streams_as_events_before_the_reply() {
             break;
         }
     }
+    (reply, seen)
+}
+
+#[tokio::test]
+async fn output_streams_as_events_before_the_reply() {
+    let c = cluster().await;
+    let (r, seen) =
+        run_with_events(&c, "inv_stream_1", "echo first; sleep 0.5; echo second >&2").await;
+    assert_eq!(r["ok"], true, "{r}");
     let kinds: Vec<&str> = seen.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
@@ -387,32 +394,14 @@ async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads()
     // "€" is e2 82 ac; the command writes its first two bytes, waits past an event flush
     // (50 ms) and writes the third.
     let split_euro = r"printf '\342\202'; sleep 0.4; printf '\254\n'";
-    let invocation = "inv_utf8_1";
-    let mut events = c
-        .client
-        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
-    let r = c
-        .call(
-            "acme",
-            json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
-                   "arguments": {"command": split_euro}}),
-        )
-        .await;
+    let (r, seen) = run_with_events(&c, "inv_utf8_1", split_euro).await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["stdout"], "€\n");
-    let mut streamed = String::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
-        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
-        if e["kind"] == "stdout" {
-            streamed.push_str(e["data"].as_str().unwrap());
-        }
-        if e["kind"] == "finished" {
-            break;
-        }
-    }
+    let streamed: String = seen
+        .iter()
+        .filter(|e| e["kind"] == "stdout")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
     assert_eq!(streamed, "€\n", "no event may carry half a character");
 
     let started = tool(
