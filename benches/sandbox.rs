@@ -160,14 +160,14 @@ async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_us
 /// runs in that time is slowed down on 2 cores. Without it the order of the columns decides
 /// who pays for it (measured: a route-only call right after an exec took 1.5 ms, 0.5 ms on its
 /// own), so every sample starts from the same quiet machine.
+async fn settle() {
+    tokio::time::sleep(SETTLE).await;
+}
+
 /// The median of `values` (sorted in place).
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-async fn settle() {
-    tokio::time::sleep(SETTLE).await;
 }
 
 fn run_true(session: &str) -> Bytes {
@@ -479,11 +479,11 @@ async fn run() {
         )
     };
     let worker_roles = if one_node {
-        "gateway,approval,workspace,sandbox"
+        format!("{FRONT_ROLES},sandbox")
     } else {
-        "sandbox"
+        "sandbox".to_owned()
     };
-    let node = node_spec(&docker_node, worker_roles, &nats, &redis, data.path())
+    let node = node_spec(&docker_node, &worker_roles, &nats, &redis, data.path())
         .start(&client)
         .await;
     println!(
@@ -528,8 +528,9 @@ async fn run() {
         settle().await;
         let t = Instant::now();
         tool_call(&client, &warm_body).await;
-        tool.samples.push(t.elapsed());
-        paired.push(ms(t.elapsed()) - ms(raw_sample));
+        let tool_sample = t.elapsed();
+        tool.samples.push(tool_sample);
+        paired.push(ms(tool_sample) - ms(raw_sample));
         settle().await;
         let t = Instant::now();
         raw_exec(&docker, &raw_ids[0], &["sh", "-c", "true"], true).await;
@@ -594,13 +595,15 @@ async fn run() {
             if (i + turn) % 2 == 0 {
                 let t = Instant::now();
                 raw_exec(&docker, &raw_ids[1], &["true"], false).await;
-                raw2.samples.push(t.elapsed());
-                pair[0] = ms(t.elapsed());
+                let sample = t.elapsed();
+                raw2.samples.push(sample);
+                pair[0] = ms(sample);
             } else {
                 let t = Instant::now();
                 tool_call(&client, &body).await;
-                first.samples.push(t.elapsed());
-                pair[1] = ms(t.elapsed());
+                let sample = t.elapsed();
+                first.samples.push(sample);
+                pair[1] = ms(sample);
             }
         }
         paired.push(pair[1] - pair[0]);
@@ -673,7 +676,7 @@ async fn run() {
     }
 
     // 4. The process backend.
-    let node = node_spec(&process_node, worker_roles, &nats, &redis, data.path())
+    let node = node_spec(&process_node, &worker_roles, &nats, &redis, data.path())
         .env("TOOLMESH_SANDBOX_BACKEND", "process")
         .start(&client)
         .await;

@@ -91,6 +91,18 @@ pub fn utf8_complete_len(bytes: &[u8]) -> usize {
     len
 }
 
+/// Takes the front of `buffer` that ends on a whole character, leaving a character cut short
+/// for the bytes that complete it; all of it when no more bytes will come (`all`).
+pub fn take_whole_chars(buffer: &mut Vec<u8>, all: bool) -> Vec<u8> {
+    let cut = if all {
+        buffer.len()
+    } else {
+        utf8_complete_len(buffer)
+    };
+    let rest = buffer.split_off(cut);
+    std::mem::replace(buffer, rest)
+}
+
 /// One stream's collected and pending-to-stream output.
 #[derive(Default)]
 struct Stream {
@@ -113,13 +125,7 @@ impl Stream {
     /// What to stream now: all that is pending at the end (`last`), else up to the last whole
     /// character (the rest waits for the bytes that complete it).
     fn take_pending(&mut self, last: bool) -> Vec<u8> {
-        let cut = if last {
-            self.pending.len()
-        } else {
-            utf8_complete_len(&self.pending)
-        };
-        let rest = self.pending.split_off(cut);
-        let ready = std::mem::replace(&mut self.pending, rest);
+        let ready = take_whole_chars(&mut self.pending, last);
         self.streamed += ready.len();
         ready
     }

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{Execution, KillSwitch, Output, StdinWriter};
-use crate::exec::utf8_complete_len;
+use crate::exec::take_whole_chars;
 
 /// Unread output kept per stream; past it, the oldest unread output is dropped (and counted).
 pub const UNREAD_CAP: usize = 8 * 1024 * 1024;
@@ -83,13 +83,7 @@ pub struct TaskRead {
 /// Takes `buffer` as text: all of it when the task has ended (`whole`), else up to the last
 /// whole character; a character cut short stays for the next read.
 fn take_text(buffer: &mut Vec<u8>, whole: bool) -> String {
-    let cut = if whole {
-        buffer.len()
-    } else {
-        utf8_complete_len(buffer)
-    };
-    let rest = buffer.split_off(cut);
-    String::from_utf8_lossy(&std::mem::replace(buffer, rest)).into_owned()
+    String::from_utf8_lossy(&take_whole_chars(buffer, whole)).into_owned()
 }
 
 fn append_capped(buffer: &mut Vec<u8>, data: &[u8], dropped: &mut u64) {
