@@ -731,22 +731,55 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
     .await;
     assert_eq!(first["ok"], true, "{first}");
     let sandbox = first["sandbox_id"].clone();
-    // Whatever worker the queue group picks, the session's sandbox serves every call.
+    // Whatever worker the queue group picks, the session's sandbox serves every call: the
+    // other one claims the session for a warm sandbox of its own (creating the command's exec
+    // there meanwhile), loses the claim and hands the call over, with nothing run in it.
     let mut holder = None;
     for _ in 0..8 {
-        let s = tool(&c, "s1", "run_command", json!({"command": "cat /tmp/mark"})).await;
+        let s = tool(
+            &c,
+            "s1",
+            "run_command",
+            json!({"command": "cat /tmp/mark; echo ran >> /tmp/runs"}),
+        )
+        .await;
         assert_eq!(s["sandbox_id"], sandbox, "{s}");
         assert_eq!(s["stdout"], "hi\n");
         let st = tool(&c, "s1", "sandbox_status", json!({})).await;
         holder = Some(st["node_id"].as_str().unwrap().to_owned());
     }
     let holder = holder.unwrap();
-    let victim = if c.nodes[w1].node_id == holder {
-        w1
+    let (victim, other) = if c.nodes[w1].node_id == holder {
+        (w1, w2)
     } else {
-        w2
+        (w2, w1)
     };
     assert_eq!(c.nodes[victim].node_id, holder);
+    let runs = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "wc -l < /tmp/runs"}),
+    )
+    .await;
+    assert_eq!(
+        runs["stdout"], "8\n",
+        "each call ran once, in the session's sandbox"
+    );
+    let others = containers_of(&c.nodes[other].node_id);
+    assert!(!others.is_empty(), "the other worker keeps a warm sandbox");
+    for id in others {
+        let out = Command::new("docker")
+            .args(["exec", &id, "sh", "-c", "ls -A /tmp /workspace"])
+            .output()
+            .expect("docker exec");
+        assert!(out.status.success(), "{out:?}");
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !listed.contains("runs") && !listed.contains("mark"),
+            "nothing ran in the other worker's sandbox {id}: {listed}"
+        );
+    }
 
     // Kill the holder mid-command: the caller hears of it well before its 120 s deadline.
     let client = c.client.clone();

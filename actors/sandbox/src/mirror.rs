@@ -44,7 +44,7 @@ use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions};
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::sync::{
     is_skipped_dir, is_skipped_path, Change, ChangeOp, ChangeOutcome, Expected, FetchFile,
-    FileStamp, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
+    FileStamp, Manifest, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
 };
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -197,12 +197,22 @@ impl Mirror {
     /// removes local files the workspace no longer has (only those this mirror put there and
     /// the sandbox did not change since). One manifest round trip when nothing changed.
     pub async fn pull(&mut self) -> Result<PullReport, ToolError> {
+        let manifest = self.manifest().await?;
+        self.pull_listed(manifest).await
+    }
+
+    /// The workspace's manifest: the first half of [`Self::pull`], which changes nothing here
+    /// (so it may be asked for before it is sure the pull may go on).
+    pub async fn manifest(&self) -> Result<Manifest, ToolError> {
+        self.sync
+            .manifest(&self.account, &self.session, self.limits.wire())
+            .await
+    }
+
+    /// The rest of [`Self::pull`], from the manifest [`Self::manifest`] returned.
+    pub async fn pull_listed(&mut self, manifest: Manifest) -> Result<PullReport, ToolError> {
         let owner = self.owner;
         self.root()?;
-        let manifest = self
-            .sync
-            .manifest(&self.account, &self.session, self.limits.wire())
-            .await?;
         let mut report = PullReport {
             skipped: usize::try_from(manifest.skipped).unwrap_or(usize::MAX),
             truncated: manifest.truncated,

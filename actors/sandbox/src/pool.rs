@@ -5,7 +5,11 @@
 //! * one sandbox per `(account, session)` on this worker; the registry says which worker;
 //! * a session's sandbox is created at most once at a time (a per-session `OnceCell`), so two
 //!   first calls of one session racing each other share one sandbox;
-//! * a sandbox leaves the pool only when no call and no background task uses it.
+//! * a sandbox leaves the pool only when no call and no background task uses it;
+//! * nothing runs in a session's sandbox before its registry claim holds: a warm sandbox is
+//!   handed to a new session at once with the claim still on its way ([`Session::claimed`]),
+//!   so the first command's exec is created meanwhile, but it starts only once the claim holds;
+//!   a lost claim puts the untouched sandbox back in the warm pool.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -13,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::{OnceCell, Semaphore};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
@@ -50,7 +55,13 @@ pub struct Session {
     pub mirror: tokio::sync::Mutex<Mirror>,
     pub tasks: TaskTable,
     active: AtomicUsize,
+    /// The registry claim naming this worker and sandbox; settled from the start unless the
+    /// session got a warm sandbox before its claim came back.
+    claim: SessionClaim,
 }
+
+/// The outcome of a session's registry claim, awaited by everyone who uses the session.
+type SessionClaim = Shared<BoxFuture<'static, Result<(), OpenError>>>;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,10 +103,21 @@ impl Session {
     fn busy(&self) -> bool {
         self.active.load(Ordering::Acquire) > 0 || self.tasks.running() > 0
     }
+
+    /// Waits for the session's registry claim: `Ok` once this worker holds the session, and
+    /// at once when it already did. Nothing may run in the sandbox before.
+    pub async fn claimed(&self) -> Result<(), OpenError> {
+        self.claim.clone().await
+    }
+
+    /// The claim held (false while it is on its way or once it was lost).
+    fn claim_held(&self) -> bool {
+        matches!(self.claim.peek(), Some(Ok(())))
+    }
 }
 
 /// Why a session could not be opened here.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum OpenError {
     /// Another worker holds it (the registry said so when we tried to claim it).
     HeldBy(NodeId),
@@ -105,6 +127,20 @@ pub enum OpenError {
 impl From<ToolError> for OpenError {
     fn from(e: ToolError) -> Self {
         OpenError::Failed(e)
+    }
+}
+
+impl From<OpenError> for ToolError {
+    /// For a tool that finds its session's claim lost; the worker does not send this reply
+    /// (nothing ran, so it places the call anew), but a tool must stop somehow.
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::HeldBy(node) => ToolError::new(
+                ErrorCode::Unavailable,
+                format!("the session is held by sandbox worker {node}"),
+            ),
+            OpenError::Failed(e) => e,
+        }
     }
 }
 
@@ -222,7 +258,7 @@ impl Pool {
     /// Opens the session's sandbox here: the local one, or a new one (warm if one is ready)
     /// claimed in the registry. `replacing`: the holder the caller found gone.
     pub async fn open(
-        &self,
+        self: &Arc<Self>,
         key: &SessionKey,
         replacing: Option<&NodeId>,
     ) -> Result<SessionUse, OpenError> {
@@ -231,7 +267,7 @@ impl Pool {
             sessions.entry(key.clone()).or_default().clone()
         };
         let result = cell
-            .get_or_try_init(|| self.create_session(key, replacing))
+            .get_or_try_init(|| self.create_session(key, replacing, &cell))
             .await
             .cloned();
         match result {
@@ -251,9 +287,10 @@ impl Pool {
     }
 
     async fn create_session(
-        &self,
+        self: &Arc<Self>,
         key: &SessionKey,
         replacing: Option<&NodeId>,
+        cell: &Arc<OnceCell<Arc<Session>>>,
     ) -> Result<Arc<Session>, OpenError> {
         if self.in_use() >= self.settings.max_sessions && !self.evict_idle().await {
             return Err(OpenError::Failed(
@@ -267,48 +304,34 @@ impl Pool {
                 .with("node_id", self.settings.node.as_str()),
             ));
         }
-        // The claim comes first (callers skip the registry lookup for a new session, so it
-        // may find the session held elsewhere), naming the warm sandbox this session gets or
-        // the id of the one created for it once the claim holds.
+        // The claim names the warm sandbox this session gets or the id of the one created
+        // for it once the claim holds (callers skip the registry lookup for a new session, so
+        // it may find the session held elsewhere).
         let warm = self.warm.lock().expect("warm lock").pop_front();
-        let sandbox_id = warm
-            .as_ref()
-            .map_or_else(new_sandbox_id, |s| s.sandbox_id.clone());
-        let (account, session_id) = key;
-        let claimed = self
-            .registry
-            .claim(
-                account,
-                session_id,
-                &self.settings.node,
-                &sandbox_id,
-                replacing,
-            )
-            .await;
-        let refused = match claimed {
-            Ok(Claim::Taken) => None,
-            Ok(Claim::HeldBy(node)) => Some(OpenError::HeldBy(node)),
-            Err(e) => Some(e.into()),
-        };
-        if let Some(refused) = refused {
-            if let Some(sandbox) = warm {
-                self.give_back(sandbox);
+        let (sandbox, claim) = match warm {
+            // The session gets the started sandbox at once and its claim settles meanwhile
+            // (a Redis round trip beside the first command's exec creation, not before it).
+            Some(sandbox) => {
+                let claim = self.claim_in_background(key, replacing, &sandbox, cell);
+                (sandbox, claim)
             }
-            return Err(refused);
-        }
-        let sandbox = match warm {
-            Some(sandbox) => sandbox,
-            None => match self.create_sandbox(sandbox_id).await {
-                Ok(sandbox) => sandbox,
-                Err(e) => {
-                    let _ = self
-                        .registry
-                        .release(account, session_id, &self.settings.node)
-                        .await;
-                    return Err(e.into());
-                }
-            },
+            None => {
+                let sandbox_id = new_sandbox_id();
+                self.claim(key, replacing, &sandbox_id).await?;
+                let sandbox = match self.create_sandbox(sandbox_id).await {
+                    Ok(sandbox) => sandbox,
+                    Err(e) => {
+                        let _ = self
+                            .registry
+                            .release(&key.0, &key.1, &self.settings.node)
+                            .await;
+                        return Err(e.into());
+                    }
+                };
+                (sandbox, futures::future::ready(Ok(())).boxed().shared())
+            }
         };
+        let (account, session_id) = key;
         let mirror = Mirror::new(
             self.sync.clone(),
             account.clone(),
@@ -332,12 +355,84 @@ impl Pool {
             mirror: tokio::sync::Mutex::new(mirror),
             tasks: TaskTable::default(),
             active: AtomicUsize::new(0),
+            claim,
         }))
     }
 
-    /// A sandbox taken for a claim that failed goes back to the warm pool (it is still empty).
-    fn give_back(&self, sandbox: SandboxRef) {
+    /// Claims `key` in the registry for this worker and `sandbox_id`.
+    async fn claim(
+        &self,
+        key: &SessionKey,
+        replacing: Option<&NodeId>,
+        sandbox_id: &str,
+    ) -> Result<(), OpenError> {
+        let node = &self.settings.node;
+        match self
+            .registry
+            .claim(&key.0, &key.1, node, sandbox_id, replacing)
+            .await
+        {
+            Ok(Claim::Taken) => Ok(()),
+            Ok(Claim::HeldBy(node)) => Err(OpenError::HeldBy(node)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Claims `key` for the warm `sandbox` in a task of its own (it settles even if the call
+    /// that opened the session is dropped). A lost claim takes the session's cell out of the
+    /// pool and puts the sandbox back among the warm ones: whoever awaits the claim runs
+    /// nothing in it.
+    fn claim_in_background(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        replacing: Option<&NodeId>,
+        sandbox: &SandboxRef,
+        cell: &Arc<OnceCell<Arc<Session>>>,
+    ) -> SessionClaim {
+        let (pool, key, replacing) = (self.clone(), key.clone(), replacing.cloned());
+        let (sandbox, cell) = (sandbox.clone(), cell.clone());
+        let task = tokio::spawn(async move {
+            let claimed = pool
+                .claim(&key, replacing.as_ref(), &sandbox.sandbox_id)
+                .await;
+            if claimed.is_err() {
+                {
+                    let mut sessions = pool.sessions.lock().expect("sessions lock");
+                    if sessions.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                        sessions.remove(&key);
+                    }
+                }
+                pool.give_back(sandbox).await;
+            }
+            claimed
+        });
+        async move {
+            task.await.unwrap_or_else(|e| {
+                Err(OpenError::Failed(ToolError::internal(format!(
+                    "the session's registry claim failed: {e}"
+                ))))
+            })
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// A sandbox taken for a claim that failed goes back to the warm pool (nothing ran in
+    /// it), or away once the pool has shut down.
+    async fn give_back(&self, sandbox: SandboxRef) {
+        let id = sandbox.sandbox_id.clone();
         self.warm.lock().expect("warm lock").push_front(sandbox);
+        if self.closed.load(Ordering::Acquire) {
+            // Shut down meanwhile: take it out again unless the shutdown's drain did.
+            let taken = {
+                let mut warm = self.warm.lock().expect("warm lock");
+                let at = warm.iter().position(|s| s.sandbox_id == id);
+                at.and_then(|i| warm.remove(i))
+            };
+            if let Some(sandbox) = taken {
+                self.discard(&sandbox).await;
+            }
+        }
     }
 
     async fn create_sandbox(&self, sandbox_id: String) -> Result<SandboxRef, ToolError> {
@@ -485,6 +580,10 @@ impl Pool {
                 .collect()
         };
         for (key, session) in all {
+            if !session.claim_held() {
+                // Its claim is on its way (or lost: then it is no longer in the pool).
+                continue;
+            }
             let idle = session.last_used().0.elapsed();
             if idle >= self.settings.idle_ttl && !session.busy() {
                 self.remove(&key, &session).await;

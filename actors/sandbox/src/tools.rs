@@ -282,9 +282,14 @@ impl SandboxService {
         fields
     }
 
-    /// Pulls the workspace into the sandbox (before a command).
+    /// Pulls the workspace into the sandbox (before a command). The manifest changes nothing
+    /// here, so it is asked for while a new session's claim is still on its way; the files
+    /// are written only once the claim holds.
     async fn pull(&self, session: &Session) -> Result<(), ToolError> {
-        session.mirror.lock().await.pull().await.map(|_| ())
+        let mut mirror = session.mirror.lock().await;
+        let (claimed, manifest) = tokio::join!(session.claimed(), mirror.manifest());
+        claimed?;
+        mirror.pull_listed(manifest?).await.map(|_| ())
     }
 
     /// Pushes what the command changed back to the workspace; the reply's `workspace_sync`.
@@ -353,9 +358,9 @@ impl SandboxService {
         }
     }
 
-    /// Starts `spec` once `before` succeeded, with the backend's own preparation (Docker
-    /// creating the exec: about a millisecond) done meanwhile; nothing starts when `before`
-    /// fails.
+    /// Starts `spec` once the session's claim holds and `before` succeeded, with the backend's
+    /// own preparation (Docker creating the exec: about a millisecond) done meanwhile; nothing
+    /// starts when either fails.
     async fn start_after<T>(
         &self,
         session: &Session,
@@ -365,6 +370,8 @@ impl SandboxService {
         let (opener, gate) = StartGate::closed();
         let before = async move {
             let done = before.await;
+            // Whatever `before` is, the command starts only in a session this worker holds.
+            session.claimed().await?;
             if done.is_ok() {
                 opener.open();
             }
@@ -577,6 +584,8 @@ impl SandboxService {
         session: &Session,
         a: ExecuteSkillsArgs,
     ) -> Result<Answer, ToolError> {
+        // The skills are installed into the sandbox before its command, so after its claim.
+        session.claimed().await?;
         let runner = self.skill_runner.clone().ok_or_else(|| {
             ToolError::internal("execute_skills reached a worker without a runner")
         })?;

@@ -10,7 +10,9 @@
 //!
 //! A tool that creates a sandbox claims at once instead of looking first (the claim answers
 //! with the holder when it is someone else), so a new session costs one registry round trip;
-//! the other tools only look.
+//! the other tools only look. With a warm sandbox at hand that round trip runs beside the
+//! first command's preparation (see [`crate::pool`]); when it finds the session held after
+//! all, nothing has run and the call is placed as in steps 2 and 3.
 //!
 //! Every worker that takes a call first sends a claim (`Toolmesh-Claimed-By`,
 //! [`publish_claim`]) to the reply subject, so the gateway can tell the caller as soon as that
@@ -62,13 +64,42 @@ impl Handler for SandboxWorker {
 }
 
 /// Where a call runs. `opened`: this call took a sandbox for a new session, so the warm pool
-/// is topped up once it has been answered.
+/// is topped up once it has been answered (and the session's claim may still be on its way).
 enum Target {
     Here {
         session: Option<SessionUse>,
         opened: bool,
     },
     On(NodeId),
+}
+
+/// Where a call goes after the claim of the session it opened was lost (nothing ran).
+enum Placed {
+    On(NodeId),
+    /// The holder is gone: claim the session in its place and run the call here.
+    TakeOver(NodeId),
+    Refused(ToolError),
+}
+
+impl Target {
+    fn opened(session: SessionUse) -> Self {
+        Target::Here {
+            session: Some(session),
+            opened: true,
+        }
+    }
+}
+
+/// A claim taking a session over from a holder that was gone lost to `winner`, another worker
+/// doing the same: hand the call to it, unless it came from there.
+fn raced(winner: NodeId, forwarded: bool) -> Result<NodeId, ToolError> {
+    if forwarded {
+        return Err(ToolError::new(
+            ErrorCode::Unavailable,
+            format!("the session's sandbox moved to worker {winner} meanwhile; retry"),
+        ));
+    }
+    Ok(winner)
 }
 
 impl SandboxWorker {
@@ -90,19 +121,41 @@ impl SandboxWorker {
         );
         async {
             self.claim(&msg).await;
-            let (answer, opened) = match self.place(&call, forwarded).await {
-                Ok(Target::On(node)) => {
-                    self.hand_over(&msg, &node).await;
-                    return;
-                }
-                Ok(Target::Here { session, opened }) => {
-                    (self.service.run(&call, session).await, opened)
-                }
-                Err(error) => {
-                    // Nothing ran: the gateway may give the call's approval back.
-                    self.reply(&msg, Some(&call), ActorReply::refused(error), started)
-                        .await;
-                    return;
+            let mut taking_over: Option<NodeId> = None;
+            let (answer, opened) = loop {
+                let target = match &taking_over {
+                    None => self.place(&call, forwarded).await,
+                    Some(gone) => self.take_over(&call, gone, forwarded).await,
+                };
+                let placed = match target {
+                    Ok(Target::Here { session, opened }) => {
+                        let fresh = session.as_ref().filter(|_| opened).map(|s| Arc::clone(s));
+                        let answer = self.service.run(&call, session).await;
+                        // A session opened here may have been handed its sandbox before its
+                        // claim came back; the tool ran nothing unless the claim held.
+                        let Some(fresh) = fresh else {
+                            break (answer, opened);
+                        };
+                        match fresh.claimed().await {
+                            Ok(()) => break (answer, true),
+                            Err(lost) => self.place_lost(lost, forwarded, taking_over.is_some()),
+                        }
+                    }
+                    Ok(Target::On(node)) => Placed::On(node),
+                    Err(error) => Placed::Refused(error),
+                };
+                match placed {
+                    Placed::On(node) => {
+                        self.hand_over(&msg, &node).await;
+                        return;
+                    }
+                    Placed::Refused(error) => {
+                        // Nothing ran: the gateway may give the call's approval back.
+                        self.reply(&msg, Some(&call), ActorReply::refused(error), started)
+                            .await;
+                        return;
+                    }
+                    Placed::TakeOver(gone) => taking_over = Some(gone),
                 }
             };
             let Answer { result, events } = answer;
@@ -177,18 +230,17 @@ impl SandboxWorker {
     async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, ToolError> {
         self.service.precheck(call)?;
         self.check_health().await?;
-        let session_id = call
-            .invocation
-            .session_id
-            .clone()
-            .ok_or_else(|| ToolError::invalid_request("sandbox tools need a session_id"))?;
-        let key: SessionKey = (call.invocation.account.clone(), session_id);
+        let key = session_key(call)?;
         let pool = &self.service.pool;
         if let Some(session) = pool.local(&key) {
-            return Ok(Target::Here {
-                session: Some(session),
-                opened: false,
-            });
+            // A session whose claim is still on its way (its first call is running) is used
+            // once the claim holds; a lost one has left the pool, so look again.
+            if session.claimed().await.is_ok() {
+                return Ok(Target::Here {
+                    session: Some(session),
+                    opened: false,
+                });
+            }
         }
         if !creates_sandbox(&call.tool) {
             if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
@@ -205,32 +257,58 @@ impl SandboxWorker {
         // round trip, not two. Held by a live worker: hand the call over; by one that is gone
         // (or that handed the call back to us): take the session over and re-create it here.
         let holder = match pool.open(&key, None).await {
+            Ok(session) => return Ok(Target::opened(session)),
+            Err(OpenError::Failed(error)) => return Err(error),
             Err(OpenError::HeldBy(node)) => node,
-            opened => return self.opened(opened, forwarded),
         };
-        if !forwarded && self.live_sandbox_node(&holder) {
-            return Ok(Target::On(holder));
+        match self.live_holder(holder, forwarded) {
+            Ok(node) => Ok(Target::On(node)),
+            Err(gone) => self.take_over(call, &gone, forwarded).await,
         }
-        let opened = pool.open(&key, Some(&holder)).await;
-        self.opened(opened, forwarded)
     }
 
-    fn opened(
+    /// Opens the call's session here in place of `gone`, its holder that is no longer live.
+    async fn take_over(
         &self,
-        opened: Result<SessionUse, OpenError>,
+        call: &ActorCall,
+        gone: &NodeId,
         forwarded: bool,
     ) -> Result<Target, ToolError> {
-        match opened {
-            Ok(session) => Ok(Target::Here {
-                session: Some(session),
-                opened: true,
-            }),
-            Err(OpenError::HeldBy(node)) if !forwarded => Ok(Target::On(node)),
-            Err(OpenError::HeldBy(node)) => Err(ToolError::new(
-                ErrorCode::Unavailable,
-                format!("the session's sandbox moved to worker {node} meanwhile; retry"),
-            )),
+        let key = session_key(call)?;
+        match self.service.pool.open(&key, Some(gone)).await {
+            Ok(session) => Ok(Target::opened(session)),
             Err(OpenError::Failed(error)) => Err(error),
+            Err(OpenError::HeldBy(node)) => raced(node, forwarded).map(Target::On),
+        }
+    }
+
+    /// Where a call goes whose session's claim, made here after the call had started, was
+    /// lost (so nothing ran): as [`Self::place`] and [`Self::take_over`] place a call whose
+    /// claim was refused before. `took_over`: the claim replaced a holder that was gone.
+    fn place_lost(&self, lost: OpenError, forwarded: bool, took_over: bool) -> Placed {
+        let holder = match lost {
+            OpenError::Failed(error) => return Placed::Refused(error),
+            OpenError::HeldBy(holder) => holder,
+        };
+        if took_over {
+            return match raced(holder, forwarded) {
+                Ok(node) => Placed::On(node),
+                Err(error) => Placed::Refused(error),
+            };
+        }
+        match self.live_holder(holder, forwarded) {
+            Ok(node) => Placed::On(node),
+            Err(gone) => Placed::TakeOver(gone),
+        }
+    }
+
+    /// A claim found the session held by `holder`: `Ok` to hand the call to it (live, and the
+    /// call was not handed here by it), `Err` with it when this worker takes its place.
+    fn live_holder(&self, holder: NodeId, forwarded: bool) -> Result<NodeId, NodeId> {
+        if !forwarded && self.live_sandbox_node(&holder) {
+            Ok(holder)
+        } else {
+            Err(holder)
         }
     }
 
@@ -254,4 +332,13 @@ impl SandboxWorker {
             }
         }
     }
+}
+
+fn session_key(call: &ActorCall) -> Result<SessionKey, ToolError> {
+    let session_id = call
+        .invocation
+        .session_id
+        .clone()
+        .ok_or_else(|| ToolError::invalid_request("sandbox tools need a session_id"))?;
+    Ok((call.invocation.account.clone(), session_id))
 }
