@@ -284,8 +284,6 @@ fn node_spec(
         .env("TOOLMESH_REDIS_URL", redis.url())
         .env("TOOLMESH_DATA_DIR", data.display().to_string())
         .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-        // Room for every session the run opens, so no first call waits for an eviction.
-        .env("TOOLMESH_SANDBOX_MAX_SESSIONS", "64")
 }
 
 async fn stop(mut node: Node) {
@@ -483,7 +481,11 @@ async fn run() {
     } else {
         "sandbox".to_owned()
     };
+    // Room for every session the run opens: section 2 measures a new session, not one that
+    // also evicts an idle one (which removes its container in the background, beside it).
+    let max_sessions = new_sessions + 64;
     let node = node_spec(&docker_node, &worker_roles, &nats, &redis, data.path())
+        .env("TOOLMESH_SANDBOX_MAX_SESSIONS", max_sessions.to_string())
         .start(&client)
         .await;
     println!(

@@ -152,6 +152,8 @@ pub struct Pool {
     sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
     warm: Mutex<VecDeque<SandboxRef>>,
     warming: AtomicUsize,
+    /// Evicted sessions whose sandboxes are being removed (shutdown waits for them).
+    evicting: AtomicUsize,
     /// Set by [`Pool::shutdown`]: no new sandboxes, and one finished meanwhile is removed.
     closed: std::sync::atomic::AtomicBool,
     /// Commands running at once on this worker; a fair semaphore, so waiting calls are served
@@ -202,6 +204,7 @@ impl Pool {
             sessions: Mutex::new(HashMap::new()),
             warm: Mutex::new(VecDeque::new()),
             warming: AtomicUsize::new(0),
+            evicting: AtomicUsize::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
             permits,
         }
@@ -292,7 +295,7 @@ impl Pool {
         replacing: Option<&NodeId>,
         cell: &Arc<OnceCell<Arc<Session>>>,
     ) -> Result<Arc<Session>, OpenError> {
-        if self.in_use() >= self.settings.max_sessions && !self.evict_idle().await {
+        if self.in_use() >= self.settings.max_sessions && !self.evict_idle() {
             return Err(OpenError::Failed(
                 ToolError::new(
                     ErrorCode::Unavailable,
@@ -502,23 +505,30 @@ impl Pool {
         }
     }
 
-    /// Removes the least recently used idle session; false when every session is busy.
-    async fn evict_idle(&self) -> bool {
-        let victim = {
-            let sessions = self.sessions.lock().expect("sessions lock");
-            sessions
-                .iter()
-                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
-                .filter(|(_, s)| !s.busy())
-                .min_by_key(|(_, s)| s.last_used().0)
+    /// Takes the least recently used idle session out of the pool and removes its sandbox in
+    /// the background (a container removal takes tens of milliseconds, which the new session
+    /// that needs the room should not wait for); false when every session is busy.
+    fn evict_idle(self: &Arc<Self>) -> bool {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let victim = sessions
+            .iter()
+            .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
+            .filter(|(_, s)| !s.busy() && s.claim_held())
+            .min_by_key(|(_, s)| s.last_used().0);
+        let Some((key, session)) = victim else {
+            return false;
         };
-        match victim {
-            Some((key, session)) => {
-                self.remove(&key, &session).await;
-                true
-            }
-            None => false,
-        }
+        // Out of the count at once, under the same lock that found it idle.
+        sessions.remove(&key);
+        drop(sessions);
+        tracing::info!(sandbox = %session.sandbox.sandbox_id, "evicting the least recently used idle session");
+        self.evicting.fetch_add(1, Ordering::AcqRel);
+        let pool = self.clone();
+        tokio::spawn(async move {
+            pool.remove(&key, &session).await;
+            pool.evicting.fetch_sub(1, Ordering::AcqRel);
+        });
+        true
     }
 
     /// Drops a session whose sandbox died under it (the backend answered `Gone`: its container
@@ -551,6 +561,12 @@ impl Pool {
                 sessions.remove(key);
             }
         }
+        // The registry first: the session's next call may then claim it anew (here or
+        // elsewhere) while the old sandbox goes, and a claim made meanwhile is not released.
+        let _ = self
+            .registry
+            .release(&session.account, &session.session_id, &self.settings.node)
+            .await;
         session.tasks.kill_all().await;
         if let Err(e) = self.backend.destroy(&session.sandbox).await {
             tracing::warn!(error = %e, sandbox = %session.sandbox.sandbox_id, "cannot remove a sandbox");
@@ -562,10 +578,6 @@ impl Pool {
                 .parent()
                 .unwrap_or(&session.sandbox.workspace_dir),
         );
-        let _ = self
-            .registry
-            .release(&session.account, &session.session_id, &self.settings.node)
-            .await;
         tracing::info!(sandbox = %session.sandbox.sandbox_id, "session sandbox removed");
     }
 
@@ -607,10 +619,12 @@ impl Pool {
     /// Removes every sandbox of this worker (drain).
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::Release);
-        // Sandboxes being created for the warm pool land (and are removed) first; the
-        // process may exit right after this returns.
+        // Sandboxes being created for the warm pool land (and are removed) first, and evicted
+        // ones finish going; the process may exit right after this returns.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.warming.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        let pending =
+            || self.warming.load(Ordering::Acquire) + self.evicting.load(Ordering::Acquire);
+        while pending() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let all: Vec<(SessionKey, Arc<Session>)> = {
