@@ -592,9 +592,16 @@ impl Pool {
                 .collect()
         };
         for (key, session) in all {
-            if !session.claim_held() {
-                // Its claim is on its way (or lost: then it is no longer in the pool).
-                continue;
+            match session.claim.peek() {
+                // On its way: its first call settles it.
+                None => continue,
+                // Lost, yet still here: only when the claim's task died before it could put
+                // the session away (a lost claim normally takes it out of the pool).
+                Some(Err(_)) => {
+                    self.remove(&key, &session).await;
+                    continue;
+                }
+                Some(Ok(())) => {}
             }
             let idle = session.last_used().0.elapsed();
             if idle >= self.settings.idle_ttl && !session.busy() {
