@@ -73,7 +73,7 @@ enum Target {
     On(NodeId),
 }
 
-/// Where a call goes after the claim of the session it opened was lost (nothing ran).
+/// Where a call goes whose claim of its session was refused (nothing ran).
 enum Placed {
     On(NodeId),
     /// The holder is gone: claim the session in its place and run the call here.
@@ -125,7 +125,7 @@ impl SandboxWorker {
             let (answer, opened) = loop {
                 let target = match &taking_over {
                     None => self.place(&call, forwarded).await,
-                    Some(gone) => self.take_over(&call, gone, forwarded).await,
+                    Some(gone) => self.take_over(&call, gone).await,
                 };
                 let placed = match target {
                     Ok(Target::Here { session, opened }) => {
@@ -138,11 +138,13 @@ impl SandboxWorker {
                         };
                         match fresh.claimed().await {
                             Ok(()) => break (answer, true),
-                            Err(lost) => self.place_lost(lost, forwarded, taking_over.is_some()),
+                            Err(refused) => {
+                                self.place_refused(refused, forwarded, taking_over.is_some())
+                            }
                         }
                     }
                     Ok(Target::On(node)) => Placed::On(node),
-                    Err(error) => Placed::Refused(error),
+                    Err(refused) => self.place_refused(refused, forwarded, taking_over.is_some()),
                 };
                 match placed {
                     Placed::On(node) => {
@@ -227,7 +229,9 @@ impl SandboxWorker {
             .any(|n| &n.node_id == node && n.roles.contains(&Role::Sandbox))
     }
 
-    async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, ToolError> {
+    /// Where the call runs; `Err` when it cannot run here, a claim refused among them (see
+    /// [`Self::place_refused`]).
+    async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, OpenError> {
         self.service.precheck(call)?;
         self.check_health().await?;
         let key = session_key(call)?;
@@ -254,39 +258,26 @@ impl SandboxWorker {
             });
         }
         // Claim without looking first: a new session (the usual case here) costs one registry
-        // round trip, not two. Held by a live worker: hand the call over; by one that is gone
-        // (or that handed the call back to us): take the session over and re-create it here.
-        let holder = match pool.open(&key, None).await {
-            Ok(session) => return Ok(Target::opened(session)),
-            Err(OpenError::Failed(error)) => return Err(error),
-            Err(OpenError::HeldBy(node)) => node,
-        };
-        match self.live_holder(holder, forwarded) {
-            Ok(node) => Ok(Target::On(node)),
-            Err(gone) => self.take_over(call, &gone, forwarded).await,
-        }
+        // round trip, not two; a claim that finds the session held goes to `place_refused`.
+        pool.open(&key, None).await.map(Target::opened)
     }
 
     /// Opens the call's session here in place of `gone`, its holder that is no longer live.
-    async fn take_over(
-        &self,
-        call: &ActorCall,
-        gone: &NodeId,
-        forwarded: bool,
-    ) -> Result<Target, ToolError> {
+    async fn take_over(&self, call: &ActorCall, gone: &NodeId) -> Result<Target, OpenError> {
         let key = session_key(call)?;
-        match self.service.pool.open(&key, Some(gone)).await {
-            Ok(session) => Ok(Target::opened(session)),
-            Err(OpenError::Failed(error)) => Err(error),
-            Err(OpenError::HeldBy(node)) => raced(node, forwarded).map(Target::On),
-        }
+        self.service
+            .pool
+            .open(&key, Some(gone))
+            .await
+            .map(Target::opened)
     }
 
-    /// Where a call goes whose session's claim, made here after the call had started, was
-    /// lost (so nothing ran): as [`Self::place`] and [`Self::take_over`] place a call whose
-    /// claim was refused before. `took_over`: the claim replaced a holder that was gone.
-    fn place_lost(&self, lost: OpenError, forwarded: bool, took_over: bool) -> Placed {
-        let holder = match lost {
+    /// Where a call goes whose claim of its session was refused, at once or (a warm sandbox's
+    /// claim) after the tool waited for it; nothing ran. Held by a live worker: hand the call
+    /// over; by one that is gone (or that handed the call back to us): take the session over.
+    /// `took_over`: the refused claim already replaced a holder that was gone.
+    fn place_refused(&self, refused: OpenError, forwarded: bool, took_over: bool) -> Placed {
+        let holder = match refused {
             OpenError::Failed(error) => return Placed::Refused(error),
             OpenError::HeldBy(holder) => holder,
         };
