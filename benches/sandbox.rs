@@ -17,7 +17,8 @@
 //!    started container) against raw exec in a started container (the two in turns first)
 //!    and the first exec in a container created as long before as the warm one: each sample
 //!    after the same 1.5 s pause, in which the pool refills (a container being created beside
-//!    a sample slows it down).
+//!    a sample slows it down). A fourth column, the warm session of 1 after the same pause,
+//!    tells what a new session costs beyond what any call pays after an idle pause.
 //! 3. **saturation**: K and 2K callers (K = the worker's concurrency cap), each in its own
 //!    session, running `true` back to back for a fixed window, against the same number of raw
 //!    callers, each in its own container: calls/s and the ratio.
@@ -27,7 +28,9 @@
 //!    starting a sandbox costs (once per session: its spawner then forks each command) and a
 //!    bare `sh -c true` spawned on the host, the floor of any command.
 //!
-//! Every container the run made is removed at the end, also when it panics.
+//! Each section starts once the machine has been quiet for 5 s (what the section before left
+//! Docker doing has finished), and says how long it waited. Every container the run made is
+//! removed at the end, also when it panics.
 //!
 //! Knobs: `BENCH_SAMPLES` (default 150, per column in 1 and 4), `BENCH_NEW_SESSIONS` (24),
 //! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `BENCH_ONE_NODE`, `TOOLMESH_SANDBOX_IMAGE`.
@@ -53,7 +56,7 @@ use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec}
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile};
+use support::{load_average, ms, percentile, wait_until_quiet};
 
 const ACCOUNT: &str = "bench";
 const CALL: &str = "toolmesh.v1.call.bench";
@@ -63,6 +66,12 @@ const FRONT_ROLES: &str = "gateway,approval,workspace";
 const POOL_REFILL: Duration = Duration::from_millis(1500);
 const SETTLE: Duration = Duration::from_millis(25);
 const THROUGHPUT_ROUNDS: usize = 2;
+
+/// Before each section: wait until the cores were under 10 % busy for 5 s in a row (at most
+/// two minutes); the section before leaves Docker removing or creating containers.
+async fn quiet() -> String {
+    wait_until_quiet(0.10, 5, Duration::from_secs(120)).await
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -214,7 +223,7 @@ impl Figures {
         let (p50, p99) = (self.p(0.5), self.p(0.99));
         let max = *self.samples.last().expect("samples");
         println!(
-            "  {:<44} {:>5} {:>9.2} {:>9.2} {:>9.2}",
+            "  {:<50} {:>5} {:>9.2} {:>9.2} {:>9.2}",
             self.name,
             self.samples.len(),
             ms(p50),
@@ -224,9 +233,87 @@ impl Figures {
     }
 }
 
+/// Section 2 under one condition: raw exec, a new session's first call and a warm session's
+/// call, taken in turns.
+struct NewSessionFigures {
+    condition: &'static str,
+    raw: Figures,
+    first: Figures,
+    warm: Figures,
+    /// first - raw of the same iteration.
+    paired: Vec<f64>,
+}
+
+impl NewSessionFigures {
+    fn new(condition: &'static str) -> Self {
+        Self {
+            condition,
+            raw: Figures::new(&format!("raw exec true, {condition}")),
+            first: Figures::new(&format!("run_command true, new session, {condition}")),
+            warm: Figures::new(&format!("run_command true, warm session, {condition}")),
+            paired: Vec::new(),
+        }
+    }
+
+    /// One iteration: raw exec in `raw_box` and the `warm` call, in an order that `rotation`
+    /// turns, then the new session's `first` call, each after `pause`. The first call comes
+    /// last because the pool creates a container after it, which would slow down what follows.
+    #[allow(clippy::too_many_arguments)]
+    async fn iteration(
+        &mut self,
+        rotation: usize,
+        pause: Duration,
+        docker: &Docker,
+        raw_box: &str,
+        client: &async_nats::Client,
+        first: &Bytes,
+        warm: &Bytes,
+    ) {
+        let mut pair = [0.0; 2];
+        for turn in 0..3 {
+            tokio::time::sleep(pause).await;
+            let t = Instant::now();
+            match (turn, (rotation + turn) % 2) {
+                (2, _) => {
+                    tool_call(client, first).await;
+                    self.first.samples.push(t.elapsed());
+                    pair[1] = ms(t.elapsed());
+                }
+                (_, 0) => {
+                    raw_exec(docker, raw_box, &["true"], false).await;
+                    self.raw.samples.push(t.elapsed());
+                    pair[0] = ms(t.elapsed());
+                }
+                _ => {
+                    tool_call(client, warm).await;
+                    self.warm.samples.push(t.elapsed());
+                }
+            }
+        }
+        self.paired.push(pair[1] - pair[0]);
+    }
+
+    fn rows(&mut self) {
+        self.raw.row();
+        self.first.row();
+        self.warm.row();
+    }
+
+    fn summary(&mut self, target: &str) {
+        let first = ms(self.first.p(0.5));
+        println!(
+            "  {}: p50(first) - p50(raw) = {:.2} ms{target}; - p50(warm) = {:.2} ms; median of paired differences = {:.2} ms",
+            self.condition,
+            first - ms(self.raw.p(0.5)),
+            first - ms(self.warm.p(0.5)),
+            median(&mut self.paired)
+        );
+    }
+}
+
 fn header() {
     println!(
-        "  {:<44} {:>5} {:>9} {:>9} {:>9}",
+        "  {:<50} {:>5} {:>9} {:>9} {:>9}",
         "", "n", "p50 ms", "p99 ms", "max ms"
     );
 }
@@ -495,6 +582,7 @@ async fn run() {
     );
 
     // 1. Warm session.
+    let quiet1 = quiet().await;
     let warm_body = run_true("warm");
     for _ in 0..WARMUP {
         raw_exec(&docker, &raw_ids[0], &["true"], false).await;
@@ -552,7 +640,7 @@ async fn run() {
         manifest.samples.push(t.elapsed());
     }
     println!(
-        "\n1. warm session, interleaved (raw, tool, raw sh), load {}",
+        "\n1. warm session, interleaved (raw, tool, raw sh), started {quiet1}, load now {}",
         load_average()
     );
     header();
@@ -571,72 +659,80 @@ async fn run() {
         median(&mut paired)
     );
 
-    // 2. A new session's first command against raw exec, each sample after the same pause in
-    // which the warm pool refills (the container created after each new session would slow
-    // down whatever ran beside it). Raw exec goes to a container section 1 did not use: one
-    // with thousands of finished execs behind it execs more slowly than the session's new one.
-    // Also raw: the first exec in a container created as long before as a warm one.
-    let mut raw2 = Figures::new("raw bollard exec true");
-    let mut raw_fresh = Figures::new("raw bollard exec true, fresh container");
-    let mut first = Figures::new("run_command true, new session (warm pool)");
-    let mut paired: Vec<f64> = Vec::with_capacity(new_sessions);
+    // 2. A new session's first command against raw exec. Before each, a pause in which the
+    // warm pool refills (a container being created beside a sample slows it down). Then, in
+    // turns, either each sample comes after such a pause, or (as in section 1) amid calls: one
+    // raw exec and one warm call first, unmeasured, then each sample after `settle`. After
+    // an idle pause every call pays for waking the processes on its path, more for a tool
+    // call (NATS, gateway, worker, workspace) than for raw exec; the warm session's column
+    // under the same conditions tells that apart from what a new session costs.
+    // Raw exec goes to a container section 1 did not use: one with thousands of finished execs
+    // behind it execs more slowly than the session's new one. Also raw, after the pause: the
+    // first exec in a container created as long before as a warm one.
+    let mut idle = NewSessionFigures::new("after the pause");
+    let mut busy = NewSessionFigures::new("amid calls");
+    let mut raw_fresh = Figures::new("raw exec true, fresh container, after the pause");
+    let quiet2 = quiet().await;
     for i in 0..new_sessions {
-        let fresh = backend
-            .create(&raw_spec(
-                run_id,
-                &raw_scope,
-                data.path(),
-                &format!("fresh-{i}"),
-            ))
-            .await
-            .expect("fresh raw container");
         let body = run_true(&format!("new-{i}"));
-        let mut pair = [0.0; 2];
-        for turn in 0..2 {
+        let rotation = i / 2;
+        if i % 2 == 0 {
+            let fresh = backend
+                .create(&raw_spec(
+                    run_id,
+                    &raw_scope,
+                    data.path(),
+                    &format!("fresh-{i}"),
+                ))
+                .await
+                .expect("fresh raw container");
+            idle.iteration(
+                rotation,
+                POOL_REFILL,
+                &docker,
+                &raw_ids[1],
+                &client,
+                &body,
+                &warm_body,
+            )
+            .await;
             tokio::time::sleep(POOL_REFILL).await;
-            if (i + turn) % 2 == 0 {
-                let t = Instant::now();
-                raw_exec(&docker, &raw_ids[1], &["true"], false).await;
-                let sample = t.elapsed();
-                raw2.samples.push(sample);
-                pair[0] = ms(sample);
-            } else {
-                let t = Instant::now();
-                tool_call(&client, &body).await;
-                let sample = t.elapsed();
-                first.samples.push(sample);
-                pair[1] = ms(sample);
-            }
+            let t = Instant::now();
+            raw_exec(&docker, &fresh.container_id, &["true"], false).await;
+            raw_fresh.samples.push(t.elapsed());
+            let _ = backend.destroy(&fresh).await;
+        } else {
+            tokio::time::sleep(POOL_REFILL).await;
+            raw_exec(&docker, &raw_ids[1], &["true"], false).await;
+            tool_call(&client, &warm_body).await;
+            busy.iteration(
+                rotation,
+                SETTLE,
+                &docker,
+                &raw_ids[1],
+                &client,
+                &body,
+                &warm_body,
+            )
+            .await;
         }
-        paired.push(pair[1] - pair[0]);
-        tokio::time::sleep(POOL_REFILL).await;
-        let t = Instant::now();
-        raw_exec(&docker, &fresh.container_id, &["true"], false).await;
-        raw_fresh.samples.push(t.elapsed());
-        let _ = backend.destroy(&fresh).await;
     }
     println!(
-        "\n2. new session's first command, each sample after {} ms, load {}",
+        "\n2. new session's first command, each after a {} ms pause, started {quiet2}, load now {}",
         POOL_REFILL.as_millis(),
         load_average()
     );
     header();
-    raw2.row();
+    idle.rows();
     raw_fresh.row();
-    first.row();
-    println!(
-        "  p50(first) - p50(raw) = {:.2} ms (target <= 5); - p50(raw fresh) = {:.2} ms",
-        ms(first.p(0.5)) - ms(raw2.p(0.5)),
-        ms(first.p(0.5)) - ms(raw_fresh.p(0.5))
-    );
-    println!(
-        "  median of paired differences (first - raw, same iteration) = {:.2} ms",
-        median(&mut paired)
-    );
+    busy.rows();
+    idle.summary("");
+    busy.summary(" (target <= 5)");
 
     // 3. Saturation.
+    let quiet3 = quiet().await;
     println!(
-        "\n3. throughput, {THROUGHPUT_ROUNDS} x {} s per figure, alternating, load {}",
+        "\n3. throughput, {THROUGHPUT_ROUNDS} x {} s per figure, alternating, started {quiet3}, load {}",
         window.as_secs(),
         load_average()
     );
@@ -693,6 +789,7 @@ async fn run() {
     let mut raw4 = Figures::new("raw prlimit+setpriv+bwrap true");
     let mut tool4 = Figures::new("run_command true, process backend");
     let mut sh4 = Figures::new("raw sh -c true on the host");
+    let quiet4 = quiet().await;
     for _ in 0..samples {
         let t = Instant::now();
         raw_bwrap_true(&ws).await;
@@ -709,7 +806,7 @@ async fn run() {
         sh4.samples.push(t.elapsed());
     }
     println!(
-        "\n4. process backend (bubblewrap), interleaved, load {}",
+        "\n4. process backend (bubblewrap), interleaved, started {quiet4}, load now {}",
         load_average()
     );
     header();

@@ -29,6 +29,49 @@ pub fn load_average() -> String {
         .unwrap_or_default()
 }
 
+/// Busy and total jiffies of all CPUs so far, from `/proc/stat`'s first line.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …: idle and iowait are not busy.
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Waits until the machine has been quiet (CPUs busy below `max_busy`, 0..=1) for `calm`
+/// seconds in a row, at most `limit`, so that a section does not start while the previous one
+/// (or whatever ran before the bench: Docker removing containers, a build) still occupies the
+/// cores. The load average cannot tell: it lags a minute behind. Returns what to print: how
+/// long it waited and how busy the last second was.
+pub async fn wait_until_quiet(max_busy: f64, calm: u32, limit: Duration) -> String {
+    let started = Instant::now();
+    let mut quiet_for = 0;
+    let mut last = cpu_jiffies();
+    let mut busy = f64::NAN;
+    while quiet_for < calm && started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = cpu_jiffies();
+        if let (Some((b0, t0)), Some((b1, t1))) = (last, now) {
+            busy = (b1 - b0) as f64 / (t1 - t0).max(1) as f64;
+        }
+        last = now;
+        quiet_for = if busy < max_busy { quiet_for + 1 } else { 0 };
+    }
+    format!(
+        "after {:.0} s waiting for a quiet machine ({}% busy{})",
+        started.elapsed().as_secs_f64(),
+        (busy * 100.0).round(),
+        if quiet_for < calm { ", gave up" } else { "" }
+    )
+}
+
 /// Sequential request/reply round trips, appended to `out`.
 pub async fn latencies(
     client: &async_nats::Client,
