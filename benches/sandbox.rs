@@ -32,8 +32,14 @@
 //! Docker doing has finished), and says how long it waited. Every container the run made is
 //! removed at the end, also when it panics.
 //!
+//! The Docker worker runs commands as deployed by default, through the spawner in each
+//! container (`TOOLMESH_SANDBOX_DOCKER_COMMANDS=spawner`: a fork and exec, no Docker API call);
+//! `BENCH_DOCKER_COMMANDS=exec` measures the `docker exec` way instead, whose cost is raw
+//! exec's plus toolmesh's.
+//!
 //! Knobs: `BENCH_SAMPLES` (default 150, per column in 1 and 4), `BENCH_NEW_SESSIONS` (24),
-//! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `BENCH_ONE_NODE`, `TOOLMESH_SANDBOX_IMAGE`.
+//! `BENCH_WINDOW_S` (3, per throughput round; two rounds each), `BENCH_ONE_NODE`,
+//! `BENCH_DOCKER_COMMANDS` (spawner), `TOOLMESH_SANDBOX_IMAGE`.
 #![allow(clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
@@ -571,12 +577,14 @@ async fn run() {
     // Room for every session the run opens: section 2 measures a new session, not one that
     // also evicts an idle one (which removes its container in the background, beside it).
     let max_sessions = new_sessions + 64;
+    let commands = std::env::var("BENCH_DOCKER_COMMANDS").unwrap_or_else(|_| "spawner".to_owned());
     let node = node_spec(&docker_node, &worker_roles, &nats, &redis, data.path())
         .env("TOOLMESH_SANDBOX_MAX_SESSIONS", max_sessions.to_string())
+        .env("TOOLMESH_SANDBOX_DOCKER_COMMANDS", &commands)
         .start(&client)
         .await;
     println!(
-        "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, {}, load {}",
+        "toolmesh sandbox bench: image {image}, {cores} cores, concurrency cap K = {k}, {}, Docker commands by {commands}, load {}",
         if one_node { "one node" } else { "front node + sandbox worker node" },
         load_average()
     );

@@ -64,10 +64,13 @@ enum Command {
         #[arg(long)]
         public_url: Option<String>,
     },
-    /// Internal: the process sandbox backend's spawner, started by a sandbox worker inside
-    /// each bubblewrap sandbox (its stdin is the worker's socket).
+    /// Internal: the sandbox spawner, started by a sandbox worker inside each sandbox (its
+    /// stdin is the worker's socket, or it listens at --listen for the worker to connect).
     #[command(hide = true)]
-    SandboxSpawner,
+    SandboxSpawner {
+        #[arg(long)]
+        listen: Option<std::path::PathBuf>,
+    },
     /// Call a tool and print its reply.
     Call {
         /// The tool to call, e.g. component_status.
@@ -164,9 +167,9 @@ enum ApprovalsCommand {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::SandboxSpawner = cli.command {
+    if let Command::SandboxSpawner { listen } = &cli.command {
         // Before anything else: no runtime, no logging; it speaks only on its socket.
-        return toolmesh_sandbox::backend::spawner::serve();
+        return toolmesh_sandbox::backend::spawner::serve(listen.as_deref());
     }
     // A node logs what it does; a client command keeps stdout/stderr for the person.
     init_tracing(
@@ -288,7 +291,7 @@ async fn run_client(
             format!("cannot connect to NATS at {nats_url} (set --nats-url or TOOLMESH_NATS_URL)")
         })?;
     match command {
-        Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner => {
+        Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner { .. } => {
             unreachable!("handled before")
         }
         Command::Call {

@@ -24,13 +24,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
-use toolmesh_kernel::config::{SandboxBackend, SandboxConfig};
+use toolmesh_kernel::config::{DockerCommands, SandboxBackend, SandboxConfig};
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::wire::SandboxCapacity;
 use toolmesh_kernel::{NodeId, Role};
 
+use crate::backend::process::Spawner;
 use crate::backend::{Backend, SandboxLimits};
 use crate::mirror::SyncLimits;
 use crate::pool::{Pool, PoolSettings};
@@ -74,16 +75,51 @@ impl CapacityProbe {
     }
 }
 
-fn make_backend(config: &SandboxConfig) -> Result<Arc<dyn Backend>, SandboxStartError> {
+fn make_backend(
+    config: &SandboxConfig,
+    node: &NodeId,
+) -> Result<Arc<dyn Backend>, SandboxStartError> {
     Ok(match config.backend {
-        SandboxBackend::Docker => Arc::new(
-            backend::docker::DockerBackend::new(
+        SandboxBackend::Docker => {
+            let docker = backend::docker::DockerBackend::new(
                 config.image.clone(),
                 config.allowed_images.clone(),
             )
-            .map_err(SandboxStartError::Backend)?,
-        ),
+            .map_err(SandboxStartError::Backend)?;
+            Arc::new(match config.docker_commands {
+                DockerCommands::Spawner => {
+                    docker.with_spawner(stage_spawner(&config.dir.join(node.as_str()))?)
+                }
+                DockerCommands::Exec => docker,
+            })
+        }
         SandboxBackend::Process => Arc::new(backend::process::ProcessBackend::new()),
+    })
+}
+
+/// The spawner a Docker sandbox runs: this binary, copied into this worker's sandbox directory,
+/// which the Docker daemon can bind (a worker in a container sees its own binary at a path
+/// that means nothing to the daemon). A hard link where the file system allows.
+fn stage_spawner(dir: &std::path::Path) -> Result<Spawner, SandboxStartError> {
+    let fail = |e: std::io::Error| {
+        SandboxStartError::Backend(backend::BackendError::Unavailable(format!(
+            "cannot put the sandbox spawner into {}: {e}",
+            dir.display()
+        )))
+    };
+    let this = std::env::current_exe().map_err(fail)?;
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let staged = dir.join("toolmesh-spawner");
+    // Beside it, then renamed over it: a container still running binds the old file.
+    let fresh = dir.join(format!("toolmesh-spawner.{}", std::process::id()));
+    let _ = std::fs::remove_file(&fresh);
+    if std::fs::hard_link(&this, &fresh).is_err() {
+        std::fs::copy(&this, &fresh).map_err(fail)?;
+    }
+    std::fs::rename(&fresh, &staged).map_err(fail)?;
+    Ok(Spawner {
+        program: staged,
+        ..Spawner::this_binary()
     })
 }
 
@@ -98,7 +134,7 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
     let config = &settings.config;
-    let backend = make_backend(config)?;
+    let backend = make_backend(config, &settings.node)?;
     let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
     let pool = Arc::new(Pool::new(

@@ -69,6 +69,13 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// How a Docker sandbox runs its commands.
+#[derive(Clone, Copy)]
+enum Commands {
+    Spawner,
+    Exec,
+}
+
 /// A started sandbox of either backend, its workspace and (Docker) its removal guard.
 struct Sandbox {
     backend: Box<dyn Backend>,
@@ -87,7 +94,20 @@ impl Sandbox {
     }
 
     async fn docker_scoped(limits: SandboxLimits, node: &str, scope: &str) -> Self {
+        Self::docker_in(Commands::Spawner, limits, node, scope).await
+    }
+
+    /// A sandbox whose commands are `docker exec`s.
+    async fn docker_exec() -> Self {
+        Self::docker_in(Commands::Exec, limits(), "node-a", &unique("scope")).await
+    }
+
+    async fn docker_in(commands: Commands, limits: SandboxLimits, node: &str, scope: &str) -> Self {
         let backend = DockerBackend::new(image(), vec![image()]).expect("docker backend");
+        let backend = match commands {
+            Commands::Spawner => backend.with_spawner(spawner()),
+            Commands::Exec => backend,
+        };
         backend
             .check()
             .await
@@ -402,6 +422,38 @@ async fn docker_dropped_receiver_does_not_block() {
     check_dropped_receiver_does_not_block(&Sandbox::docker().await).await;
 }
 
+// The same with `docker exec` for each command (TOOLMESH_SANDBOX_DOCKER_COMMANDS=exec).
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_output_exit_cwd_env() {
+    check_output_exit_cwd_env(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_stdin_reaches_cat_and_closes() {
+    check_stdin_eof(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_waits_for_its_start_gate_too() {
+    check_start_gate(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_kill_ends_the_process_tree() {
+    check_kill_tree(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_sandbox_is_confined() {
+    check_confinement(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_dropped_receiver_does_not_block() {
+    check_dropped_receiver_does_not_block(&Sandbox::docker_exec().await).await;
+}
+
 async fn docker_client() -> Docker {
     Docker::connect_with_local_defaults()
         .unwrap()
@@ -435,9 +487,18 @@ async fn docker_container_is_hardened() {
     );
     let config = inspect.config.unwrap();
     assert_eq!(config.user.as_deref(), Some("1000:1000"));
+    // The spawner (this crate's program of it) is the container's command.
     assert_eq!(
         config.cmd,
-        Some(vec!["sleep".to_owned(), "infinity".to_owned()])
+        Some(
+            [
+                "/run/toolmesh-spawner",
+                "--listen",
+                "/run/toolmesh/control.sock"
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        )
     );
     let labels = config.labels.unwrap();
     assert_eq!(labels[LABEL_MANAGED], "1");
@@ -475,6 +536,7 @@ async fn docker_container_is_hardened() {
         }
     }
     let binds = host.binds.unwrap();
+    let beside = |name: &str| sbx.sandbox.workspace_dir.with_file_name(name);
     assert_eq!(
         binds,
         vec![
@@ -483,6 +545,8 @@ async fn docker_container_is_hardened() {
                 "{}:/skills:ro",
                 toolmesh_sandbox::backend::skills_dir_of(&sbx.sandbox.workspace_dir).display()
             ),
+            format!("{}:/run/toolmesh-spawner:ro", spawner().program.display()),
+            format!("{}:/run/toolmesh:rw", beside("run").display()),
         ]
     );
     let mounts = inspect.mounts.unwrap_or_default();
@@ -495,20 +559,47 @@ async fn docker_container_is_hardened() {
     assert_eq!(inspect.state.unwrap().running, Some(true));
 
     // What the process sees matches.
-    let ran = sbx.run(sh("cat /proc/1/cmdline | tr '\\0' ' '; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status")).await;
+    let ran = sbx.run(sh("cat /proc/1/cmdline | tr '\\0' ' '; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status; id -u; ls -A /run/toolmesh")).await;
     assert!(
         ran.stdout
-            .starts_with("/sbin/docker-init -- sleep infinity"),
+            .starts_with("/sbin/docker-init -- /run/toolmesh-spawner --listen"),
         "{ran:?}"
     );
+    // Commands run as the sandbox user, and the spawner's socket is gone once the worker
+    // connected: nobody else can.
+    assert!(ran.stdout.ends_with("\n1000\n"), "{ran:?}");
     assert!(ran.stdout.contains("CapEff:\t0000000000000000"), "{ran:?}");
     assert!(ran.stdout.contains("CapBnd:\t0000000000000000"), "{ran:?}");
     assert!(ran.stdout.contains("NoNewPrivs:\t1"), "{ran:?}");
+    let ran = sbx.run(sh("touch /run/toolmesh/x")).await;
+    assert_ne!(ran.code, 0, "the run directory stays closed: {ran:?}");
+    assert!(ran.stderr.contains("Permission denied"), "{ran:?}");
     let ran = sbx
         .run(sh("grep -E ' /(tmp|home/sandbox) ' /proc/mounts"))
         .await;
     assert!(!ran.stdout.contains("noexec"), "{ran:?}");
     assert_eq!(ran.stdout.lines().count(), 2, "{ran:?}");
+}
+
+/// With `docker exec` for each command, the container only sleeps, and binds no spawner.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_container_sleeps() {
+    let sbx = Sandbox::docker_exec().await;
+    let inspect = docker_client()
+        .await
+        .inspect_container(
+            &sbx.sandbox.container_id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        inspect.config.unwrap().cmd,
+        Some(vec!["sleep".to_owned(), "infinity".to_owned()])
+    );
+    assert_eq!(inspect.host_config.unwrap().binds.unwrap().len(), 2);
+    let ran = sbx.run(sh("id -u")).await;
+    assert_eq!(ran.stdout, "1000\n", "{ran:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -652,11 +743,20 @@ async fn docker_destroyed_sandbox_is_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_pids_limit_stops_a_fork_bomb() {
+    check_fork_bomb(Commands::Spawner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_pids_limit_stops_a_fork_bomb() {
+    check_fork_bomb(Commands::Exec).await;
+}
+
+async fn check_fork_bomb(commands: Commands) {
     let limits = SandboxLimits {
         pids: 40,
         ..limits()
     };
-    let sbx = Sandbox::docker_with(limits, "node-a").await;
+    let sbx = Sandbox::docker_in(commands, limits, "node-a", &unique("scope")).await;
     // Every process of the bomb keeps forking; a failed fork ends that process only.
     let bomb = "f() { while :; do f & sleep 0.05; done; }; f";
     let mut exec = sbx.exec(sh(bomb)).await;
@@ -683,7 +783,8 @@ async fn docker_pids_limit_stops_a_fork_bomb() {
         ))
         .await;
     assert_eq!(ran.stdout, "40\n", "{ran:?}");
-    // The bomb is gone: init, sleep infinity and this command's shell and cat.
+    // The bomb is gone: init, the spawner (or `sleep infinity`) and this command's shell and
+    // cat.
     let ran = sbx
         .run(sh(
             "cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current",
@@ -696,6 +797,10 @@ async fn docker_pids_limit_stops_a_fork_bomb() {
 // ---- process (bubblewrap) ------------------------------------------------------------------
 
 /// The process backend with this crate's spawner program (the node uses `toolmesh` itself).
+fn spawner() -> Spawner {
+    Spawner::program(env!("CARGO_BIN_EXE_toolmesh-sandbox-spawner"))
+}
+
 fn process_backend() -> ProcessBackend {
     ProcessBackend::new().with_spawner(Spawner::program(env!(
         "CARGO_BIN_EXE_toolmesh-sandbox-spawner"

@@ -151,6 +151,29 @@ impl std::str::FromStr for SandboxBackend {
     }
 }
 
+/// How the Docker backend runs a command in a session's container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerCommands {
+    /// A spawner started as the container's command forks each one (about a millisecond):
+    /// the default; the image must run the worker's own binary (glibc).
+    Spawner,
+    /// `docker exec` each one (tens of milliseconds): for images that cannot run the spawner.
+    Exec,
+}
+
+impl std::str::FromStr for DockerCommands {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "spawner" => Ok(DockerCommands::Spawner),
+            "exec" => Ok(DockerCommands::Exec),
+            other => Err(format!(
+                "unknown way to run Docker commands {other:?}; use spawner or exec"
+            )),
+        }
+    }
+}
+
 /// Approval settings (the approval actor and the gateway's gate).
 #[derive(Debug, Clone)]
 pub struct ApprovalConfig {
@@ -163,6 +186,8 @@ pub struct ApprovalConfig {
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
     pub backend: SandboxBackend,
+    /// How the Docker backend runs commands (`TOOLMESH_SANDBOX_DOCKER_COMMANDS`).
+    pub docker_commands: DockerCommands,
     pub image: String,
     pub memory_mb: u64,
     pub pids: u64,
@@ -292,6 +317,8 @@ impl NodeConfig {
                 .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
             sandbox: SandboxConfig {
                 backend: env.parse("TOOLMESH_SANDBOX_BACKEND", SandboxBackend::Docker)?,
+                docker_commands: env
+                    .parse("TOOLMESH_SANDBOX_DOCKER_COMMANDS", DockerCommands::Spawner)?,
                 image,
                 memory_mb: env.parse("TOOLMESH_SANDBOX_MEMORY_MB", DEFAULT_SANDBOX_MEMORY_MB)?,
                 pids: env.parse("TOOLMESH_SANDBOX_PIDS", DEFAULT_SANDBOX_PIDS)?,

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub mod docker;
 pub mod exits;
+mod link;
 pub mod process;
 pub mod spawner;
 

@@ -1,12 +1,14 @@
-//! The process backend's spawner: one long-lived process per sandbox, started once inside the
-//! sandbox's bubblewrap namespaces, that starts every command of the session there.
+//! The sandbox spawner: one long-lived process per sandbox, started once inside the sandbox's
+//! bubblewrap namespaces or as its Docker container's command, that starts every command of
+//! the session there.
 //!
 //! Why: setting up namespaces and mounts is most of a bwrap run's cost (about 9 ms here, see
 //! `benches/sandbox.rs`), while a fork and exec inside namespaces that already exist costs
 //! about one. It also makes a process sandbox behave like a container: `/tmp` and background
 //! processes live as long as the session, not as long as one command.
 //!
-//! The worker talks to the spawner over the spawner's stdin, a Unix stream socket, in frames
+//! The worker talks to the spawner over a Unix stream socket — the spawner's stdin under
+//! bubblewrap, the one connection it accepts at `--listen PATH` in a container — in frames
 //! of a little-endian `u32` length and a JSON body:
 //! - worker → spawner: [`Request::Spawn`], with the command's stdin, stdout and stderr attached
 //!   to the frame as three `SCM_RIGHTS` descriptors (the worker keeps the other pipe ends and
@@ -67,6 +69,10 @@ pub struct SpawnRequest {
     pub env: Vec<(String, String)>,
     pub cwd: String,
     pub marker: String,
+    /// Start from the spawner's own environment instead of an empty one (a container's: the
+    /// image's `ENV`), `env` on top.
+    #[serde(default)]
+    pub inherit_env: bool,
 }
 
 /// The exit code of a command killed by SIGKILL (as a shell reports it).
@@ -207,13 +213,22 @@ struct Running {
 
 type Table = Arc<Mutex<HashMap<u64, Running>>>;
 
-/// The spawner's main loop (`toolmesh sandbox-spawner`): serves the socket on stdin until the
-/// worker closes it.
-pub fn serve() -> ExitCode {
-    let control = match io::stdin().as_fd().try_clone_to_owned() {
-        Ok(fd) => UnixStream::from(fd),
+/// The spawner's main loop (`toolmesh sandbox-spawner [--listen PATH]`): serves the socket on
+/// stdin, or the first connection to a socket it listens on at `PATH` (in a container, where
+/// the worker cannot hand it a socket), until the worker closes it.
+pub fn serve(listen: Option<&std::path::Path>) -> ExitCode {
+    let control = match listen {
+        Some(path) => accept_one(path),
+        None => io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(UnixStream::from)
+            .map_err(|e| format!("no control socket on stdin: {e}")),
+    };
+    let control = match control {
+        Ok(control) => control,
         Err(e) => {
-            eprintln!("toolmesh sandbox-spawner: no control socket on stdin: {e}");
+            eprintln!("toolmesh sandbox-spawner: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -232,7 +247,15 @@ pub fn serve() -> ExitCode {
             Ok(Some((Request::Kill { id }, _))) => {
                 let target = lock(&running).get(&id).map(|r| (r.pid, r.marker.clone()));
                 if let Some((pid, marker)) = target {
-                    std::thread::spawn(move || kill_tree(Some(pid), &marker));
+                    // Where no thread can be had (a fork bomb holds every pid the sandbox may
+                    // have), kill it here: the loop waits, but the bomb ends.
+                    let (kill_pid, kill_marker) = (pid, marker.clone());
+                    let spawned = std::thread::Builder::new()
+                        .stack_size(WAITER_STACK)
+                        .spawn(move || kill_tree(Some(kill_pid), &kill_marker));
+                    if spawned.is_err() {
+                        kill_tree(Some(pid), &marker);
+                    }
                 }
             }
             Ok(None) => return ExitCode::SUCCESS,
@@ -241,6 +264,29 @@ pub fn serve() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
+    }
+}
+
+/// Listens at `path`, takes the first connection (the worker's: nothing else runs in the
+/// sandbox before it connects) and removes the socket, so nobody connects after it.
+fn accept_one(path: &std::path::Path) -> Result<UnixStream, String> {
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen at {}: {e}", path.display()))?;
+    let (control, _) = listener
+        .accept()
+        .map_err(|e| format!("accepting the worker: {e}"))?;
+    let _ = std::fs::remove_file(path);
+    Ok(control)
+}
+
+/// The spawner's arguments after its subcommand: none, or `--listen PATH`.
+pub fn listen_arg(args: &[String]) -> Result<Option<std::path::PathBuf>, String> {
+    match args {
+        [] => Ok(None),
+        [flag, path] if flag == "--listen" => Ok(Some(path.into())),
+        _ => Err(format!(
+            "unexpected arguments {args:?}: expected none or --listen PATH"
+        )),
     }
 }
 
@@ -256,6 +302,7 @@ fn spawn(
         env,
         cwd,
         marker,
+        inherit_env,
     } = request;
     let exited = |code: i64| write_event(writer, &Event::Exited { id, code });
     let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
@@ -268,9 +315,11 @@ fn spawn(
         return;
     };
     let mut command = Command::new(program);
+    if !inherit_env {
+        command.env_clear();
+    }
     command
         .args(args)
-        .env_clear()
         .envs(env)
         .env(MARKER_VAR, &marker)
         .current_dir(&cwd)
@@ -421,6 +470,7 @@ mod tests {
             env: Vec::new(),
             cwd: "/".into(),
             marker: "m".into(),
+            inherit_env: false,
         });
         assert_eq!(
             encode(&huge).unwrap_err().kind(),
