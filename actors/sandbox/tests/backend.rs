@@ -581,6 +581,51 @@ async fn docker_container_is_hardened() {
     assert_eq!(ran.stdout.lines().count(), 2, "{ran:?}");
 }
 
+/// A spawner that cannot run in the image (here one that exits at once) fails the sandbox's
+/// creation with what to do, and leaves no container behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_spawner_that_cannot_start_names_the_way_out() {
+    let backend = DockerBackend::new(image(), vec![image()])
+        .unwrap()
+        .with_spawner(Spawner::program("/bin/false"));
+    let workspace = tempfile::tempdir().unwrap();
+    let sandbox_id = unique("sbx-test");
+    let _guard = ContainerGuard(container_name(&sandbox_id));
+    let spec = SandboxSpec {
+        sandbox_id: sandbox_id.clone(),
+        node_id: "node-a".into(),
+        scope: unique("scope"),
+        workspace_dir: workspace.path().join("ws"),
+        limits: limits(),
+    };
+    let err = backend.create(&spec).await.unwrap_err();
+    let BackendError::Failed(message) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("did not start"), "{message}");
+    assert!(
+        message.contains("TOOLMESH_SANDBOX_DOCKER_COMMANDS=exec"),
+        "{message}"
+    );
+    let inspect = docker_client()
+        .await
+        .inspect_container(
+            &container_name(&sandbox_id),
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await;
+    assert!(
+        matches!(
+            inspect,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ),
+        "the container is removed: {inspect:?}"
+    );
+}
+
 /// With `docker exec` for each command, the container only sleeps, and binds no spawner.
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_exec_container_sleeps() {
