@@ -437,7 +437,7 @@ impl Backend for DockerBackend {
         if let Some(run_dir) = &run_dir {
             match connect_spawner(docker, &created.id, run_dir, &spec.sandbox_id).await {
                 Ok(link) => {
-                    lock(&self.links).insert(spec.sandbox_id.clone(), Arc::new(link));
+                    lock(&self.links).insert(spec.sandbox_id.clone(), link);
                 }
                 Err(why) => {
                     let _ = self.remove(&created.id).await;
@@ -647,13 +647,13 @@ fn open_run_dir(dir: &Path) -> Result<PathBuf, BackendError> {
 /// is reached through an `O_PATH` handle on `run_dir` (`/proc/self/fd/N/…`), so a long path
 /// does not matter (Unix socket paths hold 107 bytes). By `ready` the spawner has removed its
 /// socket; then `run_dir` becomes read-only to the sandbox (mode 0555, owned by this worker),
-/// so nothing the sandbox runs can leave files there on the host.
+/// so nothing the sandbox runs can leave files there on the host. Then [`warm_up`].
 async fn connect_spawner(
     docker: &Docker,
     container: &str,
     run_dir: &Path,
     sandbox_id: &str,
-) -> Result<Link, String> {
+) -> Result<Arc<Link>, String> {
     use rustix::fs::{Mode, OFlags};
     use std::os::fd::AsRawFd;
     let dir = rustix::fs::open(
@@ -687,10 +687,48 @@ async fn connect_spawner(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(20));
     };
-    let link = Link::ready(stream, sandbox_id).await?;
+    let link = Arc::new(Link::ready(stream, sandbox_id).await?);
     rustix::fs::chmod(run_dir, Mode::from_raw_mode(0o555))
         .map_err(|e| format!("closing {}: {e}", run_dir.display()))?;
+    warm_up(&link).await?;
     Ok(link)
+}
+
+/// Runs `sh -c true` once through a new sandbox's spawner before anyone gets the sandbox: it
+/// proves commands start there, and it pays a new container's first-command costs (its
+/// overlay file system's first lookups, the first fork of the spawner) before a session's
+/// first command, not in it (measured by `benches/sandbox.rs`, section 2).
+async fn warm_up(link: &Arc<Link>) -> Result<(), String> {
+    let spec = ExecSpec {
+        argv: ["sh", "-c", "true"].map(str::to_owned).to_vec(),
+        cwd: String::new(),
+        env: Default::default(),
+        stdin: false,
+        exec_id: "toolmesh-warm-up".to_owned(),
+    };
+    let mut execution = link.exec(spec, &SPAWNED).await.map_err(|e| e.to_string())?;
+    let mut said = Vec::new();
+    let wait = async {
+        while let Some(output) = execution.output.recv().await {
+            if let Output::Stderr(bytes) = output {
+                said.extend_from_slice(&bytes);
+            }
+        }
+        execution.exit.await
+    };
+    match tokio::time::timeout(SPAWNER_START, wait).await {
+        Ok(Ok(Ok(ExitStatus { code: 0 }))) => Ok(()),
+        Ok(Ok(Ok(ExitStatus { code }))) => Err(format!(
+            "`sh -c true` exited with {code}: {}",
+            String::from_utf8_lossy(&said).trim()
+        )),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(_)) => Err("`sh -c true` was lost".to_owned()),
+        Err(_) => Err(format!(
+            "`sh -c true` did not end within {} s",
+            SPAWNER_START.as_secs()
+        )),
+    }
 }
 
 /// The exit status of a finished exec. The output can end a moment before Docker records the
