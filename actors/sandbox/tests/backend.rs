@@ -156,6 +156,18 @@ impl Sandbox {
         }
     }
 
+    /// `docker inspect` of the sandbox's container.
+    async fn inspect(&self) -> bollard::models::ContainerInspectResponse {
+        docker_client()
+            .await
+            .inspect_container(
+                &self.sandbox.container_id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .unwrap()
+    }
+
     async fn exec(&self, spec: ExecSpec) -> Execution {
         self.backend
             .exec(&self.sandbox, spec, StartGate::open())
@@ -472,14 +484,7 @@ async fn docker_container_is_hardened() {
         tmpfs_mb: 32,
     };
     let sbx = Sandbox::docker_with(limits, "node-hard").await;
-    let inspect = docker_client()
-        .await
-        .inspect_container(
-            &sbx.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .unwrap();
+    let inspect = sbx.inspect().await;
     let name = inspect.name.clone().unwrap();
     assert_eq!(
         name,
@@ -630,14 +635,7 @@ async fn docker_spawner_that_cannot_start_names_the_way_out() {
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_exec_container_sleeps() {
     let sbx = Sandbox::docker_exec().await;
-    let inspect = docker_client()
-        .await
-        .inspect_container(
-            &sbx.sandbox.container_id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .unwrap();
+    let inspect = sbx.inspect().await;
     assert_eq!(
         inspect.config.unwrap().cmd,
         Some(vec!["sleep".to_owned(), "infinity".to_owned()])
