@@ -239,6 +239,15 @@ impl Figures {
     }
 }
 
+/// What section 2's samples go to: raw exec in `raw_box`, tool calls through `client`, `warm`
+/// the warm session's call.
+struct Targets<'a> {
+    docker: &'a Docker,
+    raw_box: &'a str,
+    client: &'a async_nats::Client,
+    warm: &'a Bytes,
+}
+
 /// Section 2 under one condition: raw exec, a new session's first call and a warm session's
 /// call, taken in turns.
 struct NewSessionFigures {
@@ -261,19 +270,15 @@ impl NewSessionFigures {
         }
     }
 
-    /// One iteration: raw exec in `raw_box` and the `warm` call, in an order that `rotation`
-    /// turns, then the new session's `first` call, each after `pause`. The first call comes
-    /// last because the pool creates a container after it, which would slow down what follows.
-    #[allow(clippy::too_many_arguments)]
+    /// One iteration: raw exec and the warm call, in an order that `rotation` turns, then the
+    /// new session's `first` call, each after `pause`. The first call comes last because the
+    /// pool creates a container after it, which would slow down what follows.
     async fn iteration(
         &mut self,
         rotation: usize,
         pause: Duration,
-        docker: &Docker,
-        raw_box: &str,
-        client: &async_nats::Client,
+        on: &Targets<'_>,
         first: &Bytes,
-        warm: &Bytes,
     ) {
         let mut pair = [0.0; 2];
         for turn in 0..3 {
@@ -281,17 +286,17 @@ impl NewSessionFigures {
             let t = Instant::now();
             match (turn, (rotation + turn) % 2) {
                 (2, _) => {
-                    tool_call(client, first).await;
+                    tool_call(on.client, first).await;
                     self.first.samples.push(t.elapsed());
                     pair[1] = ms(t.elapsed());
                 }
                 (_, 0) => {
-                    raw_exec(docker, raw_box, &["true"], false).await;
+                    raw_exec(on.docker, on.raw_box, &["true"], false).await;
                     self.raw.samples.push(t.elapsed());
                     pair[0] = ms(t.elapsed());
                 }
                 _ => {
-                    tool_call(client, warm).await;
+                    tool_call(on.client, on.warm).await;
                     self.warm.samples.push(t.elapsed());
                 }
             }
@@ -680,6 +685,12 @@ async fn run() {
     let mut idle = NewSessionFigures::new("after the pause");
     let mut busy = NewSessionFigures::new("amid calls");
     let mut raw_fresh = Figures::new("raw exec true, fresh container, after the pause");
+    let targets = Targets {
+        docker: &docker,
+        raw_box: &raw_ids[1],
+        client: &client,
+        warm: &warm_body,
+    };
     let quiet2 = quiet().await;
     for i in 0..new_sessions {
         let body = run_true(&format!("new-{i}"));
@@ -694,16 +705,7 @@ async fn run() {
                 ))
                 .await
                 .expect("fresh raw container");
-            idle.iteration(
-                rotation,
-                POOL_REFILL,
-                &docker,
-                &raw_ids[1],
-                &client,
-                &body,
-                &warm_body,
-            )
-            .await;
+            idle.iteration(rotation, POOL_REFILL, &targets, &body).await;
             tokio::time::sleep(POOL_REFILL).await;
             let t = Instant::now();
             raw_exec(&docker, &fresh.container_id, &["true"], false).await;
@@ -711,18 +713,9 @@ async fn run() {
             let _ = backend.destroy(&fresh).await;
         } else {
             tokio::time::sleep(POOL_REFILL).await;
-            raw_exec(&docker, &raw_ids[1], &["true"], false).await;
-            tool_call(&client, &warm_body).await;
-            busy.iteration(
-                rotation,
-                SETTLE,
-                &docker,
-                &raw_ids[1],
-                &client,
-                &body,
-                &warm_body,
-            )
-            .await;
+            raw_exec(&docker, targets.raw_box, &["true"], false).await;
+            tool_call(&client, targets.warm).await;
+            busy.iteration(rotation, SETTLE, &targets, &body).await;
         }
     }
     println!(

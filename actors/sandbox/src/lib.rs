@@ -31,7 +31,7 @@ use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::wire::SandboxCapacity;
 use toolmesh_kernel::{NodeId, Role};
 
-use crate::backend::process::Spawner;
+use crate::backend::spawner::Spawner;
 use crate::backend::{Backend, SandboxLimits};
 use crate::mirror::SyncLimits;
 use crate::pool::{Pool, PoolSettings};

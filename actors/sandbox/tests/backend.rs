@@ -13,7 +13,8 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
 use toolmesh_sandbox::backend::exits::ExecExits;
-use toolmesh_sandbox::backend::process::{ProcessBackend, Spawner};
+use toolmesh_sandbox::backend::process::ProcessBackend;
+use toolmesh_sandbox::backend::spawner::Spawner;
 use toolmesh_sandbox::backend::{
     Backend, BackendError, ExecSpec, Execution, Output, SandboxLimits, SandboxRef, SandboxSpec,
     StartGate, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 
 use super::exits::{ExecExits, EVENT_WAIT};
 use super::link::{lock, CommandBase, Link, SPAWNER_START};
-use super::process::{Spawner, SPAWNER_MOUNT};
+use super::spawner::{Spawner, SPAWNER_MOUNT};
 
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,

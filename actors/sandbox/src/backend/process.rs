@@ -29,6 +29,7 @@ use tokio::sync::OnceCell;
 
 use super::docker::{prepare_workspace, SANDBOX_GID, SANDBOX_UID};
 use super::link::{lock, CommandBase, Link, LinkError};
+use super::spawner::{Spawner, SPAWNER_MOUNT};
 use super::{
     skills_dir_of, Backend, BackendError, ExecSpec, Execution, SandboxLimits, SandboxRef,
     SandboxSpec, StartGate, SKILLS_MOUNT,
@@ -59,35 +60,6 @@ const HOST_ETC_NET: &[&str] = &[
     "/etc/nsswitch.conf",
     "/etc/gai.conf",
 ];
-
-/// The program a sandbox's spawner runs: a path on this host (bound read-only into the
-/// sandbox at [`SPAWNER_MOUNT`]) and its arguments.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spawner {
-    pub program: PathBuf,
-    pub args: Vec<String>,
-}
-
-impl Spawner {
-    /// `toolmesh sandbox-spawner`: the running binary, when it is `toolmesh`.
-    pub fn this_binary() -> Self {
-        Self {
-            program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolmesh")),
-            args: vec!["sandbox-spawner".to_owned()],
-        }
-    }
-
-    /// A program that is the spawner by itself (the crate's `toolmesh-sandbox-spawner`).
-    pub fn program(program: impl Into<PathBuf>) -> Self {
-        Self {
-            program: program.into(),
-            args: Vec::new(),
-        }
-    }
-}
-
-/// Where the sandbox sees its spawner's program.
-pub const SPAWNER_MOUNT: &str = "/run/toolmesh-spawner";
 
 /// Runs each sandbox as bubblewrap namespaces held by a spawner.
 pub struct ProcessBackend {

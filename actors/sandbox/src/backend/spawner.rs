@@ -29,6 +29,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,6 +41,35 @@ use rustix::net::{
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+
+/// The program a sandbox's spawner runs: a path on this host (bound read-only into the
+/// sandbox at [`SPAWNER_MOUNT`]) and its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spawner {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+impl Spawner {
+    /// `toolmesh sandbox-spawner`: the running binary, when it is `toolmesh`.
+    pub fn this_binary() -> Self {
+        Self {
+            program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolmesh")),
+            args: vec!["sandbox-spawner".to_owned()],
+        }
+    }
+
+    /// A program that is the spawner by itself (the crate's `toolmesh-sandbox-spawner`).
+    pub fn program(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// Where the sandbox sees its spawner's program.
+pub const SPAWNER_MOUNT: &str = "/run/toolmesh-spawner";
 
 /// The environment variable that marks every process of one command.
 pub const MARKER_VAR: &str = super::docker::EXEC_ID_VAR;
@@ -216,7 +246,7 @@ type Table = Arc<Mutex<HashMap<u64, Running>>>;
 /// The spawner's main loop (`toolmesh sandbox-spawner [--listen PATH]`): serves the socket on
 /// stdin, or the first connection to a socket it listens on at `PATH` (in a container, where
 /// the worker cannot hand it a socket), until the worker closes it.
-pub fn serve(listen: Option<&std::path::Path>) -> ExitCode {
+pub fn serve(listen: Option<&Path>) -> ExitCode {
     let control = match listen {
         Some(path) => accept_one(path),
         None => io::stdin()
@@ -249,10 +279,10 @@ pub fn serve(listen: Option<&std::path::Path>) -> ExitCode {
                 if let Some((pid, marker)) = target {
                     // Where no thread can be had (a fork bomb holds every pid the sandbox may
                     // have), kill it here: the loop waits, but the bomb ends.
-                    let (kill_pid, kill_marker) = (pid, marker.clone());
+                    let in_thread = marker.clone();
                     let spawned = std::thread::Builder::new()
                         .stack_size(WAITER_STACK)
-                        .spawn(move || kill_tree(Some(kill_pid), &kill_marker));
+                        .spawn(move || kill_tree(Some(pid), &in_thread));
                     if spawned.is_err() {
                         kill_tree(Some(pid), &marker);
                     }
@@ -269,7 +299,7 @@ pub fn serve(listen: Option<&std::path::Path>) -> ExitCode {
 
 /// Listens at `path`, takes the first connection (the worker's: nothing else runs in the
 /// sandbox before it connects) and removes the socket, so nobody connects after it.
-fn accept_one(path: &std::path::Path) -> Result<UnixStream, String> {
+fn accept_one(path: &Path) -> Result<UnixStream, String> {
     let listener = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| format!("cannot listen at {}: {e}", path.display()))?;
     let (control, _) = listener
@@ -280,7 +310,7 @@ fn accept_one(path: &std::path::Path) -> Result<UnixStream, String> {
 }
 
 /// The spawner's arguments after its subcommand: none, or `--listen PATH`.
-pub fn listen_arg(args: &[String]) -> Result<Option<std::path::PathBuf>, String> {
+pub fn listen_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
     match args {
         [] => Ok(None),
         [flag, path] if flag == "--listen" => Ok(Some(path.into())),
@@ -331,7 +361,7 @@ fn spawn(
         Ok(child) => child,
         Err(e) => {
             // What a shell would say, on the command's own stderr.
-            let (why, code) = if !std::path::Path::new(&cwd).is_dir() {
+            let (why, code) = if !Path::new(&cwd).is_dir() {
                 (format!("cannot change to directory {cwd}: {e}"), 1)
             } else if e.kind() == io::ErrorKind::NotFound {
                 (format!("{program}: command not found"), 127)
