@@ -35,6 +35,14 @@ pub const AVAILABLE_ROLES: [Role; 6] = [
 /// Extra time after the drain deadline for actors to answer what they cancelled.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// After the actors: how long the last heartbeat ("leaving") and the flush may take. NATS may be
+/// down; the drain bound must hold anyway.
+const FAREWELL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A node told to stop exits by `drain timeout + STOP_GRACE + EXIT_MARGIN`, whatever the bus,
+/// the actors or a blocked thread do: a watchdog thread outside the runtime makes sure of it.
+const EXIT_MARGIN: Duration = Duration::from_secs(3);
+
 /// Resolves the `--roles` list: `all` means every role this build has; naming a role this
 /// build lacks is an error.
 pub fn resolve_roles(list: &str) -> Result<Vec<Role>, String> {
@@ -111,7 +119,12 @@ pub async fn run(
     }
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
-        .with_context(|| format!("cannot connect to NATS at {}", config.nats_url))?;
+        .with_context(|| {
+            format!(
+                "cannot connect to NATS at {}",
+                crate::cli::redacted_url(&config.nats_url)
+            )
+        })?;
     let state = Arc::new(NodeState {
         id: id.clone(),
         roles: roles.clone(),
@@ -257,6 +270,7 @@ pub async fn run(
 
     shutdown.await;
     tracing::info!(timeout_s = config.drain_timeout.as_secs(), "draining");
+    exit_by(config.drain_timeout + STOP_GRACE + FAREWELL_TIMEOUT + EXIT_MARGIN);
     lifecycle.drain.cancel();
     let stop = lifecycle.stop.clone();
     let drain_timeout = config.drain_timeout;
@@ -273,15 +287,44 @@ pub async fn run(
         tracing::error!("actors did not stop within the drain timeout and grace; exiting anyway");
     }
     node_stop.cancel();
-    let _ = beat_task.await;
-    let _ = status_task.await;
-    let _ = micro_task.await;
-    let _ = nats
-        .publish(internal::HEARTBEAT, state.heartbeat(true))
-        .await;
-    let _ = nats.flush().await;
+    // Each of these may wait on NATS (a publish queued behind a lost connection, the flush's
+    // PONG): bounded, so an outage cannot hold the exit.
+    let farewell = async {
+        let _ = beat_task.await;
+        let _ = status_task.await;
+        let _ = micro_task.await;
+        let _ = nats
+            .publish(internal::HEARTBEAT, state.heartbeat(true))
+            .await;
+        let _ = nats.flush().await;
+    };
+    if tokio::time::timeout(FAREWELL_TIMEOUT, farewell)
+        .await
+        .is_err()
+    {
+        tracing::warn!("NATS did not take the leaving heartbeat in time; the cluster drops this node after its heartbeat expiry");
+    }
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// The drain bound is a promise: a thread of its own (not a task, which a blocked runtime
+/// would never poll) ends the process once `within` has passed since the drain began, with
+/// the exit code a drain has (0). Normally the node is gone long before.
+fn exit_by(within: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("toolmesh-exit-watchdog".into())
+        .spawn(move || {
+            std::thread::sleep(within);
+            tracing::error!(
+                after_s = within.as_secs(),
+                "the node did not finish stopping within its drain bound; exiting now"
+            );
+            std::process::exit(0);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no watchdog thread for the drain bound");
+    }
 }
 
 async fn listen_heartbeats(

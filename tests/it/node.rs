@@ -109,6 +109,33 @@ async fn sigterm_drains_parked_calls_and_exits_zero() {
     assert_eq!(got["approval"]["status"], "pending");
 }
 
+/// The drain bound holds when the bus is gone: SIGTERM during a NATS outage still ends the
+/// node by `TOOLMESH_DRAIN_TIMEOUT_S` plus the node's fixed grace (5 s for the actors, 2 s for
+/// the last heartbeat, 3 s of margin).
+#[tokio::test]
+async fn a_node_told_to_stop_during_a_nats_outage_exits_within_its_drain_bound() {
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval,workspace",
+        &[("TOOLMESH_DRAIN_TIMEOUT_S", "2")],
+    )
+    .await;
+    c.nats.kill();
+    let asked = std::time::Instant::now();
+    c.nodes[0].terminate();
+    let status = c.nodes[0].wait_exit(Duration::from_secs(20)).await;
+    assert_eq!(
+        status.map(|s| s.code()),
+        Some(Some(0)),
+        "the node must exit 0 within its drain bound (2 + 10 s), not hang on NATS"
+    );
+    assert!(
+        asked.elapsed() <= Duration::from_secs(13),
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_drained_node_stops_taking_calls_while_another_serves_them() {
     let mut c = Cluster::servers().await;
