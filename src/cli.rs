@@ -27,11 +27,23 @@ use toolmesh_kernel::{Account, InvocationId, NodeId};
 )]
 struct Cli {
     /// NATS server(s) to connect to.
-    #[arg(long, global = true, env = "TOOLMESH_NATS_URL", default_value = DEFAULT_NATS_URL)]
+    /// (`--help` never prints the variable's value: a URL may hold a password.)
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLMESH_NATS_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_NATS_URL
+    )]
     nats_url: String,
     /// Reply inbox prefix of client commands (default `_INBOX`): a NATS user allowed to
     /// subscribe only to a private inbox, like the cluster's account users, names it here.
-    #[arg(long, global = true, env = "TOOLMESH_NATS_INBOX_PREFIX")]
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLMESH_NATS_INBOX_PREFIX",
+        hide_env_values = true
+    )]
     inbox_prefix: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -58,7 +70,7 @@ enum Command {
         #[arg(long, default_value = "local-service")]
         space: String,
         /// Require `Authorization: Bearer <token>` on every request.
-        #[arg(long, env = "TOOLMESH_SKILL_SERVICE_TOKEN")]
+        #[arg(long, env = "TOOLMESH_SKILL_SERVICE_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// Base URL of download links (default: http:// + the request's Host).
         #[arg(long)]
@@ -211,11 +223,37 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader went away (`toolmesh status | head`): nothing more to say, and nobody to
+        // say it to, so stop quietly, as ripgrep does.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toolmesh: {e:#}");
+            hint(&format!("toolmesh: {e:#}"));
             ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// One line on stdout; fails (instead of panicking, as `println!` does) when the reader left.
+fn emit(line: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A line for the person on stderr; a closed stderr is not worth failing for.
+fn hint(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn init_tracing(default_level: &str) {
@@ -288,7 +326,10 @@ async fn run_client(
     let nats = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
         .await
         .with_context(|| {
-            format!("cannot connect to NATS at {nats_url} (set --nats-url or TOOLMESH_NATS_URL)")
+            format!(
+                "cannot connect to NATS at {} (set --nats-url or TOOLMESH_NATS_URL)",
+                redacted_url(nats_url)
+            )
         })?;
     match command {
         Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner { .. } => {
@@ -336,12 +377,10 @@ async fn run_client(
                 body["wait_for_approval_s"] = Value::from(wait);
             }
             let reply = request(&nats, public::call(&account), &body, timeout + wait).await?;
-            print_json(&reply);
+            print_json(&reply)?;
             if reply["error"] == "approval_required" {
                 let id = reply["approval_request"]["id"].as_str().unwrap_or("appr_…");
-                eprintln!(
-                    "\napproval required. In another terminal:\n  toolmesh approvals approve {id} --account {account}\nthen repeat this command with --approval-id {id} (or add --wait 300 to wait for the decision here)."
-                );
+                hint(&approval_hint(id, &account, nats_url, approve || reject));
             }
             Ok(exit_for(&reply))
         }
@@ -352,7 +391,7 @@ async fn run_client(
                 None => public::STATUS.to_owned(),
             };
             let reply = request(&nats, subject, &json!({}), 5).await?;
-            print_json(&reply);
+            print_json(&reply)?;
             Ok(exit_for(&reply))
         }
         Command::Events {
@@ -407,7 +446,7 @@ async fn approvals(
         ),
     };
     let reply = request(nats, subject, &body, 10).await?;
-    print_json(&reply);
+    print_json(&reply)?;
     Ok(exit_for(&reply))
 }
 
@@ -456,7 +495,10 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
         subs.push(nats.subscribe(subject.clone()).await?);
     }
     let mut sub = futures::stream::select_all(subs);
-    eprintln!("watching {} (Ctrl-C to stop)", subjects.join(", "));
+    hint(&format!(
+        "watching {} (Ctrl-C to stop)",
+        subjects.join(", ")
+    ));
     loop {
         tokio::select! {
             msg = sub.next() => {
@@ -464,7 +506,7 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
                 let body: Value = serde_json::from_slice(&msg.payload).unwrap_or_else(|_| {
                     Value::from(String::from_utf8_lossy(&msg.payload).into_owned())
                 });
-                println!("{}", json!({ "subject": msg.subject.as_str(), "body": body }));
+                emit(&json!({ "subject": msg.subject.as_str(), "body": body }).to_string())?;
             }
             _ = tokio::signal::ctrl_c() => break,
         }
@@ -472,11 +514,62 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_json(value: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    emit(&serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()))
+}
+
+/// What a person does next about a call that waits for approval. Only a NATS user allowed to
+/// publish on the account's `decide` subject can decide: on a cluster with authenticated
+/// users (the compose cluster's `approver`) that is not the user who called, and with in-band
+/// decisions off `--approve` changes nothing.
+fn approval_hint(id: &str, account: &Account, nats_url: &str, decided_in_band: bool) -> String {
+    let decide = public::approvals(account, ApprovalVerb::Decide);
+    let mut text = format!("\napproval required: {id} waits for a decision on {decide}.\n");
+    if decided_in_band {
+        text.push_str(
+            "Your --approve/--reject did not decide it: in-band decisions are off on this cluster (TOOLMESH_APPROVAL_IN_BAND=0).\n",
+        );
+    }
+    if url_has_user(nats_url) {
+        text.push_str(&format!(
+            "In another terminal, as a NATS user allowed to publish on {decide} (on the compose cluster: the approver user, TOOLMESH_NATS_URL=nats://approver:<password>@<host>:4222 TOOLMESH_NATS_INBOX_PREFIX=_INBOX.approver):\n"
+        ));
+    } else {
+        text.push_str("In another terminal:\n");
+    }
+    text.push_str(&format!(
+        "  toolmesh approvals approve {id} --account {account}\nthen repeat this command with --approval-id {id} (or add --wait 300 to wait for the decision here)."
+    ));
+    text
+}
+
+/// A NATS URL (comma-separated servers) fit for logs and messages: credentials become `***`.
+pub fn redacted_url(nats_url: &str) -> String {
+    nats_url
+        .split(',')
+        .map(|url| {
+            let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let shown = match rest[..authority_end].rsplit_once('@') {
+                Some((_, host)) => format!("***@{host}{}", &rest[authority_end..]),
+                None => rest.to_owned(),
+            };
+            if scheme.is_empty() {
+                shown
+            } else {
+                format!("{scheme}://{shown}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether any server of a (comma-separated) NATS URL names a user.
+fn url_has_user(nats_url: &str) -> bool {
+    nats_url.split(',').any(|url| {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        rest.split('/').next().unwrap_or_default().contains('@')
+    })
 }
 
 fn exit_for(reply: &Value) -> ExitCode {
@@ -484,5 +577,25 @@ fn exit_for(reply: &Value) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_credentials_and_keep_the_rest() {
+        let check = |url: &str, shown: &str| assert_eq!(redacted_url(url), shown, "{url}");
+        check("nats://127.0.0.1:4222", "nats://127.0.0.1:4222");
+        check("nats://acme:s3cret@host:4222", "nats://***@host:4222");
+        check("tls://tok@host", "tls://***@host");
+        check(
+            "nats://a:b@one:4222,nats://two:4222",
+            "nats://***@one:4222,nats://two:4222",
+        );
+        check("user:pw@host:4222", "***@host:4222");
+        assert!(url_has_user("nats://acme:x@h:4222"));
+        assert!(!url_has_user("nats://h:4222,nats://i:4222"));
     }
 }

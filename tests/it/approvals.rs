@@ -310,6 +310,13 @@ async fn in_band_can_be_switched_off() {
         )
         .await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
+    // The caller hears why its in-band decision did nothing.
+    let says_why = |reply: &serde_json::Value| {
+        let message = reply["error_message"].as_str().unwrap_or_default();
+        message.contains("TOOLMESH_APPROVAL_IN_BAND=0")
+            && message.contains("toolmesh.v1.approvals.acme.decide")
+    };
+    assert!(says_why(&reply), "{reply}");
     let id = reply["approval_request"]["id"].as_str().unwrap();
     let reply = c
         .call(
@@ -318,6 +325,11 @@ async fn in_band_can_be_switched_off() {
         )
         .await;
     assert_eq!(reply["error"], "approval_pending", "{reply}");
+    assert!(says_why(&reply), "{reply}");
+    // Without an in-band decision there is nothing to explain.
+    let reply = c.call("acme", status_call("s1")).await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    assert!(!says_why(&reply), "{reply}");
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "pending");
 }

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod claims;
+mod cli;
 mod direct;
 mod gateway;
 mod micro;

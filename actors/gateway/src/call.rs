@@ -355,7 +355,22 @@ impl<'a> Call<'a> {
                 return self.park(approval, gate, wait).await;
             }
         }
-        self.settle(outcome).await
+        let ignored_decision = request
+            .approval
+            .as_ref()
+            .is_some_and(|g| g.approved.is_some())
+            && !self.core.config.approval.in_band;
+        self.settle(outcome).await.map_err(|mut e| {
+            if ignored_decision
+                && matches!(
+                    e.code,
+                    ErrorCode::ApprovalRequired | ErrorCode::ApprovalPending
+                )
+            {
+                e.message.push_str(&in_band_off_note(&self.ctx.account));
+            }
+            e
+        })
     }
 
     /// Turns the gate's answer into "run" or the refusal the caller gets.
@@ -831,6 +846,14 @@ fn approval_required(approval: &ApprovalRequest, account: &Account) -> ToolError
     .with("type", "approval_required")
     .with("approval_required", true)
     .with("approval_request", to_value(approval))
+}
+
+/// Why an in-band `approved` changed nothing: this cluster takes decisions out of band only.
+fn in_band_off_note(account: &Account) -> String {
+    format!(
+        "; in-band decisions are off here (TOOLMESH_APPROVAL_IN_BAND=0), so \"approved\" in the call counts for nothing: a person allowed to decide for {account} must decide on {}",
+        public::approvals(account, public::ApprovalVerb::Decide)
+    )
 }
 
 /// The call's own `timeout` (seconds) plus a margin, or the default.

@@ -1,0 +1,94 @@
+//! The command line as a person meets it: a closed pipe, `--help`, the approval hint.
+
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+
+use crate::support::{policy_file, Cluster, BIN, GATED_STATUS};
+
+/// `toolmesh status | head -c 1`: the reader leaves before the reply is written. The command
+/// stops quietly instead of panicking on the broken pipe.
+#[tokio::test]
+async fn a_reader_that_leaves_early_is_no_panic() {
+    let c = Cluster::start().await;
+    let mut child = Command::new(BIN)
+        .args(["status"])
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmesh runs");
+    // Close the read end before the CLI has its reply: every write it makes gets EPIPE.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
+/// `--help` shows which variable sets an option, never its value: a NATS URL holds a
+/// password, a skill service token is a secret.
+#[test]
+fn help_never_prints_secrets_from_the_environment() {
+    for args in [
+        &["--help"][..],
+        &["skill-service", "--help"],
+        &["call", "--help"],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("TOOLMESH_NATS_URL", "nats://acme:hunter2-pw@example:4222")
+            .env("TOOLMESH_SKILL_SERVICE_TOKEN", "tok-hunter3")
+            .output()
+            .expect("toolmesh runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(text.contains("TOOLMESH_NATS_URL"), "{args:?}: {text}");
+        assert!(!text.contains("hunter2"), "{args:?}: {text}");
+        assert!(!text.contains("hunter3"), "{args:?}: {text}");
+    }
+}
+
+/// A caller whose `--approve` is ignored (in-band off) and who connects as an account user
+/// hears both: why its approval did nothing, and that another user must decide.
+#[tokio::test]
+async fn the_approval_hint_says_who_decides_and_why_approve_did_nothing() {
+    let (_dir, path) = policy_file(GATED_STATUS);
+    let c = Cluster::with_env(&[
+        ("TOOLMESH_POLICY_FILE", path.as_str()),
+        ("TOOLMESH_APPROVAL_IN_BAND", "0"),
+    ])
+    .await;
+    // A user in the URL (the test server ignores it), as on the compose cluster.
+    let url = c.nats.url().replace("nats://", "nats://acme:pw@");
+    let out = Command::new(BIN)
+        .args([
+            "call",
+            "component_status",
+            "--account",
+            "acme",
+            "--session",
+            "s1",
+            "--approve",
+        ])
+        .env("TOOLMESH_NATS_URL", &url)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("toolmesh runs");
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON reply");
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    let hint = String::from_utf8_lossy(&out.stderr);
+    assert!(hint.contains("TOOLMESH_APPROVAL_IN_BAND=0"), "{hint}");
+    assert!(
+        hint.contains("allowed to publish on toolmesh.v1.approvals.acme.decide"),
+        "{hint}"
+    );
+    assert!(hint.contains("approver"), "{hint}");
+    assert_eq!(out.status.code(), Some(1));
+}
