@@ -5,6 +5,7 @@ mod approvals;
 mod claims;
 mod cli;
 mod direct;
+mod docs;
 mod gateway;
 mod micro;
 mod node;

@@ -1,0 +1,64 @@
+//! The documents a newcomer reads first: every relative link resolves in a clone.
+
+use std::path::Path;
+
+/// Relative link targets of a Markdown text: `[text](target)`, without `#anchors`; URLs
+/// (`scheme:`) and pure anchors are not files.
+fn relative_links(markdown: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut rest = markdown;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = rest[..end].split('#').next().unwrap_or_default().trim();
+        if !target.is_empty() && !target.contains(':') && !target.contains(' ') {
+            links.push(target.to_owned());
+        }
+        rest = &rest[end..];
+    }
+    links
+}
+
+#[test]
+fn relative_links_in_the_docs_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for doc in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "docs/PROTOCOL.md",
+        "benches/RESULTS.md",
+    ] {
+        let path = root.join(doc);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{doc}: {e}"));
+        let base = path.parent().unwrap();
+        for link in relative_links(&text) {
+            let target = base.join(&link);
+            assert!(
+                target.exists(),
+                "{doc} links to {link}, which is not in the repository"
+            );
+            // Nothing outside the repository: a clone has nothing there.
+            let target = target.canonicalize().unwrap();
+            assert!(
+                target.starts_with(root.canonicalize().unwrap()),
+                "{doc} links to {link}, outside the repository"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 3,
+        "README links to docs/PROTOCOL.md, ARCHITECTURE.md, benches/RESULTS.md"
+    );
+}
+
+#[test]
+fn links_are_found_and_urls_are_not_files() {
+    assert_eq!(
+        relative_links(
+            "see [the contract](docs/PROTOCOL.md#tools), [NATS](https://nats.io) and [a](#b)"
+        ),
+        ["docs/PROTOCOL.md"]
+    );
+}
