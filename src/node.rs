@@ -109,6 +109,12 @@ pub async fn run(
     roles: Vec<Role>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // Polled once now, so that the signal handlers it installs (`host::shutdown_signal`) are
+    // in place before the actors start: a SIGTERM during the start (a sandbox worker making
+    // its warm sandboxes) drains the node once it is up, instead of killing it (or, as PID 1
+    // in a container, being ignored) and leaving what it made.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let stopped_early = futures::FutureExt::now_or_never(shutdown.as_mut()).is_some();
     let config = Arc::new(config);
     let id = node_id(&config)?;
     let registry = Arc::new(ToolRegistry::builtin());
@@ -268,7 +274,9 @@ pub async fn run(
     let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     tracing::info!(node_id = %id, roles = %role_names.join(","), "node ready");
 
-    shutdown.await;
+    if !stopped_early {
+        shutdown.await;
+    }
     tracing::info!(timeout_s = config.drain_timeout.as_secs(), "draining");
     exit_by(config.drain_timeout + STOP_GRACE + FAREWELL_TIMEOUT + EXIT_MARGIN);
     lifecycle.drain.cancel();

@@ -859,18 +859,32 @@ async fn a_restarted_worker_removes_what_its_previous_run_left() {
     assert_ne!(next["sandbox_id"], r["sandbox_id"]);
 }
 
+/// The process backend end to end, with the node's binary in a folder the sandbox user
+/// cannot enter (a clone under a private `mktemp -d`, or `/root/.cargo/bin`): the worker
+/// stages its spawner into the sandbox directory.
 #[tokio::test]
 async fn the_process_backend_runs_in_bubblewrap() {
+    use std::os::unix::fs::PermissionsExt;
     let mut c = Cluster::servers().await;
     c.node_prefix = unique_prefix();
-    c.start_node(
+    let private = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .expect("temp dir");
+    let binary = private.path().join("toolmesh");
+    if std::fs::hard_link(crate::support::BIN, &binary).is_err() {
+        std::fs::copy(crate::support::BIN, &binary).expect("copy the node binary");
+    }
+    let mut spec = c.spec(
         "gateway,approval,workspace,sandbox",
         &[
             ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
             ("TOOLMESH_SANDBOX_BACKEND", "process"),
         ],
-    )
-    .await;
+    );
+    spec.binary = binary;
+    let node = spec.start(&c.client).await;
+    c.nodes.push(node);
     let c = SandboxCluster { c };
     tool(
         &c,
@@ -1121,4 +1135,72 @@ async fn a_removed_container_is_replaced_on_the_next_call() {
     .await;
     assert_eq!(next["stdout"], "fresh\n", "{next}");
     assert_ne!(next["sandbox_id"], sandbox.as_str());
+}
+
+/// Whether process `pid` has a handler for SIGTERM (its `SigCgt` mask, /proc/PID/status).
+fn handles_sigterm(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
+}
+
+/// A worker told to stop while it is still starting (here: waiting for NATS) handles the
+/// signal from its start, drains once up, while its warm-up creates sandboxes, and exits 0
+/// leaving no container and no folder (a SIGTERM before its handler existed killed it, or
+/// was ignored by a worker that is PID 1 in a container, leaving what its warm-up made).
+#[tokio::test]
+async fn a_worker_stopped_during_its_start_drains_and_leaves_nothing() {
+    let redis = toolmesh_testkit::RedisServer::start();
+    let port = toolmesh_testkit::free_port();
+    let data = tempfile::tempdir().expect("temp dir");
+    let node_id = format!("{}-1", unique_prefix());
+    let mut child = Command::new(crate::support::BIN)
+        .args(["node", "--roles", "sandbox"])
+        .env("TOOLMESH_NODE_ID", &node_id)
+        .env("TOOLMESH_NATS_URL", format!("nats://127.0.0.1:{port}"))
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.path())
+        .env("TOOLMESH_SANDBOX_WARM", "2")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("toolmesh node starts");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !handles_sigterm(child.id()) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the node exited during its start"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the node does not handle SIGTERM while it starts"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _nats = toolmesh_testkit::NatsServer::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the node did not drain and exit within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let left = containers_of(&node_id);
+    for id in &left {
+        let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+    }
+    assert!(status.success(), "drained, not killed: {status}");
+    assert_eq!(left, Vec::<String>::new(), "no container is left");
+    let folder = data.path().join("sandboxes").join(&node_id);
+    assert!(!folder.exists(), "{} is removed", folder.display());
 }

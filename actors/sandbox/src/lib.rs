@@ -75,10 +75,7 @@ impl CapacityProbe {
     }
 }
 
-fn make_backend(
-    config: &SandboxConfig,
-    node: &NodeId,
-) -> Result<Arc<dyn Backend>, SandboxStartError> {
+async fn make_backend(config: &SandboxConfig) -> Result<Arc<dyn Backend>, SandboxStartError> {
     Ok(match config.backend {
         SandboxBackend::Docker => {
             let docker = backend::docker::DockerBackend::new(
@@ -87,36 +84,33 @@ fn make_backend(
             )
             .map_err(SandboxStartError::Backend)?;
             Arc::new(match config.docker_commands {
-                DockerCommands::Spawner => {
-                    docker.with_spawner(stage_spawner(&config.dir.join(node.as_str()))?)
-                }
+                DockerCommands::Spawner => docker.with_spawner(stage_spawner(&config.dir).await?),
                 DockerCommands::Exec => docker,
             })
         }
-        SandboxBackend::Process => Arc::new(backend::process::ProcessBackend::new()),
+        SandboxBackend::Process => Arc::new(
+            backend::process::ProcessBackend::new().with_spawner(stage_spawner(&config.dir).await?),
+        ),
     })
 }
 
-/// The spawner a Docker sandbox runs: this binary, copied into this worker's sandbox directory,
-/// which the Docker daemon can bind (a worker in a container sees its own binary at a path
-/// that means nothing to the daemon). A hard link where the file system allows.
-fn stage_spawner(dir: &std::path::Path) -> Result<Spawner, SandboxStartError> {
+/// The spawner a sandbox runs: this binary, staged into the sandbox directory
+/// ([`backend::spawner::stage`]: once per binary, shared by every start and every worker of
+/// the directory), where the Docker daemon and the sandbox user can bind it from. The copy
+/// (or hard link) is made off the async threads.
+pub async fn stage_spawner(dir: &std::path::Path) -> Result<Spawner, SandboxStartError> {
     let fail = |e: std::io::Error| {
         SandboxStartError::Backend(backend::BackendError::Unavailable(format!(
             "cannot put the sandbox spawner into {}: {e}",
-            dir.display()
+            dir.join(backend::spawner::STAGED_DIR).display()
         )))
     };
     let this = std::env::current_exe().map_err(fail)?;
-    std::fs::create_dir_all(dir).map_err(fail)?;
-    let staged = dir.join("toolmesh-spawner");
-    // Beside it, then renamed over it: a container still running binds the old file.
-    let fresh = dir.join(format!("toolmesh-spawner.{}", std::process::id()));
-    let _ = std::fs::remove_file(&fresh);
-    if std::fs::hard_link(&this, &fresh).is_err() {
-        std::fs::copy(&this, &fresh).map_err(fail)?;
-    }
-    std::fs::rename(&fresh, &staged).map_err(fail)?;
+    let into = dir.to_owned();
+    let staged = tokio::task::spawn_blocking(move || backend::spawner::stage(&this, &into))
+        .await
+        .map_err(|e| fail(std::io::Error::other(e)))?
+        .map_err(fail)?;
     Ok(Spawner {
         program: staged,
         ..Spawner::this_binary()
@@ -134,7 +128,7 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
     let config = &settings.config;
-    let backend = make_backend(config, &settings.node)?;
+    let backend = make_backend(config).await?;
     let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
     let pool = Arc::new(Pool::new(

@@ -9,7 +9,9 @@
 //! * nothing runs in a session's sandbox before its registry claim holds: a warm sandbox is
 //!   handed to a new session at once with the claim still on its way ([`Session::claimed`]),
 //!   so the first command's exec is created meanwhile, but it starts only once the claim holds;
-//!   a lost claim puts the untouched sandbox back in the warm pool.
+//!   a lost claim puts the untouched sandbox back in the warm pool;
+//! * a drain ([`Pool::shutdown`]) waits for every creation in flight, warm ones too, and removes
+//!   what they made, then every sandbox and this worker's folder of the sandbox directory.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -151,11 +153,17 @@ pub struct Pool {
     sync: WorkspaceSync,
     sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
     warm: Mutex<VecDeque<SandboxRef>>,
+    /// Warm sandboxes being created (they count towards the warm pool's size).
     warming: AtomicUsize,
-    /// Evicted sessions whose sandboxes are being removed (shutdown waits for them).
-    evicting: AtomicUsize,
+    /// Sandbox creations and evictions in flight ([`Busy`]); shutdown waits until none is
+    /// left, told by `idle`.
+    busy: AtomicUsize,
+    idle: tokio::sync::Notify,
     /// Set by [`Pool::shutdown`]: no new sandboxes, and one finished meanwhile is removed.
     closed: std::sync::atomic::AtomicBool,
+    /// This worker's folder of the sandbox directory exists, private
+    /// ([`crate::backend::make_private`]).
+    node_dir_made: OnceCell<()>,
     /// Commands running at once on this worker; a fair semaphore, so waiting calls are served
     /// in arrival order.
     pub permits: Arc<Semaphore>,
@@ -183,6 +191,29 @@ pub fn backend_error(e: BackendError) -> ToolError {
     }
 }
 
+/// How long a folder of the sandbox directory whose node is not in the cluster view stays
+/// untouched before it is reaped: a worker that has just started makes its folder before the
+/// others hear its first heartbeat.
+pub const DEAD_FOLDER_AGE: Duration = Duration::from_secs(60);
+
+/// One sandbox creation or eviction in flight, counted until dropped: [`Pool::shutdown`] waits
+/// for every one, and a creation holds it until its sandbox is where shutdown finds it (the
+/// warm pool or a session).
+struct Busy<'a>(&'a Pool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+fn shutting_down() -> ToolError {
+    ToolError::new(
+        ErrorCode::Unavailable,
+        "this sandbox worker is shutting down; retry and another takes the call",
+    )
+}
+
 fn new_sandbox_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("sbx-{}", &id[..16])
@@ -204,8 +235,10 @@ impl Pool {
             sessions: Mutex::new(HashMap::new()),
             warm: Mutex::new(VecDeque::new()),
             warming: AtomicUsize::new(0),
-            evicting: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            node_dir_made: OnceCell::new(),
             permits,
         }
     }
@@ -216,7 +249,11 @@ impl Pool {
         self.settings.dir.display().to_string()
     }
 
-    /// [`Backend::reap_orphans`] in this pool's scope, logged (a failure only delays it).
+    /// [`Backend::reap_orphans`] in this pool's scope, logged (a failure only delays it), and
+    /// the same for the folders of the sandbox directory: with no `live_nodes` (at start),
+    /// `this_node`'s own, which its previous run left; given them, each node's folder whose
+    /// node is not live and that nothing touched for [`DEAD_FOLDER_AGE`] (never this
+    /// worker's own).
     pub async fn reap_orphans(&self, this_node: &str, live_nodes: Option<&[String]>) {
         let previous_run = live_nodes.is_none();
         match self
@@ -230,6 +267,80 @@ impl Pool {
                 tracing::warn!(error = %e, previous_run, "cannot look for orphaned sandboxes")
             }
         }
+        let dir = self.settings.dir.clone();
+        let own = self.settings.node.as_str().to_owned();
+        let (this_node, live) = (this_node.to_owned(), live_nodes.map(<[String]>::to_vec));
+        let reaped = tokio::task::spawn_blocking(move || {
+            reap_folders(&dir, &own, &this_node, live.as_deref())
+        })
+        .await;
+        match reaped {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(
+                removed = n,
+                previous_run,
+                "removed orphaned sandbox folders"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, previous_run, "cannot look for orphaned sandbox folders")
+            }
+            Err(e) => tracing::warn!(error = %e, "the sandbox folder reaper failed"),
+        }
+    }
+
+    /// This worker's folder of the sandbox directory: `<dir>/<node>`.
+    pub fn node_dir(&self) -> PathBuf {
+        self.settings.dir.join(self.settings.node.as_str())
+    }
+
+    /// Counts a creation or eviction in flight; `None` (and nothing counted) once shutdown
+    /// began. Sequentially consistent with [`Pool::shutdown`]'s store of `closed`: either
+    /// shutdown sees the count, or this sees `closed`.
+    fn begin(&self) -> Option<Busy<'_>> {
+        self.enter();
+        let busy = Busy(self);
+        (!self.closed.load(Ordering::SeqCst)).then_some(busy)
+    }
+
+    fn enter(&self) {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        if self.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no creation or eviction is in flight.
+    async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.busy.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Makes this worker's folder (once): private to the worker and the backend's sandbox
+    /// group ([`crate::backend::make_private`]).
+    async fn node_dir_ready(&self) -> Result<(), ToolError> {
+        self.node_dir_made
+            .get_or_try_init(|| async {
+                let (dir, group) = (self.node_dir(), self.backend.sandbox_group());
+                tokio::task::spawn_blocking(move || {
+                    crate::backend::make_private(&dir, group).map_err(|e| {
+                        ToolError::internal(format!("preparing {}: {e}", dir.display()))
+                    })
+                })
+                .await
+                .map_err(|e| ToolError::internal(format!("preparing the sandbox folder: {e}")))?
+            })
+            .await
+            .map(drop)
     }
 
     pub fn registry(&self) -> &SessionRegistry {
@@ -322,7 +433,9 @@ impl Pool {
                 let sandbox_id = new_sandbox_id();
                 self.claim(key, replacing, &sandbox_id).await?;
                 let sandbox = match self.create_sandbox(sandbox_id).await {
-                    Ok(sandbox) => sandbox,
+                    // Shutdown runs once every call has been answered: this session is in
+                    // the pool by then.
+                    Ok((sandbox, _busy)) => sandbox,
                     Err(e) => {
                         let _ = self
                             .registry
@@ -438,13 +551,14 @@ impl Pool {
         }
     }
 
-    async fn create_sandbox(&self, sandbox_id: String) -> Result<SandboxRef, ToolError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(ToolError::new(
-                ErrorCode::Unavailable,
-                "this sandbox worker is shutting down; retry and another takes the call",
-            ));
-        }
+    /// Creates a sandbox, counted as busy until the caller drops the returned guard (once the
+    /// sandbox is where shutdown finds it).
+    async fn create_sandbox(
+        &self,
+        sandbox_id: String,
+    ) -> Result<(SandboxRef, Busy<'_>), ToolError> {
+        let busy = self.begin().ok_or_else(shutting_down)?;
+        self.node_dir_ready().await?;
         let spec = SandboxSpec {
             workspace_dir: self
                 .settings
@@ -458,25 +572,17 @@ impl Pool {
             limits: self.settings.limits.clone(),
         };
         let sandbox = self.backend.create(&spec).await.map_err(backend_error)?;
-        if self.closed.load(Ordering::Acquire) {
-            // Finished after the pool shut down: nobody will remove it later.
+        if self.closed.load(Ordering::SeqCst) {
+            // Finished after shutdown began, which removes only what it finds: this goes now.
             self.discard(&sandbox).await;
-            return Err(ToolError::new(
-                ErrorCode::Unavailable,
-                "this sandbox worker is shutting down; retry and another takes the call",
-            ));
+            return Err(shutting_down());
         }
-        Ok(sandbox)
+        Ok((sandbox, busy))
     }
 
     async fn discard(&self, sandbox: &SandboxRef) {
         let _ = self.backend.destroy(sandbox).await;
-        let _ = std::fs::remove_dir_all(
-            sandbox
-                .workspace_dir
-                .parent()
-                .unwrap_or(&sandbox.workspace_dir),
-        );
+        remove_folder_of(sandbox).await;
     }
 
     /// Tops the warm pool up to its size (sandboxes being created count).
@@ -487,16 +593,17 @@ impl Pool {
             if have >= self.settings.warm {
                 return;
             }
-            // Counted until it is in the pool, so that shutdown waits for it (a sandbox
-            // finished after shutdown began is removed by `create_sandbox` itself).
             self.warming.fetch_add(1, Ordering::AcqRel);
-            let created = self.create_sandbox(new_sandbox_id()).await;
-            if let Ok(sandbox) = &created {
-                self.warm
-                    .lock()
-                    .expect("warm lock")
-                    .push_back(sandbox.clone());
-            }
+            // Busy until it is in the warm pool, so that shutdown waits for it and then finds
+            // it there (one finished after shutdown began is removed by `create_sandbox`).
+            let created = match self.create_sandbox(new_sandbox_id()).await {
+                Ok((sandbox, busy)) => {
+                    self.warm.lock().expect("warm lock").push_back(sandbox);
+                    drop(busy);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
             self.warming.fetch_sub(1, Ordering::AcqRel);
             if let Err(e) = created {
                 tracing::warn!(error = %e, "cannot create a warm sandbox");
@@ -522,11 +629,12 @@ impl Pool {
         sessions.remove(&key);
         drop(sessions);
         tracing::info!(sandbox = %session.sandbox.sandbox_id, "evicting the least recently used idle session");
-        self.evicting.fetch_add(1, Ordering::AcqRel);
+        // Counted even while shutting down: shutdown waits for it.
+        self.enter();
         let pool = self.clone();
         tokio::spawn(async move {
+            let _busy = Busy(&pool);
             pool.remove(&key, &session).await;
-            pool.evicting.fetch_sub(1, Ordering::AcqRel);
         });
         true
     }
@@ -571,13 +679,7 @@ impl Pool {
         if let Err(e) = self.backend.destroy(&session.sandbox).await {
             tracing::warn!(error = %e, sandbox = %session.sandbox.sandbox_id, "cannot remove a sandbox");
         }
-        let _ = std::fs::remove_dir_all(
-            session
-                .sandbox
-                .workspace_dir
-                .parent()
-                .unwrap_or(&session.sandbox.workspace_dir),
-        );
+        remove_folder_of(&session.sandbox).await;
         tracing::info!(sandbox = %session.sandbox.sandbox_id, "session sandbox removed");
     }
 
@@ -623,17 +725,13 @@ impl Pool {
         }
     }
 
-    /// Removes every sandbox of this worker (drain).
+    /// Removes every sandbox of this worker and its folder of the sandbox directory (drain).
     pub async fn shutdown(&self) {
-        self.closed.store(true, Ordering::Release);
-        // Sandboxes being created for the warm pool land (and are removed) first, and evicted
-        // ones finish going; the process may exit right after this returns.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let pending =
-            || self.warming.load(Ordering::Acquire) + self.evicting.load(Ordering::Acquire);
-        while pending() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.closed.store(true, Ordering::SeqCst);
+        // Creations in flight (warm ones, started at the worker's start) land first, in the
+        // warm pool or removed by `create_sandbox`, and evicted sessions finish going; the
+        // process may exit right after this returns. (The node's drain bounds the wait.)
+        self.wait_idle().await;
         let all: Vec<(SessionKey, Arc<Session>)> = {
             let sessions = self.sessions.lock().expect("sessions lock");
             sessions
@@ -648,5 +746,70 @@ impl Pool {
         for sandbox in warm {
             self.discard(&sandbox).await;
         }
+        let dir = self.node_dir();
+        let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        })
+        .await;
+        if let Ok(Err(e)) = removed {
+            tracing::warn!(error = %e, "cannot remove this worker's sandbox folder");
+        }
     }
+}
+
+/// Removes a sandbox's folder (its workspace, skills and run directory), off the async threads.
+async fn remove_folder_of(sandbox: &SandboxRef) {
+    let folder = sandbox
+        .workspace_dir
+        .parent()
+        .unwrap_or(&sandbox.workspace_dir)
+        .to_owned();
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(folder)).await;
+}
+
+/// Removes the folders of `dir` that belong to nodes: `this_node`'s when `live` is `None`
+/// (its previous run's), otherwise those of nodes not in `live` untouched for
+/// [`DEAD_FOLDER_AGE`], never `own`'s. Returns how many. Blocking.
+fn reap_folders(
+    dir: &std::path::Path,
+    own: &str,
+    this_node: &str,
+    live: Option<&[String]>,
+) -> std::io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        other => other?,
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        // Node folders only: the staged spawners' folder starts with a dot, no node id does.
+        if NodeId::parse(name.as_str()).is_err() || !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let orphan = match live {
+            None => name == this_node,
+            Some(live) => {
+                name != own
+                    && !live.contains(&name)
+                    && entry
+                        .metadata()?
+                        .modified()?
+                        .elapsed()
+                        .is_ok_and(|age| age >= DEAD_FOLDER_AGE)
+            }
+        };
+        if orphan {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
 }

@@ -585,6 +585,29 @@ async fn docker_container_is_hardened() {
         .await;
     assert!(!ran.stdout.contains("noexec"), "{ran:?}");
     assert_eq!(ran.stdout.lines().count(), 2, "{ran:?}");
+
+    // The sandbox's folder is the worker's alone (0700): no other user of the host, the
+    // sandbox's uid 1000 among them, reaches the run directory (the spawner's socket before
+    // the worker connects) or the workspace; the container reaches both through its binds.
+    use std::os::unix::fs::PermissionsExt;
+    let folder = sbx.sandbox.workspace_dir.parent().unwrap();
+    let mode = std::fs::metadata(folder).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "{}", folder.display());
+    let outsider = std::process::Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--", "ls"])
+        .arg(beside("run"))
+        .arg(&sbx.sandbox.workspace_dir)
+        .output()
+        .expect("setpriv");
+    assert!(!outsider.status.success(), "{outsider:?}");
+    assert!(
+        String::from_utf8_lossy(&outsider.stderr).contains("Permission denied"),
+        "{outsider:?}"
+    );
+    let ran = sbx
+        .run(sh("echo mine > /workspace/own && cat /workspace/own"))
+        .await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("mine\n", 0), "{ran:?}");
 }
 
 /// A spawner that cannot run in the image (here one that exits at once) fails the sandbox's
@@ -962,4 +985,109 @@ async fn process_check_names_the_install_command() {
         "{err:?}"
     );
     process_backend().check().await.expect("bwrap works here");
+}
+
+/// A folder only root may enter (as a clone under a private `mktemp -d`, or
+/// `/root/.cargo/bin`), holding a copy of this crate's spawner program.
+fn private_spawner() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let private = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .unwrap();
+    let program = private.path().join("toolmesh");
+    std::fs::copy(spawner().program, &program).unwrap();
+    (private, program)
+}
+
+/// The node's binary may live where the sandbox user cannot go: staged into the sandbox
+/// directory, the spawner runs from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn process_backend_runs_a_spawner_from_a_private_folder() {
+    let (_private, program) = private_spawner();
+    let sandboxes = tempfile::tempdir().unwrap();
+    let staged = toolmesh_sandbox::backend::spawner::stage(&program, sandboxes.path()).unwrap();
+    let backend = ProcessBackend::new().with_spawner(Spawner::program(staged));
+    backend.check().await.expect("bubblewrap usable");
+    let limits = SandboxLimits {
+        pids: 1024,
+        ..limits()
+    };
+    let sbx = Sandbox::start(Box::new(backend), limits, "node-a", "process", false).await;
+    let ran = sbx.run(sh("echo hi; id -u")).await;
+    assert_eq!(
+        (ran.stdout.as_str(), ran.code),
+        ("hi\n1000\n", 0),
+        "{ran:?}"
+    );
+}
+
+/// A process sandbox that cannot start (here bwrap cannot reach the spawner in a private
+/// folder) answers `unavailable` with bwrap's reason at once, not when the spawner's start
+/// times out (10 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn process_sandbox_that_cannot_start_is_unavailable_at_once() {
+    if !rustix::process::geteuid().is_root() {
+        // Without root the sandbox user is the caller, who may enter their own folders.
+        return;
+    }
+    let (_private, program) = private_spawner();
+    let backend = ProcessBackend::new().with_spawner(Spawner::program(&program));
+    let workspace = tempfile::tempdir().unwrap();
+    let spec = SandboxSpec {
+        sandbox_id: unique("sbx-test"),
+        node_id: "node-a".into(),
+        scope: "process".into(),
+        workspace_dir: workspace.path().join("ws"),
+        limits: limits(),
+    };
+    let began = std::time::Instant::now();
+    let err = backend.create(&spec).await.unwrap_err();
+    let BackendError::Unavailable(message) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("Permission denied"), "{message}");
+    assert!(
+        message.contains(&program.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("TOOLMESH_SANDBOX_DIR"), "{message}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        began.elapsed()
+    );
+}
+
+/// Every start of one binary, by any worker of the sandbox directory, shares one staged
+/// spawner: a hard link when the binary may be shared as it is, else a read-only copy.
+#[test]
+fn the_spawner_is_staged_once_per_binary() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let sandboxes = tempfile::tempdir().unwrap();
+    let (private_dir, program) = private_spawner();
+    let stage = |program: &Path| {
+        toolmesh_sandbox::backend::spawner::stage(program, sandboxes.path()).unwrap()
+    };
+    let first = stage(&program);
+    let second = stage(&program);
+    assert_eq!(first, second);
+    let inode = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(inode(&first), inode(&second), "not staged anew");
+    assert_eq!(inode(&first), inode(&program), "a hard link");
+    let staged_dir = sandboxes.path().join(".spawner");
+    assert_eq!(std::fs::read_dir(&staged_dir).unwrap().count(), 1);
+
+    // A binary others may not read is copied, readable and executable by all; another binary
+    // gets its own.
+    let private = private_dir.path().join("private-build");
+    std::fs::write(&private, b"another build").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let copied = stage(&private);
+    assert_ne!(copied, first);
+    assert_ne!(inode(&copied), inode(&private), "a copy");
+    let mode = std::fs::metadata(&copied).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o555);
+    assert_eq!(std::fs::read(&copied).unwrap(), b"another build");
+    assert_eq!(std::fs::read_dir(&staged_dir).unwrap().count(), 2);
 }

@@ -1,7 +1,10 @@
 //! The pool against real Redis and Docker: a new session is handed a started sandbox before
 //! its registry claim has come back, and a lost claim leaves that sandbox untouched and back
-//! among the warm ones.
+//! among the warm ones; a drain waits for the creations in flight and leaves nothing behind;
+//! dead workers' folders are reaped.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +12,7 @@ use std::time::Duration;
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId};
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
+use toolmesh_sandbox::backend::spawner::Spawner;
 use toolmesh_sandbox::backend::{Backend, SandboxLimits, LABEL_NODE};
 use toolmesh_sandbox::mirror::SyncLimits;
 use toolmesh_sandbox::pool::{OpenError, Pool, PoolSettings, SessionKey};
@@ -26,15 +30,25 @@ struct NodeContainers(String);
 
 impl Drop for NodeContainers {
     fn drop(&mut self) {
-        let filter = format!("label={LABEL_NODE}={}", self.0);
-        let listed = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-            .expect("docker ps");
-        for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+        for id in containers_of(&self.0) {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v", &id])
+                .output();
         }
     }
+}
+
+/// Every container (running or not) labelled with `node`.
+fn containers_of(node: &str) -> Vec<String> {
+    let filter = format!("label={LABEL_NODE}={node}");
+    let listed = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &filter])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 fn key(session: &str) -> SessionKey {
@@ -48,7 +62,7 @@ fn key(session: &str) -> SessionKey {
 struct Rig {
     _nats: NatsServer,
     redis: RedisServer,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     node: NodeId,
     _containers: NodeContainers,
     pool: Arc<Pool>,
@@ -56,12 +70,27 @@ struct Rig {
 
 impl Rig {
     async fn start(max_sessions: usize) -> Rig {
+        let node = format!("pooltest{}-{max_sessions}", std::process::id());
+        let rig = Rig::new(&node, max_sessions, 1, false).await;
+        rig.pool.fill_warm().await;
+        rig
+    }
+
+    /// A pool of `max_sessions` keeping `warm` sandboxes (none made yet), whose commands run
+    /// through a spawner when `spawner`, as the node's do.
+    async fn new(node: &str, max_sessions: usize, warm: usize, spawner: bool) -> Rig {
         let nats = NatsServer::start();
         let redis = RedisServer::start();
         let dir = tempfile::tempdir().unwrap();
-        let node = NodeId::parse(format!("pooltest{}-{max_sessions}", std::process::id())).unwrap();
+        let node = NodeId::parse(node).unwrap();
         let containers = NodeContainers(node.as_str().to_owned());
         let backend = DockerBackend::new(image(), vec![image()]).expect("docker backend");
+        let backend = match spawner {
+            true => backend.with_spawner(Spawner::program(env!(
+                "CARGO_BIN_EXE_toolmesh-sandbox-spawner"
+            ))),
+            false => backend,
+        };
         backend
             .check()
             .await
@@ -80,18 +109,17 @@ impl Rig {
                 },
                 max_sessions,
                 idle_ttl: TTL,
-                warm: 1,
+                warm,
                 concurrency: 2,
                 sync_limits: SyncLimits::default(),
             },
             SessionRegistry::new(&redis.url(), TTL).unwrap(),
             WorkspaceSync::new(nats.client().await),
         ));
-        pool.fill_warm().await;
         Rig {
             _nats: nats,
             redis,
-            _dir: dir,
+            dir,
             node,
             _containers: containers,
             pool,
@@ -194,4 +222,92 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     }
     drop((s2, s3));
     pool.shutdown().await;
+}
+
+/// Polls `done` every 50 ms until it holds; panics with `what` after 60 s.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// A worker drained right after its start, while its warm-up's creations are in flight (two at
+/// once: the start's and a session's top-up), waits for them and removes what they made: no
+/// container of the node is left, running or not, and neither is its sandbox folder.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_drained_during_its_warm_up_leaves_nothing() {
+    let rig = Rig::new(&format!("pooldrain{}", std::process::id()), 4, 2, true).await;
+    let (pool, node) = (rig.pool.clone(), rig.node.as_str().to_owned());
+    let warm_ups: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.fill_warm().await })
+        })
+        .collect();
+    wait_until("a warm sandbox's container is being made", || {
+        !containers_of(&node).is_empty()
+    })
+    .await;
+    // The worker's folder is its own alone: no other user on the host reaches the spawner's
+    // socket or a workspace (the containers reach theirs through their bind mounts).
+    assert_eq!(mode_of(&pool.node_dir()), 0o700);
+    pool.shutdown().await;
+    assert_eq!(
+        containers_of(&node),
+        Vec::<String>::new(),
+        "no container is left"
+    );
+    assert!(!pool.node_dir().exists(), "the worker's folder is removed");
+    for warm_up in warm_ups {
+        warm_up.await.unwrap();
+    }
+    assert_eq!(containers_of(&node), Vec::<String>::new(), "nor made later");
+    assert!(!pool.node_dir().exists());
+}
+
+/// The folder of a worker that died (killed: it could not remove it) is removed by a live
+/// worker of the same sandbox directory once it has been left untouched for a while; live
+/// workers' folders, a folder just made and the staged spawners stay. A worker started under
+/// a dead one's id removes that folder at its start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_workers_folder_is_reaped_by_a_live_one() {
+    let rig = Rig::new(&format!("poolreap{}", std::process::id()), 4, 0, false).await;
+    let dir = rig.dir.path();
+    let node = rig.node.as_str().to_owned();
+    let make = |name: &str, old: bool| {
+        let folder = dir.join(name);
+        std::fs::create_dir_all(folder.join("sbx-0123/workspace")).unwrap();
+        std::fs::write(folder.join("sbx-0123/workspace/notes.txt"), "session files").unwrap();
+        if old {
+            let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+            std::fs::File::open(&folder)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        folder
+    };
+    let dead = make("dead-worker", true);
+    let live = make("live-worker", true);
+    let young = make("young-worker", false);
+    let staged = make(".spawner", true);
+    let own = make(&node, true);
+
+    let live_nodes = vec!["live-worker".to_owned(), node.clone()];
+    rig.pool.reap_orphans("", Some(&live_nodes)).await;
+    assert!(!dead.exists(), "the dead worker's folder is reaped");
+    for kept in [&live, &young, &staged, &own] {
+        assert!(kept.exists(), "{} stays", kept.display());
+    }
+
+    // At its start (no cluster view yet) a worker removes what its previous run left.
+    rig.pool.reap_orphans(&node, None).await;
+    assert!(!own.exists(), "the previous run's folder is removed");
+    assert!(live.exists() && young.exists() && staged.exists());
 }

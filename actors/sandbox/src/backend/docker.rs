@@ -50,9 +50,9 @@ use super::link::{lock, CommandBase, Link, SPAWNER_START};
 use super::spawner::{Spawner, SPAWNER_MOUNT};
 
 use super::{
-    skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus, KillSwitch, Output,
-    SandboxRef, SandboxSpec, StartGate, StdinWriter, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
-    LABEL_SCOPE, SKILLS_MOUNT,
+    make_private, skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus,
+    KillSwitch, Output, SandboxRef, SandboxSpec, StartGate, StdinWriter, LABEL_MANAGED, LABEL_NODE,
+    LABEL_SANDBOX, LABEL_SCOPE, SKILLS_MOUNT,
 };
 
 /// The uid and gid every sandboxed command runs as (both backends).
@@ -381,6 +381,13 @@ impl Backend for DockerBackend {
         let dir = spec.workspace_dir.clone();
         let spawned = self.spawner.is_some();
         let (workspace, run_dir) = tokio::task::spawn_blocking(move || {
+            // The sandbox's folder (its workspace, skills and run directory) is the worker's
+            // alone: the container reaches them through its bind mounts.
+            if let Some(folder) = dir.parent() {
+                make_private(folder, None).map_err(|e| {
+                    BackendError::Failed(format!("preparing {}: {e}", folder.display()))
+                })?;
+            }
             let workspace = prepare_workspace(&dir)?;
             std::fs::create_dir_all(skills_dir_of(&workspace))
                 .map_err(|e| BackendError::Failed(format!("creating the skills directory: {e}")))?;
@@ -634,7 +641,9 @@ fn run_dir_of(workspace: &Path) -> PathBuf {
 }
 
 /// Creates `dir` (owned by this worker) with mode 0777, so that the spawner, the sandbox user,
-/// can create its socket there; the worker closes it once connected.
+/// can create its socket there; the worker closes it once connected. Its parent, the sandbox's
+/// folder, is private to this worker ([`make_private`]): nobody else on the host reaches the
+/// socket meanwhile.
 fn open_run_dir(dir: &Path) -> Result<PathBuf, BackendError> {
     use std::os::unix::fs::PermissionsExt;
     let fail = |e: io::Error| BackendError::Failed(format!("preparing {}: {e}", dir.display()));

@@ -68,10 +68,14 @@ impl Link {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(LinkError::Spawn)?;
         command.stdin(Stdio::from(OwnedFd::from(theirs)));
         let mut child = command.spawn().map_err(LinkError::Spawn)?;
+        // The command holds our copy of the spawner's end: without it, a sandbox that dies
+        // before its `ready` (bwrap cannot set it up) closes the socket at once, and the
+        // start fails then, not at `SPAWNER_START`.
+        drop(command);
         let said = Arc::new(Mutex::new(String::new()));
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(log_stderr(stderr, sandbox_id.to_owned(), Arc::clone(&said)));
-        }
+        let logger = child.stderr.take().map(|stderr| {
+            tokio::spawn(log_stderr(stderr, sandbox_id.to_owned(), Arc::clone(&said)))
+        });
         match Self::ready(ours, sandbox_id).await {
             Ok(mut link) => {
                 link.process = tokio::sync::Mutex::new(Some(child));
@@ -80,8 +84,10 @@ impl Link {
             Err(why) => {
                 let _ = child.start_kill();
                 let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
-                // Give the stderr logger a moment to take bwrap's last words.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // bwrap's last words: its stderr ends with it.
+                if let Some(logger) = logger {
+                    let _ = tokio::time::timeout(KILL_WAIT, logger).await;
+                }
                 let said = lock(&said).trim().to_owned();
                 Err(LinkError::NotReady(if said.is_empty() {
                     why

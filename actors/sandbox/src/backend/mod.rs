@@ -33,6 +33,31 @@ pub fn skills_dir_of(workspace_dir: &Path) -> PathBuf {
     workspace_dir.with_file_name("skills")
 }
 
+/// Makes `dir` (created if missing) reachable only by this worker and, given `group`, by that
+/// group (mode 0710: enter, not list): the sandbox directory and each sandbox's folder, so
+/// that no other user on the host reaches a sandbox's files or the socket its spawner listens
+/// on before the worker connected. A Docker sandbox reaches its folders through its bind
+/// mounts, which need no way through their parents; a process sandbox's bwrap runs as the
+/// sandbox user and must enter them ([`Backend::sandbox_group`]).
+pub fn make_private(dir: &Path, group: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let mode = match group {
+        Some(gid) => {
+            std::os::unix::fs::chown(dir, None, Some(gid))?;
+            0o710
+        }
+        None => 0o700,
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
 /// Resource limits and network of one sandbox (PROTOCOL.md's `TOOLMESH_SANDBOX_*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxLimits {
@@ -197,6 +222,11 @@ pub trait Backend: Send + Sync + 'static {
     fn wire_name(&self) -> &'static str;
     /// PROTOCOL.md/seed `boundary`: an honest sentence on what the sandbox isolates.
     fn boundary(&self) -> &'static str;
+    /// The group that must enter the sandbox directory and a sandbox's folder besides this
+    /// worker ([`make_private`]): none for Docker (the daemon binds as root).
+    fn sandbox_group(&self) -> Option<u32> {
+        None
+    }
     /// Can this backend run here (image present, Docker reachable, bwrap installed)?
     async fn check(&self) -> Result<(), BackendError>;
     /// Creates and starts a sandbox; returns once a command can run in it.

@@ -31,8 +31,8 @@ use super::docker::{prepare_workspace, SANDBOX_GID, SANDBOX_UID};
 use super::link::{lock, CommandBase, Link, LinkError};
 use super::spawner::{Spawner, SPAWNER_MOUNT};
 use super::{
-    skills_dir_of, Backend, BackendError, ExecSpec, Execution, SandboxLimits, SandboxRef,
-    SandboxSpec, StartGate, SKILLS_MOUNT,
+    make_private, skills_dir_of, Backend, BackendError, ExecSpec, Execution, SandboxLimits,
+    SandboxRef, SandboxSpec, StartGate, SKILLS_MOUNT,
 };
 
 /// Where Debian's `bubblewrap` package installs bwrap.
@@ -300,10 +300,21 @@ impl Backend for ProcessBackend {
         }
     }
 
+    fn sandbox_group(&self) -> Option<u32> {
+        // bwrap runs as the sandbox user (setpriv) and must enter the folders it binds from.
+        self.as_root.then_some(SANDBOX_GID)
+    }
+
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError> {
         let dir = spec.workspace_dir.clone();
         let as_root = self.as_root;
+        let group = self.sandbox_group();
         let workspace = tokio::task::spawn_blocking(move || {
+            if let Some(folder) = dir.parent() {
+                make_private(folder, group).map_err(|e| {
+                    BackendError::Failed(format!("preparing {}: {e}", folder.display()))
+                })?;
+            }
             if as_root {
                 // setpriv makes the sandbox uid 1000 on the host: it must own the workspace.
                 prepare_workspace(&dir)
@@ -330,8 +341,20 @@ impl Backend for ProcessBackend {
                     self.unavailable(&format!("{PRLIMIT}: {e}"))
                 }
                 LinkError::Spawn(e) => BackendError::Failed(format!("starting bwrap: {e}")),
+                // Nothing a retry changes (bwrap cannot set the sandbox up here): say why now.
                 LinkError::NotReady(why) => {
-                    BackendError::Failed(format!("the sandbox did not start: {why}"))
+                    let hint = if why.contains("Permission denied") {
+                        format!(
+                            " (the sandbox user, uid {SANDBOX_UID}, must reach \
+                             TOOLMESH_SANDBOX_DIR and the spawner staged there: no folder on \
+                             their way may be private to another user)"
+                        )
+                    } else {
+                        String::new()
+                    };
+                    BackendError::Unavailable(format!(
+                        "the process sandbox cannot start: {why}{hint}"
+                    ))
                 }
             })?;
         lock(&self.sandboxes).insert(spec.sandbox_id.clone(), Arc::new(link));

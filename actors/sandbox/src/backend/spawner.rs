@@ -71,6 +71,65 @@ impl Spawner {
 /// Where the sandbox sees its spawner's program.
 pub const SPAWNER_MOUNT: &str = "/run/toolmesh-spawner";
 
+/// The folder of the sandbox directory that holds staged spawners ([`stage`]); a leading dot,
+/// so it never names a node (node ids are letters, digits, `-` and `_`).
+pub const STAGED_DIR: &str = ".spawner";
+
+/// Puts `program` (the node's own binary) into `<dir>/.spawner/`, where both backends bind it
+/// from: the Docker daemon can (a worker in a container sees its binary at a path that means
+/// nothing to the daemon), and so can the sandbox user (the binary may live in a folder only
+/// its owner can enter, a clone under a private `mktemp -d` or `/root/.cargo/bin`). Returns
+/// the staged path.
+///
+/// Staged once per binary, not per start: the name carries the binary's size and
+/// modification time, so every start of one binary (and every worker of one image sharing
+/// the directory) finds it there. A hard link where the file system allows and the binary is
+/// readable and executable by everyone already, otherwise a copy made read-only (0555);
+/// either is made beside it and renamed into place, so a racing worker or a container
+/// binding the old file never sees half of one. Blocking: run it off the async threads.
+pub fn stage(program: &Path, dir: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(program)?;
+    if !meta.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a file",
+            program.display()
+        )));
+    }
+    let folder = dir.join(STAGED_DIR);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&folder)?;
+    let staged = folder.join(format!(
+        "toolmesh-{:x}-{:x}.{:09}",
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    if std::fs::symlink_metadata(&staged).is_ok_and(|m| m.is_file() && m.size() == meta.size()) {
+        return Ok(staged);
+    }
+    let fresh = folder.join(format!(
+        ".toolmesh-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let shared = meta.mode() & 0o005 == 0o005;
+    if !(shared && std::fs::hard_link(program, &fresh).is_ok()) {
+        let copied = std::fs::copy(program, &fresh)
+            .and_then(|_| std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o555)));
+        if let Err(e) = copied {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(e);
+        }
+    }
+    std::fs::rename(&fresh, &staged).inspect_err(|_| {
+        let _ = std::fs::remove_file(&fresh);
+    })?;
+    Ok(staged)
+}
+
 /// The environment variable that marks every process of one command.
 pub const MARKER_VAR: &str = super::docker::EXEC_ID_VAR;
 /// The largest frame either side accepts (a command line is at most a few MiB: execve's limit).
