@@ -107,14 +107,26 @@ impl NodeState {
 pub async fn run(
     config: NodeConfig,
     roles: Vec<Role>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Polled once now, so that the signal handlers it installs (`host::shutdown_signal`) are
-    // in place before the actors start: a SIGTERM during the start (a sandbox worker making
-    // its warm sandboxes) drains the node once it is up, instead of killing it (or, as PID 1
-    // in a container, being ignored) and leaving what it made.
-    let mut shutdown = std::pin::pin!(shutdown);
-    let stopped_early = futures::FutureExt::now_or_never(shutdown.as_mut()).is_some();
+    // Watched from the first instant, so that the signal handlers it installs
+    // (`host::shutdown_signal`) are in place before the actors start: a SIGTERM during the start
+    // (a sandbox worker making its warm sandboxes) drains the node once it is up, instead of
+    // killing it (or, as PID 1 in a container, being ignored) and leaving what it made. The
+    // drain bound's watchdog starts with the request, so a start that cannot finish (no NATS)
+    // still ends by the bound.
+    let stop_requested = CancellationToken::new();
+    let exit_bound = config.drain_timeout + STOP_GRACE + FAREWELL_TIMEOUT + EXIT_MARGIN;
+    tokio::spawn({
+        let stop_requested = stop_requested.clone();
+        async move {
+            shutdown.await;
+            exit_by(exit_bound);
+            stop_requested.cancel();
+        }
+    });
+    // Let the watcher run once now, so the handlers exist before anything else happens.
+    tokio::task::yield_now().await;
     let config = Arc::new(config);
     let id = node_id(&config)?;
     let registry = Arc::new(ToolRegistry::builtin());
@@ -274,11 +286,8 @@ pub async fn run(
     let role_names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     tracing::info!(node_id = %id, roles = %role_names.join(","), "node ready");
 
-    if !stopped_early {
-        shutdown.await;
-    }
+    stop_requested.cancelled().await;
     tracing::info!(timeout_s = config.drain_timeout.as_secs(), "draining");
-    exit_by(config.drain_timeout + STOP_GRACE + FAREWELL_TIMEOUT + EXIT_MARGIN);
     lifecycle.drain.cancel();
     let stop = lifecycle.stop.clone();
     let drain_timeout = config.drain_timeout;

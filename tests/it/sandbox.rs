@@ -1147,14 +1147,15 @@ fn handles_sigterm(pid: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
 }
 
-/// A worker told to stop while it is still starting (here: waiting for NATS) handles the
-/// signal from its start, drains once up, while its warm-up creates sandboxes, and exits 0
-/// leaving no container and no folder (a SIGTERM before its handler existed killed it, or
-/// was ignored by a worker that is PID 1 in a container, leaving what its warm-up made).
+/// A worker told to stop while it is still starting handles the signal from its start,
+/// drains once up, while its warm-up creates sandboxes, and exits 0 leaving no container and
+/// no folder (a SIGTERM before its handler existed killed it, or was ignored by a worker that
+/// is PID 1 in a container, leaving what its warm-up made).
 #[tokio::test]
 async fn a_worker_stopped_during_its_start_drains_and_leaves_nothing() {
     let redis = toolmesh_testkit::RedisServer::start();
-    let port = toolmesh_testkit::free_port();
+    let nats = toolmesh_testkit::NatsServer::start();
+    let port = nats.port();
     let data = tempfile::tempdir().expect("temp dir");
     let node_id = format!("{}-1", unique_prefix());
     let mut child = Command::new(crate::support::BIN)
@@ -1180,10 +1181,11 @@ async fn a_worker_stopped_during_its_start_drains_and_leaves_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The signal lands while the actors start (NATS answers at once): the warm-up is making
+    // containers, and the node must drain them rather than die and leave them.
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let _nats = toolmesh_testkit::NatsServer::start_on(port);
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
