@@ -1206,3 +1206,190 @@ async fn a_worker_stopped_during_its_start_drains_and_leaves_nothing() {
     let folder = data.path().join("sandboxes").join(&node_id);
     assert!(!folder.exists(), "{} is removed", folder.display());
 }
+
+/// The peak resident memory of process `pid` (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc status");
+    kb * 1024
+}
+
+/// A file of acme's session `session` in the workspace, as the workspace actor keeps it.
+fn workspace_file(c: &Cluster, session: &str, path: &str) -> std::path::PathBuf {
+    c.data_dir
+        .path()
+        .join("accounts/acme/sessions")
+        .join(session)
+        .join("workspace")
+        .join(path)
+}
+
+#[tokio::test]
+async fn output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c.start_node("gateway,approval,workspace", &BASE_ENV).await;
+    c.start_node("sandbox", &BASE_ENV).await;
+    let c = SandboxCluster { c };
+    let warm = tool(&c, "s1", "run_command", json!({"command": "echo warm"})).await;
+    assert_eq!(warm["ok"], true, "{warm}");
+    let worker = c.nodes[1].pid();
+    let before = peak_rss(worker);
+
+    // 4,000,000 lines of 12 characters in 14 bytes: 56 MB.
+    let line = "héllo wörld\n";
+    let lines = 4_000_000;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": format!("yes 'héllo wörld' | head -n {lines}"), "timeout": 60}),
+    )
+    .await;
+    let head: String = r.to_string().chars().take(600).collect();
+    assert_eq!(r["ok"], true, "{head}");
+    assert_eq!(r["stdout_truncated"], true, "{head}");
+    assert_eq!(
+        r["stdout_original_chars"],
+        12 * lines,
+        "every character counted: {head}"
+    );
+    assert_eq!(r["stdout_preview_chars"], 20000);
+    let persisted = &r["persisted_outputs"]["stdout"];
+    assert_eq!(persisted["bytes"], 14 * lines, "{persisted}");
+    assert!(persisted.get("truncated").is_none(), "{persisted}");
+    let path = workspace_file(&c, "s1", persisted["path"].as_str().unwrap());
+    let text = std::fs::read(&path).expect("the persisted output");
+    assert_eq!(text.len(), 14 * lines as usize);
+    assert!(
+        text == line.repeat(lines as usize).as_bytes(),
+        "the persisted output is the whole stream"
+    );
+
+    let growth = peak_rss(worker).saturating_sub(before);
+    assert!(
+        growth < 16 * 1024 * 1024,
+        "the worker's peak memory grew by {growth} bytes for 56 MB of output"
+    );
+    // The spool files on the worker are gone once persisted.
+    let spooled: Vec<_> = walk_files(&c.data_dir.path().join("sandboxes"))
+        .into_iter()
+        .filter(|p| p.components().any(|c| c.as_os_str() == "outputs"))
+        .collect();
+    assert!(spooled.is_empty(), "{spooled:?}");
+}
+
+/// Every file under `dir`, recursively.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES", "1048576")]).await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'a'; echo err >&2", "timeout": 60}),
+    )
+    .await;
+    let head: String = r.to_string().chars().take(600).collect();
+    assert_eq!(r["ok"], true, "{head}");
+    assert_eq!(r["stdout_original_chars"], 3_000_000, "{head}");
+    let persisted = &r["persisted_outputs"]["stdout"];
+    assert_eq!(persisted["truncated"], true, "{persisted}");
+    assert_eq!(persisted["max_bytes"], 1_048_576);
+    assert_eq!(persisted["bytes"], 1_048_576);
+    let path = workspace_file(&c, "s1", persisted["path"].as_str().unwrap());
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 1_048_576);
+    assert_eq!(r["stderr"], "err\n");
+
+    // A background task's unread output is kept up to the same cap; a read says what it lost.
+    let started = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'b'; echo; echo finished", "background": true}),
+    )
+    .await;
+    assert_eq!(started["ok"], true, "{started}");
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let cluster: &Cluster = &c;
+    let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
+        let list = tool(cluster, "s1", "list_tasks", json!({})).await;
+        list["tasks"][0]["status"] == "exited"
+    })
+    .await;
+    assert!(exited, "the task did not end");
+    let out = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
+    let head: String = out.to_string().chars().take(600).collect();
+    assert_eq!(out["ok"], true, "{head}");
+    assert_eq!(out["stdout_original_chars"], 3_000_000 + 10, "{head}");
+    assert_eq!(
+        out["persisted_outputs"]["stdout"]["truncated"], true,
+        "{head}"
+    );
+    assert_eq!(out["persisted_outputs"]["stdout"]["bytes"], 1_048_576);
+    assert_eq!(out["dropped_bytes"], 3_000_010 - 1_048_576, "{head}");
+}
+
+#[tokio::test]
+async fn wait_for_pattern_matches_line_by_line() {
+    let c = cluster().await;
+    for (command, pattern, expect) in [
+        (
+            "printf 'line-1\\nline-2\\nline-3\\n'; sleep 300",
+            "line-[3-9]$",
+            "line-3\n",
+        ),
+        (
+            "echo starting; sleep 0.3; echo READY now; sleep 300",
+            "^READY now$",
+            "READY now\n",
+        ),
+    ] {
+        let started = tool(
+            &c,
+            "s1",
+            "run_command",
+            json!({"command": command, "background": true}),
+        )
+        .await;
+        assert_eq!(started["ok"], true, "{started}");
+        let task = started["task_id"].as_str().unwrap().to_owned();
+        // Under the client's 10 s request timeout: a pattern that never matches answers
+        // `matched: false` rather than no reply.
+        let out = tool(
+            &c,
+            "s1",
+            "task_output",
+            json!({"task_id": task, "wait_for_pattern": pattern, "timeout": 5}),
+        )
+        .await;
+        assert_eq!(out["matched"], true, "{pattern}: {out}");
+        assert!(
+            out["stdout"].as_str().unwrap().ends_with(expect),
+            "{pattern}: {out}"
+        );
+        assert_eq!(out["status"], "running");
+        let killed = tool(&c, "s1", "kill_task", json!({"task_id": task})).await;
+        assert_eq!(killed["ok"], true, "{killed}");
+    }
+}

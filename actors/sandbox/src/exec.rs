@@ -1,5 +1,5 @@
-//! A foreground command: output collected for the reply and streamed as `stdout` / `stderr`
-//! RunEvents while it runs, bounded by a timeout and cancellable.
+//! A foreground command: output spooled for the reply (see [`crate::output`]) and streamed as
+//! `stdout` / `stderr` RunEvents while it runs, bounded by a timeout and cancellable.
 
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,8 @@ use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::wire::{self, InvocationContext, RunEventKind};
 
 use crate::backend::{Execution, Output};
+use crate::output::{Captured, Spool, SpoolSettings, Utf8Decoder};
 
-/// Output kept per stream for the reply; past it the rest is counted, not kept.
-pub const COLLECT_CAP: usize = 8 * 1024 * 1024;
 /// Output streamed as events per stream; past it, no more events (the reply still has it).
 pub const STREAM_CAP: usize = 1024 * 1024;
 /// Events carry at most this much, and go out at least this often while output flows.
@@ -103,20 +102,27 @@ pub fn take_whole_chars(buffer: &mut Vec<u8>, all: bool) -> Vec<u8> {
     std::mem::replace(buffer, rest)
 }
 
-/// One stream's collected and pending-to-stream output.
-#[derive(Default)]
+/// One stream: its text spooled (counted whole, kept up to the cap) and its bytes pending to
+/// be streamed as events.
 struct Stream {
-    kept: Vec<u8>,
-    total: u64,
+    decoder: Utf8Decoder,
+    spool: Spool,
     pending: Vec<u8>,
     streamed: usize,
 }
 
 impl Stream {
+    fn new(settings: SpoolSettings, label: &str) -> Self {
+        Self {
+            decoder: Utf8Decoder::default(),
+            spool: Spool::new(settings, label),
+            pending: Vec::new(),
+            streamed: 0,
+        }
+    }
+
     fn push(&mut self, data: &[u8]) {
-        self.total += data.len() as u64;
-        let room = COLLECT_CAP.saturating_sub(self.kept.len());
-        self.kept.extend_from_slice(&data[..data.len().min(room)]);
+        self.spool.push(&self.decoder.decode(data));
         let stream_room = STREAM_CAP.saturating_sub(self.streamed + self.pending.len());
         self.pending
             .extend_from_slice(&data[..data.len().min(stream_room)]);
@@ -130,24 +136,19 @@ impl Stream {
         ready
     }
 
-    /// The text for the reply, with a note when output was dropped past the cap.
-    fn text(&self) -> String {
-        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
-        let dropped = self.total - self.kept.len() as u64;
-        if dropped > 0 {
-            text.push_str(&format!(
-                "\n[toolmesh: {dropped} more bytes of output were dropped past {COLLECT_CAP} bytes]\n"
-            ));
-        }
-        text
+    /// The whole stream, once it ended.
+    fn finish(mut self) -> Captured {
+        let rest = self.decoder.finish();
+        self.spool.push(&rest);
+        self.spool.finish()
     }
 }
 
 /// How a foreground command ended.
 #[derive(Debug)]
 pub struct CommandOutcome {
-    pub stdout: String,
-    pub stderr: String,
+    pub stdout: Captured,
+    pub stderr: Captured,
     /// `None` when it was killed for a timeout or a cancel before it could report one.
     pub exit_code: Option<i64>,
     pub timed_out: bool,
@@ -155,9 +156,12 @@ pub struct CommandOutcome {
     pub duration_ms: u64,
 }
 
-/// Runs `execution` to its end (or the timeout, or a cancel), streaming its output.
+/// Runs `execution` to its end (or the timeout, or a cancel), streaming its output and
+/// spooling each stream (files named after `label`).
 pub async fn run_to_end(
     mut execution: Execution,
+    spool: &SpoolSettings,
+    label: &str,
     stdin: Option<Bytes>,
     timeout: Duration,
     events: &mut EventSink<'_>,
@@ -171,8 +175,8 @@ pub async fn run_to_end(
             let _ = writer.shutdown().await;
         });
     }
-    let mut out = Stream::default();
-    let mut err = Stream::default();
+    let mut out = Stream::new(spool.clone(), &format!("{label}-stdout"));
+    let mut err = Stream::new(spool.clone(), &format!("{label}-stderr"));
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(EVENT_INTERVAL);
@@ -228,8 +232,8 @@ pub async fn run_to_end(
         }
     };
     CommandOutcome {
-        stdout: out.text(),
-        stderr: err.text(),
+        stdout: out.finish(),
+        stderr: err.finish(),
         exit_code,
         timed_out,
         cancelled,
@@ -275,7 +279,13 @@ mod tests {
     fn streamed_pieces_keep_characters_whole() {
         let text = "naïve €uro 🦀 ".repeat(50);
         let bytes = text.as_bytes();
-        let mut stream = Stream::default();
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SpoolSettings {
+            dir: dir.path().to_owned(),
+            preview_chars: 100_000,
+            max_bytes: 1 << 20,
+        };
+        let mut stream = Stream::new(settings, "t");
         let mut streamed = Vec::new();
         // Pipe-sized pieces that cut characters anywhere.
         for piece in bytes.chunks(7) {
@@ -289,6 +299,6 @@ mod tests {
         }
         streamed.extend_from_slice(&stream.take_pending(true));
         assert_eq!(streamed, bytes);
-        assert_eq!(stream.text(), text);
+        assert_eq!(stream.finish().preview, text);
     }
 }

@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod exec;
 pub mod mirror;
+pub mod output;
 pub mod pool;
 pub mod registry;
 pub mod skills;
@@ -177,6 +178,7 @@ pub async fn spawn(
         client: client.clone(),
         budget_chars: settings.budget_chars,
         default_timeout: config.default_timeout,
+        output_max_bytes: config.output_max_bytes,
         image: config.image.clone(),
         skill_runner: settings.skill_runner.clone(),
     });

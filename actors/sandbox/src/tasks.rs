@@ -12,12 +12,15 @@ use tokio::sync::Notify;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{Execution, KillSwitch, Output, StdinWriter};
-use crate::exec::take_whole_chars;
+use crate::output::{Captured, Spool, SpoolSettings, Utf8Decoder};
 
-/// Unread output kept per stream; past it, the oldest unread output is dropped (and counted).
-pub const UNREAD_CAP: usize = 8 * 1024 * 1024;
 /// Background tasks running at once in one session.
 pub const MAX_RUNNING_TASKS: usize = 16;
+/// A pattern scan reads the unread text in pieces of this size.
+const SCAN_PIECE: usize = 1024 * 1024;
+/// A line longer than this is matched on its last [`LONG_LINE_KEEP`] bytes only.
+const MAX_LINE: usize = 1024 * 1024;
+const LONG_LINE_KEEP: usize = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskStatus {
@@ -36,11 +39,12 @@ impl TaskStatus {
     }
 }
 
-#[derive(Debug, Default)]
+/// Output not read yet: one spool per stream (text in memory up to the preview, then on the
+/// worker's disk up to the cap). A read takes both and leaves fresh ones.
+#[derive(Debug)]
 struct Unread {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    dropped_bytes: u64,
+    stdout: Spool,
+    stderr: Spool,
 }
 
 #[derive(Debug)]
@@ -57,6 +61,8 @@ pub struct Task {
     pub started_at: String,
     state: Mutex<TaskState>,
     changed: Notify,
+    /// One read at a time: a pattern scan's offsets stay valid until its read takes the text.
+    reads: tokio::sync::Mutex<()>,
     stdin: tokio::sync::Mutex<Option<StdinWriter>>,
     kill: KillSwitch,
 }
@@ -72,26 +78,88 @@ impl std::fmt::Debug for Task {
 /// What `task_output` hands back.
 #[derive(Debug)]
 pub struct TaskRead {
-    pub stdout: String,
-    pub stderr: String,
+    pub stdout: Captured,
+    pub stderr: Captured,
     pub status: TaskStatus,
     pub exit_code: Option<i64>,
     pub matched: Option<bool>,
-    pub dropped_bytes: u64,
 }
 
-/// Takes `buffer` as text: all of it when the task has ended (`whole`), else up to the last
-/// whole character; a character cut short stays for the next read.
-fn take_text(buffer: &mut Vec<u8>, whole: bool) -> String {
-    String::from_utf8_lossy(&take_whole_chars(buffer, whole)).into_owned()
+impl TaskRead {
+    /// Bytes of text the task wrote since the last read that this read cannot hand back (past
+    /// the cap of unread output).
+    pub fn dropped_bytes(&self) -> u64 {
+        self.stdout.dropped_bytes() + self.stderr.dropped_bytes()
+    }
 }
 
-fn append_capped(buffer: &mut Vec<u8>, data: &[u8], dropped: &mut u64) {
-    buffer.extend_from_slice(data);
-    if buffer.len() > UNREAD_CAP {
-        let excess = buffer.len() - UNREAD_CAP;
-        buffer.drain(..excess);
-        *dropped += excess as u64;
+/// `wait_for_pattern` over one stream, line by line: the pattern is matched against each line
+/// on its own (without its `\n` or `\r\n`), so `^` and `$` are the line's start and end; the
+/// line still being written counts as a line too (a prompt has no newline).
+struct LineScan<'a> {
+    pattern: &'a regex::Regex,
+    /// Bytes of the spool scanned so far.
+    offset: u64,
+    /// The line not ended yet.
+    line: String,
+}
+
+impl<'a> LineScan<'a> {
+    fn new(pattern: &'a regex::Regex) -> Self {
+        Self {
+            pattern,
+            offset: 0,
+            line: String::new(),
+        }
+    }
+
+    fn matches(&self, line: &str) -> bool {
+        self.pattern
+            .is_match(line.strip_suffix('\r').unwrap_or(line))
+    }
+
+    /// Feeds the next text; true once a line matched.
+    fn feed(&mut self, text: &str) -> bool {
+        self.offset += text.len() as u64;
+        let mut rest = text;
+        while let Some(end) = rest.find('\n') {
+            self.line.push_str(&rest[..end]);
+            if self.matches(&self.line) {
+                return true;
+            }
+            self.line.clear();
+            rest = &rest[end + 1..];
+        }
+        self.line.push_str(rest);
+        if self.line.len() > MAX_LINE {
+            let mut cut = self.line.len() - LONG_LINE_KEEP;
+            while !self.line.is_char_boundary(cut) {
+                cut += 1;
+            }
+            if self.matches(&self.line) {
+                return true;
+            }
+            self.line.drain(..cut);
+        }
+        !self.line.is_empty() && self.matches(&self.line)
+    }
+
+    /// Scans what `spool` gained since the last call; true once a line matched.
+    fn scan(&mut self, spool: &Spool) -> bool {
+        loop {
+            match spool.read_from(self.offset, SCAN_PIECE) {
+                Ok(text) if text.is_empty() => return false,
+                Ok(text) => {
+                    if self.feed(&text) {
+                        return true;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a task's spooled output for a pattern");
+                    return false;
+                }
+            }
+        }
     }
 }
 
@@ -101,26 +169,33 @@ impl Task {
         (state.status, state.exit_code)
     }
 
+    /// Takes the unread output, leaving fresh spools for what comes next.
     fn take_unread(&self, matched: Option<bool>) -> TaskRead {
         let mut state = self.state.lock().expect("task state");
-        let whole = state.status != TaskStatus::Running;
+        let fresh = Unread {
+            stdout: state.unread.stdout.fresh(),
+            stderr: state.unread.stderr.fresh(),
+        };
+        let unread = std::mem::replace(&mut state.unread, fresh);
         TaskRead {
-            stdout: take_text(&mut state.unread.stdout, whole),
-            stderr: take_text(&mut state.unread.stderr, whole),
+            stdout: unread.stdout.finish(),
+            stderr: unread.stderr.finish(),
             status: state.status,
             exit_code: state.exit_code,
             matched,
-            dropped_bytes: std::mem::take(&mut state.unread.dropped_bytes),
         }
     }
 
     /// Returns the output since the last read. With a pattern, first waits (up to `wait`) until
-    /// the unread output matches it or the task ends.
+    /// a line of the unread output matches it (see [`LineScan`]) or the task ends.
     pub async fn read(&self, pattern: Option<&regex::Regex>, wait: Duration) -> TaskRead {
+        let _one_read = self.reads.lock().await;
         let Some(pattern) = pattern else {
             return self.take_unread(None);
         };
         let deadline = tokio::time::Instant::now() + wait;
+        let mut out = LineScan::new(pattern);
+        let mut err = LineScan::new(pattern);
         loop {
             // Register interest before checking, so a change in between is not missed.
             let notified = self.changed.notified();
@@ -128,9 +203,7 @@ impl Task {
             notified.as_mut().enable();
             {
                 let state = self.state.lock().expect("task state");
-                let found = pattern.is_match(&String::from_utf8_lossy(&state.unread.stdout))
-                    || pattern.is_match(&String::from_utf8_lossy(&state.unread.stderr));
-                if found {
+                if out.scan(&state.unread.stdout) || err.scan(&state.unread.stderr) {
                     drop(state);
                     return self.take_unread(Some(true));
                 }
@@ -254,12 +327,14 @@ impl TaskTable {
         tasks
     }
 
-    /// Registers a started execution as a task and pumps its output in the background.
+    /// Registers a started execution as a task and pumps its output in the background, into
+    /// spools made with `spool`.
     pub fn start(
         &self,
         task_id: String,
         command: String,
         execution: Execution,
+        spool: SpoolSettings,
     ) -> Result<Arc<Task>, Box<(ToolError, Execution)>> {
         if self.running() >= MAX_RUNNING_TASKS {
             return Err(Box::new((
@@ -281,12 +356,16 @@ impl TaskTable {
             command,
             started_at: toolmesh_kernel::time::now_rfc3339(),
             state: Mutex::new(TaskState {
-                unread: Unread::default(),
+                unread: Unread {
+                    stdout: Spool::new(spool.clone(), &format!("{task_id}-stdout")),
+                    stderr: Spool::new(spool, &format!("{task_id}-stderr")),
+                },
                 status: TaskStatus::Running,
                 exit_code: None,
                 kill_requested: false,
             }),
             changed: Notify::new(),
+            reads: tokio::sync::Mutex::new(()),
             stdin: tokio::sync::Mutex::new(stdin),
             kill,
         });
@@ -296,20 +375,24 @@ impl TaskTable {
             .insert(task_id, task.clone());
         let pumped = task.clone();
         tokio::spawn(async move {
+            let mut out = Utf8Decoder::default();
+            let mut err = Utf8Decoder::default();
             while let Some(chunk) = output.recv().await {
                 {
                     let mut state = pumped.state.lock().expect("task state");
-                    let TaskState { unread, .. } = &mut *state;
+                    let unread = &mut state.unread;
                     match chunk {
-                        Output::Stdout(b) => {
-                            append_capped(&mut unread.stdout, &b, &mut unread.dropped_bytes)
-                        }
-                        Output::Stderr(b) => {
-                            append_capped(&mut unread.stderr, &b, &mut unread.dropped_bytes)
-                        }
+                        Output::Stdout(b) => unread.stdout.push(&out.decode(&b)),
+                        Output::Stderr(b) => unread.stderr.push(&err.decode(&b)),
                     }
                 }
                 pumped.changed.notify_waiters();
+            }
+            {
+                // No more bytes: a character cut short at the end goes out as it is.
+                let mut state = pumped.state.lock().expect("task state");
+                state.unread.stdout.push(&out.finish());
+                state.unread.stderr.push(&err.finish());
             }
             let code = match exit.await {
                 Ok(Ok(status)) => Some(status.code),
@@ -339,18 +422,39 @@ impl TaskTable {
 
 #[cfg(test)]
 mod tests {
-    use super::take_text;
+    use super::*;
+
+    fn scan(pattern: &str, pieces: &[&str]) -> bool {
+        let pattern = regex::Regex::new(pattern).unwrap();
+        let mut scan = LineScan::new(&pattern);
+        pieces.iter().any(|piece| scan.feed(piece))
+    }
 
     #[test]
-    fn a_running_task_keeps_a_character_cut_short_for_the_next_read() {
-        let euro = "€".as_bytes();
-        let mut unread = vec![b'a', euro[0], euro[1]];
-        assert_eq!(take_text(&mut unread, false), "a");
-        unread.push(euro[2]);
-        assert_eq!(take_text(&mut unread, false), "€");
-        assert!(unread.is_empty());
-        // Once the task has ended nothing more can complete it: all of it goes out.
-        let mut unread = vec![b'b', euro[0]];
-        assert_eq!(take_text(&mut unread, true), "b\u{FFFD}");
+    fn patterns_match_line_by_line() {
+        // Anchors are a line's start and end (issue 15: these never matched).
+        assert!(scan("line-[3-9]$", &["line-1\nline-2\n", "line-3\n"]));
+        assert!(scan("^READY now$", &["starting\nREADY now\nserving\n"]));
+        assert!(scan("^READY now$", &["starting\r\nREADY now\r\n"]));
+        // A line split between pieces is still one line.
+        assert!(scan("^READY now$", &["boot\nREA", "DY n", "ow\n"]));
+        // The line being written counts too: a prompt has no newline.
+        assert!(scan(r"^>>> $", &["Python\n>>> "]));
+        assert!(!scan("^READY now$", &["READY now!\n", "not READY now\n"]));
+        assert!(!scan("line-[3-9]$", &["line-2\n", "line-30\n"]));
+        // A match never spans lines.
+        assert!(!scan("a\nb", &["a\nb\n"]));
+    }
+
+    #[test]
+    fn a_long_line_is_matched_on_its_end_in_bounded_memory() {
+        let pattern = regex::Regex::new("END$").unwrap();
+        let mut scan = LineScan::new(&pattern);
+        let piece = "x".repeat(100_000);
+        for _ in 0..50 {
+            assert!(!scan.feed(&piece));
+            assert!(scan.line.len() <= MAX_LINE + piece.len());
+        }
+        assert!(scan.feed("END"));
     }
 }

@@ -21,6 +21,7 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
+use crate::output::{spool_dir_of, Captured, SpoolSettings};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::tasks::TaskStatus;
 
@@ -40,6 +41,8 @@ pub struct SandboxService {
     pub client: Client,
     pub budget_chars: usize,
     pub default_timeout: Duration,
+    /// `TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`: text of one output stream spooled and persisted.
+    pub output_max_bytes: u64,
     /// The image (`template_id` in `sandbox_status`).
     pub image: String,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
@@ -315,43 +318,72 @@ impl SandboxService {
         let _ = self.push(session).await;
     }
 
-    /// Puts a budgeted text field; over the budget the whole text is persisted in the
-    /// session's workspace and named in `persisted_outputs`.
-    async fn budgeted(
+    /// How a session's output streams are spooled on this worker.
+    fn spool_settings(&self, session: &Session) -> SpoolSettings {
+        SpoolSettings {
+            dir: spool_dir_of(&session.sandbox.workspace_dir),
+            preview_chars: self.budget_chars,
+            max_bytes: self.output_max_bytes,
+        }
+    }
+
+    /// Puts a stream's preview and its budget companions; over the budget the whole stream
+    /// (its spool file) is persisted in the session's workspace and named in
+    /// `persisted_outputs`, with `truncated: true` and `max_bytes` when it passed the cap.
+    async fn put_output(
         &self,
         call: &ActorCall,
         session: &Session,
         fields: &mut Map<String, Value>,
         field: &str,
-        text: &str,
+        output: Captured,
     ) {
-        if !budget::insert_budgeted(fields, field, text, self.budget_chars) {
+        let cut = budget::Cut {
+            preview: output.preview,
+            original_chars: usize::try_from(output.chars).unwrap_or(usize::MAX),
+            truncated: output.truncated,
+        };
+        if !budget::insert_cut(fields, field, cut) {
             return;
         }
+        let Some(file) = output.file else {
+            return; // it could not be spooled (logged); the preview is all there is
+        };
         let path = format!(
             "{OUTPUTS_DIR}/{}-{field}.txt",
             call.invocation.invocation_id
         );
-        let persisted = self
-            .pool
-            .sync()
-            .put_file(
-                &session.account,
-                &session.session_id,
-                &path,
-                Bytes::from(text.to_owned()),
-            )
-            .await;
+        let persisted = match file.reader() {
+            Ok(reader) => {
+                self.pool
+                    .sync()
+                    .put_from(
+                        &session.account,
+                        &session.session_id,
+                        &path,
+                        file.bytes,
+                        reader,
+                    )
+                    .await
+            }
+            Err(e) => Err(ToolError::internal(format!(
+                "cannot open the spooled output: {e}"
+            ))),
+        };
         match persisted {
             Ok(()) => {
                 let entry = fields
                     .entry("persisted_outputs")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(map) = entry {
-                    map.insert(
-                        field.to_owned(),
-                        json!({"path": path, "mime_type": "text/plain"}),
+                    let mut persisted = object(
+                        json!({"path": path, "mime_type": "text/plain", "bytes": file.bytes}),
                     );
+                    if file.capped {
+                        persisted.insert("truncated".into(), true.into());
+                        persisted.insert("max_bytes".into(), self.output_max_bytes.into());
+                    }
+                    map.insert(field.to_owned(), Value::Object(persisted));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
@@ -416,9 +448,20 @@ impl SandboxService {
             };
             Ok((cancel, permit))
         };
+        let label = spec.exec_id.clone();
         let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
         let mut events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
-        let outcome = run_to_end(execution, stdin, timeout, &mut events, &mut cancel).await;
+        let spool = self.spool_settings(session);
+        let outcome = run_to_end(
+            execution,
+            &spool,
+            &label,
+            stdin,
+            timeout,
+            &mut events,
+            &mut cancel,
+        )
+        .await;
         drop(permit);
         let sync = self.push(session).await;
         Ok((outcome, sync, events.emitted))
@@ -433,9 +476,9 @@ impl SandboxService {
         sync: Value,
         timeout: Duration,
     ) -> Result<Map<String, Value>, ToolError> {
-        self.budgeted(call, session, &mut fields, "stdout", &outcome.stdout)
+        self.put_output(call, session, &mut fields, "stdout", outcome.stdout)
             .await;
-        self.budgeted(call, session, &mut fields, "stderr", &outcome.stderr)
+        self.put_output(call, session, &mut fields, "stderr", outcome.stderr)
             .await;
         fields.insert("exit_code".into(), outcome.exit_code.into());
         fields.insert("timed_out".into(), outcome.timed_out.into());
@@ -499,7 +542,12 @@ impl SandboxService {
             let task_id = format!("task-{}", short_id());
             let task = session
                 .tasks
-                .start(task_id.clone(), a.command.clone(), execution)
+                .start(
+                    task_id.clone(),
+                    a.command.clone(),
+                    execution,
+                    self.spool_settings(session),
+                )
                 .map_err(|refused| {
                     let (error, execution) = *refused;
                     let kill = execution.kill.clone();
@@ -555,7 +603,7 @@ impl SandboxService {
         let (outcome, sync, events) = self
             .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
             .await?;
-        if outcome.exit_code == Some(127) && outcome.stderr.contains(MISSING_INTERPRETER) {
+        if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
             let result = Err(ToolError::invalid_argument(
                 "/language",
                 format!(
@@ -705,17 +753,19 @@ impl SandboxService {
         let read = task.read(pattern.as_ref(), wait).await;
         self.push_quietly(session).await;
         let mut fields = object(json!({"task_id": a.task_id}));
-        self.budgeted(call, session, &mut fields, "stdout", &read.stdout)
+        let dropped_bytes = read.dropped_bytes();
+        self.put_output(call, session, &mut fields, "stdout", read.stdout)
             .await;
-        self.budgeted(call, session, &mut fields, "stderr", &read.stderr)
+        self.put_output(call, session, &mut fields, "stderr", read.stderr)
             .await;
         fields.insert("status".into(), read.status.as_str().into());
         fields.insert("exit_code".into(), read.exit_code.into());
         if let Some(matched) = read.matched {
             fields.insert("matched".into(), matched.into());
         }
-        if read.dropped_bytes > 0 {
-            fields.insert("dropped_bytes".into(), read.dropped_bytes.into());
+        if dropped_bytes > 0 {
+            // Unread output past the cap was counted (`_original_chars`), not kept.
+            fields.insert("dropped_bytes".into(), dropped_bytes.into());
         }
         Ok(fields)
     }

@@ -47,7 +47,12 @@ pub fn insert_budgeted(
     text: &str,
     budget_chars: usize,
 ) -> bool {
-    let cut = cut(text, budget_chars);
+    insert_cut(fields, field, cut(text, budget_chars))
+}
+
+/// Puts a cut made elsewhere (a stream counted as it went) and its companions into `fields`;
+/// returns whether it was cut.
+pub fn insert_cut(fields: &mut Map<String, Value>, field: &str, cut: Cut) -> bool {
     let (truncated, original, preview_chars) =
         (cut.truncated, cut.original_chars, cut.preview_chars());
     // The text first, its companions right after it.

@@ -27,6 +27,9 @@ pub const DEFAULT_SANDBOX_TIMEOUT_S: u64 = 60;
 pub const DEFAULT_SYNC_MAX_FILES: usize = 2000;
 pub const DEFAULT_SYNC_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_SYNC_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
+/// Text of one command output stream a worker spools and persists at most (PROTOCOL.md
+/// "Large data": at least 256 MiB).
+pub const DEFAULT_SANDBOX_OUTPUT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
 /// How long one Skill Service request or archive download may take.
@@ -218,6 +221,9 @@ pub struct SandboxConfig {
     pub sync_max_files: usize,
     pub sync_max_file_bytes: u64,
     pub sync_max_total_bytes: u64,
+    /// Text of one output stream a worker spools and persists at most; past it the stream is
+    /// counted, not kept (`TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`).
+    pub output_max_bytes: u64,
 }
 
 /// Skill settings.
@@ -351,6 +357,10 @@ impl NodeConfig {
                 sync_max_total_bytes: env.parse(
                     "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
                     DEFAULT_SYNC_MAX_TOTAL_BYTES,
+                )?,
+                output_max_bytes: env.parse(
+                    "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
+                    DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
                 )?,
             },
             skills: SkillsConfig {

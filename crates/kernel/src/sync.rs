@@ -727,18 +727,55 @@ impl WorkspaceSync {
         bytes: Bytes,
     ) -> Result<(), ToolError> {
         let total = bytes.len() as u64;
-        let upload = (bytes.len() > BODY_CONTENT_BUDGET).then(|| format!("put-{}", nuid::next()));
-        let mut offset = 0usize;
+        self.put_parts(account, session, path, total, |offset, len| {
+            let offset = offset as usize;
+            Ok(bytes.slice(offset..offset + len))
+        })
+        .await
+    }
+
+    /// [`WorkspaceSync::put_file`] of the first `total` bytes `source` reads (a file on the
+    /// worker), one part of [`BODY_CONTENT_BUDGET`] in memory at a time.
+    pub async fn put_from(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+        total: u64,
+        mut source: impl std::io::Read,
+    ) -> Result<(), ToolError> {
+        self.put_parts(account, session, path, total, |_, len| {
+            let mut part = vec![0u8; len];
+            source.read_exact(&mut part).map_err(|e| {
+                ToolError::internal(format!("cannot read what to put into '{path}': {e}"))
+            })?;
+            Ok(Bytes::from(part))
+        })
+        .await
+    }
+
+    /// Puts `total` bytes in parts; `part(offset, len)` gives each.
+    async fn put_parts(
+        &self,
+        account: &Account,
+        session: &SessionId,
+        path: &str,
+        total: u64,
+        mut part: impl FnMut(u64, usize) -> Result<Bytes, ToolError>,
+    ) -> Result<(), ToolError> {
+        let budget = BODY_CONTENT_BUDGET as u64;
+        let upload = (total > budget).then(|| format!("put-{}", nuid::next()));
+        let mut offset = 0u64;
         loop {
-            let end = (offset + BODY_CONTENT_BUDGET).min(bytes.len());
+            let end = (offset + budget).min(total);
             let change = Change {
                 path: path.to_owned(),
                 expected: Expected::Any,
                 op: ChangeOp::Put {
                     upload: upload.clone(),
-                    offset: offset as u64,
+                    offset,
                     total,
-                    content: bytes.slice(offset..end),
+                    content: part(offset, (end - offset) as usize)?,
                 },
             };
             let outcome = self
@@ -748,7 +785,7 @@ impl WorkspaceSync {
                 .expect("apply checked the outcome count");
             match outcome {
                 ChangeOutcome::Applied { stamp: Some(_), .. } => return Ok(()),
-                ChangeOutcome::Staged { .. } if end < bytes.len() => offset = end,
+                ChangeOutcome::Staged { .. } if end < total => offset = end,
                 ChangeOutcome::Rejected {
                     error,
                     error_message,
