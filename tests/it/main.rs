@@ -7,6 +7,7 @@ mod direct;
 mod gateway;
 mod micro;
 mod node;
+mod reply_size;
 mod sandbox;
 mod skills;
 mod support;
