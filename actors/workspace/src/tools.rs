@@ -645,7 +645,7 @@ fn render_read(
     let total = text.total_lines.unwrap_or(lines.len() as u64);
     let start = a.start_line.unwrap_or(1);
     // A streamed range may stop early at the size cap: end at the last line it holds.
-    let end = a
+    let mut end = a
         .end_line
         .unwrap_or(total)
         .min(total)
@@ -657,8 +657,18 @@ fn render_read(
         ));
     }
     let mut content = String::with_capacity(text.body.len() + 8 * lines.len());
+    // A range of a file over READ_MAX_BYTES reads at most that many bytes of its lines
+    // (PROTOCOL.md), ending on a whole line; a smaller file never reaches the cap.
+    let mut capped = text.capped;
+    let mut range_bytes: u64 = 0;
     for n in start..=end {
         let line = lines[(n - 1 - offset) as usize];
+        range_bytes += line.len() as u64 + 1;
+        if text.size > READ_MAX_BYTES && range_bytes > READ_MAX_BYTES {
+            capped = true;
+            end = n - 1;
+            break;
+        }
         if a.include_line_numbers {
             let _ = writeln!(content, "{n:>6}\t{line}");
         } else {
@@ -681,7 +691,7 @@ fn render_read(
     fields.insert("total_lines".into(), Value::from(total));
     fields.insert(
         "partial".into(),
-        Value::Bool(range_partial || cut || text.capped),
+        Value::Bool(range_partial || cut || capped),
     );
     fields.insert("size".into(), Value::from(text.size));
     Ok((fields, text.sha256))
