@@ -699,7 +699,7 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
     assert_eq!(r["ok"], true, "{r}");
     // 2 MiB of 100-byte lines, ending on a whole line.
     let kept = (2 * 1024 * 1024) / 100;
-    assert_eq!(r["read_range"], json!([1, kept]), "{r}");
+    assert_eq!(r["read_range"], json!([1, kept]), "{}", r["read_range"]);
     assert_eq!(r["total_lines"], 30_000);
     assert_eq!(r["partial"], true);
     // The persisted whole text holds the capped range, not the 3 MB.
@@ -712,5 +712,10 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
         json!({"path": "three.log", "start_line": 29_999, "end_line": 30_000}),
     )
     .await;
-    assert_eq!(r["read_range"], json!([29_999, 30_000]), "{r}");
+    assert_eq!(
+        r["read_range"],
+        json!([29_999, 30_000]),
+        "{}",
+        r["read_range"]
+    );
 }
