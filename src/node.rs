@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use toolmesh_kernel::budget;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
@@ -403,6 +404,10 @@ async fn answer_status(
             let nodes = serde_json::to_value(cluster.live()).unwrap_or_default();
             let mut fields = serde_json::Map::new();
             fields.insert("nodes".into(), nodes);
+            // A cluster too big for one reply lists the nodes that fit, `truncated: true`
+            // (`ok` takes the few bytes left out here).
+            let limit = budget::reply_limit(nats.max_payload()).saturating_sub(16);
+            budget::fit_list(&mut fields, "nodes", limit);
             wire::ok_body(fields)
         } else {
             match serde_json::to_value(state.status()) {

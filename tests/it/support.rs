@@ -22,7 +22,15 @@ pub struct Cluster {
 impl Cluster {
     /// Servers only; add nodes with [`Cluster::start_node`].
     pub async fn servers() -> Cluster {
-        let nats = NatsServer::start();
+        Self::servers_on(NatsServer::start()).await
+    }
+
+    /// Servers only, NATS with a `max_payload` of `bytes`.
+    pub async fn servers_with_max_payload(bytes: usize) -> Cluster {
+        Self::servers_on(NatsServer::start_with_max_payload(bytes)).await
+    }
+
+    async fn servers_on(nats: NatsServer) -> Cluster {
         let redis = RedisServer::start();
         let client = nats.client().await;
         Cluster {

@@ -678,3 +678,44 @@ async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
         "over max_chars: persisted for paging"
     );
 }
+
+#[tokio::test]
+async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() {
+    let c = cluster().await;
+    let dir = root(&c, "acme", "s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 30,000 lines of 100 bytes: 3 MB, over the 2 MB cap and under the 10 MB streaming size.
+    let text: String = (1..=30_000u32)
+        .map(|n| format!("{n:>8} {}\n", "r".repeat(90)))
+        .collect();
+    assert_eq!(text.len(), 3_000_000);
+    std::fs::write(dir.join("three.log"), &text).unwrap();
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "three.log", "start_line": 1, "end_line": 30_000}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    // 2 MiB of 100-byte lines, ending on a whole line.
+    let kept = (2 * 1024 * 1024) / 100;
+    assert_eq!(r["read_range"], json!([1, kept]), "{}", r["read_range"]);
+    assert_eq!(r["total_lines"], 30_000);
+    assert_eq!(r["partial"], true);
+    // The persisted whole text holds the capped range, not the 3 MB.
+    let original = r["content_original_chars"].as_u64().unwrap();
+    assert_eq!(original, kept * (100 + 7), "with `{{n:>6}}\\t` per line");
+    // A range under the cap is read as asked.
+    let r = tool(
+        &c,
+        "read_workspace_file",
+        json!({"path": "three.log", "start_line": 29_999, "end_line": 30_000}),
+    )
+    .await;
+    assert_eq!(
+        r["read_range"],
+        json!([29_999, 30_000]),
+        "{}",
+        r["read_range"]
+    );
+}

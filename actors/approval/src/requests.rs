@@ -2,6 +2,7 @@
 //! the subject and body, ask the store, build the reply body.
 
 use serde_json::{Map, Value};
+use toolmesh_kernel::budget;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
 use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
@@ -14,8 +15,8 @@ use crate::store::{Decided, Decision};
 pub const MAX_APPROVER_CHARS: usize = 256;
 /// Longest `reason`, in characters.
 pub const MAX_REASON_CHARS: usize = 1024;
-/// Most approvals one `list` reply fetches; a reply that would pass the server's
-/// `max_payload` is cut further, with `truncated: true`.
+/// Most approvals one `list` reply holds; with more pending, or with a reply that would pass
+/// the server's `max_payload` (cut further), it says `truncated: true`.
 pub const MAX_LIST: usize = 500;
 /// What `decided_by` records when `approver` is absent.
 const ANONYMOUS: &str = "anonymous";
@@ -62,31 +63,26 @@ impl ApprovalService {
     }
 
     async fn list(&self, account: &Account) -> Result<Map<String, Value>, ToolError> {
-        let approvals = self
+        // One more than a reply holds: its presence says the list goes on.
+        let mut approvals = self
             .store
-            .list_pending(account, MAX_LIST)
+            .list_pending(account, MAX_LIST + 1)
             .await
             .map_err(store_error)?;
-        // Leave room for the envelope and the NATS headers of the reply.
-        let budget = self.nats.server_info().max_payload.saturating_sub(1024);
-        let mut size = 0;
-        let mut items = Vec::with_capacity(approvals.len());
-        let mut truncated = false;
-        for approval in approvals {
-            let item = serde_json::to_value(&approval)
-                .map_err(|e| ToolError::internal(format!("an approval does not serialize: {e}")))?;
-            size += item.to_string().len() + 1;
-            if size > budget {
-                truncated = true;
-                break;
-            }
-            items.push(item);
-        }
+        let more = approvals.len() > MAX_LIST;
+        approvals.truncate(MAX_LIST);
+        let items = approvals
+            .iter()
+            .map(to_value)
+            .collect::<Result<Vec<_>, _>>()?;
         let mut fields = Map::new();
         fields.insert("approvals".into(), Value::Array(items));
-        if truncated {
+        if more {
             fields.insert("truncated".into(), Value::Bool(true));
         }
+        // The reply is `ok` and these fields: leave room for `"ok":true`.
+        let limit = budget::reply_limit(self.nats.max_payload()).saturating_sub(16);
+        budget::fit_list(&mut fields, "approvals", limit);
         Ok(fields)
     }
 

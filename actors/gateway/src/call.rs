@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 use tracing::Instrument;
 
+use toolmesh_kernel::budget;
 use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
@@ -201,13 +202,26 @@ impl<'a> Call<'a> {
             .await;
     }
 
-    /// Publishes `finished` (when `started` was), then builds the reply body; `None` when the
-    /// actor did both ([`Answer::Delivered`]).
+    /// Builds the reply body, then publishes `finished` (when `started` was) and returns the
+    /// body; `None` when the actor did both ([`Answer::Delivered`]). A body over the server's
+    /// `max_payload` becomes `limit_exceeded` (and `finished` says so): never silence.
     async fn finish(&mut self, result: Result<Answer, ToolError>) -> Option<Vec<u8>> {
         if matches!(result, Ok(Answer::Delivered)) {
             return None;
         }
-        let error = result.as_ref().err().map(|e| e.code);
+        let mut error = result.as_ref().err().map(|e| e.code);
+        let mut body = self.reply_body(result);
+        let limit = budget::reply_limit(self.core.client.max_payload());
+        if body.len() > limit {
+            tracing::error!(
+                reply_bytes = body.len(),
+                limit_bytes = limit,
+                "a reply is over the NATS max_payload; answering limit_exceeded instead"
+            );
+            let oversize = budget::oversize(body.len(), limit);
+            error = Some(oversize.code);
+            body = self.reply_body(Err(oversize));
+        }
         if let Some(started) = self.started {
             let duration_ms = elapsed_ms(started);
             // `emit` adds dispatched_tool_name.
@@ -217,17 +231,23 @@ impl<'a> Call<'a> {
             )
             .await;
         }
-        let mut reply = ReplyWriter::new(error.is_none(), Some(&self.ctx.invocation_id));
+        Some(body)
+    }
+
+    /// The public reply: the envelope, the tool's members or the error, and
+    /// `dispatched_tool_name` for a dispatched call.
+    fn reply_body(&self, result: Result<Answer, ToolError>) -> Vec<u8> {
+        let mut reply = ReplyWriter::new(result.is_ok(), Some(&self.ctx.invocation_id));
         match result {
             Ok(Answer::Fields(fields)) => reply.members(&fields),
             Ok(Answer::Prepared(members)) => reply.raw_members(&members),
-            Ok(Answer::Delivered) => unreachable!("returned above"),
+            Ok(Answer::Delivered) => unreachable!("answered before the body is built"),
             Err(error) => reply.members(&error.into_fields()),
         };
         if let Some(name) = self.dispatched {
             reply.member("dispatched_tool_name", name);
         }
-        Some(reply.finish())
+        reply.finish()
     }
 
     /// What the actor needs to answer the caller itself, when it may: the call used no
@@ -275,9 +295,10 @@ impl<'a> Call<'a> {
         match args.action {
             DispatcherAction::List => {
                 self.start().await;
-                Ok(Dispatch::Answered(builtin::dispatcher_list(
-                    registry, &selection,
-                )))
+                let mut fields = builtin::dispatcher_list(registry, &selection);
+                let limit = budget::fields_limit(core.client.max_payload());
+                budget::fit_list(&mut fields, "tools", limit);
+                Ok(Dispatch::Answered(fields))
             }
             DispatcherAction::Describe => {
                 let tool = named(&args.tool_name)?;

@@ -724,7 +724,13 @@ impl SandboxService {
                 })
             })
             .collect();
-        object(json!({ "tasks": tasks }))
+        let mut fields = object(json!({ "tasks": tasks }));
+        budget::fit_list(
+            &mut fields,
+            "tasks",
+            budget::fields_limit(self.client.max_payload()),
+        );
+        fields
     }
 
     async fn task_output(

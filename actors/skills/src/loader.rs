@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_nats::{Client, Message};
 use toolmesh_actix_host::{answer_call, Handler};
+use toolmesh_kernel::budget;
 use toolmesh_kernel::host::{publish_claim, respond};
 use toolmesh_kernel::skills as bundles;
 use toolmesh_kernel::NodeId;
@@ -56,7 +57,8 @@ impl SkillLoader {
                 account = %call.invocation.account,
                 tool = %call.tool,
             );
-            self.service.run(&call).instrument(span).await
+            let fields_limit = budget::fields_limit(self.client.max_payload());
+            self.service.run(&call, fields_limit).instrument(span).await
         })
         .await;
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::budget::insert_budgeted;
+use toolmesh_kernel::budget::{self, insert_budgeted};
 use toolmesh_kernel::skills::{
     BundleChunk, BundleChunkHeader, BundleCursor, BundlePage, BundleRequest, SkillHead,
     BUNDLE_CONTENT_BUDGET,
@@ -51,10 +51,16 @@ impl SkillsService {
         catalog::catalog(&self.skills_dir, &self.loader.service).await
     }
 
-    pub async fn run(&self, call: &ActorCall) -> Result<Map<String, Value>, ToolError> {
+    /// Runs one routed call; `fields_limit` ([`budget::fields_limit`]) is what the lists of
+    /// `list_skills` and `search_skills` are cut to, with `truncated: true`.
+    pub async fn run(
+        &self,
+        call: &ActorCall,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
         match call.tool.as_str() {
-            "list_skills" => self.list_skills().await,
-            "search_skills" => self.search_skills(arguments(call)?).await,
+            "list_skills" => self.list_skills(fields_limit).await,
+            "search_skills" => self.search_skills(arguments(call)?, fields_limit).await,
             "load_skill" => self.load_skill(arguments(call)?).await,
             other => Err(ToolError::new(
                 ErrorCode::UnknownTool,
@@ -63,17 +69,23 @@ impl SkillsService {
         }
     }
 
-    async fn list_skills(&self) -> Result<Map<String, Value>, ToolError> {
+    async fn list_skills(&self, fields_limit: usize) -> Result<Map<String, Value>, ToolError> {
         let catalog = self.catalog().await;
         let skills: Vec<_> = catalog.skills.iter().map(|s| &s.manifest).collect();
-        Ok(fields(json!({
+        let mut out = fields(json!({
             "skills": skills,
             "skill_space_ids": self.loader.service.space_ids(),
             "warnings": catalog.warnings,
-        })))
+        }));
+        budget::fit_list(&mut out, "skills", fields_limit);
+        Ok(out)
     }
 
-    async fn search_skills(&self, args: SearchSkillsArgs) -> Result<Map<String, Value>, ToolError> {
+    async fn search_skills(
+        &self,
+        args: SearchSkillsArgs,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
         if args.query.trim().is_empty() {
             return Err(ToolError::invalid_argument(
                 "/query",
@@ -86,11 +98,13 @@ impl SkillsService {
             catalog.skills.iter().map(|s| &s.manifest),
             usize::try_from(args.max_results).unwrap_or(usize::MAX),
         );
-        Ok(fields(json!({
+        let mut out = fields(json!({
             "query": args.query,
             "results": hits,
             "warnings": catalog.warnings,
-        })))
+        }));
+        budget::fit_list(&mut out, "results", fields_limit);
+        Ok(out)
     }
 
     async fn resolve(&self, catalog: &Catalog, name: &str) -> Result<LoadedSkill, ToolError> {

@@ -151,6 +151,11 @@ impl WebService {
         fields.insert("query".into(), Value::from(args.query));
         fields.insert("provider".into(), Value::from(provider.name()));
         fields.insert("results".into(), Value::Array(results));
+        budget::fit_list(
+            &mut fields,
+            "results",
+            budget::fields_limit(self.client.max_payload()),
+        );
         Ok(fields)
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_nats::{Client, Message};
 use toolmesh_actix_host::{answer_call, Handler};
+use toolmesh_kernel::budget;
 use tracing::Instrument;
 
 use crate::tools::WorkspaceService;
@@ -25,7 +26,8 @@ impl Handler for WorkspaceKeeper {
                 account = %call.invocation.account,
                 tool = %call.tool,
             );
-            self.service.run(&call).instrument(span).await
+            let fields_limit = budget::fields_limit(self.client.max_payload());
+            self.service.run(&call, fields_limit).instrument(span).await
         })
         .await;
     }

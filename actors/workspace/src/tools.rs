@@ -68,8 +68,14 @@ fn too_large(path: &WorkspacePath, size: u64, limit: u64) -> ToolError {
 }
 
 impl WorkspaceService {
-    /// Runs one routed call.
-    pub async fn run(self: &Arc<Self>, call: &ActorCall) -> Result<Map<String, Value>, ToolError> {
+    /// Runs one routed call. `fields_limit`: the most bytes its result fields may take
+    /// ([`budget::fields_limit`] of the connection's `max_payload`); list results are cut to it
+    /// with `truncated: true`.
+    pub async fn run(
+        self: &Arc<Self>,
+        call: &ActorCall,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
         let ctx = &call.invocation;
         let session = ctx.session_id.clone().ok_or_else(|| {
             ToolError::invalid_request(format!(
@@ -79,15 +85,15 @@ impl WorkspaceService {
         })?;
         let a = &call.arguments;
         match call.tool.as_str() {
-            "workspace_status" => self.status(ctx, session).await,
-            "list_workspace_files" => self.list(ctx, session, args(a)?).await,
+            "workspace_status" => self.status(ctx, session, fields_limit).await,
+            "list_workspace_files" => self.list(ctx, session, args(a)?, fields_limit).await,
             "read_workspace_file" => self.read(ctx, session, args(a)?).await,
             "write_workspace_file" => self.write(ctx, session, args(a)?).await,
             "write_workspace_files" => self.write_many(ctx, session, args(a)?).await,
             "edit_workspace_file" => self.edit(ctx, session, args(a)?).await,
             "multi_edit_workspace_file" => self.multi_edit(ctx, session, args(a)?).await,
-            "lint_workspace_file" => self.lint(ctx, session, args(a)?).await,
-            "search_workspace_files" => self.search(ctx, session, args(a)?).await,
+            "lint_workspace_file" => self.lint(ctx, session, args(a)?, fields_limit).await,
+            "search_workspace_files" => self.search(ctx, session, args(a)?, fields_limit).await,
             "delete_workspace_file" => self.delete(ctx, session, args(a)?).await,
             other => Err(ToolError::new(
                 ErrorCode::UnknownTool,
@@ -138,14 +144,17 @@ impl WorkspaceService {
         &self,
         ctx: &InvocationContext,
         session: SessionId,
+        fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
-        self.blocking(ctx, session, |ws| {
+        self.blocking(ctx, session, move |ws| {
             let (files, sampled) = confine::sample(ws, 50)?;
-            Ok(object(json!({
+            let mut fields = object(json!({
                 "root": ws.root().display().to_string(),
                 "files": files,
                 "file_count_sampled": sampled,
-            })))
+            }));
+            budget::fit_list(&mut fields, "files", fields_limit);
+            Ok(fields)
         })
         .await
     }
@@ -155,12 +164,17 @@ impl WorkspaceService {
         ctx: &InvocationContext,
         session: SessionId,
         a: ListWorkspaceFilesArgs,
+        fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
         self.blocking(ctx, session, move |ws| {
             let listed = confine::list(ws, &a)?;
             let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
             fields.insert("path".into(), Value::from(a.path.clone()));
             fields.insert("count".into(), Value::from(listed.entries.len()));
+            if budget::fit_list(&mut fields, "entries", fields_limit) {
+                let kept = fields["entries"].as_array().map_or(0, Vec::len);
+                fields.insert("count".into(), Value::from(kept));
+            }
             Ok(fields)
         })
         .await
@@ -426,18 +440,21 @@ impl WorkspaceService {
         ctx: &InvocationContext,
         session: SessionId,
         a: LintWorkspaceFileArgs,
+        fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
         let path = WorkspacePath::parse(&a.path, "path")?;
         self.blocking(ctx, session, move |ws| {
             let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
             let report = lint::lint(&path.display(), &bytes, a.language);
             let failed = lint::has_errors(&report);
-            let fields = object(json!({
+            let mut fields = object(json!({
                 "path": path.display(),
                 "language": report.language,
                 "issues": report.issues,
                 "lint_model": lint::LINT_MODEL,
             }));
+            // An error's envelope (code, message) takes a little more: leave it room.
+            budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
             if failed {
                 let errors = report
                     .issues
@@ -464,12 +481,18 @@ impl WorkspaceService {
         ctx: &InvocationContext,
         session: SessionId,
         a: SearchWorkspaceFilesArgs,
+        fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
         let dir = WorkspacePath::parse(&a.path, "path")?;
         self.blocking(ctx, session, move |ws| {
             let outcome = search::search(ws, dir.as_path(), &a)?;
             let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
             fields.insert("query".into(), Value::from(a.query.clone()));
+            if budget::fit_list(&mut fields, "results", fields_limit) {
+                // `match_count` counts the matching lines returned.
+                let kept = fields["results"].as_array().map_or(0, Vec::len);
+                fields.insert("match_count".into(), Value::from(kept));
+            }
             Ok(fields)
         })
         .await
@@ -622,7 +645,7 @@ fn render_read(
     let total = text.total_lines.unwrap_or(lines.len() as u64);
     let start = a.start_line.unwrap_or(1);
     // A streamed range may stop early at the size cap: end at the last line it holds.
-    let end = a
+    let mut end = a
         .end_line
         .unwrap_or(total)
         .min(total)
@@ -634,8 +657,18 @@ fn render_read(
         ));
     }
     let mut content = String::with_capacity(text.body.len() + 8 * lines.len());
+    // A range of a file over READ_MAX_BYTES reads at most that many bytes of its lines
+    // (PROTOCOL.md), ending on a whole line; a smaller file never reaches the cap.
+    let mut capped = text.capped;
+    let mut range_bytes: u64 = 0;
     for n in start..=end {
         let line = lines[(n - 1 - offset) as usize];
+        range_bytes += line.len() as u64 + 1;
+        if text.size > READ_MAX_BYTES && range_bytes > READ_MAX_BYTES {
+            capped = true;
+            end = n - 1;
+            break;
+        }
         if a.include_line_numbers {
             let _ = writeln!(content, "{n:>6}\t{line}");
         } else {
@@ -658,7 +691,7 @@ fn render_read(
     fields.insert("total_lines".into(), Value::from(total));
     fields.insert(
         "partial".into(),
-        Value::Bool(range_partial || cut || text.capped),
+        Value::Bool(range_partial || cut || capped),
     );
     fields.insert("size".into(), Value::from(text.size));
     Ok((fields, text.sha256))

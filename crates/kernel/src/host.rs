@@ -12,14 +12,15 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::budget;
 use crate::error::ToolError;
 use crate::ids::{Account, InvocationId, NodeId};
 use crate::role::Role;
 use crate::subjects;
 use crate::time::elapsed_ms;
 use crate::wire::{
-    finished_extra, public_reply, run_event, ActorReply, CancelAck, DirectFinish, RunEventKind,
-    CLAIMED_BY_HEADER,
+    error_body, finished_extra, public_reply, run_event, ActorReply, CancelAck, DirectFinish,
+    RunEventKind, CLAIMED_BY_HEADER,
 };
 
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
@@ -190,15 +191,47 @@ impl Stream for DrainableSubscription {
 }
 
 /// Publishes a reply to a request; a message without a reply subject is dropped with a trace
-/// (it was a publish, not a request, so nobody waits for an answer).
+/// (it was a publish, not a request, so nobody waits for an answer). A body over the server's
+/// `max_payload` ([`budget::reply_limit`]) is never dropped: the reader gets the plain failure
+/// shape with `limit_exceeded` instead ([`respond_or`] for other shapes).
 pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject>, body: Vec<u8>) {
+    respond_or(client, request_reply, body, error_body).await
+}
+
+/// [`respond`], with `oversize` building what goes out in place of a body over the limit
+/// (from the `limit_exceeded` error), for replies whose failure shape is not the plain one.
+pub async fn respond_or(
+    client: &Client,
+    request_reply: Option<&async_nats::Subject>,
+    body: Vec<u8>,
+    oversize: impl FnOnce(ToolError) -> Vec<u8>,
+) {
     let Some(reply) = request_reply else {
         tracing::debug!("request without a reply subject; nothing to answer");
         return;
     };
+    let limit = budget::reply_limit(client.max_payload());
+    let body = match over_limit(body.len(), limit) {
+        None => body,
+        Some(error) => oversize(error),
+    };
     if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
         tracing::warn!(error = %e, "could not publish a reply");
     }
+}
+
+/// The `limit_exceeded` error for a reply of `size` bytes when only `limit` fit, logged; `None`
+/// when it fits.
+fn over_limit(size: usize, limit: usize) -> Option<ToolError> {
+    if size <= limit {
+        return None;
+    }
+    tracing::error!(
+        reply_bytes = size,
+        limit_bytes = limit,
+        "a reply is over the NATS max_payload; answering limit_exceeded instead"
+    );
+    Some(budget::oversize(size, limit))
 }
 
 /// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, for a call with a
@@ -207,13 +240,25 @@ pub async fn respond(client: &Client, request_reply: Option<&async_nats::Subject
 /// public reply to the caller, then [`ActorReply::delivered`] to the gateway (in that order, on
 /// one connection, so the caller's events come first). `started`: when this actor took the
 /// call.
+///
+/// A reply over [`budget::routed_limit`] (on either path, so both answer alike) becomes
+/// `limit_exceeded`, keeping its `events_emitted`: the caller hears why instead of nothing.
 pub async fn answer(
     client: &Client,
     request_reply: Option<&async_nats::Subject>,
     finish: Option<&DirectFinish>,
-    reply: ActorReply,
+    mut reply: ActorReply,
     started: Instant,
 ) {
+    if let Some(error) = over_limit(
+        budget::json_len(&reply),
+        budget::routed_limit(client.max_payload()),
+    ) {
+        reply = ActorReply {
+            events_emitted: reply.events_emitted,
+            ..ActorReply::error(error)
+        };
+    }
     let Some(DirectFinish {
         invocation,
         event_seq,
@@ -239,7 +284,10 @@ pub async fn answer(
     }
     let body = public_reply(&invocation.invocation_id, &reply.reply, dispatched);
     let caller = async_nats::Subject::from(direct.reply_to.as_str());
-    respond(client, Some(&caller), body).await;
+    respond_or(client, Some(&caller), body, |error| {
+        public_reply(&invocation.invocation_id, &error.into_fields(), dispatched)
+    })
+    .await;
     let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1));
     let body = serde_json::to_vec(&ack).expect("a reply serializes");
     respond(client, request_reply, body).await;

@@ -59,10 +59,26 @@ impl NatsServer {
 
     /// Starts on a given port (to restart a server where clients expect it).
     pub fn start_on(port: u16) -> NatsServer {
+        Self::spawn(port, None)
+    }
+
+    /// Starts with a `max_payload` of `bytes` (the default is 1 MiB), so that tests of replies
+    /// too big for one message need little data.
+    pub fn start_with_max_payload(bytes: usize) -> NatsServer {
+        Self::spawn(free_port(), Some(bytes))
+    }
+
+    fn spawn(port: u16, max_payload: Option<usize>) -> NatsServer {
         let bin = find_binary("nats-server", "nats-server");
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut child = Command::new(bin)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        let mut command = Command::new(bin);
+        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+        if let Some(bytes) = max_payload {
+            let config = dir.path().join("nats.conf");
+            std::fs::write(&config, format!("max_payload: {bytes}\n")).expect("write nats.conf");
+            command.arg("-c").arg(&config);
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .current_dir(dir.path())

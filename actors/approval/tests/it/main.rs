@@ -7,6 +7,7 @@ mod expiry;
 mod flows;
 mod garbage;
 mod in_band;
+mod list;
 mod races;
 mod release;
 mod support;

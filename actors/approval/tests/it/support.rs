@@ -79,7 +79,19 @@ impl Rig {
     }
 
     pub async fn with_config(config: ApprovalConfig) -> Rig {
-        let nats_server = NatsServer::start();
+        Rig::on(NatsServer::start(), config).await
+    }
+
+    /// A rig whose NATS server allows bodies of at most `bytes`.
+    pub async fn with_max_payload(bytes: usize) -> Rig {
+        Rig::on(
+            NatsServer::start_with_max_payload(bytes),
+            config(3600, true),
+        )
+        .await
+    }
+
+    async fn on(nats_server: NatsServer, config: ApprovalConfig) -> Rig {
         let redis = RedisServer::start();
         let desk = Desk::start(&nats_server.url(), &redis.url(), config.clone()).await;
         let client = nats_server.client().await;

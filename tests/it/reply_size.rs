@@ -1,0 +1,249 @@
+//! No reply is larger than the server's `max_payload` (PROTOCOL.md "Large data"): list results
+//! are cut by their tool to fit (`truncated: true`), and a reply nothing can cut becomes
+//! `limit_exceeded` in the reply path — never silence. NATS runs with a small `max_payload`
+//! here so the data stays small; every reply is read on both paths: straight from the actor
+//! (a caller under `_INBOX.`) and through the gateway (any other reply subject).
+
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, Subscriber};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::host::{answer, confirm_subscriptions};
+use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::wire::{ActorCall, ActorReply};
+use toolmesh_kernel::Role;
+
+use crate::support::{collect, Cluster};
+
+/// The NATS `max_payload` of these tests.
+const MAX_PAYLOAD: usize = 64 * 1024;
+
+/// Servers with the small `max_payload`, and a node with the given roles, approval off.
+async fn cluster(roles: &str) -> Cluster {
+    let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
+    assert_eq!(c.client.server_info().max_payload, MAX_PAYLOAD);
+    c.start_node(roles, &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")])
+        .await;
+    c
+}
+
+/// Where a call's reply travels.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// The caller's reply subject is under `_INBOX.`: the actor answers it itself.
+    Direct,
+    /// Any other reply subject: the gateway answers.
+    Gateway,
+}
+
+const PATHS: [Path; 2] = [Path::Direct, Path::Gateway];
+
+/// Sends a call on the given path and returns the reply's size in bytes and its JSON: a reply
+/// that never comes fails the test.
+async fn call(client: &Client, path: Path, body: Value) -> (usize, Value) {
+    let reply_to = match path {
+        Path::Direct => client.new_inbox(),
+        Path::Gateway => format!("callers.acme.{}", uuid::Uuid::new_v4().simple()),
+    };
+    let mut replies = client.subscribe(reply_to.clone()).await.unwrap();
+    confirm_subscriptions(client).await.unwrap();
+    client
+        .publish_with_reply(
+            "toolmesh.v1.call.acme",
+            reply_to,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .await
+        .unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
+        .await
+        .unwrap_or_else(|_| panic!("no reply within 10 s on the {path:?} path: {body}"))
+        .expect("the reply subscription is open");
+    let value = serde_json::from_slice(&msg.payload).expect("the reply is JSON");
+    (msg.payload.len(), value)
+}
+
+fn workspace_call(tool: &str, arguments: Value) -> Value {
+    json!({"tool": tool, "session_id": "s1", "arguments": arguments})
+}
+
+fn workspace_root(c: &Cluster) -> std::path::PathBuf {
+    c.data_dir
+        .path()
+        .join("accounts/acme/sessions/s1/workspace")
+}
+
+#[tokio::test]
+async fn a_listing_too_big_for_one_message_is_cut_to_fit() {
+    let c = cluster("gateway,approval,workspace").await;
+    let dir = workspace_root(&c).join("many");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 2,000 names of 120 characters: some 400 KB of entries, six times the max_payload.
+    for i in 0..2000 {
+        std::fs::write(dir.join(format!("{i:05}-{}", "n".repeat(114))), "x").unwrap();
+    }
+    for path in PATHS {
+        let (size, reply) = call(
+            &c.client,
+            path,
+            workspace_call(
+                "list_workspace_files",
+                json!({"path": "many", "max_results": 5000}),
+            ),
+        )
+        .await;
+        assert_eq!(reply["ok"], true, "{path:?}: {reply}");
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(reply["truncated"], true, "{path:?}");
+        let entries = reply["entries"].as_array().unwrap();
+        assert!(
+            entries.len() > 50 && entries.len() < 2000,
+            "{path:?}: {}",
+            entries.len()
+        );
+        assert_eq!(reply["count"], entries.len(), "{path:?}");
+        // Sorted by name, cut at the end.
+        assert!(entries[0]["name"].as_str().unwrap().starts_with("00000-"));
+    }
+}
+
+#[tokio::test]
+async fn a_search_with_many_long_matching_lines_is_cut_to_fit() {
+    let c = cluster("gateway,approval,workspace").await;
+    let root = workspace_root(&c);
+    std::fs::create_dir_all(&root).unwrap();
+    let text: String = (0..3000)
+        .map(|i| format!("needle {i:05} {}\n", "long line ".repeat(20)))
+        .collect();
+    std::fs::write(root.join("hay.txt"), text).unwrap();
+    for path in PATHS {
+        let (size, reply) = call(
+            &c.client,
+            path,
+            workspace_call(
+                "search_workspace_files",
+                json!({"query": "needle", "max_results": 5000}),
+            ),
+        )
+        .await;
+        assert_eq!(reply["ok"], true, "{path:?}: {reply}");
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(reply["truncated"], true, "{path:?}");
+        let results = reply["results"].as_array().unwrap();
+        assert!(
+            !results.is_empty() && results.len() < 3000,
+            "{path:?}: {}",
+            results.len()
+        );
+        assert_eq!(reply["match_count"], results.len(), "{path:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_reply_no_tool_cuts_is_limit_exceeded_with_its_invocation_id() {
+    let c = cluster("gateway,approval,workspace").await;
+    let root = workspace_root(&c);
+    std::fs::create_dir_all(&root).unwrap();
+    // 90,000 characters asked for and read: over the 64 KiB a message may carry.
+    std::fs::write(root.join("wide.txt"), "w".repeat(90_000)).unwrap();
+    let mut events = c
+        .client
+        .subscribe("toolmesh.v1.events.acme.>")
+        .await
+        .unwrap();
+    confirm_subscriptions(&c.client).await.unwrap();
+    for (n, path) in PATHS.into_iter().enumerate() {
+        let invocation = format!("inv-wide-{n}");
+        let read = json!({"path": "wide.txt", "max_chars": 100000, "include_line_numbers": false});
+        let (size, reply) = call(
+            &c.client,
+            path,
+            json!({"tool": "tool_dispatcher", "session_id": "s1", "invocation_id": invocation,
+                   "arguments": {"action": "call", "tool_name": "read_workspace_file",
+                                 "arguments": read}}),
+        )
+        .await;
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(reply["ok"], false, "{path:?}: {reply}");
+        assert_eq!(reply["error"], "limit_exceeded", "{path:?}: {reply}");
+        assert_eq!(reply["invocation_id"], invocation.as_str(), "{path:?}");
+        assert_eq!(reply["dispatched_tool_name"], "read_workspace_file");
+        assert!(
+            reply["error_message"]
+                .as_str()
+                .unwrap()
+                .contains("max_payload"),
+            "{reply}"
+        );
+        // `finished` says what the caller got.
+        let finished = collect(&mut events, 2, Duration::from_secs(10))
+            .await
+            .into_iter()
+            .find(|e| e["kind"] == "finished")
+            .unwrap_or_else(|| panic!("{path:?}: no finished event"));
+        assert_eq!(finished["invocation_id"], invocation.as_str());
+        assert_eq!(finished["ok"], false, "{finished}");
+        assert_eq!(finished["error"], "limit_exceeded", "{finished}");
+    }
+}
+
+/// A fake workspace actor in the role's queue group.
+async fn fake_workspace(client: &Client) -> Subscriber {
+    let sub = client
+        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
+        .await
+        .unwrap();
+    confirm_subscriptions(client).await.unwrap();
+    sub
+}
+
+/// The kernel's reply path itself (`host::answer`, which every actor uses): an actor whose
+/// tool returns a body over the `max_payload` has its reply replaced, on both paths.
+#[tokio::test]
+async fn the_reply_path_answers_limit_exceeded_for_any_oversized_result() {
+    let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
+    c.start_node(
+        "gateway,approval",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
+    let actor_client = c.nats.client().await;
+    let mut actor = fake_workspace(&actor_client).await;
+    for path in PATHS {
+        let caller = c.client.clone();
+        let pending = tokio::spawn(async move {
+            call(
+                &caller,
+                path,
+                workspace_call("read_workspace_file", json!({"path": "a.txt"})),
+            )
+            .await
+        });
+        let msg = tokio::time::timeout(Duration::from_secs(10), actor.next())
+            .await
+            .expect("the gateway routes the call")
+            .expect("subscription open");
+        let routed: ActorCall = serde_json::from_slice(&msg.payload).unwrap();
+        let mut fields = Map::new();
+        fields.insert("content".into(), Value::from("c".repeat(MAX_PAYLOAD)));
+        let finish = routed.direct_finish();
+        answer(
+            &actor_client,
+            msg.reply.as_ref(),
+            finish.as_ref(),
+            ActorReply::ok(fields),
+            Instant::now(),
+        )
+        .await;
+        let (size, reply) = pending.await.unwrap();
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(reply["error"], "limit_exceeded", "{path:?}: {reply}");
+        assert_eq!(
+            reply["invocation_id"],
+            routed.invocation.invocation_id.as_str(),
+            "{path:?}"
+        );
+    }
+}
