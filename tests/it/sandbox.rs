@@ -1393,3 +1393,74 @@ async fn wait_for_pattern_matches_line_by_line() {
         assert_eq!(killed["ok"], true, "{killed}");
     }
 }
+
+/// The permission bits of a file on disk (links not followed).
+fn mode_on_disk(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[tokio::test]
+async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
+    let c = cluster().await;
+    let ws = c
+        .data_dir
+        .path()
+        .join("accounts/acme/sessions/s1/workspace");
+    // Made in the sandbox: an executable script, a setuid file, an empty folder.
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod +x run.sh \
+            && echo x > suid.sh && chmod 4755 suid.sh && mkdir -p empty/inner && stat -c %a suid.sh"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "4755\n", "the sandbox set the bit: {r}");
+    let sandbox = r["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(mode_on_disk(&ws.join("run.sh")) & 0o111, 0o111, "{r}");
+    assert_eq!(
+        mode_on_disk(&ws.join("suid.sh")),
+        0o755,
+        "setuid never reaches the workspace"
+    );
+    let listed = tool(&c, "s1", "list_workspace_files", json!({"path": "empty"})).await;
+    assert_eq!(listed["ok"], true, "{listed}");
+    assert_eq!(listed["entries"][0]["path"], "empty/inner", "{listed}");
+    assert_eq!(listed["entries"][0]["type"], "dir", "{listed}");
+
+    // An empty folder in the workspace: a write, then a delete of its only file.
+    for (name, args) in [
+        (
+            "write_workspace_file",
+            json!({"path": "data/only.txt", "content": "x"}),
+        ),
+        ("delete_workspace_file", json!({"path": "data/only.txt"})),
+    ] {
+        let r = tool(&c, "s1", name, args).await;
+        assert_eq!(r["ok"], true, "{name}: {r}");
+    }
+
+    // The sandbox is recreated: the new one gets it all from the workspace.
+    let removed = Command::new("docker")
+        .args(["rm", "-f", &format!("toolmesh-{sandbox}")])
+        .output()
+        .expect("docker rm");
+    assert!(removed.status.success(), "{removed:?}");
+    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    assert_eq!(gone["error"], "unavailable", "{gone}");
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "./run.sh && stat -c %a suid.sh && test -d empty/inner && test -d data && ls -A data | wc -l"}),
+    )
+    .await;
+    assert_ne!(r["sandbox_id"], sandbox.as_str(), "{r}");
+    assert_eq!(r["stdout"], "ran\n755\n0\n", "{r}");
+}

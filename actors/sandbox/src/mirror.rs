@@ -23,6 +23,22 @@
 //! its mtime is "racy" (a rewrite of the same size within the same tick would keep its stamp):
 //! its content hash is kept and compared on the next push, as git does for racily clean files.
 //!
+//! **Modes.** The local stamp carries the mode (`st_mode & 0o7777`), so a `chmod` in the
+//! sandbox is a change: the file is sent again with its permission bits, and the workspace
+//! applies them masked (`kernel::sync::applied_mode`: never setuid, setgid or sticky). A pull
+//! writes each file with the workspace file's mode, masked the same way.
+//!
+//! **Directories** (with a workspace whose manifest lists them). The mirror remembers the
+//! directories it knows on both sides (`known_dirs`). A pull creates each listed directory it
+//! does not know (removing a file or link in the way: the workspace wins), and removes a known
+//! directory the workspace no longer lists only if it is empty here (`rmdir` on its held-open
+//! parent, which never follows a link). A push sends a `make_dir` for each local directory it
+//! does not know and a `remove_dir` for each known directory that is gone here, children
+//! first, after the file changes; the workspace removes one only while it is empty there, and
+//! a conflict (not empty there, or a file there) leaves the workspace's state to the next pull.
+//! Directories count toward `max_files`. Dirs travel in applies of their own, so a workspace of
+//! an older version that refuses them still takes the file changes.
+//!
 //! **Who wins.** The workspace: a pull overwrites a local file when the workspace changed it,
 //! and a push is conditional on the workspace stamp the mirror last saw, so a file changed on
 //! both sides comes back as a conflict (reported, not fatal) and the next pull brings the
@@ -40,11 +56,12 @@ use bytes::{Bytes, BytesMut};
 use cap_fs_ext::{
     DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt, OpenOptionsSyncExt,
 };
-use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions};
+use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, Permissions, PermissionsExt};
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::sync::{
-    is_skipped_dir, is_skipped_path, Change, ChangeOp, ChangeOutcome, Expected, FetchFile,
-    FileStamp, Manifest, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
+    applied_mode, is_skipped_dir, is_skipped_path, Change, ChangeOp, ChangeOutcome, Expected,
+    FetchFile, FileStamp, Manifest, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
+    MODE_PERMISSION_BITS,
 };
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -91,6 +108,11 @@ pub struct PullReport {
     pub copied: usize,
     /// Local files removed because the workspace no longer has them.
     pub removed: usize,
+    /// Local directories created for directories of the workspace (beyond the parents of
+    /// files written).
+    pub dirs_created: usize,
+    /// Empty local directories removed because the workspace no longer has them.
+    pub dirs_removed: usize,
     /// Files not synced: over the limits, unreadable, or in the way of a directory.
     pub skipped: usize,
     /// The workspace has more than the limits allow; files past them were not looked at
@@ -101,9 +123,10 @@ pub struct PullReport {
 /// What a push did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushReport {
-    /// Files created or changed in the workspace.
+    /// Files created or changed (content or mode) in the workspace, and directories created
+    /// there (named with a trailing `/`).
     pub changed: Vec<String>,
-    /// Files deleted from the workspace.
+    /// Files deleted from the workspace, and directories removed there (trailing `/`).
     pub deleted: Vec<String>,
     /// Changes not applied because the workspace changed too (its version wins; the next
     /// pull brings it).
@@ -135,6 +158,10 @@ pub struct Mirror {
     /// default when running as root (so the sandbox user can change them), else `None`.
     pub owner: Option<(u32, u32)>,
     known: HashMap<String, Known>,
+    /// Directories known to exist on both sides.
+    known_dirs: HashSet<String>,
+    /// The last manifest listed directories: the workspace syncs them.
+    dirs_synced: bool,
     root: Option<Dir>,
 }
 
@@ -145,6 +172,7 @@ impl std::fmt::Debug for Mirror {
             .field("session", &self.session)
             .field("local_root", &self.local_root)
             .field("known_files", &self.known.len())
+            .field("known_dirs", &self.known_dirs.len())
             .finish_non_exhaustive()
     }
 }
@@ -168,6 +196,8 @@ impl Mirror {
             limits,
             owner,
             known: HashMap::new(),
+            known_dirs: HashSet::new(),
+            dirs_synced: false,
             root: None,
         }
     }
@@ -292,7 +322,7 @@ impl Mirror {
                 }
                 let (content, ws_stamp) = partial.remove(&chunk.path).expect("inserted above");
                 let root = self.root.as_ref().expect("opened above");
-                match write_local(root, &chunk.path, &content, ws_stamp.mtime_ns, owner) {
+                match write_local(root, &chunk.path, &content, ws_stamp, owner) {
                     Ok(local) => {
                         let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&content));
                         self.known.insert(
@@ -335,7 +365,57 @@ impl Mirror {
                 }
             }
         }
+        self.dirs_synced = manifest.dirs.is_some();
+        if let Some(dirs) = &manifest.dirs {
+            self.pull_dirs(dirs, manifest.truncated, &mut report);
+        }
         Ok(report)
+    }
+
+    /// The directory half of a pull: creates listed directories the mirror does not know,
+    /// removes known ones the workspace no longer lists if they are empty here.
+    fn pull_dirs(&mut self, dirs: &[String], truncated: bool, report: &mut PullReport) {
+        let owner = self.owner;
+        let root = self.root.as_ref().expect("opened by the pull");
+        let listed: HashSet<&str> = dirs
+            .iter()
+            .map(String::as_str)
+            .filter(|d| !is_skipped_path(&format!("{d}/x")))
+            .collect();
+        for dir in dirs {
+            if !listed.contains(dir.as_str()) || self.known_dirs.contains(dir) {
+                continue;
+            }
+            match ensure_dir_local(root, dir, owner) {
+                Ok(created) => {
+                    report.dirs_created += usize::from(created);
+                    self.known_dirs.insert(dir.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(path = %dir, error = %e, "workspace directory not made in the mirror");
+                    report.skipped += 1;
+                }
+            }
+        }
+        if truncated {
+            return;
+        }
+        let mut gone: Vec<String> = self
+            .known_dirs
+            .iter()
+            .filter(|d| !listed.contains(d.as_str()))
+            .cloned()
+            .collect();
+        gone.sort_unstable_by(|a, b| b.cmp(a)); // children first
+        for dir in gone {
+            self.known_dirs.remove(&dir);
+            // rmdir on the held-open parent: only if empty here, never through a link.
+            if let Ok(Some((parent, name))) = open_parent_local(root, &dir, false, None) {
+                if parent.remove_dir(&name).is_ok() {
+                    report.dirs_removed += 1;
+                }
+            }
+        }
     }
 
     /// Local directory → workspace: files created or changed since the last pull or push (by
@@ -417,13 +497,16 @@ impl Mirror {
                         offset: 0,
                         total,
                         content: bytes.clone(),
+                        mode: local.mode.map(|m| m & MODE_PERMISSION_BITS),
                     },
                 },
                 Some((local, bytes)),
             ));
         }
         for (path, ws) in deletions {
-            let prune_empty_dirs = !parent_exists_local(&root, &path);
+            // With directories synced, each gone directory is removed by a change of its own
+            // (below); pruning here could remove a directory that still exists here.
+            let prune_empty_dirs = !self.dirs_synced && !parent_exists_local(&root, &path);
             batch.items.push((
                 Change {
                     path,
@@ -437,7 +520,93 @@ impl Mirror {
             }
         }
         self.send(&mut batch, &mut report).await?;
+        if self.dirs_synced {
+            self.push_dirs(&walked, &mut report).await?;
+        }
         Ok(report)
+    }
+
+    /// The directory half of a push: `make_dir` for local directories the mirror does not know
+    /// (parents first), `remove_dir` for known ones gone here (children first).
+    async fn push_dirs(
+        &mut self,
+        walked: &Walked,
+        report: &mut PushReport,
+    ) -> Result<(), ToolError> {
+        let mut made: Vec<&String> = walked
+            .dirs
+            .iter()
+            .filter(|d| !self.known_dirs.contains(*d))
+            .collect();
+        made.sort_unstable();
+        let mut removed: Vec<String> = if walked.truncated {
+            Vec::new()
+        } else {
+            let here: HashSet<&str> = walked.dirs.iter().map(String::as_str).collect();
+            self.known_dirs
+                .iter()
+                .filter(|d| !here.contains(d.as_str()))
+                .cloned()
+                .collect()
+        };
+        removed.sort_unstable_by(|a, b| b.cmp(a));
+        let changes: Vec<Change> = made
+            .into_iter()
+            .map(|d| (d.clone(), ChangeOp::MakeDir))
+            .chain(removed.into_iter().map(|d| (d, ChangeOp::RemoveDir)))
+            .map(|(path, op)| Change {
+                path,
+                expected: Expected::Any,
+                op,
+            })
+            .collect();
+        for batch in changes.chunks(1000) {
+            let outcomes = match self.sync.apply(&self.account, &self.session, batch).await {
+                Ok(outcomes) => outcomes,
+                Err(e) if e.code == ErrorCode::InvalidRequest => {
+                    // A workspace of an older version: it knows no directory changes.
+                    tracing::warn!(error = %e.message, "the workspace refused directory changes");
+                    report.skipped += batch.len();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for (change, outcome) in batch.iter().zip(outcomes) {
+                let shown = format!("{}/", change.path);
+                let making = change.op == ChangeOp::MakeDir;
+                match outcome {
+                    ChangeOutcome::Applied { .. } if making => {
+                        self.know_dir_and_parents(&change.path);
+                        report.changed.push(shown);
+                    }
+                    ChangeOutcome::Applied { .. } => {
+                        self.known_dirs.remove(&change.path);
+                        report.deleted.push(shown);
+                    }
+                    ChangeOutcome::Conflict { .. } => {
+                        // The workspace's state wins: the next pull brings it.
+                        self.known_dirs.remove(&change.path);
+                        report.conflicts.push(shown);
+                    }
+                    ChangeOutcome::Staged { .. } | ChangeOutcome::Rejected { .. } => {
+                        tracing::warn!(path = %change.path, outcome = ?outcome, "the workspace refused a mirrored directory change");
+                        report.skipped += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `path` and its parents as directories on both sides.
+    fn know_dir_and_parents(&mut self, path: &str) {
+        let mut at = Some(path);
+        while let Some(dir) = at.filter(|d| !d.is_empty()) {
+            if !self.known_dirs.insert(dir.to_owned()) {
+                break;
+            }
+            at = dir.rsplit_once('/').map(|(parent, _)| parent);
+        }
     }
 
     /// Sends a batch and records its outcomes.
@@ -480,6 +649,7 @@ impl Mirror {
                     offset: offset as u64,
                     total,
                     content: bytes.slice(offset..end),
+                    mode: local.mode.map(|m| m & MODE_PERMISSION_BITS),
                 },
             };
             let outcome = self
@@ -512,6 +682,13 @@ impl Mirror {
                 if let Some((local, bytes)) = local {
                     let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&bytes));
                     self.known.insert(path.clone(), Known { ws, local, hash });
+                }
+                if self.dirs_synced {
+                    // The put made the file's parents in the workspace.
+                    if let Some((parent, _)) = path.rsplit_once('/') {
+                        let parent = parent.to_owned();
+                        self.know_dir_and_parents(&parent);
+                    }
                 }
                 report.changed.push(path);
             }
@@ -565,7 +742,7 @@ fn local_failure(op: &str, what: &str, e: &io::Error) -> ToolError {
     ToolError::internal(format!("could not {op} {what} ({e})"))
 }
 
-/// `(size, mtime_ns, ino)` of local metadata.
+/// `(size, mtime_ns, ino, mode)` of local metadata.
 fn local_stamp(meta: &Metadata) -> FileStamp {
     let mtime_ns = meta
         .modified()
@@ -577,6 +754,7 @@ fn local_stamp(meta: &Metadata) -> FileStamp {
         size: meta.len(),
         mtime_ns,
         ino: meta.ino(),
+        mode: Some(meta.mode() & 0o7777),
     }
 }
 
@@ -585,16 +763,20 @@ fn local_stamp(meta: &Metadata) -> FileStamp {
 
 struct Walked {
     files: Vec<(String, FileStamp)>,
+    /// Every directory walked (not the root).
+    dirs: Vec<String>,
     /// Regular files present but over `max_file_bytes` (not deleted, not sent).
     oversized: HashSet<String>,
     skipped: usize,
     truncated: bool,
 }
 
-/// The regular files under `root`, by lstat through directory handles, never following.
+/// The regular files and directories under `root`, by lstat through directory handles, never
+/// following; directories count toward `max_files` with the files.
 fn walk_local(root: &Dir, limits: SyncLimits) -> Walked {
     let mut walked = Walked {
         files: Vec::new(),
+        dirs: Vec::new(),
         oversized: HashSet::new(),
         skipped: 0,
         truncated: false,
@@ -622,6 +804,11 @@ fn walk_local(root: &Dir, limits: SyncLimits) -> Walked {
             if kind.is_dir() {
                 if !is_skipped_dir(utf8, rel.is_empty()) {
                     if let Ok(sub) = dir.open_dir_nofollow(&name) {
+                        if walked.files.len() + walked.dirs.len() >= limits.max_files {
+                            walked.truncated = true;
+                            break 'walk;
+                        }
+                        walked.dirs.push(child.clone());
                         stack.push((sub, child));
                     }
                 }
@@ -631,7 +818,7 @@ fn walk_local(root: &Dir, limits: SyncLimits) -> Walked {
                     walked.oversized.insert(child);
                     continue;
                 }
-                if walked.files.len() >= limits.max_files
+                if walked.files.len() + walked.dirs.len() >= limits.max_files
                     || total.saturating_add(meta.len()) > limits.max_total_bytes
                 {
                     walked.truncated = true;
@@ -664,7 +851,21 @@ fn open_parent_local(
             "not a normalised relative path",
         ));
     }
+    Ok(open_dirs_local(root, &parts, create, owner)?.map(|(dir, _)| (dir, name.to_owned())))
+}
+
+/// Opens the directories `parts` below `root` one at a time without following links; with
+/// `create`, missing ones are made (owned by `owner`) and a file or link in the way is removed
+/// (the workspace wins). `None` when one is missing and not created; else the last directory
+/// and whether any was created.
+fn open_dirs_local(
+    root: &Dir,
+    parts: &[&str],
+    create: bool,
+    owner: Option<(u32, u32)>,
+) -> io::Result<Option<(Dir, bool)>> {
     let mut dir = root.open_dir_nofollow(".")?;
+    let mut created = false;
     for part in parts {
         let next = match dir.open_dir_nofollow(part) {
             Ok(next) => next,
@@ -680,7 +881,7 @@ fn open_parent_local(
                     _ => return Err(e),
                 }
                 match dir.create_dir(part) {
-                    Ok(()) => {}
+                    Ok(()) => created = true,
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(e),
                 }
@@ -689,7 +890,23 @@ fn open_parent_local(
         };
         dir = next;
     }
-    Ok(Some((dir, name.to_owned())))
+    Ok(Some((dir, created)))
+}
+
+/// Makes the directory `path` (and its parents) under `root`, never following a link; whether
+/// anything was created.
+fn ensure_dir_local(root: &Dir, path: &str, owner: Option<(u32, u32)>) -> io::Result<bool> {
+    let parts: Vec<&str> = path.split('/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a normalised relative path",
+        ));
+    }
+    Ok(open_dirs_local(root, &parts, true, owner)?.is_some_and(|(_, created)| created))
 }
 
 /// Opens the directory `name` just created in `dir` (never following a link) and gives it to
@@ -719,14 +936,16 @@ fn parent_exists_local(root: &Dir, path: &str) -> bool {
 }
 
 /// Writes `content` to `path` atomically (temp file + rename in the held-open parent), with
-/// the workspace's mtime, owned by `owner`; returns the local stamp.
+/// the workspace file's mtime and mode (masked by [`applied_mode`]), owned by `owner`; returns
+/// the local stamp.
 fn write_local(
     root: &Dir,
     path: &str,
     content: &[u8],
-    mtime_ns: i64,
+    ws: FileStamp,
     owner: Option<(u32, u32)>,
 ) -> io::Result<FileStamp> {
+    let mtime_ns = ws.mtime_ns;
     let (dir, name) = open_parent_local(root, path, true, owner)?
         .ok_or_else(|| io::Error::other("parent not created"))?;
     if dir.symlink_metadata(&name).is_ok_and(|m| m.is_dir()) {
@@ -747,6 +966,9 @@ fn write_local(
         file.write_all(content)?;
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
+        if let Some(mode) = ws.mode {
+            file.set_permissions(Permissions::from_mode(applied_mode(mode)))?;
         }
         let std_file = file.into_std();
         if mtime_ns >= 0 {

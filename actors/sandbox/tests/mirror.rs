@@ -2,7 +2,7 @@
 //! local directory (links out, FIFOs, the skip list), conflicts, big files, and the cost of a
 //! sync when nothing changed.
 
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,10 @@ struct Rig {
 
 impl Rig {
     async fn start() -> Rig {
+        Rig::with_limits(SyncLimits::default()).await
+    }
+
+    async fn with_limits(limits: SyncLimits) -> Rig {
         let nats = NatsServer::start();
         let redis = RedisServer::start();
         let dir = tempfile::tempdir().unwrap();
@@ -42,7 +46,7 @@ impl Rig {
             Account::parse("acme").unwrap(),
             SessionId::parse("s1").unwrap(),
             dir.path().join("mirror"),
-            SyncLimits::default(),
+            limits,
         );
         Rig {
             _nats: nats,
@@ -120,6 +124,8 @@ async fn a_round_trip_carries_new_changed_deleted_and_nested_files() {
         PullReport {
             copied: 3,
             removed: 0,
+            dirs_created: 0,
+            dirs_removed: 0,
             skipped: 0,
             truncated: false
         }
@@ -155,7 +161,10 @@ async fn a_round_trip_carries_new_changed_deleted_and_nested_files() {
     report.changed.sort();
     report.deleted.sort();
     assert_eq!(report.changed, ["a.txt", "new.txt", "pkg/mod/x.py"]);
-    assert_eq!(report.deleted, ["sub/b.txt", "sub/deeper/c.txt"]);
+    assert_eq!(
+        report.deleted,
+        ["sub/b.txt", "sub/deeper/", "sub/deeper/c.txt"]
+    );
     assert!(report.conflicts.is_empty());
     assert_eq!(files(&rig.ws()), files(&local));
     assert!(
@@ -221,7 +230,8 @@ async fn links_fifos_and_skipped_directories_never_travel() {
     symlink(secret_dir.join("secret.txt"), local.join("keep.txt")).unwrap();
 
     let report = rig.mirror.push().await.unwrap();
-    assert_eq!(report.changed, ["ok.txt"], "{report:?}");
+    // `a` holds only a skipped `__pycache__`: it travels as an empty directory.
+    assert_eq!(report.changed, ["ok.txt", "a/"], "{report:?}");
     assert_eq!(report.deleted, ["keep.txt"]);
     for (path, content) in files(&rig.ws()) {
         assert!(
@@ -349,4 +359,193 @@ async fn a_sync_with_nothing_changed_is_one_round_trip_each_way() {
     let each = started.elapsed() / rounds;
     eprintln!("pull + push with nothing changed: {each:?} per command (debug build)");
     assert!(each < Duration::from_millis(50), "{each:?}");
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every directory under `root` (relative) but the workspace's own and `node_modules`, links
+/// not followed.
+fn dirs(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                out.push(
+                    path.strip_prefix(root)
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .to_owned(),
+                );
+                stack.push(path);
+            }
+        }
+    }
+    out.retain(|d| !d.starts_with(".toolmesh") && !d.starts_with("node_modules"));
+    out.sort();
+    out
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[actix_rt::test]
+async fn modes_travel_both_ways_and_setuid_never_reaches_the_workspace() {
+    let mut rig = Rig::start().await;
+    rig.ws_write("run.sh", b"#!/bin/sh\necho hi\n");
+    chmod(&rig.ws().join("run.sh"), 0o755);
+    rig.ws_write("data.txt", b"data");
+    chmod(&rig.ws().join("data.txt"), 0o644);
+    rig.mirror.pull().await.unwrap();
+    let local = rig.local();
+    assert_eq!(
+        mode_of(&local.join("run.sh")),
+        0o755,
+        "the exec bit comes in"
+    );
+    assert_eq!(mode_of(&local.join("data.txt")), 0o644);
+
+    // chmod +x in the sandbox: a mode-only change is pushed, and comes back as no change.
+    chmod(&local.join("data.txt"), 0o755);
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(report.changed, ["data.txt"], "{report:?}");
+    assert_eq!(mode_of(&rig.ws().join("data.txt")), 0o755);
+    assert_eq!(std::fs::read(rig.ws().join("data.txt")).unwrap(), b"data");
+    assert!(rig.mirror.push().await.unwrap().changed.is_empty());
+    assert_eq!(rig.mirror.pull().await.unwrap().copied, 0);
+
+    // setuid, setgid and sticky set in the sandbox never reach the workspace.
+    chmod(&local.join("run.sh"), 0o7755);
+    assert_eq!(mode_of(&local.join("run.sh")), 0o7755);
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(report.changed, ["run.sh"], "{report:?}");
+    assert_eq!(mode_of(&rig.ws().join("run.sh")), 0o755);
+    assert!(rig.mirror.push().await.unwrap().changed.is_empty());
+
+    // A mode-only change in the workspace comes in on the next pull.
+    chmod(&rig.ws().join("data.txt"), 0o644);
+    assert_eq!(rig.mirror.pull().await.unwrap().copied, 1);
+    assert_eq!(mode_of(&local.join("data.txt")), 0o644);
+}
+
+#[actix_rt::test]
+async fn empty_directories_travel_both_ways() {
+    let mut rig = Rig::start().await;
+    let (ws, local) = (rig.ws(), rig.local());
+    std::fs::create_dir_all(ws.join("empty-ws/inner")).unwrap();
+    rig.ws_write("full/f.txt", b"f");
+    rig.ws_write("tree/t.txt", b"t");
+    rig.ws_write("keep/k.txt", b"k");
+    let report = rig.mirror.pull().await.unwrap();
+    assert_eq!(report.dirs_created, 2, "empty-ws and its inner: {report:?}");
+    assert_eq!(dirs(&local), dirs(&ws));
+
+    // Made in the sandbox: pushed, parents first; skipped names and links are not.
+    std::fs::create_dir_all(local.join("made/deep")).unwrap();
+    std::fs::create_dir(local.join("made2")).unwrap();
+    std::fs::create_dir_all(local.join("node_modules/pkg")).unwrap();
+    let outside = rig.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    symlink(&outside, local.join("linked")).unwrap();
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(
+        report.changed,
+        ["made/", "made/deep/", "made2/"],
+        "{report:?}"
+    );
+    assert!(ws.join("made/deep").is_dir() && ws.join("made2").is_dir());
+    assert!(!ws.join("node_modules").exists());
+    assert!(!ws.join("linked").exists());
+    let again = rig.mirror.push().await.unwrap();
+    assert!(
+        again.changed.is_empty() && again.deleted.is_empty(),
+        "{again:?}"
+    );
+
+    // Removed in the sandbox: removed in the workspace while empty there; a directory the
+    // workspace filled meanwhile stays (the workspace wins) and comes back on the next pull.
+    std::fs::remove_dir(local.join("made/deep")).unwrap();
+    std::fs::remove_dir(local.join("made2")).unwrap();
+    rig.ws_write("made2/x.txt", b"from the workspace");
+    std::fs::remove_dir_all(local.join("tree")).unwrap();
+    std::fs::remove_file(local.join("keep/k.txt")).unwrap();
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(
+        sorted(report.deleted.clone()),
+        ["keep/k.txt", "made/deep/", "tree/", "tree/t.txt"],
+        "{report:?}"
+    );
+    assert_eq!(report.conflicts, ["made2/"], "{report:?}");
+    assert!(!ws.join("made/deep").exists() && ws.join("made").is_dir());
+    assert!(!ws.join("tree").exists(), "a removed tree goes");
+    assert!(
+        ws.join("keep").is_dir(),
+        "a folder emptied in the sandbox stays"
+    );
+    assert!(ws.join("made2/x.txt").is_file());
+    rig.mirror.pull().await.unwrap();
+    assert_eq!(
+        std::fs::read(local.join("made2/x.txt")).unwrap(),
+        b"from the workspace"
+    );
+
+    // Removed in the workspace: removed here if empty here.
+    std::fs::remove_dir_all(ws.join("empty-ws")).unwrap();
+    std::fs::remove_dir_all(ws.join("full")).unwrap();
+    std::fs::remove_dir(ws.join("keep")).unwrap();
+    std::fs::create_dir(local.join("keep/sandbox-made")).unwrap();
+    let report = rig.mirror.pull().await.unwrap();
+    assert_eq!((report.removed, report.dirs_removed), (1, 3), "{report:?}");
+    assert!(!local.join("empty-ws").exists() && !local.join("full").exists());
+    assert!(
+        local.join("keep/sandbox-made").is_dir(),
+        "a directory not empty here stays"
+    );
+    // … and what the sandbox made in it goes to the workspace on the next push.
+    rig.mirror.push().await.unwrap();
+    assert!(ws.join("keep/sandbox-made").is_dir());
+    assert_eq!(dirs(&local), dirs(&ws));
+
+    // A workspace directory where the sandbox planted a link: the link is replaced, never
+    // followed.
+    std::fs::create_dir(ws.join("planted")).unwrap();
+    symlink(&outside, local.join("planted")).unwrap();
+    rig.mirror.pull().await.unwrap();
+    assert!(std::fs::symlink_metadata(local.join("planted"))
+        .unwrap()
+        .is_dir());
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "nothing made outside"
+    );
+}
+
+#[actix_rt::test]
+async fn directories_count_toward_the_entry_cap() {
+    let mut rig = Rig::with_limits(SyncLimits {
+        max_files: 3,
+        ..SyncLimits::default()
+    })
+    .await;
+    rig.mirror.pull().await.unwrap();
+    for d in ["d1", "d2", "d3", "d4", "d5"] {
+        std::fs::create_dir(rig.local().join(d)).unwrap();
+    }
+    let report = rig.mirror.push().await.unwrap();
+    assert_eq!(report.changed.len(), 3, "{report:?}");
+    assert_eq!(dirs(&rig.ws()).len(), 3);
 }

@@ -10,7 +10,15 @@
 //! the path itself is replaced as a link by an unconditional put, never written through.
 //!
 //! Puts are staged under `.toolmesh/sync/` and renamed into place, so a reader of the
-//! workspace sees the old file or the whole new one, never a part.
+//! workspace sees the old file or the whole new one, never a part. A put's mode is applied to
+//! the staged file (`fchmod` on its handle) before the rename, masked by
+//! [`wire::applied_mode`]: whatever a sandbox sends, no workspace file becomes setuid, setgid,
+//! sticky or writable by others through sync.
+//!
+//! Directory changes go through the same parent walk: `make_dir` creates missing parents one
+//! `create_dir` + `open_dir_nofollow` at a time, `remove_dir` is one `unlinkat(AT_REMOVEDIR)`
+//! on the held-open parent, which removes only an empty directory and never a link's target.
+//! Neither may name a skipped directory or lie beneath one.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -22,7 +30,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::{Client, Message};
 use bytes::Bytes;
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
-use cap_std::fs::{Dir, File, FileExt, Metadata, MetadataExt, OpenOptions};
+use cap_std::fs::{
+    Dir, File, FileExt, Metadata, MetadataExt, OpenOptions, Permissions, PermissionsExt,
+};
 use serde_json::Value;
 use toolmesh_actix_host::Handler;
 use toolmesh_kernel::host::respond;
@@ -174,6 +184,7 @@ struct Pending {
 
 fn walk(root: Rc<Dir>, limits: ManifestLimits) -> Manifest {
     let mut manifest = Manifest::default();
+    let mut dirs: Vec<String> = Vec::new();
     let mut total = 0u64;
     let mut reply_bytes = 64usize;
     let mut stack: Vec<Pending> = Vec::new();
@@ -190,7 +201,17 @@ fn walk(root: Rc<Dir>, limits: ManifestLimits) -> Manifest {
             // Opened by handle without following: a directory swapped for a link since the
             // listing is not entered.
             if let Ok(dir) = item.parent.open_dir_nofollow(&item.name) {
+                // Directories count toward `max_files` with the files.
+                let cost = item.rel.len() + 4;
+                if manifest.entries.len() + dirs.len() >= limits.max_files as usize
+                    || reply_bytes + cost > MANIFEST_REPLY_BUDGET
+                {
+                    manifest.truncated = true;
+                    break;
+                }
+                reply_bytes += cost;
                 push_children(&Rc::new(dir), &item.rel, &mut stack, &mut manifest.skipped);
+                dirs.push(item.rel);
             }
         } else if kind.is_file() {
             let size = meta.len();
@@ -198,8 +219,8 @@ fn walk(root: Rc<Dir>, limits: ManifestLimits) -> Manifest {
                 manifest.skipped += 1;
                 continue;
             }
-            let cost = item.rel.len() + 80;
-            if manifest.entries.len() as u64 >= limits.max_files
+            let cost = item.rel.len() + 96;
+            if (manifest.entries.len() + dirs.len()) as u64 >= limits.max_files
                 || total.saturating_add(size) > limits.max_total_bytes
                 || reply_bytes + cost > MANIFEST_REPLY_BUDGET
             {
@@ -214,10 +235,12 @@ fn walk(root: Rc<Dir>, limits: ManifestLimits) -> Manifest {
                 size: stamp.size,
                 mtime_ns: stamp.mtime_ns,
                 ino: stamp.ino,
+                mode: stamp.mode,
             });
         }
         // Symlinks, FIFOs, sockets, devices: never synced.
     }
+    manifest.dirs = Some(dirs);
     manifest
 }
 
@@ -253,7 +276,7 @@ fn push_children(dir: &Rc<Dir>, rel: &str, stack: &mut Vec<Pending>, skipped: &m
     }
 }
 
-/// `(size, mtime_ns, ino)` of a file's metadata.
+/// `(size, mtime_ns, ino, mode)` of a file's metadata.
 pub fn stamp_of(meta: &Metadata) -> FileStamp {
     let mtime_ns = meta
         .modified()
@@ -265,6 +288,7 @@ pub fn stamp_of(meta: &Metadata) -> FileStamp {
         size: meta.len(),
         mtime_ns,
         ino: meta.ino(),
+        mode: Some(meta.mode() & 0o7777),
     }
 }
 
@@ -472,7 +496,7 @@ fn current_in(dir: &Dir, name: &str) -> Result<Current, io::Error> {
 fn holds(expected: Expected, current: Current) -> bool {
     match (expected, current) {
         (Expected::Any, _) | (Expected::Absent, Current::Absent) => true,
-        (Expected::Stamp(want), Current::File(have)) => want == have,
+        (Expected::Stamp(want), Current::File(have)) => want.holds_for(&have),
         _ => false,
     }
 }
@@ -492,7 +516,75 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
         ));
     }
     let display = path.as_str().to_owned();
+    let applied = |display: String| ChangeOutcome::Applied {
+        path: display,
+        stamp: None,
+    };
+    if matches!(change.op, ChangeOp::MakeDir | ChangeOp::RemoveDir)
+        && wire::is_skipped_path(&format!("{path}/x"))
+    {
+        return Err(ToolError::invalid_argument(
+            path.pointer(),
+            format!("'{path}' is a directory sync skips (or lies beneath one); it is never synced"),
+        ));
+    }
     match change.op {
+        ChangeOp::MakeDir => {
+            let dir = match open_parent(ws, &path, true)? {
+                Parent::Open(dir) => dir,
+                Parent::Missing => unreachable!("open_parent creates missing parents"),
+            };
+            let inspect =
+                |dir: &Dir| current_in(dir, &name).map_err(|e| io_error(ws, &path, "inspect", e));
+            match inspect(&dir)? {
+                Current::Dir => Ok(applied(display)),
+                Current::Absent => match dir.create_dir(&name) {
+                    Ok(()) => Ok(applied(display)),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match inspect(&dir)? {
+                        Current::Dir => Ok(applied(display)),
+                        now => Ok(ChangeOutcome::Conflict {
+                            path: display,
+                            current: now,
+                        }),
+                    },
+                    Err(e) => Err(io_error(ws, &path, "create", e)),
+                },
+                now => Ok(ChangeOutcome::Conflict {
+                    path: display,
+                    current: now,
+                }),
+            }
+        }
+        ChangeOp::RemoveDir => {
+            let Parent::Open(dir) = open_parent(ws, &path, false)? else {
+                return Ok(applied(display));
+            };
+            let inspect =
+                |dir: &Dir| current_in(dir, &name).map_err(|e| io_error(ws, &path, "inspect", e));
+            match inspect(&dir)? {
+                Current::Absent => Ok(applied(display)),
+                // unlinkat(AT_REMOVEDIR): only an empty directory goes, a link never.
+                Current::Dir => match dir.remove_dir(&name) {
+                    Ok(()) => Ok(applied(display)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(applied(display)),
+                    Err(e)
+                        if e.kind() == io::ErrorKind::DirectoryNotEmpty
+                            || e.kind() == io::ErrorKind::NotADirectory
+                            || e.raw_os_error() == Some(17) /* EEXIST, ENOTEMPTY's alias */ =>
+                    {
+                        Ok(ChangeOutcome::Conflict {
+                            path: display,
+                            current: inspect(&dir)?,
+                        })
+                    }
+                    Err(e) => Err(io_error(ws, &path, "remove", e)),
+                },
+                now => Ok(ChangeOutcome::Conflict {
+                    path: display,
+                    current: now,
+                }),
+            }
+        }
         ChangeOp::Delete { prune_empty_dirs } => {
             let parent = open_parent(ws, &path, false)?;
             let now = current(&parent, &name).map_err(|e| io_error(ws, &path, "inspect", e))?;
@@ -536,6 +628,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             offset,
             total,
             content,
+            mode,
         } => {
             let len = content.len() as u64;
             if total > MAX_PUT_BYTES {
@@ -606,6 +699,14 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             let discard = || {
                 let _ = staging.remove_file(&staging_name);
             };
+            // fchmod on the staged file's handle, masked: never setuid, setgid or sticky.
+            if let Some(mode) = mode {
+                let permissions = Permissions::from_mode(wire::applied_mode(mode));
+                if let Err(e) = file.set_permissions(permissions) {
+                    discard();
+                    return Err(staging_error(&path, e));
+                }
+            }
             if let Err(e) = file.sync_all() {
                 discard();
                 return Err(staging_error(&path, e));

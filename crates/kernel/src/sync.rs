@@ -22,9 +22,26 @@
 //! Content in one body stays under [`BODY_CONTENT_BUDGET`] (512 KiB); a bigger file takes
 //! several fetches (by `offset`) or several put parts.
 //!
-//! **Stamps.** A [`FileStamp`] is `(size, mtime_ns, ino)` of a regular file. The inode is part
-//! of it because mtimes come from a coarse clock (a few ms): every write the workspace actor
-//! makes replaces the file by rename, so two writes within one tick still differ by inode.
+//! **Stamps.** A [`FileStamp`] is `(size, mtime_ns, ino, mode)` of a regular file. The inode is
+//! part of it because mtimes come from a coarse clock (a few ms): every write the workspace
+//! actor makes replaces the file by rename, so two writes within one tick still differ by
+//! inode. The mode is part of it because `chmod` changes no mtime: a mode-only change is a
+//! change, and its file travels again, content and mode together.
+//!
+//! **Modes.** A stamp's `mode` is the file's `st_mode & 0o7777`. A put carries the sender's
+//! permission bits (`& 0o777`), and the receiving side writes the file with
+//! [`applied_mode`]: read and execute bits as sent, the owner's read and write always, no write
+//! for group or others, and never setuid, setgid or sticky — whatever the sender asks. So
+//! `chmod +x` travels both ways, and a sandbox cannot make a workspace file setuid or
+//! world-writable. Directory modes do not travel. A peer of an older version sends no `mode`
+//! (serde default `None`): its puts keep the receiver's default mode, and its `stamp`
+//! preconditions are checked without the mode.
+//!
+//! **Directories.** A manifest lists every synced directory beside the files (`dirs`), and
+//! directories count toward `max_files` with the files. [`ChangeOp::MakeDir`] creates one
+//! (with missing parents); [`ChangeOp::RemoveDir`] removes one only while it is empty in the
+//! workspace. So empty directories travel both ways. A manifest without `dirs` comes from a
+//! workspace of an older version, which has no directory changes either.
 //!
 //! **Preconditions.** Each change carries [`Expected`]: `any` (unconditional), `absent` (there
 //! must be nothing at the path — not a file, directory or symlink), or `stamp` (there must be a
@@ -81,6 +98,15 @@ pub const STAGING_DIR: &str = ".toolmesh/sync";
 /// Where over-budget outputs are persisted, relative to the workspace root.
 pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
 
+/// The permission bits a put carries: read, write and execute for owner, group and others.
+pub const MODE_PERMISSION_BITS: u32 = 0o777;
+
+/// The mode a receiving side gives a synced file whose sender reported `mode` (see the module
+/// docs): `(mode & 0o755) | 0o600`, so never setuid, setgid, sticky, or writable by others.
+pub fn applied_mode(mode: u32) -> u32 {
+    (mode & 0o755) | 0o600
+}
+
 /// Whether a directory called `name` is skipped; `top_level` when its parent is the root.
 pub fn is_skipped_dir(name: &str, top_level: bool) -> bool {
     SKIPPED_DIRS.contains(&name) || (top_level && name == TOOLMESH_DIR)
@@ -109,12 +135,26 @@ pub struct FileStamp {
     /// Last modification, nanoseconds since the Unix epoch.
     pub mtime_ns: i64,
     pub ino: u64,
+    /// `st_mode & 0o7777`; `None` from a peer of an older version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}
+
+impl FileStamp {
+    /// Whether a precondition stamp holds for the file stamp `have`: the same size, mtime and
+    /// inode, and the same mode unless the precondition names none (an older peer).
+    pub fn holds_for(&self, have: &FileStamp) -> bool {
+        self.size == have.size
+            && self.mtime_ns == have.mtime_ns
+            && self.ino == have.ino
+            && (self.mode.is_none() || self.mode == have.mode)
+    }
 }
 
 /// Caps of one manifest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestLimits {
-    /// Listing stops (`truncated`) after this many files.
+    /// Listing stops (`truncated`) after this many files and directories together.
     pub max_files: u64,
     /// Bigger files are left out and counted in `skipped`.
     pub max_file_bytes: u64,
@@ -139,6 +179,9 @@ pub struct ManifestEntry {
     pub size: u64,
     pub mtime_ns: i64,
     pub ino: u64,
+    /// See [`FileStamp::mode`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 impl ManifestEntry {
@@ -147,6 +190,7 @@ impl ManifestEntry {
             size: self.size,
             mtime_ns: self.mtime_ns,
             ino: self.ino,
+            mode: self.mode,
         }
     }
 }
@@ -156,10 +200,14 @@ impl ManifestEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub entries: Vec<ManifestEntry>,
+    /// Every synced directory (relative, `/`-separated), parents before children; `None`
+    /// from a workspace of an older version, which syncs no directories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirs: Option<Vec<String>>,
     /// Regular files left out: over `max_file_bytes`, or a name that is not UTF-8.
     pub skipped: u64,
     /// The walk stopped early (`max_files`, `max_total_bytes`, or the reply's size): files
-    /// not listed may exist.
+    /// and directories not listed may exist.
     pub truncated: bool,
 }
 
@@ -245,12 +293,22 @@ pub enum ChangeOp {
     /// (`offset == 0`, `content.len() == total`) needs no `upload`; a put in several parts
     /// names its staging file by `upload` (`[A-Za-z0-9_-]{1,64}`, unique per put), sends its
     /// parts in order, and the last part moves the file into place.
+    /// `mode` is the sender's permission bits: the file gets [`applied_mode`] of the last
+    /// part's `mode`, or the default mode of a new file when it is `None`.
     Put {
         upload: Option<String>,
         offset: u64,
         total: u64,
         content: Bytes,
+        mode: Option<u32>,
     },
+    /// Creates the directory, and its missing parents. A directory already there counts as
+    /// applied; a file, link or anything else there is a conflict (`expected` is not looked at).
+    MakeDir,
+    /// Removes the directory only if it is empty; a path already absent counts as applied; a
+    /// directory that is not empty, a file, a link or anything else there is a conflict
+    /// (`expected` is not looked at). Parents are left alone: remove each one by name.
+    RemoveDir,
     /// Removes the regular file (or, with [`Expected::Any`], a symlink) at the path; a path
     /// already absent counts as applied. With `prune_empty_dirs`, its parent directories that
     /// became empty are removed too, up to the root.
@@ -284,11 +342,15 @@ pub enum OpHeader {
         offset: u64,
         total: u64,
         len: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
     },
     Delete {
         #[serde(default)]
         prune_empty_dirs: bool,
     },
+    MakeDir,
+    RemoveDir,
 }
 
 /// `apply` request head.
@@ -316,7 +378,7 @@ pub enum Current {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ChangeOutcome {
-    /// Done: a put's new stamp (`None` for a delete).
+    /// Done: a put's new stamp (`None` for a delete or a directory change).
     Applied {
         path: String,
         stamp: Option<FileStamp>,
@@ -444,15 +506,19 @@ pub fn encode_apply(account: &Account, session: &SessionId, changes: &[Change]) 
                         offset,
                         total,
                         content,
+                        mode,
                     } => OpHeader::Put {
                         upload: upload.clone(),
                         offset: *offset,
                         total: *total,
                         len: content.len() as u64,
+                        mode: *mode,
                     },
                     ChangeOp::Delete { prune_empty_dirs } => OpHeader::Delete {
                         prune_empty_dirs: *prune_empty_dirs,
                     },
+                    ChangeOp::MakeDir => OpHeader::MakeDir,
+                    ChangeOp::RemoveDir => OpHeader::RemoveDir,
                 },
             })
             .collect(),
@@ -461,7 +527,7 @@ pub fn encode_apply(account: &Account, session: &SessionId, changes: &[Change]) 
         .iter()
         .filter_map(|c| match &c.op {
             ChangeOp::Put { content, .. } => Some(&content[..]),
-            ChangeOp::Delete { .. } => None,
+            ChangeOp::Delete { .. } | ChangeOp::MakeDir | ChangeOp::RemoveDir => None,
         })
         .collect();
     encode_frame(&head, &parts)
@@ -474,7 +540,7 @@ pub fn decode_apply(body: &Bytes) -> Result<(Account, SessionId, Vec<Change>), T
         .map_err(|e| ToolError::invalid_request(format!("malformed apply request: {e}")))?;
     let changes = split_content(head.changes, content, |h| match &h.op {
         OpHeader::Put { len, .. } => *len,
-        OpHeader::Delete { .. } => 0,
+        OpHeader::Delete { .. } | OpHeader::MakeDir | OpHeader::RemoveDir => 0,
     })?
     .into_iter()
     .map(|(h, content)| Change {
@@ -485,14 +551,18 @@ pub fn decode_apply(body: &Bytes) -> Result<(Account, SessionId, Vec<Change>), T
                 upload,
                 offset,
                 total,
+                mode,
                 ..
             } => ChangeOp::Put {
                 upload,
                 offset,
                 total,
                 content,
+                mode,
             },
             OpHeader::Delete { prune_empty_dirs } => ChangeOp::Delete { prune_empty_dirs },
+            OpHeader::MakeDir => ChangeOp::MakeDir,
+            OpHeader::RemoveDir => ChangeOp::RemoveDir,
         },
     })
     .collect();
@@ -776,6 +846,7 @@ impl WorkspaceSync {
                     offset,
                     total,
                     content: part(offset, (end - offset) as usize)?,
+                    mode: None,
                 },
             };
             let outcome = self
@@ -864,6 +935,7 @@ mod tests {
                     offset: 0,
                     total: 3,
                     content: Bytes::from_static(b"abc"),
+                    mode: Some(0o755),
                 },
             },
             Change {
@@ -872,6 +944,7 @@ mod tests {
                     size: 1,
                     mtime_ns: 2,
                     ino: 3,
+                    mode: Some(0o644),
                 }),
                 op: ChangeOp::Delete {
                     prune_empty_dirs: true,
@@ -885,7 +958,18 @@ mod tests {
                     offset: 0,
                     total: 10,
                     content: Bytes::from_static(&[0, 255, 10]),
+                    mode: None,
                 },
+            },
+            Change {
+                path: "empty/dir".into(),
+                expected: Expected::Any,
+                op: ChangeOp::MakeDir,
+            },
+            Change {
+                path: "old".into(),
+                expected: Expected::Any,
+                op: ChangeOp::RemoveDir,
             },
         ];
         let body = Bytes::from(encode_apply(&account, &session, &changes));
@@ -904,10 +988,11 @@ mod tests {
             serde_json::to_value(Expected::Stamp(FileStamp {
                 size: 1,
                 mtime_ns: 2,
-                ino: 3
+                ino: 3,
+                mode: Some(0o755),
             }))
             .unwrap(),
-            serde_json::json!({"kind": "stamp", "size": 1, "mtime_ns": 2, "ino": 3})
+            serde_json::json!({"kind": "stamp", "size": 1, "mtime_ns": 2, "ino": 3, "mode": 0o755})
         );
         let conflict = ChangeOutcome::Conflict {
             path: "x".into(),
@@ -929,6 +1014,7 @@ mod tests {
                     size: 4,
                     mtime_ns: 0,
                     ino: 1,
+                    mode: None,
                 },
                 eof: true,
                 content: Bytes::from_static(b"data"),
@@ -952,6 +1038,89 @@ mod tests {
         assert_eq!(
             decode_fetched(&error).unwrap_err().code,
             ErrorCode::NotFound
+        );
+    }
+
+    #[test]
+    fn applied_modes_keep_exec_bits_and_drop_the_rest() {
+        let check = |sent: u32, applied: u32| assert_eq!(applied_mode(sent), applied, "{sent:o}");
+        check(0o755, 0o755);
+        check(0o644, 0o644);
+        check(0o700, 0o700);
+        check(0o4755, 0o755); // setuid
+        check(0o2755, 0o755); // setgid
+        check(0o1777, 0o755); // sticky, and no write for group or others
+        check(0o000, 0o600); // the owner keeps read and write
+        check(0o111, 0o711);
+    }
+
+    #[test]
+    fn a_stamp_without_a_mode_holds_for_any_mode() {
+        let have = FileStamp {
+            size: 1,
+            mtime_ns: 2,
+            ino: 3,
+            mode: Some(0o755),
+        };
+        assert!(have.holds_for(&have));
+        assert!(
+            FileStamp { mode: None, ..have }.holds_for(&have),
+            "an older peer"
+        );
+        assert!(!FileStamp {
+            mode: Some(0o644),
+            ..have
+        }
+        .holds_for(&have));
+        assert!(!FileStamp { ino: 4, ..have }.holds_for(&have));
+    }
+
+    #[test]
+    fn heads_of_an_older_version_still_decode() {
+        // An apply of an older mirror: no mode on the put or the stamp.
+        let head = serde_json::json!({
+            "account": "acme",
+            "session_id": "s1",
+            "changes": [
+                {"path": "a", "expected": {"kind": "stamp", "size": 1, "mtime_ns": 2, "ino": 3},
+                 "op": "put", "offset": 0, "total": 1, "len": 1},
+                {"path": "b", "expected": {"kind": "any"}, "op": "delete"},
+            ],
+        });
+        let body = Bytes::from(encode_frame(&head, &[b"x"]));
+        let (_, _, changes) = decode_apply(&body).unwrap();
+        assert_eq!(
+            changes[0].expected,
+            Expected::Stamp(FileStamp {
+                size: 1,
+                mtime_ns: 2,
+                ino: 3,
+                mode: None
+            })
+        );
+        assert!(matches!(changes[0].op, ChangeOp::Put { mode: None, .. }));
+        // A manifest of an older workspace: no modes, no directories.
+        let manifest: Manifest = parse_reply(serde_json::json!({
+            "ok": true,
+            "entries": [{"path": "a", "size": 1, "mtime_ns": 2, "ino": 3}],
+            "skipped": 0,
+            "truncated": false,
+        }))
+        .unwrap();
+        assert_eq!(manifest.dirs, None);
+        assert_eq!(manifest.entries[0].stamp().mode, None);
+        // And what a new side sends stays readable by an older one: no new field is required,
+        // and a stamp without a mode serializes as before.
+        let old_stamp = serde_json::to_value(FileStamp {
+            size: 1,
+            mtime_ns: 2,
+            ino: 3,
+            mode: None,
+        })
+        .unwrap();
+        assert_eq!(
+            old_stamp,
+            serde_json::json!({"size": 1, "mtime_ns": 2, "ino": 3})
         );
     }
 }

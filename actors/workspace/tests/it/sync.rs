@@ -2,7 +2,7 @@
 //! staged atomic puts, conditional changes, and confinement — against a real nats-server and
 //! the workspace actor as a node runs it.
 
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -95,6 +95,7 @@ fn put(path: &str, expected: Expected, content: &'static [u8]) -> Change {
             offset: 0,
             total: content.len() as u64,
             content: Bytes::from_static(content),
+            mode: None,
         },
     }
 }
@@ -267,6 +268,7 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
             offset: offset as u64,
             total,
             content: content.slice(offset..end),
+            mode: None,
         },
     };
     let cuts = [0, 500_000, 1_000_000, content.len()];
@@ -308,6 +310,7 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
                 offset: 10,
                 total: 20,
                 content: Bytes::from_static(&[1; 10]),
+                mode: None,
             },
         }])
         .await
@@ -542,4 +545,280 @@ async fn paths_outside_the_workspace_are_rejected_and_nothing_outside_changes() 
         std::fs::read(outside.join("secret.txt")).unwrap(),
         b"secret"
     );
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn put_mode(path: &str, expected: Expected, content: &'static [u8], mode: u32) -> Change {
+    let mut change = put(path, expected, content);
+    if let ChangeOp::Put { mode: m, .. } = &mut change.op {
+        *m = Some(mode);
+    }
+    change
+}
+
+fn dir_change(path: &str, op: ChangeOp) -> Change {
+    Change {
+        path: path.into(),
+        expected: Expected::Any,
+        op,
+    }
+}
+
+#[actix_rt::test]
+async fn modes_travel_masked_and_a_mode_change_is_a_change() {
+    let rig = Rig::start().await;
+    rig.put("run.sh", b"#!/bin/sh\necho hi\n");
+    chmod(&rig.root().join("run.sh"), 0o644);
+    let before = rig.manifest(WIDE).await.entries[0].stamp();
+    assert_eq!(before.mode, Some(0o644), "the manifest carries the mode");
+
+    // chmod changes no mtime, size or inode: the mode alone makes the stamp differ.
+    chmod(&rig.root().join("run.sh"), 0o755);
+    let after = rig.manifest(WIDE).await.entries[0].stamp();
+    assert_eq!(after.mode, Some(0o755));
+    assert_eq!(
+        (after.size, after.mtime_ns, after.ino),
+        (before.size, before.mtime_ns, before.ino)
+    );
+    assert_ne!(after, before);
+    let outcomes = rig
+        .apply(&[
+            put("run.sh", Expected::Stamp(before), b"stale"),
+            // An older peer names no mode: its stamp still holds.
+            put(
+                "run.sh",
+                Expected::Stamp(toolmesh_kernel::sync::FileStamp {
+                    mode: None,
+                    ..after
+                }),
+                b"#!/bin/sh\necho older\n",
+            ),
+        ])
+        .await;
+    assert!(
+        matches!(outcomes[0], ChangeOutcome::Conflict { .. }),
+        "a mode change is a change: {:?}",
+        outcomes[0]
+    );
+    assert!(
+        matches!(outcomes[1], ChangeOutcome::Applied { .. }),
+        "{:?}",
+        outcomes[1]
+    );
+
+    // A put's mode is applied, masked: exec bits travel; setuid, setgid, sticky and write for
+    // group or others never do, and the owner keeps read and write.
+    let outcomes = rig
+        .apply(&[
+            put_mode("exec.sh", Expected::Absent, b"x", 0o755),
+            put_mode("suid.sh", Expected::Absent, b"x", 0o7777),
+            put_mode("locked.txt", Expected::Absent, b"x", 0o000),
+            put("plain.txt", Expected::Absent, b"x"),
+        ])
+        .await;
+    let stamps: Vec<Option<u32>> = outcomes
+        .iter()
+        .map(|o| match o {
+            ChangeOutcome::Applied {
+                stamp: Some(stamp), ..
+            } => stamp.mode,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(mode_of(&rig.root().join("exec.sh")), 0o755);
+    assert_eq!(mode_of(&rig.root().join("suid.sh")), 0o755);
+    assert_eq!(mode_of(&rig.root().join("locked.txt")), 0o600);
+    assert_eq!(
+        mode_of(&rig.root().join("plain.txt")) & 0o111,
+        0,
+        "no mode: a new file's default"
+    );
+    assert_eq!(stamps[..3], [Some(0o755), Some(0o755), Some(0o600)]);
+
+    // A put in parts takes the mode of its last part.
+    let content: Bytes = vec![3u8; BODY_CONTENT_BUDGET + 10].into();
+    let total = content.len() as u64;
+    let part = |offset: usize, end: usize| Change {
+        path: "tool.bin".into(),
+        expected: Expected::Absent,
+        op: ChangeOp::Put {
+            upload: Some("m1".into()),
+            offset: offset as u64,
+            total,
+            content: content.slice(offset..end),
+            mode: Some(0o4755),
+        },
+    };
+    let first = rig.apply(&[part(0, BODY_CONTENT_BUDGET)]).await.remove(0);
+    assert!(matches!(first, ChangeOutcome::Staged { .. }), "{first:?}");
+    let last = rig
+        .apply(&[part(BODY_CONTENT_BUDGET, content.len())])
+        .await
+        .remove(0);
+    assert!(matches!(last, ChangeOutcome::Applied { .. }), "{last:?}");
+    assert_eq!(mode_of(&rig.root().join("tool.bin")), 0o755);
+}
+
+#[actix_rt::test]
+async fn directories_are_listed_made_and_removed_only_when_empty() {
+    let rig = Rig::start().await;
+    let root = rig.root();
+    rig.put("src/lib.rs", b"fn main() {}");
+    for dir in [
+        "empty",
+        "a/b",
+        "node_modules/pkg",
+        ".git/objects",
+        "src/__pycache__",
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    let outside = rig.data.path().join("outside");
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    symlink(&outside, root.join("out")).unwrap();
+
+    let manifest = rig.manifest(WIDE).await;
+    assert_eq!(
+        manifest.dirs.as_deref(),
+        Some(&["a".to_owned(), "a/b".into(), "empty".into(), "src".into()][..]),
+        "every synced directory, parents first; skipped ones and links are not listed"
+    );
+    // Directories count toward max_files with the files.
+    let manifest = rig
+        .manifest(ManifestLimits {
+            max_files: 3,
+            ..WIDE
+        })
+        .await;
+    assert!(manifest.truncated);
+    assert_eq!(
+        manifest.entries.len() + manifest.dirs.as_ref().map_or(0, Vec::len),
+        3,
+        "{manifest:?}"
+    );
+
+    let outcomes = rig
+        .apply(&[
+            dir_change("new/deeper", ChangeOp::MakeDir),
+            dir_change("new/deeper", ChangeOp::MakeDir),
+            dir_change("src/lib.rs", ChangeOp::MakeDir),
+            dir_change("out/made", ChangeOp::MakeDir),
+            dir_change("node_modules/x", ChangeOp::MakeDir),
+            dir_change(".git", ChangeOp::MakeDir),
+            dir_change(".toolmesh/sync/x", ChangeOp::MakeDir),
+        ])
+        .await;
+    assert!(matches!(
+        outcomes[0],
+        ChangeOutcome::Applied { stamp: None, .. }
+    ));
+    assert!(
+        matches!(outcomes[1], ChangeOutcome::Applied { .. }),
+        "a directory already there is done"
+    );
+    assert!(
+        matches!(
+            outcomes[2],
+            ChangeOutcome::Conflict {
+                current: Current::File(_),
+                ..
+            }
+        ),
+        "{:?}",
+        outcomes[2]
+    );
+    let codes: Vec<Option<ErrorCode>> = outcomes[3..]
+        .iter()
+        .map(|o| match o {
+            ChangeOutcome::Rejected { error, .. } => Some(*error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            Some(ErrorCode::PathOutsideWorkspace),
+            Some(ErrorCode::InvalidArguments),
+            Some(ErrorCode::InvalidArguments),
+            Some(ErrorCode::InvalidArguments),
+        ],
+        "{outcomes:#?}"
+    );
+    assert!(root.join("new/deeper").is_dir());
+    assert!(!outside.join("made").exists(), "nothing made outside");
+
+    let outcomes = rig
+        .apply(&[
+            dir_change("new/deeper", ChangeOp::RemoveDir),
+            dir_change("src", ChangeOp::RemoveDir),
+            dir_change("src/lib.rs", ChangeOp::RemoveDir),
+            dir_change("never", ChangeOp::RemoveDir),
+            dir_change("out", ChangeOp::RemoveDir),
+            dir_change("out/sub", ChangeOp::RemoveDir),
+        ])
+        .await;
+    assert!(matches!(
+        outcomes[0],
+        ChangeOutcome::Applied { stamp: None, .. }
+    ));
+    assert!(!root.join("new/deeper").exists());
+    assert!(root.join("new").is_dir(), "parents are left alone");
+    assert!(
+        matches!(
+            outcomes[1],
+            ChangeOutcome::Conflict {
+                current: Current::Dir,
+                ..
+            }
+        ),
+        "a directory that is not empty stays: {:?}",
+        outcomes[1]
+    );
+    assert!(root.join("src/lib.rs").is_file());
+    assert!(matches!(
+        outcomes[2],
+        ChangeOutcome::Conflict {
+            current: Current::File(_),
+            ..
+        }
+    ));
+    assert!(matches!(outcomes[3], ChangeOutcome::Applied { .. }));
+    assert!(
+        matches!(
+            outcomes[4],
+            ChangeOutcome::Conflict {
+                current: Current::Symlink,
+                ..
+            }
+        ),
+        "{:?}",
+        outcomes[4]
+    );
+    assert!(
+        matches!(
+            outcomes[5],
+            ChangeOutcome::Rejected {
+                error: ErrorCode::PathOutsideWorkspace,
+                ..
+            }
+        ),
+        "{:?}",
+        outcomes[5]
+    );
+    assert!(std::fs::symlink_metadata(root.join("out"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(outside.join("sub").is_dir(), "nothing removed outside");
 }
