@@ -634,6 +634,7 @@ async fn run() {
         max_entries: CAPS.max_entries,
         space_allowlists: Vec::new(),
         download_timeout: Duration::from_secs(30),
+        allowed_networks: Vec::new(),
     })
     .expect("a Skill Service client");
     let (mut list, mut info, mut files) = (Vec::new(), Vec::new(), Vec::new());

@@ -345,6 +345,16 @@ async fn hostile_archives_are_refused_and_nothing_escapes_staging() {
     .await;
     assert_eq!(r["error"], "hash_mismatch", "{r}");
     assert_eq!(walk(data), before);
+    // An archive on another loopback origin is refused by the egress policy, unasked.
+    let r = tool(
+        &f.cluster,
+        "load_skill",
+        json!({"skill_name": "cross-origin"}),
+    )
+    .await;
+    assert_eq!(r["error"], "blocked_url", "{r}");
+    assert_eq!(r["reason"], "loopback address 127.0.0.1", "{r}");
+    assert!(f.archive_host.requests().is_empty());
 }
 
 #[tokio::test]
@@ -453,7 +463,9 @@ async fn search_scores_and_refuses_an_empty_query() {
 
 #[tokio::test]
 async fn load_skill_verifies_caches_and_reports_cache_hits() {
-    let f = fixture(&[]).await;
+    // The archive host listens on loopback like the service, on another port: only the
+    // service's own origin is reachable without the allow-list.
+    let f = fixture(&[("TOOLMESH_SKILL_ALLOWED_NETWORKS", "127.0.0.1/32")]).await;
     let r = tool(
         &f.cluster,
         "load_skill",

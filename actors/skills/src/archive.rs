@@ -1,42 +1,50 @@
 //! Zip archives, read defensively and written deterministically.
 //!
-//! [`unpack`] is the only code that turns an untrusted archive into files. It parses the zip
-//! itself (end of central directory, central headers, local headers) instead of trusting a
-//! library's extraction (`ZipArchive::extract` re-roots absolute names and has had a symlink
-//! escape, CVE-2025-29787), and checks the whole archive before the first byte is written:
+//! [`unpack`] is the only code that turns an untrusted archive into files. The `zip` crate
+//! parses the archive (end of central directory, zip64 records, central and local headers);
+//! this module never uses the crate's extraction (`ZipArchive::extract` re-roots absolute names
+//! and has had a symlink escape, CVE-2025-29787). It checks the whole archive before the first
+//! byte is written:
 //!
+//! * the entry count stays within `max_entries`, bounded before the crate reads the directory
+//!   (the central directory headers the archive can hold at most, see [`entry_bound`]) and
+//!   counted after;
 //! * every name is UTF-8, relative, free of NUL, `:` and `..` components (with `/` or `\` as the
 //!   separator), and names at most one thing (a duplicate, or a file that is also a folder of
 //!   another entry, is refused);
 //! * every entry is a regular file or a folder: symlinks, devices, FIFOs and sockets (Unix mode
 //!   in the external attributes) are refused, and so are encrypted entries;
-//! * local headers agree with the central directory (name), and no two entries' byte ranges
-//!   (local header through compressed data) overlap, nor reach into the central directory — the
-//!   overlapping-file bomb;
-//! * the entry count stays within `max_entries`, and the bytes really inflated (counted while
-//!   inflating, never taken from headers) within `max_bytes`.
+//! * no two entries' byte ranges (local header through compressed data) overlap, nor reach into
+//!   the central directory (the overlapping-file bomb), and every local header agrees with the
+//!   central directory (name, sizes, CRC, method), with no local header hidden between entries;
+//! * the bytes really inflated (counted while inflating, never taken from headers) stay within
+//!   `max_bytes`, and within each entry's declared size.
 //!
-//! Any refusal is `unsafe_archive`; a zip that cannot be parsed (or uses zip64, or a method other
-//! than stored and deflate) is `invalid_skill`. Files are created with `create_new` under a
+//! Any refusal is `unsafe_archive`; a zip that cannot be parsed (or uses a method other than
+//! stored and deflate) is `invalid_skill`. Zip64 archives (over 65,535 entries, or sizes and
+//! offsets past 4 GiB) are read like any other. Files are created with `create_new` under a
 //! destination the caller made fresh, so nothing is written outside it.
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::{Cursor, Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use flate2::bufread::DeflateDecoder;
 use toolmesh_kernel::{ErrorCode, ToolError};
+use zip::result::ZipError;
+use zip::{CompressionMethod, System, ZipArchive};
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
 const EOCD_SIG: u32 = 0x0605_4b50;
-const EOCD_LEN: usize = 22;
 const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
 const S_IFDIR: u32 = 0o040_000;
 const S_IFLNK: u32 = 0o120_000;
+/// General purpose flags: encrypted, strong encryption.
+const ENCRYPTED_FLAGS: u16 = 0x0001 | 0x0040;
 
 /// Caps of one archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,19 +84,12 @@ struct Entry {
     /// Checked, normalised path.
     path: String,
     kind: Kind,
-    method: u16,
+    deflated: bool,
     crc: u32,
     compressed: u64,
     size: u64,
     executable: bool,
     data_start: u64,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// Checks an entry name; `Ok(None)` for a name that is only `.`/empty components of a folder.
@@ -121,130 +122,59 @@ pub fn check_name(raw: &[u8]) -> Result<Option<String>, String> {
     Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
-/// Reads and checks the whole directory of `zip` (nothing is inflated).
-fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
-    if zip.len() < EOCD_LEN {
-        return Err(unreadable("too short"));
-    }
-    // The end of central directory record: the last one whose comment ends the file.
-    let lowest = zip.len().saturating_sub(EOCD_LEN + usize::from(u16::MAX));
-    let eocd = (lowest..=zip.len() - EOCD_LEN)
-        .rev()
-        .find(|&at| {
-            u32_at(zip, at) == Some(EOCD_SIG)
-                && u16_at(zip, at + 20).map(|c| at + EOCD_LEN + usize::from(c)) == Some(zip.len())
-        })
-        .ok_or_else(|| unreadable("no end of central directory record"))?;
-    let count = u16_at(zip, eocd + 10).unwrap_or(0);
-    let cd_size = u32_at(zip, eocd + 12).unwrap_or(0);
-    let cd_offset = u32_at(zip, eocd + 16).unwrap_or(0);
-    if count == u16::MAX || cd_size == u32::MAX || cd_offset == u32::MAX {
-        return Err(unreadable("zip64 archives are not supported"));
-    }
-    if u16_at(zip, eocd + 4) != Some(0) || u16_at(zip, eocd + 6) != Some(0) {
-        return Err(unreadable("multi-disk archives are not supported"));
-    }
-    if u64::from(count) > caps.max_entries {
-        return Err(unsafe_archive(format!(
-            "the archive has {count} entries, more than TOOLMESH_SKILL_MAX_ENTRIES ({})",
-            caps.max_entries
-        )));
-    }
-    let cd_start = cd_offset as usize;
-    let cd_end = cd_start
-        .checked_add(cd_size as usize)
-        .filter(|end| *end <= eocd)
-        .ok_or_else(|| unreadable("the central directory lies outside the archive"))?;
+/// The most entries `zip` can list: every central directory header starts with its signature
+/// at its own offset, so the signatures in the archive bound the entries. Counted before the
+/// crate reads the directory, so an archive cannot make it hold millions of entries in memory
+/// only to be refused after. Stored data that happens to hold signatures (a stored zip inside
+/// the skill) counts too: the bound is never lower than the truth.
+pub fn entry_bound(zip: &[u8]) -> u64 {
+    memchr::memmem::find_iter(zip, &CENTRAL_SIG.to_le_bytes()).count() as u64
+}
 
-    let mut entries = Vec::with_capacity(usize::from(count));
-    let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(usize::from(count));
-    let mut files: HashSet<String> = HashSet::new();
-    let mut dirs: HashSet<String> = HashSet::new(); // folders named by an entry
-    let mut parents: HashSet<String> = HashSet::new(); // folders implied by a path
-    let mut declared: u64 = 0;
-    let mut at = cd_start;
-    for index in 0..usize::from(count) {
-        let head = zip
-            .get(at..at + 46)
-            .filter(|_| at + 46 <= cd_end)
-            .ok_or_else(|| unreadable("the central directory is cut short"))?;
-        if u32_at(head, 0) != Some(CENTRAL_SIG) {
-            return Err(unreadable("a central directory header is damaged"));
-        }
-        let made_by = u16_at(head, 4).unwrap_or(0);
-        let flags = u16_at(head, 8).unwrap_or(0);
-        let method = u16_at(head, 10).unwrap_or(0);
-        let crc = u32_at(head, 16).unwrap_or(0);
-        let compressed = u32_at(head, 20).unwrap_or(0);
-        let size = u32_at(head, 24).unwrap_or(0);
-        let name_len = usize::from(u16_at(head, 28).unwrap_or(0));
-        let extra_len = usize::from(u16_at(head, 30).unwrap_or(0));
-        let comment_len = usize::from(u16_at(head, 32).unwrap_or(0));
-        let external = u32_at(head, 38).unwrap_or(0);
-        let local = u32_at(head, 42).unwrap_or(0);
-        let name_at = at + 46;
-        let raw_name = zip
-            .get(name_at..name_at + name_len)
-            .filter(|_| name_at + name_len <= cd_end)
-            .ok_or_else(|| unreadable("an entry name runs past the central directory"))?;
-        at = name_at + name_len + extra_len + comment_len;
-        if at > cd_end {
-            return Err(unreadable("a central directory header runs past its end"));
-        }
-        if compressed == u32::MAX || size == u32::MAX || local == u32::MAX {
-            return Err(unreadable("zip64 entries are not supported"));
-        }
-        let shown = String::from_utf8_lossy(raw_name).escape_debug().to_string();
-        if flags & 0x0001 != 0 || flags & 0x0040 != 0 || method == 99 {
-            return Err(unsafe_archive(format!("entry {shown:?} is encrypted")));
-        }
-        let checked = check_name(raw_name).map_err(unsafe_archive)?;
-        let unix_mode = (made_by >> 8 == 3)
-            .then_some(external >> 16)
-            .filter(|m| *m != 0);
-        let named_dir = raw_name.ends_with(b"/") || raw_name.ends_with(b"\\");
-        let kind = match unix_mode.map(|m| m & S_IFMT) {
-            Some(S_IFLNK) => {
-                return Err(unsafe_archive(format!(
-                    "entry {shown:?} is a symlink; symlinks are refused"
-                )))
+/// The type of an entry from its Unix mode, or why it is refused.
+fn entry_kind(
+    shown: &str,
+    raw_name: &[u8],
+    mode: Option<u32>,
+    dos_dir: bool,
+) -> Result<Kind, ToolError> {
+    let named_dir = raw_name.ends_with(b"/") || raw_name.ends_with(b"\\") || dos_dir;
+    match mode.map(|m| m & S_IFMT) {
+        Some(S_IFLNK) => Err(unsafe_archive(format!(
+            "entry {shown:?} is a symlink; symlinks are refused"
+        ))),
+        Some(S_IFDIR) => Ok(Kind::Dir),
+        Some(S_IFREG) | Some(0) | None => Ok(if named_dir { Kind::Dir } else { Kind::File }),
+        Some(other) => Err(unsafe_archive(format!(
+            "entry {shown:?} is a {} and only files and folders may be unpacked",
+            match other {
+                0o010_000 => "FIFO",
+                0o020_000 => "character device",
+                0o060_000 => "block device",
+                0o140_000 => "socket",
+                _ => "special file",
             }
-            Some(S_IFDIR) => Kind::Dir,
-            Some(S_IFREG) | Some(0) | None => {
-                if named_dir || external & 0x10 != 0 {
-                    Kind::Dir
-                } else {
-                    Kind::File
-                }
-            }
-            Some(other) => {
-                return Err(unsafe_archive(format!(
-                    "entry {shown:?} is a {} and only files and folders may be unpacked",
-                    match other {
-                        0o010_000 => "FIFO",
-                        0o020_000 => "character device",
-                        0o060_000 => "block device",
-                        0o140_000 => "socket",
-                        _ => "special file",
-                    }
-                )))
-            }
-        };
-        let Some(path) = checked else {
-            if kind == Kind::Dir {
-                continue; // "./": the root itself
-            }
-            return Err(unsafe_archive(format!("entry {shown:?} names no file")));
-        };
-        if kind == Kind::File && !matches!(method, 0 | 8) {
-            return Err(unreadable(format!(
-                "entry {shown:?} uses compression method {method}; only stored and deflate are supported"
-            )));
-        }
-        // One name, one thing.
+        ))),
+    }
+}
+
+/// Tracks the names seen so far: one name, one thing.
+#[derive(Default)]
+struct Names {
+    files: HashSet<String>,
+    /// Folders named by an entry.
+    dirs: HashSet<String>,
+    /// Folders implied by a path.
+    parents: HashSet<String>,
+}
+
+impl Names {
+    fn add(&mut self, shown: &str, path: &str, kind: Kind) -> Result<(), ToolError> {
         let clash = match kind {
-            Kind::File => files.contains(&path) || dirs.contains(&path) || parents.contains(&path),
-            Kind::Dir => dirs.contains(&path) || files.contains(&path),
+            Kind::File => {
+                self.files.contains(path) || self.dirs.contains(path) || self.parents.contains(path)
+            }
+            Kind::Dir => self.dirs.contains(path) || self.files.contains(path),
         };
         if clash {
             return Err(unsafe_archive(format!(
@@ -252,76 +182,133 @@ fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
             )));
         }
         let mut prefix = String::new();
-        for part in path
-            .split('/')
-            .collect::<Vec<_>>()
-            .split_last()
-            .map_or(&[][..], |(_, p)| p)
-        {
+        let parts: Vec<&str> = path.split('/').collect();
+        for part in &parts[..parts.len() - 1] {
             if !prefix.is_empty() {
                 prefix.push('/');
             }
             prefix.push_str(part);
-            if files.contains(&prefix) {
+            if self.files.contains(&prefix) {
                 return Err(unsafe_archive(format!(
                     "entry {shown:?} lies under {prefix:?}, which is a file (duplicate name)"
                 )));
             }
-            parents.insert(prefix.clone());
+            self.parents.insert(prefix.clone());
         }
         match kind {
-            Kind::File => files.insert(path.clone()),
-            Kind::Dir => dirs.insert(path.clone()),
+            Kind::File => self.files.insert(path.to_owned()),
+            Kind::Dir => self.dirs.insert(path.to_owned()),
         };
-        // The local header: same name, and where the data starts.
-        let local_at = local as usize;
-        let local_head = zip
-            .get(local_at..local_at + 30)
-            .ok_or_else(|| unreadable(format!("entry {shown:?} points outside the archive")))?;
-        if u32_at(local_head, 0) != Some(LOCAL_SIG) {
-            return Err(unreadable(format!(
-                "entry {shown:?} points at no local header"
-            )));
+        Ok(())
+    }
+}
+
+/// Reads and checks the whole directory of `zip` (nothing is inflated).
+fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
+    let too_many = |count: u64| {
+        unsafe_archive(format!(
+            "the archive has {count} entries, more than TOOLMESH_SKILL_MAX_ENTRIES ({})",
+            caps.max_entries
+        ))
+    };
+    let bound = entry_bound(zip);
+    if bound > caps.max_entries {
+        return Err(too_many(bound));
+    }
+    let mut archive = ZipArchive::new(Cursor::new(zip)).map_err(unreadable)?;
+    if archive.has_duplicate_names() {
+        return Err(unsafe_archive(
+            "two entries have the same name (duplicate name)",
+        ));
+    }
+    let count = archive.len() as u64;
+    if count > caps.max_entries {
+        return Err(too_many(count));
+    }
+
+    let mut entries = Vec::with_capacity(archive.len());
+    // (local header, end of data) of each entry.
+    let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(archive.len());
+    let mut names = Names::default();
+    let mut declared: u64 = 0;
+    for index in 0..archive.len() {
+        let file = archive.by_index_raw(index).map_err(unreadable)?;
+        let raw_name = file.name_raw();
+        let shown = String::from_utf8_lossy(raw_name).escape_debug().to_string();
+        if file.encrypted() || file.flags().as_u16() & ENCRYPTED_FLAGS != 0 {
+            return Err(unsafe_archive(format!("entry {shown:?} is encrypted")));
         }
-        let local_name_len = usize::from(u16_at(local_head, 26).unwrap_or(0));
-        let local_extra_len = usize::from(u16_at(local_head, 28).unwrap_or(0));
-        if zip.get(local_at + 30..local_at + 30 + local_name_len) != Some(raw_name) {
+        let checked = check_name(raw_name).map_err(unsafe_archive)?;
+        // The mode as the archive's writer set it; DOS entries have none (their folder bit
+        // and a trailing '/' make a folder).
+        let unix_mode = (file.system() == System::Unix)
+            .then(|| file.external_attributes() >> 16)
+            .filter(|m| *m != 0);
+        if file.is_symlink() {
             return Err(unsafe_archive(format!(
-                "entry {shown:?} has another name in its local header"
+                "entry {shown:?} is a symlink; symlinks are refused"
             )));
         }
-        let data_start = (local_at + 30 + local_name_len + local_extra_len) as u64;
-        let data_end = data_start + u64::from(compressed);
-        if data_end > cd_start as u64 {
-            return Err(unsafe_archive(format!(
-                "entry {shown:?} reaches into the central directory"
-            )));
-        }
-        ranges.push((local_at as u64, data_end, index));
-        declared = declared.saturating_add(u64::from(size));
+        let dos_dir = file.external_attributes() & 0x10 != 0;
+        let kind = entry_kind(&shown, raw_name, unix_mode, dos_dir)?;
+        let Some(path) = checked else {
+            if kind == Kind::Dir {
+                continue; // "./": the root itself
+            }
+            return Err(unsafe_archive(format!("entry {shown:?} names no file")));
+        };
+        let deflated = match file.compression() {
+            CompressionMethod::Stored => false,
+            CompressionMethod::Deflated => true,
+            _ if kind == Kind::Dir => false,
+            other => {
+                return Err(unreadable(format!(
+                    "entry {shown:?} uses compression method {other:?}; only stored and deflate are supported"
+                )))
+            }
+        };
+        names.add(&shown, &path, kind)?;
+        let data_start = file
+            .data_start()
+            .ok_or_else(|| unreadable(format!("entry {shown:?} has no local header")))?;
+        let data_end = data_start
+            .checked_add(file.compressed_size())
+            .filter(|end| *end <= zip.len() as u64)
+            .ok_or_else(|| unreadable(format!("entry {shown:?} runs past the archive")))?;
+        ranges.push((file.header_start(), data_end));
+        declared = declared.saturating_add(file.size());
         entries.push(Entry {
             path,
             kind,
-            method,
-            crc,
-            compressed: u64::from(compressed),
-            size: u64::from(size),
+            deflated,
+            crc: file.crc32(),
+            compressed: file.compressed_size(),
+            size: file.size(),
             executable: unix_mode.is_some_and(|m| m & 0o111 != 0),
             data_start,
         });
     }
-    if at != cd_end {
-        return Err(unreadable(
-            "the central directory holds more than its entry count",
+    ranges.sort_unstable();
+    let directory = archive.central_directory_start();
+    if ranges.iter().any(|(_, end)| *end > directory) {
+        return Err(unsafe_archive(
+            "an entry reaches into the central directory (an overlapping-file bomb)",
         ));
     }
-    ranges.sort_unstable();
-    for pair in ranges.windows(2) {
-        if pair[1].0 < pair[0].1 {
-            return Err(unsafe_archive(
-                "two entries share bytes of the archive (an overlapping-file bomb)",
-            ));
+    if ranges.windows(2).any(|pair| pair[1].0 < pair[0].1) {
+        return Err(unsafe_archive(
+            "two entries share bytes of the archive (an overlapping-file bomb)",
+        ));
+    }
+    // Local headers that disagree with the central directory show other tools another archive.
+    match archive.validate_header_consistency() {
+        Ok(()) => {}
+        Err(ZipError::InvalidArchive(why)) => {
+            return Err(unsafe_archive(format!(
+                "the archive's local headers disagree with its central directory: {why}"
+            )))
         }
+        Err(other) => return Err(unreadable(other)),
     }
     if declared > caps.max_bytes {
         return Err(unsafe_archive(format!(
@@ -462,9 +449,10 @@ fn write_file(
     let start = entry.data_start as usize;
     let data = &zip[start..start + entry.compressed as usize];
     // `bufread` reads the slice in place: no copy of the compressed bytes.
-    let mut reader: Box<dyn Read> = match entry.method {
-        0 => Box::new(data),
-        _ => Box::new(DeflateDecoder::new(data)),
+    let mut reader: Box<dyn Read> = if entry.deflated {
+        Box::new(DeflateDecoder::new(data))
+    } else {
+        Box::new(data)
     };
     let mut file = fs::OpenOptions::new()
         .write(true)
@@ -547,7 +535,9 @@ fn set_mode(_file: &fs::File, _executable: bool) -> std::io::Result<()> {
 // ------------------------------------------------------------------------------------------
 // Writing
 
-/// One entry for [`ZipBuilder::entry`], with full control (tests build hostile archives).
+/// One entry for [`ZipBuilder::entry`], with full control: tests build hostile archives that
+/// the `zip` crate's writer refuses to write (symlinks to anywhere, devices, encrypted flags
+/// without encryption, overlapping entries, sizes that lie).
 #[derive(Debug, Clone)]
 pub struct EntrySpec {
     pub name: Vec<u8>,
@@ -558,6 +548,9 @@ pub struct EntrySpec {
     pub unix_mode: Option<u32>,
     /// General purpose flags (bit 0: encrypted).
     pub flags: u16,
+    /// The uncompressed size both headers declare instead of the real one (a lie the
+    /// central directory and the local header agree on).
+    pub declared_size: Option<u32>,
 }
 
 impl EntrySpec {
@@ -568,6 +561,7 @@ impl EntrySpec {
             deflate: true,
             unix_mode: Some(S_IFREG | 0o644),
             flags: 0,
+            declared_size: None,
         }
     }
 }
@@ -629,7 +623,7 @@ impl ZipBuilder {
             method,
             crc: crc.sum(),
             compressed: payload.len() as u32,
-            size: spec.data.len() as u32,
+            size: spec.declared_size.unwrap_or(spec.data.len() as u32),
             made_by: if spec.unix_mode.is_some() {
                 (3 << 8) | 20
             } else {
@@ -714,17 +708,27 @@ fn write_local(out: &mut Vec<u8>, c: &Central) {
 }
 
 /// Zips the regular files under `dir` (sorted, symlinks skipped, paths relative to `dir`)
-/// deterministically: the same files give the same bytes.
+/// deterministically with the `zip` crate: deflated, mode 0755 or 0644, the DOS epoch as
+/// every timestamp, so the same files give the same bytes.
 pub fn zip_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
+    use zip::write::SimpleFileOptions;
     let mut files = Vec::new();
     walk(dir, "", &mut files)?;
     files.sort();
-    let mut zip = ZipBuilder::new();
+    let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let options = SimpleFileOptions::default()
+        .compression_method(CompressionMethod::Deflated)
+        .last_modified_time(zip::DateTime::default());
     for (path, executable) in files {
         let data = fs::read(dir.join(&path))?;
-        zip.file_mode(&path, &data, executable);
+        zip.start_file(
+            path.as_str(),
+            options.unix_permissions(if executable { 0o755 } else { 0o644 }),
+        )
+        .map_err(std::io::Error::other)?;
+        zip.write_all(&data)?;
     }
-    Ok(zip.finish())
+    Ok(zip.finish().map_err(std::io::Error::other)?.into_inner())
 }
 
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, bool)>) -> std::io::Result<()> {
@@ -767,6 +771,10 @@ mod tests {
         max_bytes: 1 << 20,
         max_entries: 100,
     };
+
+    fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    }
 
     fn check(zip: &[u8], expect: Result<&[&str], ErrorCode>) {
         let dir = tempfile::tempdir().unwrap();
@@ -877,12 +885,22 @@ mod tests {
         let bytes = zip.finish();
         assert!(bytes.len() < 16 * 1024);
         check(&bytes, Err(ErrorCode::UnsafeArchive));
-        // A header that lies about the size is caught while inflating too.
+        // A central directory that lies about the size disagrees with the local header.
         let mut lying = bytes.clone();
         let cd = u32_at(&lying, lying.len() - 6).unwrap() as usize;
         let second = cd + 46 + "SKILL.md".len();
         lying[second + 24..second + 28].copy_from_slice(&10u32.to_le_bytes());
         check(&lying, Err(ErrorCode::UnsafeArchive));
+        // Both headers telling the same lie: caught while inflating.
+        let mut zip = ZipBuilder::new();
+        zip.file("SKILL.md", b"hi").entry(EntrySpec {
+            declared_size: Some(10),
+            ..EntrySpec::file("zeros", &vec![0u8; 2 << 20])
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let e = unpack(&zip.finish(), dir.path(), CAPS).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
+        assert!(e.message.contains("past its declared size"), "{e}");
         let mut many = ZipBuilder::new();
         for i in 0..101 {
             many.file(&format!("f{i}"), b"");
@@ -930,10 +948,15 @@ mod tests {
             max_bytes: 10 << 20,
             max_entries: 100,
         };
-        let mut lying = zip.clone();
-        let mut builder = big(16);
-        for c in &mut builder.central[1..] {
-            c.size = 512 << 10;
+        let mut corrupt = zip.clone();
+        let mut builder = ZipBuilder::new();
+        builder.file("SKILL.md", b"hi");
+        for i in 0..16 {
+            let data: Vec<u8> = (0..1u32 << 20).map(|b| (b * 7 + i) as u8).collect();
+            builder.entry(EntrySpec {
+                declared_size: Some(512 << 10),
+                ..EntrySpec::file(&format!("d{}/f{i}", i % 3), &data)
+            });
         }
         let under = builder.finish();
         for threads in [1, 2] {
@@ -941,15 +964,107 @@ mod tests {
             let e = unpack_on(&under, dir.path(), tight, threads).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
         }
-        // A corrupt entry fails the whole archive, whichever thread meets it.
-        let cd = u32_at(&lying, lying.len() - 6).unwrap() as usize;
-        let crc_at = cd + 16; // the first entry's CRC in the central directory
-        lying[crc_at] ^= 0xff;
+        // A corrupt entry fails the whole archive, whichever thread meets it: the first
+        // entry's CRC, the same in both headers, is not its data's.
+        let cd = u32_at(&corrupt, corrupt.len() - 6).unwrap() as usize;
+        corrupt[14] ^= 0xff; // in the local header
+        corrupt[cd + 16] ^= 0xff; // in the central directory
         for threads in [1, 2] {
             let dir = tempfile::tempdir().unwrap();
-            let e = unpack_on(&lying, dir.path(), caps, threads).unwrap_err();
+            let e = unpack_on(&corrupt, dir.path(), caps, threads).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidSkill, "{e}");
         }
+    }
+
+    /// Zip64 archives, as the `zip` crate writes them: entries with zip64 sizes and offsets
+    /// (`large_file`), and a zip64 end of central directory record.
+    #[test]
+    fn zip64_archives_unpack() {
+        use zip::write::SimpleFileOptions;
+        let mut writer = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        writer.set_raw_zip64_extensible_data_sector(Box::new([]));
+        let options = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Deflated)
+            .large_file(true)
+            .unix_permissions(0o644);
+        writer.start_file("SKILL.md", options).unwrap();
+        writer.write_all(b"# zip64\n").unwrap();
+        writer.add_directory("scripts/", options).unwrap();
+        writer
+            .start_file("scripts/run.sh", options.unix_permissions(0o755))
+            .unwrap();
+        writer.write_all(b"echo big\n").unwrap();
+        writer
+            .start_file(
+                "data/raw.bin",
+                options.compression_method(CompressionMethod::Stored),
+            )
+            .unwrap();
+        writer.write_all(&[1, 2, 3]).unwrap();
+        let zip = writer.finish().unwrap().into_inner();
+        // Zip64 for real: sizes in the central directory are 0xFFFFFFFF, and a zip64 end of
+        // central directory record comes before the classic one.
+        assert!(memchr::memmem::find(&zip, &0x0606_4b50u32.to_le_bytes()).is_some());
+        let cd = memchr::memmem::find(&zip, &CENTRAL_SIG.to_le_bytes()).unwrap();
+        assert_eq!(u32_at(&zip, cd + 20), Some(u32::MAX));
+        let dir = tempfile::tempdir().unwrap();
+        let out = unpack(&zip, dir.path(), CAPS).unwrap();
+        assert_eq!(out.files, ["SKILL.md", "scripts/run.sh", "data/raw.bin"]);
+        assert_eq!(
+            fs::read(dir.path().join("scripts/run.sh")).unwrap(),
+            b"echo big\n"
+        );
+        assert_eq!(
+            fs::read(dir.path().join("data/raw.bin")).unwrap(),
+            [1, 2, 3]
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &str| {
+                fs::metadata(dir.path().join(p))
+                    .unwrap()
+                    .permissions()
+                    .mode()
+            };
+            assert_eq!(mode("scripts/run.sh") & 0o777, 0o755);
+            assert_eq!(mode("SKILL.md") & 0o777, 0o644);
+        }
+    }
+
+    /// More than 65,535 entries need the zip64 end of central directory record; with the entry
+    /// cap raised, such an archive unpacks, and one entry past the cap is `unsafe_archive`.
+    #[test]
+    fn an_archive_of_more_than_65535_entries_unpacks() {
+        use zip::write::SimpleFileOptions;
+        const N: usize = 65_600;
+        let mut writer = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let options = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+        writer.start_file("SKILL.md", options).unwrap();
+        writer.write_all(b"many").unwrap();
+        for i in 1..N {
+            writer
+                .start_file(format!("d{}/{i}", i % 64), options)
+                .unwrap();
+        }
+        let zip = writer.finish().unwrap().into_inner();
+        assert!(memchr::memmem::find(&zip, &0x0606_4b50u32.to_le_bytes()).is_some());
+        let caps = Caps {
+            max_bytes: 1 << 20,
+            max_entries: N as u64,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = unpack(&zip, dir.path(), caps).unwrap();
+        assert_eq!(out.files.len(), N);
+        assert!(dir.path().join("d7/65543").is_file());
+        let tight = Caps {
+            max_entries: N as u64 - 1,
+            ..caps
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let e = unpack(&zip, dir.path(), tight).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
+        assert!(e.message.contains("TOOLMESH_SKILL_MAX_ENTRIES"), "{e}");
     }
 
     #[test]

@@ -6,16 +6,23 @@
 //! with an allow-list (`TOOLMESH_SKILL_SPACE_ALLOWLISTS`) shows only the skills it names. A
 //! space the service cannot list is left out with a line in `warnings`.
 //!
-//! The bearer token goes to the Skill Service's own origin only: an archive URL on another
-//! scheme, host or port is fetched without it (and reqwest drops `Authorization` on redirects
-//! to another origin).
+//! The bearer token goes to the Skill Service's own origin only: an archive URL (or a redirect)
+//! on another scheme, host or port is fetched without it.
+//!
+//! Every request goes through the kernel's egress policy ([`toolmesh_kernel::egress`]):
+//! redirects are followed by hand (at most [`MAX_REDIRECTS`]), each hop checked before it is
+//! requested. The Skill Service's own origin is exempt (it may run on loopback or a private
+//! network); any other address that is not public is refused (`blocked_url` with `reason`)
+//! unless `TOOLMESH_SKILL_ALLOWED_NETWORKS` names its network.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use toolmesh_kernel::config::SkillsConfig;
+use toolmesh_kernel::egress::{Egress, FetchError};
 use toolmesh_kernel::skills::{is_skill_name, LOCAL_SPACE_ID};
 use toolmesh_kernel::{ErrorCode, ToolError};
 use url::Url;
@@ -180,10 +187,14 @@ pub fn local_skills(dir: &Path, warnings: &mut Vec<String>) -> Vec<CatalogSkill>
     out
 }
 
+/// Redirects a Skill Service request or archive download follows at most.
+pub const MAX_REDIRECTS: usize = 5;
+
 /// The Skill Service client.
 #[derive(Debug, Clone)]
 pub struct ServiceClient {
     http: reqwest::Client,
+    egress: Arc<Egress>,
     base: Option<Url>,
     token: Option<String>,
     space_ids: Vec<String>,
@@ -205,14 +216,21 @@ impl ServiceClient {
                 Some(url)
             }
         };
-        let http = reqwest::Client::builder()
+        let mut egress = Egress::new(&config.allowed_networks)
+            .map_err(|e| format!("TOOLMESH_SKILL_ALLOWED_NETWORKS: {e}"))?;
+        if let Some(base) = &base {
+            egress = egress.allow_origin(base);
+        }
+        let egress = Arc::new(egress);
+        let http = egress
+            .client_builder()
             .timeout(config.download_timeout)
             .connect_timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Self {
             http,
+            egress,
             base,
             token: config.service_token.clone(),
             space_ids: config.space_ids.clone(),
@@ -252,11 +270,11 @@ impl ServiceClient {
             .is_some_and(|base| base.origin() == url.origin())
     }
 
-    fn get(&self, url: Url) -> reqwest::RequestBuilder {
-        let authorized = self.same_origin(&url);
-        let request = self.http.get(url);
-        match (&self.token, authorized) {
-            (Some(token), true) => request.bearer_auth(token),
+    /// The request of one hop: with the token on the service's own origin only.
+    fn request(&self, client: &reqwest::Client, url: &Url) -> reqwest::RequestBuilder {
+        let request = client.get(url.clone());
+        match &self.token {
+            Some(token) if self.same_origin(url) => request.bearer_auth(token),
             _ => request,
         }
     }
@@ -277,15 +295,19 @@ impl ServiceClient {
 
     /// A GET, its body capped at `cap` bytes (counted as it arrives).
     pub async fn get_bytes(&self, url: Url, what: &str, cap: u64) -> Result<Vec<u8>, ToolError> {
-        let failed = |e: reqwest::Error| {
-            let code = if e.is_timeout() {
-                ErrorCode::Timeout
-            } else {
-                ErrorCode::FetchFailed
-            };
-            ToolError::new(code, format!("could not fetch {what}: {e}"))
+        let failed = |e: FetchError| {
+            let mut error = e.to_tool_error();
+            error.message = format!("could not fetch {what}: {}", error.message);
+            error
         };
-        let mut response = self.get(url).send().await.map_err(failed)?;
+        let fetched = self
+            .egress
+            .get(&self.http, url, MAX_REDIRECTS, |client, url| {
+                self.request(client, url)
+            })
+            .await
+            .map_err(failed)?;
+        let (final_url, hops, mut response) = (fetched.url, fetched.redirects, fetched.response);
         let status = response.status();
         if !status.is_success() {
             let code = if status == reqwest::StatusCode::NOT_FOUND {
@@ -302,7 +324,11 @@ impl ServiceClient {
             return Err(too_big(what, cap));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| failed(FetchError::send(e, final_url.clone(), hops)))?
+        {
             if (body.len() + chunk.len()) as u64 > cap {
                 return Err(too_big(what, cap));
             }

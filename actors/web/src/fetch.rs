@@ -1,23 +1,21 @@
 //! One `web_fetch`: the egress checks of every hop, redirects followed by hand, the body read
 //! up to the byte cap, and the text made of it.
 //!
-//! The HTTP client follows no redirect itself (`Policy::none`) and uses no proxy (a proxy
-//! would connect to the target on our behalf, unchecked); its only resolver is
-//! [`CheckedResolver`]. Each hop is checked before it is requested: the scheme, then an IP
-//! literal against the policy, or a name resolved and every address checked (for a clear
+//! The client and the redirect loop are the kernel's ([`toolmesh_kernel::egress`]): the client
+//! follows no redirect itself, uses no proxy and resolves names only through the policy's
+//! resolver; [`Egress::get`] checks each hop before it is requested (the scheme, then an IP
+//! literal against the policy, or a name resolved and every address checked, for a clear
 //! `reason`; the resolver checks again when the client connects, which is what defeats DNS
 //! rebinding).
 
-use std::error::Error as _;
 use std::sync::Arc;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
-use reqwest::redirect::Policy;
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::StatusCode;
+use toolmesh_kernel::egress::{Egress, FetchError};
 use toolmesh_kernel::{ErrorCode, ToolError};
-use url::{Host, Url};
+use url::Url;
 
-use crate::egress::{resolve_checked, CheckedResolver, EgressPolicy, ResolveError};
 use crate::text;
 
 /// Redirects followed at most (PROTOCOL.md); one more is `fetch_failed`.
@@ -40,160 +38,39 @@ pub struct Fetched {
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     client: reqwest::Client,
-    policy: Arc<EgressPolicy>,
+    egress: Arc<Egress>,
     max_bytes: usize,
-}
-
-fn blocked(reason: impl Into<String>, url: &Url) -> ToolError {
-    let reason = reason.into();
-    ToolError::new(
-        ErrorCode::BlockedUrl,
-        format!("the egress policy refuses {url}: {reason}"),
-    )
-    .with("reason", reason)
 }
 
 fn fetch_failed(message: String) -> ToolError {
     ToolError::new(ErrorCode::FetchFailed, message)
 }
 
-/// `error` and its sources, joined: reqwest's own message alone rarely says what went wrong.
-fn chain(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-fn resolve_failed(error: &ResolveError, url: &Url, hop: usize) -> ToolError {
-    match error {
-        ResolveError::Blocked { host, blocked: b } => {
-            blocked(hop_reason(hop, format!("{host} resolves to {b}")), url)
-        }
-        other => fetch_failed(format!("cannot fetch {url}: {other}")),
-    }
-}
-
-/// Names the redirect a refusal happened on, so the reason says why a URL that looked fine
-/// was refused.
-fn hop_reason(hop: usize, reason: String) -> String {
-    if hop == 0 {
-        reason
-    } else {
-        format!("redirect {hop} leads to {reason}")
-    }
-}
-
 impl Fetcher {
-    pub fn new(policy: EgressPolicy, max_bytes: u64) -> Result<Self, reqwest::Error> {
-        let policy = Arc::new(policy);
-        let client = reqwest::Client::builder()
-            .dns_resolver(Arc::new(CheckedResolver {
-                policy: policy.clone(),
-            }))
-            .redirect(Policy::none())
-            .no_proxy()
-            .user_agent(USER_AGENT)
-            .build()?;
+    pub fn new(egress: Egress, max_bytes: u64) -> Result<Self, reqwest::Error> {
+        let egress = Arc::new(egress);
+        let client = egress.client_builder().user_agent(USER_AGENT).build()?;
         Ok(Self {
             client,
-            policy,
+            egress,
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         })
-    }
-
-    /// Checks one hop before it is requested.
-    async fn check(&self, url: &Url, hop: usize) -> Result<(), ToolError> {
-        match url.scheme() {
-            "http" | "https" => {}
-            other => {
-                return Err(blocked(
-                    hop_reason(
-                        hop,
-                        format!("scheme {other}: is not allowed, only http and https"),
-                    ),
-                    url,
-                ))
-            }
-        }
-        let ip = match url.host() {
-            None => return Err(blocked(hop_reason(hop, "a URL without a host".into()), url)),
-            Some(Host::Ipv4(v4)) => v4.into(),
-            Some(Host::Ipv6(v6)) => v6.into(),
-            Some(Host::Domain(name)) => {
-                return resolve_checked(&self.policy, name)
-                    .await
-                    .map(drop)
-                    .map_err(|e| resolve_failed(&e, url, hop));
-            }
-        };
-        self.policy
-            .check(ip)
-            .map_err(|b| blocked(hop_reason(hop, b.reason), url))
-    }
-
-    fn send_failed(&self, error: &reqwest::Error, url: &Url, hop: usize) -> ToolError {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(cause) = source {
-            if let Some(refused) = cause.downcast_ref::<ResolveError>() {
-                return resolve_failed(refused, url, hop);
-            }
-            source = cause.source();
-        }
-        if error.is_timeout() {
-            return ToolError::new(ErrorCode::Timeout, format!("fetching {url} timed out"));
-        }
-        fetch_failed(format!("cannot fetch {url}: {}", chain(error)))
     }
 
     /// Fetches `url`, following at most [`MAX_REDIRECTS`] redirects, each checked again.
     /// The caller bounds the time.
     pub async fn fetch(&self, url: Url) -> Result<Fetched, ToolError> {
-        let mut current = url;
-        let mut hop = 0;
-        let mut response = loop {
-            self.check(&current, hop).await?;
-            let response = self
-                .client
-                .get(current.clone())
-                .header(
+        let fetched = self
+            .egress
+            .get(&self.client, url, MAX_REDIRECTS, |client, url| {
+                client.get(url.clone()).header(
                     ACCEPT,
                     "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.8",
                 )
-                .send()
-                .await
-                .map_err(|e| self.send_failed(&e, &current, hop))?;
-            let location = response
-                .status()
-                .is_redirection()
-                .then(|| response.headers().get(LOCATION))
-                .flatten();
-            let Some(location) = location else {
-                break response;
-            };
-            if hop == MAX_REDIRECTS {
-                return Err(fetch_failed(format!(
-                    "{current} redirects again after {MAX_REDIRECTS} redirects; \
-                     web_fetch follows at most {MAX_REDIRECTS}"
-                ))
-                .with("final_url", current.as_str()));
-            }
-            let next = location
-                .to_str()
-                .ok()
-                .and_then(|l| current.join(l).ok())
-                .ok_or_else(|| {
-                    fetch_failed(format!(
-                        "{current} redirects to a Location that is not a URL: {location:?}"
-                    ))
-                })?;
-            hop += 1;
-            current = next;
-        };
+            })
+            .await
+            .map_err(|e| e.to_tool_error())?;
+        let (current, mut response, hops) = (fetched.url, fetched.response, fetched.redirects);
         let status = response.status();
         let content_type = response
             .headers()
@@ -214,7 +91,7 @@ impl Fetcher {
             let chunk = response
                 .chunk()
                 .await
-                .map_err(|e| self.send_failed(&e, &current, hop))?;
+                .map_err(|e| FetchError::send(e, current.clone(), hops).to_tool_error())?;
             let Some(chunk) = chunk else { break };
             let room = self.max_bytes - body.len();
             if chunk.len() > room {
@@ -269,44 +146,15 @@ mod tests {
     /// the refusal is `blocked_url`, not a connection error.
     #[tokio::test]
     async fn the_client_refuses_refused_addresses_when_it_connects() {
-        let fetcher = Fetcher::new(EgressPolicy::default(), 1024).unwrap();
+        let fetcher = Fetcher::new(Egress::default(), 1024).unwrap();
         let url = Url::parse("http://localhost:9/").unwrap();
         let error = fetcher.client.get(url.clone()).send().await.unwrap_err();
-        let refused = fetcher.send_failed(&error, &url, 0);
+        let refused = FetchError::send(error, url, 0).to_tool_error();
         assert_eq!(refused.code, ErrorCode::BlockedUrl, "{refused}");
         let reason = refused.details["reason"].as_str().unwrap();
         assert!(
             reason.starts_with("localhost resolves to loopback address"),
             "{reason}"
         );
-    }
-
-    #[tokio::test]
-    async fn every_hop_is_checked_before_it_is_requested() {
-        let fetcher = Fetcher::new(EgressPolicy::default(), 1024).unwrap();
-        let check = |url: &str, hop: usize| {
-            let url = Url::parse(url).unwrap();
-            let fetcher = fetcher.clone();
-            async move {
-                fetcher
-                    .check(&url, hop)
-                    .await
-                    .map_err(|e| e.details["reason"].clone())
-            }
-        };
-        assert_eq!(
-            check("http://[::1]/", 0).await.unwrap_err(),
-            "loopback address ::1"
-        );
-        assert_eq!(
-            check("http://10.0.0.1/", 2).await.unwrap_err(),
-            "redirect 2 leads to private address 10.0.0.1"
-        );
-        assert_eq!(
-            check("ftp://8.8.8.8/", 0).await.unwrap_err(),
-            "scheme ftp: is not allowed, only http and https"
-        );
-        assert!(check("http://8.8.8.8/", 0).await.is_ok());
-        assert!(check("https://[2606:4700:4700::1111]/", 0).await.is_ok());
     }
 }

@@ -2,11 +2,10 @@
 //! over `toolmesh.internal.v1.run.web`, in the queue group `toolmesh.web`.
 //!
 //! Architecture invariant: `web_fetch` connects only to addresses its egress policy checked
-//! ([`egress`]): every hop's IP literal or resolved addresses are checked before the request,
+//! ([`toolmesh_kernel::egress`]): every hop's IP literal or resolved addresses are checked before the request,
 //! and the HTTP client's only resolver hands out checked addresses, so DNS rebinding cannot
 //! swap one in; redirects are followed by hand, each checked again; no proxy is used.
 
-pub mod egress;
 pub mod fetch;
 mod runner;
 pub mod search;
@@ -52,7 +51,7 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<ActorHandle, WebStartError> {
     let config = settings.config;
-    let policy = egress::EgressPolicy::new(&config.allowed_networks)
+    let policy = toolmesh_kernel::egress::Egress::new(&config.allowed_networks)
         .map_err(WebStartError::AllowedNetworks)?;
     let search = search::SearchProvider::from_config(
         config.search_provider.as_deref(),

@@ -243,6 +243,9 @@ pub struct SkillsConfig {
     pub space_allowlists: Vec<(String, Vec<String>)>,
     /// `TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S`: one Skill Service request or archive download.
     pub download_timeout: Duration,
+    /// `TOOLMESH_SKILL_ALLOWED_NETWORKS`: networks an archive URL (or a redirect) may reach
+    /// although they are not public; the Skill Service's own origin is always reachable.
+    pub allowed_networks: Vec<String>,
 }
 
 /// Web settings.
@@ -377,6 +380,7 @@ impl NodeConfig {
                     "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
                     DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
                 )?),
+                allowed_networks: env.list("TOOLMESH_SKILL_ALLOWED_NETWORKS"),
             },
             web: WebConfig {
                 search_provider: env.get("TOOLMESH_WEB_SEARCH_PROVIDER").map(str::to_owned),
