@@ -247,3 +247,125 @@ async fn the_reply_path_answers_limit_exceeded_for_any_oversized_result() {
         );
     }
 }
+
+/// Sandbox family: `list_tasks` of tasks whose commands are long is cut to fit.
+#[tokio::test]
+async fn a_task_list_too_big_for_one_message_is_cut_to_fit() {
+    let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
+    c.start_node(
+        "gateway,approval,workspace,sandbox",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+            ("TOOLMESH_SANDBOX_WARM", "0"),
+        ],
+    )
+    .await;
+    // 16 tasks (a session's most) × a 5,000-character command: about 80 KB of list, over the
+    // 64 KiB limit.
+    let padding = "x".repeat(5000);
+    for i in 0..16 {
+        let command = format!("sleep 60 # {i} {padding}");
+        let (_, r) = call(
+            &c.client,
+            Path::Direct,
+            workspace_call(
+                "run_command",
+                json!({"command": command, "background": true}),
+            ),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    for path in PATHS {
+        let (size, r) = call(&c.client, path, workspace_call("list_tasks", json!({}))).await;
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(r["ok"], true, "{path:?}: {r}");
+        assert_eq!(r["truncated"], true, "{path:?}");
+        let listed = r["tasks"].as_array().unwrap().len();
+        assert!((1..16).contains(&listed), "{path:?}: {listed} tasks listed");
+    }
+}
+
+/// Skills family: `list_skills` of many skills with long descriptions is cut to fit.
+#[tokio::test]
+async fn a_skill_list_too_big_for_one_message_is_cut_to_fit() {
+    let skills = tempfile::tempdir().unwrap();
+    let description = "d".repeat(400);
+    for i in 0..300 {
+        let dir = skills.path().join(format!("skill-{i:03}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: skill-{i:03}\ndescription: {description}\n---\nDo thing {i}.\n"),
+        )
+        .unwrap();
+    }
+    let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
+    let dir = skills.path().display().to_string();
+    c.start_node(
+        "gateway,approval,skills",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SKILLS_DIR", dir.as_str()),
+        ],
+    )
+    .await;
+    for path in PATHS {
+        let (size, r) = call(&c.client, path, json!({"tool": "list_skills"})).await;
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(r["ok"], true, "{path:?}: {r}");
+        assert_eq!(r["truncated"], true, "{path:?}");
+        let listed = r["skills"].as_array().unwrap().len();
+        assert!(
+            (1..300).contains(&listed),
+            "{path:?}: {listed} skills listed"
+        );
+    }
+}
+
+/// Status: a cluster of a thousand nodes is listed in part, `truncated: true`.
+#[tokio::test]
+async fn the_status_of_a_cluster_too_big_for_one_message_is_cut_to_fit() {
+    let c = cluster("gateway").await;
+    for i in 0..1000 {
+        let beat = json!({
+            "status": {
+                "node_id": format!("far-away-node-{i:04}"), "roles": ["sandbox"],
+                "version": "0.1.0", "uptime_s": 1, "in_flight": 0,
+                "sandbox": {"backend": "sandbox/docker", "capacity": 32, "in_use": 0}
+            },
+            "leaving": false
+        });
+        c.client
+            .publish(internal::HEARTBEAT, Bytes::from(beat.to_string()))
+            .await
+            .unwrap();
+    }
+    c.client.flush().await.unwrap();
+    // The node records them as they arrive; ask until the view is past one message.
+    let started = Instant::now();
+    let reply = loop {
+        let msg = c
+            .client
+            .request("toolmesh.v1.status", Bytes::from_static(b"{}"))
+            .await
+            .expect("status answers");
+        let reply: Value = serde_json::from_slice(&msg.payload).unwrap();
+        assert!(
+            msg.payload.len() <= MAX_PAYLOAD,
+            "{} bytes",
+            msg.payload.len()
+        );
+        if reply["truncated"] == true || started.elapsed() > Duration::from_secs(4) {
+            break reply;
+        }
+    };
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        reply["truncated"], true,
+        "a thousand nodes do not fit in 64 KiB"
+    );
+    let listed = reply["nodes"].as_array().unwrap().len();
+    assert!((1..1001).contains(&listed), "{listed} nodes listed");
+}

@@ -78,7 +78,7 @@ impl Rng {
         items[self.below(items.len())]
     }
     fn one_in(&mut self, n: u64) -> bool {
-        self.next() % n == 0
+        self.next().is_multiple_of(n)
     }
 }
 
