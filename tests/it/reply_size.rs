@@ -369,3 +369,31 @@ async fn the_status_of_a_cluster_too_big_for_one_message_is_cut_to_fit() {
     let listed = reply["nodes"].as_array().unwrap().len();
     assert!((1..1001).contains(&listed), "{listed} nodes listed");
 }
+
+/// Web family: `web_search` results that do not fit are cut, `truncated: true`.
+#[tokio::test]
+async fn search_results_too_big_for_one_message_are_cut_to_fit() {
+    let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
+    c.start_node(
+        "gateway,approval,web",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_WEB_SEARCH_PROVIDER", "fake"),
+        ],
+    )
+    .await;
+    // The fake provider repeats the query three times per result: 50 × 3 × 1,000 characters.
+    let query = "q".repeat(1000);
+    for path in PATHS {
+        let body = json!({"tool": "web_search", "arguments": {"query": query, "max_results": 50}});
+        let (size, r) = call(&c.client, path, body).await;
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(r["ok"], true, "{path:?}: {r}");
+        assert_eq!(r["truncated"], true, "{path:?}");
+        let listed = r["results"].as_array().unwrap().len();
+        assert!(
+            (1..50).contains(&listed),
+            "{path:?}: {listed} results listed"
+        );
+    }
+}

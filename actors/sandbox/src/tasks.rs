@@ -187,7 +187,7 @@ impl Task {
     }
 
     /// Returns the output since the last read. With a pattern, first waits (up to `wait`) until
-    /// a line of the unread output matches it (see [`LineScan`]) or the task ends.
+    /// a line of the unread output matches it (line by line, see `LineScan`) or the task ends.
     pub async fn read(&self, pattern: Option<&regex::Regex>, wait: Duration) -> TaskRead {
         let _one_read = self.reads.lock().await;
         let Some(pattern) = pattern else {
