@@ -638,3 +638,24 @@ async fn an_ungated_call_without_an_actor_is_unavailable_without_a_release() {
     assert_eq!(reply["error"], "unavailable", "{reply}");
     assert!(reply.get("approval_released").is_none(), "{reply}");
 }
+
+/// JCS numbers are doubles: `9007199254740993` canonicalizes as `…992`, so an approval bound to
+/// one would let the other through. A gated call carrying an integer past ±2^53 is refused.
+#[tokio::test]
+async fn integers_past_2_pow_53_cannot_be_bound_to_an_approval() {
+    let c = Cluster::start().await; // strict: edits need approval
+    let edit = |n: u64| {
+        json!({"tool": "edit_workspace_file", "session_id": "s1", "arguments": {
+            "path": "a.txt", "old_text": "x", "new_text": "y", "expected_replacements": n
+        }})
+    };
+    let reply = c.call("acme", edit(9007199254740993)).await;
+    assert_eq!(reply["error"], "invalid_arguments", "{reply}");
+    assert_eq!(
+        reply["details"][0]["path"], "/expected_replacements",
+        "{reply}"
+    );
+    // The largest exact one still reaches the gate.
+    let reply = c.call("acme", edit(9007199254740992)).await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+}

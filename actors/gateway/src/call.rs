@@ -345,6 +345,12 @@ impl<'a> Call<'a> {
         arguments: &Value,
         request: &ToolRequest,
     ) -> Result<(), ToolError> {
+        if let Some(pointer) = toolmesh_kernel::canonical::inexact_number(arguments) {
+            return Err(ToolError::invalid_argument(
+                &pointer,
+                "an integer past ±2^53 cannot be bound to an approval exactly (its hash would be its neighbours'); send a smaller number or a string",
+            ));
+        }
         let mut gate = GateRequest {
             invocation: self.ctx.clone(),
             tool_name: target.spec.name.to_owned(),

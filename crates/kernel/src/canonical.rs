@@ -21,6 +21,36 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex
 }
 
+/// Largest integer magnitude a JCS number (an IEEE double) holds exactly: 2^53.
+const EXACT_INTEGER_LIMIT: u64 = 1 << 53;
+
+/// The JSON pointer of the first number in `value` that JCS cannot represent exactly: an
+/// integer past ±2^53, which canonicalizes as the nearest double and so shares its hash with
+/// its neighbours. An approval bound to such arguments would let a different number through.
+pub fn inexact_number(value: &Value) -> Option<String> {
+    match value {
+        Value::Number(n) => {
+            let exact = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u <= EXACT_INTEGER_LIMIT,
+                (None, Some(i)) => i.unsigned_abs() <= EXACT_INTEGER_LIMIT,
+                // A float was already rounded to a double when it was parsed: the tool and
+                // the hash see the same value.
+                (None, None) => true,
+            };
+            (!exact).then(String::new)
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| inexact_number(item).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(members) => members.iter().find_map(|(key, member)| {
+            let key = key.replace('~', "~0").replace('/', "~1");
+            inexact_number(member).map(|rest| format!("/{key}{rest}"))
+        }),
+        _ => None,
+    }
+}
+
 /// A short, one-line view of the arguments for a person deciding an approval.
 pub fn arguments_preview(arguments: &Value, max_chars: usize) -> String {
     shorten(
@@ -56,6 +86,27 @@ mod tests {
         assert_eq!(
             arguments_sha256(&json!({})),
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    #[test]
+    fn integers_past_2_pow_53_are_found_where_they_are() {
+        let check = |value: Value, expect: Option<&str>| {
+            assert_eq!(inexact_number(&value).as_deref(), expect, "{value}");
+        };
+        check(json!({"n": 9007199254740992_u64}), None);
+        check(json!({"n": -9007199254740992_i64}), None);
+        check(json!({"n": 1.5e300}), None);
+        check(json!({"n": 9007199254740993_u64}), Some("/n"));
+        check(
+            json!({"a": [1, {"b/c": -9007199254740993_i64}]}),
+            Some("/a/1/b~1c"),
+        );
+        check(json!([u64::MAX]), Some("/0"));
+        // They do collide: that is what the check is for.
+        assert_eq!(
+            arguments_sha256(&json!({"n": 9007199254740992_u64})),
+            arguments_sha256(&json!({"n": 9007199254740993_u64}))
         );
     }
 
