@@ -212,13 +212,7 @@ impl<'a> Call<'a> {
         let mut error = result.as_ref().err().map(|e| e.code);
         let mut body = self.reply_body(result);
         let limit = budget::reply_limit(self.core.client.max_payload());
-        if body.len() > limit {
-            tracing::error!(
-                reply_bytes = body.len(),
-                limit_bytes = limit,
-                "a reply is over the NATS max_payload; answering limit_exceeded instead"
-            );
-            let oversize = budget::oversize(body.len(), limit);
+        if let Some(oversize) = budget::over_limit(body.len(), limit) {
             error = Some(oversize.code);
             body = self.reply_body(Err(oversize));
         }

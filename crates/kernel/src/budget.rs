@@ -101,6 +101,20 @@ pub fn oversize(size: usize, limit: usize) -> ToolError {
     .with("limit_bytes", limit)
 }
 
+/// The [`oversize`] error for a reply of `size` bytes when only `limit` fit, logged at error
+/// level; `None` when it fits. The one check every reply path makes before it sends.
+pub fn over_limit(size: usize, limit: usize) -> Option<ToolError> {
+    if size <= limit {
+        return None;
+    }
+    tracing::error!(
+        reply_bytes = size,
+        limit_bytes = limit,
+        "a reply is over the NATS max_payload; answering limit_exceeded instead"
+    );
+    Some(oversize(size, limit))
+}
+
 /// A text cut to the budget (counted in characters, not bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cut {

@@ -211,27 +211,13 @@ pub async fn respond_or(
         return;
     };
     let limit = budget::reply_limit(client.max_payload());
-    let body = match over_limit(body.len(), limit) {
+    let body = match budget::over_limit(body.len(), limit) {
         None => body,
         Some(error) => oversize(error),
     };
     if let Err(e) = client.publish(reply.clone(), Bytes::from(body)).await {
         tracing::warn!(error = %e, "could not publish a reply");
     }
-}
-
-/// The `limit_exceeded` error for a reply of `size` bytes when only `limit` fit, logged; `None`
-/// when it fits.
-fn over_limit(size: usize, limit: usize) -> Option<ToolError> {
-    if size <= limit {
-        return None;
-    }
-    tracing::error!(
-        reply_bytes = size,
-        limit_bytes = limit,
-        "a reply is over the NATS max_payload; answering limit_exceeded instead"
-    );
-    Some(budget::oversize(size, limit))
 }
 
 /// Answers a routed call: the [`ActorReply`] goes back to the gateway, or, for a call with a
@@ -250,24 +236,24 @@ pub async fn answer(
     mut reply: ActorReply,
     started: Instant,
 ) {
-    if let Some(error) = over_limit(
-        budget::json_len(&reply),
-        budget::routed_limit(client.max_payload()),
-    ) {
-        reply = ActorReply {
-            events_emitted: reply.events_emitted,
-            ..ActorReply::error(error)
-        };
-    }
+    let limit = budget::routed_limit(client.max_payload());
     let Some(DirectFinish {
         invocation,
         event_seq,
         direct,
     }) = finish
     else {
-        let body = serde_json::to_vec(&reply).expect("a reply serializes");
+        // Serialized once: the size checked is the body sent.
+        let mut body = serde_json::to_vec(&reply).expect("a reply serializes");
+        if let Some(error) = budget::over_limit(body.len(), limit) {
+            let replaced = oversized(&reply, error);
+            body = serde_json::to_vec(&replaced).expect("a reply serializes");
+        }
         return respond(client, request_reply, body).await;
     };
+    if let Some(error) = budget::over_limit(budget::json_len(&reply), limit) {
+        reply = oversized(&reply, error);
+    }
     let dispatched = direct.dispatched_tool_name.as_deref();
     let error = ToolError::from_fields(&reply.reply).map(|e| e.code);
     let duration_ms = direct.elapsed_ms.saturating_add(elapsed_ms(started));
@@ -291,6 +277,15 @@ pub async fn answer(
     let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1));
     let body = serde_json::to_vec(&ack).expect("a reply serializes");
     respond(client, request_reply, body).await;
+}
+
+/// What goes out in place of a reply over the limit: the error, with the reply's
+/// `events_emitted` (the events it sent still count).
+fn oversized(reply: &ActorReply, error: ToolError) -> ActorReply {
+    ActorReply {
+        events_emitted: reply.events_emitted,
+        ..ActorReply::error(error)
+    }
 }
 
 /// Claims a call of a long-running role: publishes an empty message with
