@@ -14,20 +14,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::{answer, confirm_subscriptions};
-use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
-use toolmesh_kernel::Role;
 
-use crate::support::{collect, Cluster};
-
-async fn fake_workspace(client: &Client) -> Subscriber {
-    let sub = client
-        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
-        .await
-        .unwrap();
-    confirm_subscriptions(client).await.unwrap();
-    sub
-}
+use crate::support::{collect, fake_workspace, Cluster};
 
 async fn take_call(actor: &mut Subscriber) -> (ActorCall, Subject) {
     let msg = tokio::time::timeout(Duration::from_secs(10), actor.next())

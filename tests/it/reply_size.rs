@@ -6,16 +6,15 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::{Client, Subscriber};
+use async_nats::Client;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::{answer, confirm_subscriptions};
-use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
-use toolmesh_kernel::Role;
 
-use crate::support::{collect, Cluster};
+use crate::support::{collect, fake_workspace, Cluster};
 
 /// The NATS `max_payload` of these tests.
 const MAX_PAYLOAD: usize = 64 * 1024;
@@ -187,16 +186,6 @@ async fn a_reply_no_tool_cuts_is_limit_exceeded_with_its_invocation_id() {
         assert_eq!(finished["ok"], false, "{finished}");
         assert_eq!(finished["error"], "limit_exceeded", "{finished}");
     }
-}
-
-/// A fake workspace actor in the role's queue group.
-async fn fake_workspace(client: &Client) -> Subscriber {
-    let sub = client
-        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
-        .await
-        .unwrap();
-    confirm_subscriptions(client).await.unwrap();
-    sub
 }
 
 /// The kernel's reply path itself (`host::answer`, which every actor uses): an actor whose

@@ -134,3 +134,18 @@ pub fn policy_file(text: &str) -> (tempfile::TempDir, String) {
 /// A policy that makes `component_status` (answered by the gateway itself) need approval, so
 /// approval paths can be driven end to end with a tool that really runs.
 pub const GATED_STATUS: &str = "[tools.component_status]\nrisk_level = \"high\"\n";
+
+/// A fake workspace actor in the role's queue group, its subscription confirmed: the calls the
+/// gateway routes to the workspace come to the test.
+pub async fn fake_workspace(client: &async_nats::Client) -> async_nats::Subscriber {
+    use toolmesh_kernel::subjects::{internal, queue};
+    use toolmesh_kernel::Role;
+    let sub = client
+        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
+        .await
+        .unwrap();
+    toolmesh_kernel::host::confirm_subscriptions(client)
+        .await
+        .unwrap();
+    sub
+}
