@@ -635,11 +635,14 @@ async fn containers_are_hardened() {
 #[tokio::test]
 async fn floods_and_bombs_stay_inside_the_sandbox() {
     let c = cluster_with(&[("TOOLMESH_SANDBOX_PIDS", "64")]).await;
-    let flood = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "head -c 30000000 /dev/zero | tr '\\0' 'a'", "timeout": 60}),
+    // The flood's 30 MB are persisted whole before the reply: on a loaded machine that takes
+    // longer than the harness's default 10 s, so wait as long as the command's own timeout.
+    let flood = toolmesh_testkit::request_json_within(
+        &c.client,
+        "toolmesh.v1.call.acme",
+        json!({"tool": "run_command", "session_id": "s1", "arguments":
+            {"command": "head -c 30000000 /dev/zero | tr '\\0' 'a'", "timeout": 60}}),
+        Duration::from_secs(60),
     )
     .await;
     assert_eq!(

@@ -361,14 +361,40 @@ pub async fn request_raw(
     subject: impl Into<String>,
     body: Vec<u8>,
 ) -> serde_json::Value {
-    let subject = subject.into();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.request(subject.clone(), body.into()),
+    request_raw_within(client, subject, body, Duration::from_secs(10)).await
+}
+
+/// [`request_json`], waiting up to `wait` for the reply: for a call whose own time limit is
+/// longer than the default 10 s.
+pub async fn request_json_within(
+    client: &async_nats::Client,
+    subject: impl Into<String>,
+    body: serde_json::Value,
+    wait: Duration,
+) -> serde_json::Value {
+    request_raw_within(
+        client,
+        subject,
+        serde_json::to_vec(&body).expect("json"),
+        wait,
     )
     .await
-    .unwrap_or_else(|_| panic!("no reply on {subject} within 10 s"))
-    .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
+}
+
+async fn request_raw_within(
+    client: &async_nats::Client,
+    subject: impl Into<String>,
+    body: Vec<u8>,
+    wait: Duration,
+) -> serde_json::Value {
+    let subject = subject.into();
+    let request = async_nats::Request::new()
+        .payload(body.into())
+        .timeout(Some(wait));
+    let reply = tokio::time::timeout(wait, client.send_request(subject.clone(), request))
+        .await
+        .unwrap_or_else(|_| panic!("no reply on {subject} within {wait:?}"))
+        .unwrap_or_else(|e| panic!("request on {subject} failed: {e}"));
     serde_json::from_slice(&reply.payload)
         .unwrap_or_else(|e| panic!("reply on {subject} is not JSON ({e}): {:?}", reply.payload))
 }
