@@ -844,8 +844,20 @@ async fn a_restarted_worker_removes_what_its_previous_run_left() {
         left,
         "a killed worker removes nothing"
     );
+    // Its sandbox's disk (TOOLMESH_SANDBOX_DISK_MB) is still mounted too.
+    let folder = c
+        .data_dir
+        .path()
+        .join("sandboxes")
+        .join(&spec.node_id)
+        .join(r["sandbox_id"].as_str().unwrap());
+    let folder_text = folder.canonicalize().unwrap().display().to_string();
+    assert_eq!(mounts_under(c.data_dir.path()), [folder_text]);
 
     let _second = spec.start(&c.client).await;
+    // Reaped at the start, before anything new is made: unmounted, then removed.
+    assert_eq!(mounts_under(c.data_dir.path()), Vec::<String>::new());
+    assert!(!folder.exists(), "{} is gone", folder.display());
     let deadline = Instant::now() + Duration::from_secs(30);
     while left
         .iter()
@@ -1466,4 +1478,237 @@ async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
     .await;
     assert_ne!(r["sandbox_id"], sandbox.as_str(), "{r}");
     assert_eq!(r["stdout"], "ran\n755\n0\n", "{r}");
+}
+
+/// Mount points under `dir` in this test process's mount namespace (the node's, and the
+/// Docker daemon's, on this host).
+fn mounts_under(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let prefix = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|m| m.starts_with(&prefix))
+        .collect()
+}
+
+/// A sandbox's folder on the host: `<data>/sandboxes/<node>/<sandbox_id>`.
+fn sandbox_folder(c: &Cluster, sandbox_id: &str) -> std::path::PathBuf {
+    c.data_dir
+        .path()
+        .join("sandboxes")
+        .join(&c.nodes[0].node_id)
+        .join(sandbox_id)
+}
+
+/// Size of the filesystem holding `path` (statvfs, through `stat -f`), bytes.
+fn filesystem_bytes(path: &std::path::Path) -> u64 {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%b %S"])
+        .arg(path)
+        .output()
+        .expect("stat -f");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    it.next().unwrap() * it.next().unwrap()
+}
+
+/// Issue 16 item 5, both backends: with `TOOLMESH_SANDBOX_DISK_MB=64` a command that writes
+/// past 64 MiB gets "No space left on device" inside the sandbox, the sandbox's folder is a
+/// filesystem of at most 64 MiB (an image inside that folder), the session goes on working,
+/// and a drain leaves no mount and no folder behind.
+async fn a_sandbox_writes_no_more_than_its_disk_quota(mut c: SandboxCluster) {
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "fallocate -l 65M /workspace/big; echo rc=$?; \
+            dd if=/dev/zero of=/workspace/fill bs=1M count=80 2>&1 | grep -c 'No space left'"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let out = format!("{}{}", r["stdout"], r["stderr"]);
+    assert!(out.contains("No space left on device"), "{r}");
+    assert!(r["stdout"].as_str().unwrap().contains("rc=1"), "{r}");
+    assert_eq!(
+        r["stdout"].as_str().unwrap().lines().last(),
+        Some("1"),
+        "{r}"
+    );
+    let sandbox = r["sandbox_id"].as_str().unwrap().to_owned();
+    let folder = sandbox_folder(&c, &sandbox);
+    let folder_text = folder.canonicalize().unwrap().display().to_string();
+    assert!(
+        mounts_under(c.data_dir.path()).contains(&folder_text),
+        "the sandbox's folder is a mount point: {:?}",
+        mounts_under(c.data_dir.path())
+    );
+    let size = filesystem_bytes(&folder);
+    assert!(size <= 64 * 1024 * 1024, "a disk of {size} bytes");
+
+    // The session goes on once it made room.
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "rm -f /workspace/big /workspace/fill && echo fine > ok.txt && cat ok.txt"}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "fine\n", "{r}");
+    let read = tool(&c, "s1", "read_workspace_file", json!({"path": "ok.txt"})).await;
+    assert_eq!(read["ok"], true, "{read}");
+
+    // A drain removes every sandbox: no mount, no folder, no image is left.
+    c.nodes[0].terminate();
+    assert!(
+        c.nodes[0]
+            .wait_exit(Duration::from_secs(40))
+            .await
+            .is_some(),
+        "the node drains"
+    );
+    assert_eq!(mounts_under(c.data_dir.path()), Vec::<String>::new());
+    assert!(!folder.exists(), "{} is gone", folder.display());
+}
+
+#[tokio::test]
+async fn a_docker_sandbox_writes_no_more_than_its_disk_quota() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_DISK_MB", "64")]).await;
+    a_sandbox_writes_no_more_than_its_disk_quota(c).await;
+}
+
+#[tokio::test]
+async fn a_process_sandbox_writes_no_more_than_its_disk_quota() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c.start_node(
+        "gateway,approval,workspace,sandbox",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+            ("TOOLMESH_SANDBOX_DISK_MB", "64"),
+        ],
+    )
+    .await;
+    a_sandbox_writes_no_more_than_its_disk_quota(SandboxCluster { c }).await;
+}
+
+/// Issue 16 item 5: a workspace that does not fit into the sandbox's disk answers
+/// `limit_exceeded` naming `TOOLMESH_SANDBOX_DISK_MB` (the command does not run on a partial
+/// copy), and once the workspace is small enough again the session works.
+#[tokio::test]
+async fn a_workspace_bigger_than_the_disk_quota_is_limit_exceeded() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_DISK_MB", "16")]).await;
+    let w = tool(
+        &c,
+        "s1",
+        "write_workspace_file",
+        json!({"path": "small.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(w["ok"], true, "{w}");
+    let ws = c
+        .data_dir
+        .path()
+        .join("accounts/acme/sessions/s1/workspace");
+    // 24 MiB in three files, each under the sync's file cap (10 MiB).
+    for i in 0..3 {
+        std::fs::write(ws.join(format!("big{i}.bin")), vec![7u8; 8 * 1024 * 1024]).unwrap();
+    }
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo ran > ran.txt"}),
+    )
+    .await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"], "limit_exceeded", "{r}");
+    let message = r["error_message"].as_str().unwrap();
+    assert!(message.contains("TOOLMESH_SANDBOX_DISK_MB"), "{r}");
+    assert!(message.contains("did not run"), "{r}");
+    assert!(!ws.join("ran.txt").exists(), "the command did not run");
+
+    for i in 0..3 {
+        std::fs::remove_file(ws.join(format!("big{i}.bin"))).unwrap();
+    }
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "ls; echo ran > ran.txt"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], "small.txt\n", "{r}");
+}
+
+/// Issue 16 item 9: `/proc/self/mountinfo` in a sandbox names no host path of its folders
+/// and not the node: the workspace, skills and run directory come from the sandbox's own disk
+/// (their roots are `/workspace`, `/skills`, `/run`). What stays visible is Docker's own
+/// (`/etc/hosts`… under the daemon's folder) and the staged spawner under
+/// `$TOOLMESH_SANDBOX_DIR/.spawner/`.
+#[tokio::test]
+async fn mountinfo_in_a_sandbox_names_no_node_and_no_sandbox_folder() {
+    let c = cluster().await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "cat /proc/self/mountinfo"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let table = r["stdout"].as_str().unwrap();
+    let node = &c.nodes[0].node_id;
+    assert!(!table.contains(node.as_str()), "{table}");
+    for (mount, root) in [
+        ("/workspace", "/workspace"),
+        ("/skills", "/skills"),
+        ("/run/toolmesh", "/run"),
+    ] {
+        let line = table
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(mount))
+            .unwrap_or_else(|| panic!("{mount} in {table}"));
+        assert_eq!(line.split(' ').nth(3), Some(root), "{line}");
+    }
+}
+
+/// Issue 16 item 5: a worker asked for a disk quota that it cannot keep (no CAP_SYS_ADMIN)
+/// does not start, and says which variable to set to 0.
+#[tokio::test]
+async fn a_worker_that_cannot_mount_refuses_to_start() {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let spec = c.spec(
+        "sandbox",
+        &[
+            ("TOOLMESH_SANDBOX_DISK_MB", "64"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+        ],
+    );
+    let mut cmd = tokio::process::Command::new("setpriv");
+    cmd.args(["--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--"])
+        .arg(&spec.binary)
+        .args(["node", "--roles", &spec.roles])
+        .env("TOOLMESH_NODE_ID", &spec.node_id)
+        .kill_on_drop(true);
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("the node stops within 30 s")
+        .expect("setpriv runs");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("TOOLMESH_SANDBOX_DISK_MB=64"), "{stderr}");
+    assert!(stderr.contains("TOOLMESH_SANDBOX_DISK_MB=0"), "{stderr}");
+    assert_eq!(
+        mounts_under(c.data_dir.path()),
+        Vec::<String>::new(),
+        "nothing left mounted"
+    );
 }

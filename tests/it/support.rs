@@ -105,6 +105,20 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    /// The nodes go first (killed), then the disks their sandboxes mounted under the data
+    /// directory (`TOOLMESH_SANDBOX_DISK_MB`): a killed node cannot unmount them, and the
+    /// temporary directory's removal would stop at each.
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        if let Err(e) = toolmesh_sandbox::disk::unmount_below(self.data_dir.path()) {
+            eprintln!("cannot unmount the sandbox disks of a test cluster: {e}");
+        }
+    }
+}
+
 /// Collects messages of a subscription until `count` arrived or `timeout` passed.
 pub async fn collect(
     sub: &mut async_nats::Subscriber,

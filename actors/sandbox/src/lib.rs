@@ -10,6 +10,7 @@
 //! `worker` actor places each call on the worker holding its session.
 
 pub mod backend;
+pub mod disk;
 pub mod exec;
 pub mod mirror;
 pub mod output;
@@ -56,6 +57,9 @@ pub enum SandboxStartError {
     RedisUrl(#[source] redis::RedisError),
     #[error("the sandbox backend cannot start: {0}")]
     Backend(#[source] backend::BackendError),
+    /// `TOOLMESH_SANDBOX_DISK_MB` asks for a disk per sandbox that this worker cannot make.
+    #[error("the sandbox role cannot start: {0}")]
+    Disk(String),
     #[error("cannot subscribe to the sandbox subjects: {0}")]
     Subscribe(#[from] async_nats::SubscribeError),
     #[error("the NATS server did not confirm the subscription: {0}")]
@@ -129,6 +133,14 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
     let config = &settings.config;
+    if config.disk_mb > 0 {
+        // No silent weakening: a quota asked for is a quota kept, or the role does not start.
+        let (dir, mb) = (config.dir.clone(), config.disk_mb);
+        tokio::task::spawn_blocking(move || disk::probe(&dir, mb))
+            .await
+            .map_err(|e| SandboxStartError::Disk(e.to_string()))?
+            .map_err(SandboxStartError::Disk)?;
+    }
     let backend = make_backend(config).await?;
     let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
@@ -157,6 +169,7 @@ pub async fn spawn(
                 max_file_bytes: config.sync_max_file_bytes,
                 max_total_bytes: config.sync_max_total_bytes,
             },
+            disk_mb: config.disk_mb,
         },
         registry,
         WorkspaceSync::new(client.clone()),

@@ -335,6 +335,12 @@ impl Mirror {
                         );
                         report.copied += 1;
                     }
+                    // The sandbox's disk is full (`TOOLMESH_SANDBOX_DISK_MB`): say so, and run
+                    // nothing on a workspace that is only partly there.
+                    Err(e) if crate::disk::is_full(&e) => {
+                        self.known.remove(&chunk.path);
+                        return Err(crate::disk::full_error(&chunk.path));
+                    }
                     Err(e) => {
                         tracing::warn!(path = %chunk.path, error = %e, "workspace file not written to the mirror");
                         self.known.remove(&chunk.path);

@@ -44,6 +44,9 @@ pub struct PoolSettings {
     pub warm: usize,
     pub concurrency: usize,
     pub sync_limits: SyncLimits,
+    /// Each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`, [`crate::disk`]): its folder
+    /// is the mount point of an image of this size. 0: a plain folder.
+    pub disk_mb: u64,
 }
 
 /// One session's sandbox on this worker.
@@ -559,25 +562,56 @@ impl Pool {
     ) -> Result<(SandboxRef, Busy<'_>), ToolError> {
         let busy = self.begin().ok_or_else(shutting_down)?;
         self.node_dir_ready().await?;
+        let folder = self.node_dir().join(&sandbox_id);
+        self.attach_disk(&folder).await?;
         let spec = SandboxSpec {
-            workspace_dir: self
-                .settings
-                .dir
-                .join(self.settings.node.as_str())
-                .join(&sandbox_id)
-                .join("workspace"),
+            workspace_dir: folder.join("workspace"),
             sandbox_id,
             node_id: self.settings.node.as_str().to_owned(),
             scope: self.scope(),
             limits: self.settings.limits.clone(),
         };
-        let sandbox = self.backend.create(&spec).await.map_err(backend_error)?;
+        let sandbox = match self.backend.create(&spec).await {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                let folder = folder.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    crate::disk::unmount_below(&folder)
+                        .and_then(|_| std::fs::remove_dir_all(&folder))
+                })
+                .await;
+                return Err(backend_error(e));
+            }
+        };
         if self.closed.load(Ordering::SeqCst) {
             // Finished after shutdown began, which removes only what it finds: this goes now.
             self.discard(&sandbox).await;
             return Err(shutting_down());
         }
         Ok((sandbox, busy))
+    }
+
+    /// Makes a sandbox's folder and, with a disk quota, mounts its own disk over it
+    /// ([`crate::disk::attach`]), before the backend fills it.
+    async fn attach_disk(&self, folder: &std::path::Path) -> Result<(), ToolError> {
+        let (folder, group, mb) = (
+            folder.to_owned(),
+            self.backend.sandbox_group(),
+            self.settings.disk_mb,
+        );
+        tokio::task::spawn_blocking(move || {
+            crate::backend::make_private(&folder, group)?;
+            if mb > 0 {
+                if let Err(e) = crate::disk::attach(&folder, mb) {
+                    let _ = std::fs::remove_dir(&folder);
+                    return Err(e);
+                }
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("preparing a sandbox's disk: {e}")))?
+        .map_err(|e| ToolError::internal(format!("preparing a sandbox's disk: {e}")))
     }
 
     async fn discard(&self, sandbox: &SandboxRef) {
@@ -747,9 +781,11 @@ impl Pool {
             self.discard(&sandbox).await;
         }
         let dir = self.node_dir();
-        let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        let removed = tokio::task::spawn_blocking(move || {
+            match crate::disk::unmount_below(&dir).and_then(|_| std::fs::remove_dir_all(&dir)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
         })
         .await;
         if let Ok(Err(e)) = removed {
@@ -765,7 +801,10 @@ async fn remove_folder_of(sandbox: &SandboxRef) {
         .parent()
         .unwrap_or(&sandbox.workspace_dir)
         .to_owned();
-    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(folder)).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::disk::unmount_below(&folder).and_then(|_| std::fs::remove_dir_all(folder))
+    })
+    .await;
 }
 
 /// Removes the folders of `dir` that belong to nodes: `this_node`'s when `live` is `None`
@@ -804,6 +843,8 @@ fn reap_folders(
             }
         };
         if orphan {
+            // Its sandboxes' disks first: the removal must not walk into them.
+            crate::disk::unmount_below(&entry.path())?;
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

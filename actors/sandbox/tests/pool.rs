@@ -112,6 +112,7 @@ impl Rig {
                 warm,
                 concurrency: 2,
                 sync_limits: SyncLimits::default(),
+                disk_mb: 64,
             },
             SessionRegistry::new(&redis.url(), TTL).unwrap(),
             WorkspaceSync::new(nats.client().await),

@@ -23,6 +23,11 @@ pub const DEFAULT_SANDBOX_MAX_SESSIONS: usize = 32;
 pub const DEFAULT_SANDBOX_IDLE_TTL_S: u64 = 900;
 pub const DEFAULT_SANDBOX_WARM: usize = 2;
 pub const DEFAULT_SANDBOX_TMPFS_MB: u64 = 256;
+/// Each sandbox's disk (`TOOLMESH_SANDBOX_DISK_MB`): its workspace copy, skills and spooled
+/// output live in an image of this size. 4 GiB: sixty times what the sync carries at most by
+/// default (64 MiB), room for a build's dependencies and outputs, while one worker's sandboxes
+/// take at most `(max_sessions + warm) × 4 GiB` of the host's disk.
+pub const DEFAULT_SANDBOX_DISK_MB: u64 = 4096;
 pub const DEFAULT_SANDBOX_TIMEOUT_S: u64 = 60;
 pub const DEFAULT_SYNC_MAX_FILES: usize = 2000;
 pub const DEFAULT_SYNC_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -214,6 +219,9 @@ pub struct SandboxConfig {
     pub concurrency: usize,
     /// Size of the sandbox's `/tmp` and home tmpfs (`TOOLMESH_SANDBOX_TMPFS_MB`).
     pub tmpfs_mb: u64,
+    /// Size of each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`); 0: no disk of its
+    /// own, its folder is a plain one on the host's disk.
+    pub disk_mb: u64,
     /// A command's timeout when the call names none (`TOOLMESH_SANDBOX_TIMEOUT_S`).
     pub default_timeout: Duration,
     /// Workspace sync bounds (`TOOLMESH_SANDBOX_SYNC_MAX_FILES`, `…_MAX_FILE_BYTES`,
@@ -348,6 +356,7 @@ impl NodeConfig {
                 warm: env.parse("TOOLMESH_SANDBOX_WARM", DEFAULT_SANDBOX_WARM)?,
                 concurrency: env.parse("TOOLMESH_SANDBOX_CONCURRENCY", 2 * cores)?.max(1),
                 tmpfs_mb: env.parse("TOOLMESH_SANDBOX_TMPFS_MB", DEFAULT_SANDBOX_TMPFS_MB)?,
+                disk_mb: env.parse("TOOLMESH_SANDBOX_DISK_MB", DEFAULT_SANDBOX_DISK_MB)?,
                 default_timeout: Duration::from_secs(
                     env.parse("TOOLMESH_SANDBOX_TIMEOUT_S", DEFAULT_SANDBOX_TIMEOUT_S)?,
                 ),
