@@ -2,7 +2,9 @@
 //!
 //! Client commands print JSON replies on stdout (one document, or one line per event) and
 //! hints for a person on stderr; the exit code is 0 for `ok: true`, 1 for `ok: false`, 2 when
-//! the command itself could not run.
+//! the command itself could not run. Everything printed is display-safe
+//! (`toolmesh_kernel::text`): a control or bidirectional character in a name or value is
+//! written as its JSON escape (`\u202e`), which reads back as the same JSON.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
@@ -17,6 +19,7 @@ use serde_json::{json, Value};
 use toolmesh_kernel::config::{NodeConfig, RawEnv, DEFAULT_NATS_URL};
 use toolmesh_kernel::host::connect_client_with_inbox;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::text::{display_json, display_json_pretty};
 use toolmesh_kernel::{Account, InvocationId, NodeId};
 
 #[derive(Debug, Parser)]
@@ -447,7 +450,34 @@ async fn approvals(
     };
     let reply = request(nats, subject, &body, 10).await?;
     print_json(&reply)?;
+    if let Some(note) = arguments_check(&reply) {
+        hint(&note);
+    }
     Ok(exit_for(&reply))
+}
+
+/// For a `get` reply: whether the arguments shown are the ones the approval is bound to (their
+/// JCS sha256 is `arguments_sha256`), or that they could not be shown.
+fn arguments_check(reply: &Value) -> Option<String> {
+    let approval = reply.get("approval")?;
+    let sha = approval.get("arguments_sha256")?.as_str()?;
+    if reply.get("arguments_truncated") == Some(&Value::Bool(true)) {
+        return Some(
+            "the arguments are not shown in full (see arguments_preview); do not approve what you cannot see".to_owned(),
+        );
+    }
+    let arguments = reply.get("arguments")?;
+    if toolmesh_kernel::canonical::arguments_sha256(arguments) == sha {
+        Some(
+            "arguments match arguments_sha256: they are exactly what this approval lets run"
+                .to_owned(),
+        )
+    } else {
+        Some(
+            "WARNING: the arguments shown do not hash to arguments_sha256; do not approve"
+                .to_owned(),
+        )
+    }
 }
 
 fn parse_account(account: &str) -> anyhow::Result<Account> {
@@ -506,7 +536,7 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
                 let body: Value = serde_json::from_slice(&msg.payload).unwrap_or_else(|_| {
                     Value::from(String::from_utf8_lossy(&msg.payload).into_owned())
                 });
-                emit(&json!({ "subject": msg.subject.as_str(), "body": body }).to_string())?;
+                emit(&display_json(&json!({ "subject": msg.subject.as_str(), "body": body })))?;
             }
             _ = tokio::signal::ctrl_c() => break,
         }
@@ -515,7 +545,7 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
 }
 
 fn print_json(value: &Value) -> anyhow::Result<()> {
-    emit(&serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()))
+    emit(&display_json_pretty(value))
 }
 
 /// What a person does next about a call that waits for approval. Only a NATS user allowed to

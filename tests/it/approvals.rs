@@ -659,3 +659,95 @@ async fn integers_past_2_pow_53_cannot_be_bound_to_an_approval() {
     let reply = c.call("acme", edit(9007199254740992)).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
 }
+
+/// Issue 16: the preview stopped at 500 characters and `get` answered only the preview, so
+/// `echo harmless` + 600 spaces + `; rm -rf /workspace/*` showed as a harmless echo and an
+/// `env` member after a long command was invisible. `get` answers the exact arguments (their
+/// JCS hash is `arguments_sha256`); every preview shows each member, escaped.
+#[tokio::test]
+async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing() {
+    let c = Cluster::start().await; // strict: run_command needs approval
+    let mut requested = c
+        .client
+        .subscribe("toolmesh.v1.approvals.acme.requested")
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let command = format!("echo harmless{}; rm -rf /workspace/*", " ".repeat(600));
+    let arguments = json!({
+        "command": command,
+        "cwd": "rtl\u{202e}txt.exe",
+        "env": {"LD_PRELOAD": "/workspace/evil.so"},
+        "timeout": 30.0,
+    });
+    let a = request_approval(
+        &c,
+        "acme",
+        json!({"tool": "run_command", "session_id": "s1", "arguments": arguments}),
+    )
+    .await;
+    let id = a["id"].as_str().unwrap();
+
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["ok"], true, "{got}");
+    assert_eq!(got["arguments"], arguments, "{got}");
+    assert!(got.get("arguments_truncated").is_none(), "{got}");
+    assert_eq!(
+        toolmesh_kernel::canonical::arguments_sha256(&got["arguments"]),
+        got["approval"]["arguments_sha256"].as_str().unwrap()
+    );
+    assert_eq!(got["approval"]["arguments_sha256"], a["arguments_sha256"]);
+
+    // The same preview wherever an approver meets it: the call's reply, list, get, the event.
+    let listed = c.approvals("acme", "list", json!({})).await;
+    let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
+    let previews = [
+        &a["arguments_preview"],
+        &listed["approvals"][0]["arguments_preview"],
+        &got["approval"]["arguments_preview"],
+        &announced[0]["arguments_preview"],
+    ];
+    for preview in previews {
+        let preview = preview.as_str().unwrap();
+        assert!(preview.contains("; rm -rf /workspace/*"), "{preview}");
+        assert!(preview.contains("chars hidden"), "{preview}");
+        assert!(
+            preview.contains(r#""env":{"LD_PRELOAD":"/workspace/evil.so"}"#),
+            "{preview}"
+        );
+        assert!(preview.contains(r#""cwd":"rtl\u202etxt.exe""#), "{preview}");
+        assert!(!preview.contains('\u{202e}'), "{preview}");
+    }
+}
+
+/// A gated call whose arguments an approver could not get in full (with the approval around
+/// them, over `max_payload`) is refused before an approval exists: never approved blind, and
+/// never a timeout.
+#[tokio::test]
+async fn a_gated_call_too_large_to_show_is_limit_exceeded() {
+    let mut c = Cluster::servers_with_max_payload(64 * 1024).await;
+    c.start_node("gateway,approval", &[]).await;
+    let write = |bytes: usize| {
+        json!({"tool": "write_workspace_file", "session_id": "s1", "arguments": {
+            "path": "big.txt", "content": "x".repeat(bytes)
+        }})
+    };
+    let reply = c.call("acme", write(60 * 1024)).await;
+    assert_eq!(reply["error"], "limit_exceeded", "{reply}");
+    assert!(
+        reply["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("approver"),
+        "{reply}"
+    );
+    let listed = c.approvals("acme", "list", json!({})).await;
+    assert_eq!(listed["approvals"], json!([]), "{listed}");
+    // Comfortably under the limit, the approver gets it all.
+    let a = request_approval(&c, "acme", write(40 * 1024)).await;
+    let got = c.approvals("acme", "get", json!({"id": a["id"]})).await;
+    assert_eq!(
+        got["arguments"]["content"].as_str().unwrap().len(),
+        40 * 1024
+    );
+}

@@ -3,6 +3,8 @@
 use std::io::Read as _;
 use std::process::{Command, Stdio};
 
+use serde_json::{json, Value};
+
 use crate::support::{policy_file, Cluster, BIN, GATED_STATUS};
 
 /// `toolmesh status | head -c 1`: the reader leaves before the reply is written. The command
@@ -91,4 +93,108 @@ async fn the_approval_hint_says_who_decides_and_why_approve_did_nothing() {
     );
     assert!(hint.contains("approver"), "{hint}");
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// Runs `toolmesh <args>` against the cluster; its stdout as text.
+fn cli(c: &Cluster, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("toolmesh runs");
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Issue 16: a file name with a bidirectional character (`rtl\u202etxt.exe`, which a terminal
+/// shows as `rtlexe.txt`) listed unescaped. Results keep the exact name (a tool can pass it
+/// back); what a person reads — the command line's output, an error message, the approval
+/// preview — shows it escaped.
+#[tokio::test]
+async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval,workspace",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
+    let name = "rtl\u{202e}txt.exe";
+    let wrote = c
+        .call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "s1",
+                   "arguments": {"path": name, "content": "hi"}}),
+        )
+        .await;
+    assert_eq!(wrote["ok"], true, "{wrote}");
+    // On the wire the result is exact.
+    let listed = c
+        .call(
+            "acme",
+            json!({"tool": "list_workspace_files", "session_id": "s1", "arguments": {}}),
+        )
+        .await;
+    assert!(listed.to_string().contains(name), "{listed}");
+
+    let text = cli(
+        &c,
+        &[
+            "call",
+            "list_workspace_files",
+            "--account",
+            "acme",
+            "--session",
+            "s1",
+        ],
+    );
+    assert!(!text.contains('\u{202e}'), "{text}");
+    assert!(text.contains("rtl\\u202etxt.exe"), "{text}");
+    // The escaped output is JSON of the same reply.
+    let printed: Value = serde_json::from_str(&text).expect("the CLI prints JSON");
+    assert_eq!(printed["entries"], listed["entries"], "{text}");
+
+    // An error message quoting the name escapes it.
+    let missing = c
+        .call(
+            "acme",
+            json!({"tool": "read_workspace_file", "session_id": "s1",
+                   "arguments": {"path": "gone\u{202e}\u{1b}[2K.txt"}}),
+        )
+        .await;
+    let message = missing["error_message"].as_str().unwrap();
+    assert_eq!(missing["error"], "not_found", "{missing}");
+    assert!(
+        !message.chars().any(toolmesh_kernel::text::is_hidden_char),
+        "{message:?}"
+    );
+}
+
+/// `toolmesh approvals get` prints the exact arguments and says whether they hash to
+/// `arguments_sha256`, so a person knows that what they read is what they approve.
+#[tokio::test]
+async fn approvals_get_shows_the_arguments_and_checks_their_hash() {
+    let c = Cluster::start().await; // strict: writes need approval
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "s1",
+                   "arguments": {"path": "a\u{202e}.txt", "content": "hi"}}),
+        )
+        .await;
+    let id = reply["approval_request"]["id"].as_str().unwrap();
+    let out = Command::new(BIN)
+        .args(["approvals", "get", id, "--account", "acme"])
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("toolmesh runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\u{202e}'), "{text}");
+    let printed: Value = serde_json::from_str(&text).expect("the CLI prints JSON");
+    assert_eq!(
+        printed["arguments"],
+        json!({"path": "a\u{202e}.txt", "content": "hi"})
+    );
+    let hint = String::from_utf8_lossy(&out.stderr);
+    assert!(hint.contains("arguments match arguments_sha256"), "{hint}");
 }

@@ -353,7 +353,7 @@ async fn dispatcher_lists_describes_and_calls() {
     let reply = c
         .call(
             "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "call", "tool_name": "component_status"}}),
+            json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {"action": "call", "tool_name": "component_status"}}),
         )
         .await;
     assert_eq!(reply["ok"], true, "{reply}");
@@ -414,4 +414,43 @@ async fn dispatcher_call_goes_through_the_approval_policy() {
     assert_eq!(reply["dispatched_tool_name"], "run_command");
     assert_eq!(reply["approval_request"]["tool_name"], "run_command");
     assert_eq!(reply["approval_request"]["risk_level"], "high");
+}
+
+/// Issue 16: a schema message repeated the offending value, so a 600 KB `env` value or
+/// `sort_by` made a reply over `max_payload` and the caller waited for nothing. The reply
+/// comes, `invalid_arguments`, with short messages that still name the path.
+#[tokio::test]
+async fn a_huge_invalid_value_gets_a_short_invalid_arguments_reply() {
+    let c = Cluster::start().await;
+    let huge = "x".repeat(600 * 1024);
+    let cases = [
+        (
+            json!({"tool": "list_workspace_files", "session_id": "s1", "arguments": {"sort_by": huge}}),
+            "/sort_by",
+        ),
+        (
+            json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "ls", "env": {"A": {"v": huge}}}}),
+            "/env/A",
+        ),
+        (
+            json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {"action": "call", "tool_name": "list_workspace_files", "arguments": {"sort_by": huge}}}),
+            "/arguments/sort_by",
+        ),
+    ];
+    for (body, path) in cases {
+        let body = serde_json::to_vec(&body).unwrap();
+        let started = Instant::now();
+        let reply = request_raw(&c.client, "toolmesh.v1.call.acme", body).await;
+        assert!(started.elapsed() < Duration::from_secs(5), "{path}");
+        assert_eq!(reply["error"], "invalid_arguments", "{path}: {reply}");
+        let size = serde_json::to_vec(&reply).unwrap().len();
+        assert!(size < 4096, "{path}: a reply of {size} bytes");
+        assert_eq!(reply["details"][0]["path"], path, "{reply}");
+        let message = reply["details"][0]["message"].as_str().unwrap();
+        assert!(message.contains("chars hidden"), "{message}");
+        assert!(
+            reply["error_message"].as_str().unwrap().contains(path),
+            "{reply}"
+        );
+    }
 }

@@ -10,9 +10,9 @@ use crate::store::{Birth, NewApproval, Redeemed, Redemption};
 
 /// Longest `tool_name` accepted (tool names are short identifiers).
 const MAX_TOOL_NAME_LEN: usize = 128;
-/// `arguments_preview` is cut to this many characters before it is stored: it is for a person
+/// `arguments_preview` is at most this many characters when it is stored: it is for a person
 /// deciding, and every list and event carries it.
-pub const MAX_PREVIEW_CHARS: usize = 4096;
+pub const MAX_PREVIEW_CHARS: usize = toolmesh_kernel::canonical::PREVIEW_MAX_CHARS;
 
 impl ApprovalService {
     /// Answers one gate request. Never fails: every problem is a `Refused`.
@@ -45,6 +45,10 @@ impl ApprovalService {
             Some(false) => Birth::Rejected,
         };
         let ctx = &request.invocation;
+        let (arguments, arguments_preview) = match stored_arguments(request) {
+            Ok(stored) => stored,
+            Err(e) => return refused(e, None),
+        };
         let new = NewApproval {
             account: ctx.account.clone(),
             session_id: ctx.session_id.clone(),
@@ -55,7 +59,8 @@ impl ApprovalService {
             risk_level: request.risk_level,
             side_effects: request.side_effects.clone(),
             arguments_sha256: request.arguments_sha256.clone(),
-            arguments_preview: preview(&request.arguments_preview),
+            arguments_preview,
+            arguments,
         };
         let approval = match self.store.create(&new, birth).await {
             Ok(approval) => approval,
@@ -176,9 +181,29 @@ fn parse(body: &[u8]) -> Result<GateRequest, ToolError> {
     Ok(request)
 }
 
-/// The preview as stored: cut at [`MAX_PREVIEW_CHARS`] with a visible mark.
+/// The arguments as stored (compact JSON text) and the preview. With `arguments`, the preview
+/// is made here from them, and they must hash to `arguments_sha256` (what an approver
+/// recomputes from what `get` shows). Without (a gateway that predates them), the preview sent
+/// is made display-safe and cut at [`MAX_PREVIEW_CHARS`].
+fn stored_arguments(request: &GateRequest) -> Result<(Option<String>, String), ToolError> {
+    let Some(arguments) = &request.arguments else {
+        return Ok((None, preview(&request.arguments_preview)));
+    };
+    if toolmesh_kernel::canonical::arguments_sha256(arguments) != request.arguments_sha256 {
+        return Err(ToolError::invalid_request(
+            "arguments_sha256 is not the sha256 of the JCS form of arguments",
+        ));
+    }
+    let text = serde_json::to_string(arguments)
+        .map_err(|e| ToolError::internal(format!("arguments do not serialize: {e}")))?;
+    let preview = toolmesh_kernel::canonical::arguments_preview(arguments, MAX_PREVIEW_CHARS);
+    Ok((Some(text), preview))
+}
+
+/// A preview sent by the gateway as stored: display-safe, cut at [`MAX_PREVIEW_CHARS`].
 fn preview(text: &str) -> String {
-    toolmesh_kernel::canonical::shorten(text, MAX_PREVIEW_CHARS)
+    let safe = toolmesh_kernel::text::display_safe(text);
+    toolmesh_kernel::text::shorten_middle(&safe, MAX_PREVIEW_CHARS).into_owned()
 }
 
 /// Which part of the binding differs, for the error message.
@@ -282,11 +307,33 @@ mod tests {
     }
 
     #[test]
-    fn preview_is_cut_on_a_char_boundary() {
+    fn a_sent_preview_is_made_safe_and_cut() {
         assert_eq!(preview("short"), "short");
+        assert_eq!(preview("a\u{202e}b"), "a\\u202eb");
         let long = "é".repeat(MAX_PREVIEW_CHARS + 5);
         let cut = preview(&long);
-        assert_eq!(cut.chars().count(), MAX_PREVIEW_CHARS + 1);
-        assert!(cut.ends_with('…'));
+        assert!(cut.chars().count() <= MAX_PREVIEW_CHARS + 30, "{cut}");
+        assert!(cut.contains("(5 chars hidden)"), "{cut}");
+    }
+
+    fn request_with(arguments: serde_json::Value, sha: String) -> GateRequest {
+        let mut request = parse(gate_body("t", &sha, "null").as_bytes()).unwrap();
+        request.arguments = Some(arguments);
+        request
+    }
+
+    #[test]
+    fn arguments_are_stored_only_with_their_hash() {
+        let arguments = serde_json::json!({"command": "ls", "n\u{202e}": 1});
+        let sha = toolmesh_kernel::canonical::arguments_sha256(&arguments);
+        let (text, shown) = stored_arguments(&request_with(arguments.clone(), sha)).unwrap();
+        let text = text.unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            arguments
+        );
+        assert_eq!(shown, r#"{"command":"ls","n\u202e":1}"#);
+        let wrong = stored_arguments(&request_with(arguments, "a".repeat(64))).unwrap_err();
+        assert_eq!(wrong.code, ErrorCode::InvalidRequest);
     }
 }

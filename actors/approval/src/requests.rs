@@ -55,7 +55,7 @@ impl ApprovalService {
         match query {
             Query::List => self.list(&account).await,
             Query::Get { id } => match self.store.get(&account, &id).await.map_err(store_error)? {
-                Some(approval) => Ok(one(approval)),
+                Some((approval, arguments)) => Ok(self.with_arguments(approval, arguments)),
                 None => Err(not_found(&account, &id)),
             },
             Query::Decide { id, decision } => self.decide(&account, &id, decision).await,
@@ -84,6 +84,43 @@ impl ApprovalService {
         let limit = budget::reply_limit(self.nats.max_payload()).saturating_sub(16);
         budget::fit_list(&mut fields, "approvals", limit);
         Ok(fields)
+    }
+
+    /// `get`'s answer: the approval and the exact arguments it is bound to. When they were
+    /// not stored (an approval made by an older gateway) or the reply would pass the server's
+    /// `max_payload` (the gateway refuses gated calls that could), `arguments` is null and
+    /// `arguments_truncated: true`: the preview is all there is.
+    fn with_arguments(
+        &self,
+        approval: ApprovalRequest,
+        arguments: Option<String>,
+    ) -> Map<String, Value> {
+        let mut fields = one(approval);
+        let parsed = arguments.as_deref().map(serde_json::from_str::<Value>);
+        let bytes = arguments.as_ref().map(String::len);
+        match parsed {
+            Some(Ok(value)) => {
+                fields.insert("arguments".into(), value);
+            }
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "stored approval arguments are not JSON");
+                fields.insert("arguments".into(), Value::Null);
+            }
+            None => {
+                fields.insert("arguments".into(), Value::Null);
+            }
+        }
+        // The reply is `ok` and these fields: leave room for `"ok":true`.
+        let limit = budget::reply_limit(self.nats.max_payload()).saturating_sub(16);
+        let complete = fields.get("arguments").is_some_and(|a| !a.is_null());
+        if !complete || budget::json_len(&fields) > limit {
+            fields.insert("arguments".into(), Value::Null);
+            fields.insert("arguments_truncated".into(), Value::Bool(true));
+            if let Some(bytes) = bytes {
+                fields.insert("arguments_bytes".into(), Value::from(bytes));
+            }
+        }
+        fields
     }
 
     async fn decide(

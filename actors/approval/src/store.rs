@@ -7,6 +7,9 @@
 //! * `toolmesh:approval:<account>:<id>`: hash, the record (`status`, `session_id`, …,
 //!   `created_at_ms`, `expires_at_ms`, `decided_*`, `used_*`), expiring `retention` after
 //!   `expires_at_ms`.
+//! * `toolmesh:approval:<account>:<id>:arguments`: string, the arguments the approval is bound
+//!   to (compact JSON, whose JCS hash is the record's `arguments_sha256`), expiring with the
+//!   record; kept apart so the scripts that answer with the record never carry them.
 //! * `toolmesh:approvals:pending:<account>`: zset id → `expires_at_ms`, the undecided ones.
 //! * `toolmesh:approvals:expiry`: zset `<account>:<id>` → `expires_at_ms`, every approval that
 //!   can still expire (pending or approved-not-used), for the sweeper.
@@ -85,6 +88,8 @@ pub struct NewApproval {
     pub side_effects: Vec<SideEffect>,
     pub arguments_sha256: String,
     pub arguments_preview: String,
+    /// The arguments as compact JSON; `None` when the gateway did not send them.
+    pub arguments: Option<String>,
 }
 
 /// How a new approval starts its life.
@@ -212,6 +217,8 @@ pub struct ApprovalStore {
 /// The keys one record script works on, in the order the scripts expect them.
 struct RecordKeys {
     record: String,
+    /// The arguments beside the record.
+    arguments: String,
     pending: String,
     expiry: &'static str,
     audit: String,
@@ -223,6 +230,7 @@ impl RecordKeys {
     fn new(account: &str, id: &str) -> Self {
         Self {
             record: format!("toolmesh:approval:{account}:{id}"),
+            arguments: format!("toolmesh:approval:{account}:{id}:arguments"),
             pending: format!("{PENDING_PREFIX}{account}"),
             expiry: EXPIRY_KEY,
             audit: format!("toolmesh:audit:{account}"),
@@ -302,6 +310,7 @@ impl ApprovalStore {
         let side_effects = serde_json::to_string(&new.side_effects)
             .map_err(|e| StoreError::Failed(format!("side effects do not serialize: {e}")))?;
         let mut invocation = keys.invocation(&self.scripts.create);
+        invocation.key(&keys.arguments);
         invocation
             .arg(&id)
             .arg(new.account.as_str())
@@ -320,25 +329,27 @@ impl ApprovalStore {
                 Birth::Rejected => "rejected",
             })
             .arg(new.user_id.as_deref().unwrap_or(""))
-            .arg(new.agent_id.as_deref().unwrap_or(""));
+            .arg(new.agent_id.as_deref().unwrap_or(""))
+            .arg(new.arguments.as_deref().unwrap_or(""));
         let (_, now, record): (String, u64, Record) = self.run(&invocation).await?;
         view(&record, now)
     }
 
-    /// One approval of one account, any status; `None` when there is none in that account.
+    /// One approval of one account, any status, with its arguments (compact JSON; `None` when
+    /// they were not stored); `None` when there is none in that account.
     pub async fn get(
         &self,
         account: &Account,
         id: &str,
-    ) -> Result<Option<ApprovalRequest>, StoreError> {
+    ) -> Result<Option<(ApprovalRequest, Option<String>)>, StoreError> {
         let keys = RecordKeys::new(account.as_str(), id);
         let mut invocation = self.scripts.get.prepare_invoke();
-        invocation.key(&keys.record);
-        let (now, record): (u64, Record) = self.run(&invocation).await?;
+        invocation.key(&keys.record).key(&keys.arguments);
+        let (now, record, arguments): (u64, Record, Option<String>) = self.run(&invocation).await?;
         if record.is_empty() {
             return Ok(None);
         }
-        view(&record, now).map(Some)
+        Ok(Some((view(&record, now)?, arguments)))
     }
 
     /// Pending, unexpired approvals of an account, oldest first, at most `limit`.

@@ -43,7 +43,11 @@ pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A parked call re-reads its approval this often in case a `decided` event was missed.
 pub const PARKED_POLL: Duration = Duration::from_secs(2);
 /// Characters of `arguments_preview`.
-pub const PREVIEW_CHARS: usize = 500;
+pub const PREVIEW_CHARS: usize = toolmesh_kernel::canonical::PREVIEW_MAX_CHARS;
+/// Bytes a gated call leaves under the reply limit besides its gate request: what the
+/// `approvals.<account>.get` reply carries around the arguments (the approval with its
+/// `decided_by` and `reason`), so the approver can always get the arguments in full.
+pub const APPROVAL_GET_ROOM: usize = 8 * 1024;
 
 /// What every call of this gateway shares.
 #[derive(Debug)]
@@ -353,7 +357,25 @@ impl<'a> Call<'a> {
             arguments_sha256: arguments_sha256(arguments),
             arguments_preview: arguments_preview(arguments, PREVIEW_CHARS),
             grant: request.approval.clone(),
+            arguments: None,
         };
+        // A call that may create an approval hands its arguments over, for `get`.
+        let presents_id = request.approval.as_ref().is_some_and(|g| g.id.is_some());
+        if !presents_id {
+            gate.arguments = Some(arguments.clone());
+            let size = budget::json_len(&gate) + APPROVAL_GET_ROOM;
+            let limit = budget::reply_limit(self.core.client.max_payload());
+            if size > limit {
+                return Err(ToolError::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "the arguments of this gated call are too large for an approver to get them in full ({size} bytes with the approval, over the {limit} bytes a NATS message may carry here); send smaller arguments (e.g. write a large file in parts)"
+                    ),
+                )
+                .with("reply_bytes", size)
+                .with("limit_bytes", limit));
+            }
+        }
         let outcome = self.ask_gate(&gate).await?;
         let undecided = match &outcome {
             GateOutcome::Required { approval } => Some(approval.clone()),
@@ -372,6 +394,8 @@ impl<'a> Call<'a> {
                     id: Some(approval.id.clone()),
                     approved: None,
                 });
+                // Redeeming an id needs only the hash.
+                gate.arguments = None;
                 let wait = Duration::from_secs(request.wait_for_approval_s);
                 return self.park(approval, gate, wait).await;
             }

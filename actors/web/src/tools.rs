@@ -121,10 +121,7 @@ impl WebService {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot persist the whole text of a fetch");
-                        fields.insert(
-                            "persist_error".into(),
-                            json!({"error": e.code.as_str(), "error_message": e.message}),
-                        );
+                        fields.insert("persist_error".into(), e.brief());
                     }
                 }
             }

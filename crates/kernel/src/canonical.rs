@@ -51,12 +51,16 @@ pub fn inexact_number(value: &Value) -> Option<String> {
     }
 }
 
-/// A short, one-line view of the arguments for a person deciding an approval.
+/// Characters of an `arguments_preview` at most.
+pub const PREVIEW_MAX_CHARS: usize = 2000;
+
+/// `arguments_preview` of PROTOCOL.md: a one-line, display-safe view of the arguments for a
+/// person deciding an approval, at most `max_chars` characters. Every member of the
+/// arguments object is shown, each value shortened by itself (a long string shows its two
+/// ends around `…(N chars hidden)…`), so a long value never pushes another member out of
+/// sight; nested containers show what fits and count the rest. See [`crate::text::preview_value`].
 pub fn arguments_preview(arguments: &Value, max_chars: usize) -> String {
-    shorten(
-        &serde_json::to_string(arguments).unwrap_or_default(),
-        max_chars,
-    )
+    crate::text::preview_value(arguments, max_chars, true)
 }
 
 /// `text` cut to `max_chars` characters, with a visible `…` when something was cut.
@@ -112,7 +116,59 @@ mod tests {
 
     #[test]
     fn preview_is_bounded() {
-        let long = json!({"content": "x".repeat(1000)});
-        assert_eq!(arguments_preview(&long, 50).chars().count(), 51);
+        let long = json!({"content": "x".repeat(100_000), "more": (0..10_000).collect::<Vec<_>>()});
+        let shown = arguments_preview(&long, 200);
+        assert!(shown.chars().count() <= 200, "{shown}");
+        assert!(shown.contains("\"more\""), "{shown}");
+    }
+
+    /// Issue 16: `echo harmless` + 600 spaces + `; rm -rf /workspace/*` showed as a harmless
+    /// echo in the first 500 characters.
+    #[test]
+    fn padding_does_not_hide_the_end_of_a_command() {
+        let command = format!("echo harmless{}; rm -rf /workspace/*", " ".repeat(600));
+        let shown = arguments_preview(&json!({ "command": command }), PREVIEW_MAX_CHARS);
+        assert!(shown.contains("; rm -rf /workspace/*"), "{shown}");
+        assert!(shown.contains("chars hidden"), "{shown}");
+        // Even with a preview much shorter than the command.
+        let shown = arguments_preview(&json!({ "command": command }), 100);
+        assert!(shown.contains("/workspace/*\""), "{shown}");
+    }
+
+    /// Issue 16: an `env` member after a long command was past the cut.
+    #[test]
+    fn every_member_is_shown_however_long_the_one_before() {
+        let arguments = json!({
+            "command": "make ".repeat(100_000),
+            "env": {"LD_PRELOAD": "/workspace/evil.so"},
+            "timeout": 30,
+        });
+        let shown = arguments_preview(&arguments, PREVIEW_MAX_CHARS);
+        assert!(shown.chars().count() <= PREVIEW_MAX_CHARS, "{shown}");
+        assert!(
+            shown.contains(r#""env":{"LD_PRELOAD":"/workspace/evil.so"}"#),
+            "{shown}"
+        );
+        assert!(shown.contains(r#""timeout":30"#), "{shown}");
+        // A short preview keeps every member name too.
+        let shown = arguments_preview(&arguments, 120);
+        assert!(
+            shown.contains(r#""env":"#) && shown.contains(r#""timeout":30"#),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn control_and_bidirectional_characters_are_escaped() {
+        let arguments = json!({
+            "path": "rtl\u{202e}txt.exe",
+            "n\u{2066}ame": "a\u{1b}[2J\u{85}b\u{200f}",
+        });
+        let shown = arguments_preview(&arguments, PREVIEW_MAX_CHARS);
+        assert_eq!(
+            shown,
+            r#"{"path":"rtl\u202etxt.exe","n\u2066ame":"a\u001b[2J\u0085b\u200f"}"#
+        );
+        assert!(!shown.chars().any(crate::text::is_hidden_char));
     }
 }

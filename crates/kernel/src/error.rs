@@ -88,6 +88,10 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+/// Characters of an `error_message` at most: a longer one keeps its two ends
+/// ([`crate::text::shorten_middle`]).
+pub const MAX_MESSAGE_CHARS: usize = 2000;
+
 /// A refusal or failure that becomes the failure shape of a reply:
 /// `{"ok": false, "error": code, "error_message": message, …details}`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -135,16 +139,30 @@ impl ToolError {
         )
     }
 
-    /// The members of the failure shape, without `invocation_id`.
+    /// The members of the failure shape, without `invocation_id`. `error_message` is for a
+    /// person: display-safe ([`crate::text::display_safe`]: a name quoted in it cannot carry
+    /// a control or bidirectional character) and at most [`MAX_MESSAGE_CHARS`] characters.
     pub fn into_fields(self) -> Map<String, Value> {
         let mut fields = Map::with_capacity(3 + self.details.len());
         fields.insert("ok".into(), Value::Bool(false));
         fields.insert("error".into(), Value::from(self.code.as_str()));
-        fields.insert("error_message".into(), Value::from(self.message));
+        fields.insert(
+            "error_message".into(),
+            Value::from(display_message(self.message)),
+        );
         for (key, value) in self.details {
             fields.entry(key).or_insert(value);
         }
         fields
+    }
+
+    /// `{"error", "error_message"}` alone, the message as [`ToolError::into_fields`] writes
+    /// it: for a failure reported inside a result (a part that could not be done).
+    pub fn brief(&self) -> Value {
+        serde_json::json!({
+            "error": self.code.as_str(),
+            "error_message": display_message(self.message.clone()),
+        })
     }
 
     /// Reads the failure shape back (for replies that crossed NATS from another actor).
@@ -168,6 +186,16 @@ impl ToolError {
             message,
             details,
         })
+    }
+}
+
+/// `message` as `error_message` carries it: shortened, then display-safe.
+fn display_message(message: String) -> String {
+    use crate::text::{display_safe, shorten_middle};
+    let short = shorten_middle(&message, MAX_MESSAGE_CHARS);
+    match display_safe(&short) {
+        std::borrow::Cow::Borrowed(_) if short.len() == message.len() => message,
+        safe => safe.into_owned(),
     }
 }
 
@@ -198,5 +226,32 @@ mod tests {
         assert_eq!(fields["error"], "invalid_arguments");
         assert_eq!(fields["details"][0]["path"], "/path");
         assert_eq!(ToolError::from_fields(&fields), Some(err));
+    }
+
+    #[test]
+    fn error_messages_are_display_safe_and_bounded() {
+        let err = ToolError::new(
+            ErrorCode::NotFound,
+            "no file \"rtl\u{202e}txt.exe\"\u{1b}[2K",
+        );
+        assert_eq!(
+            err.into_fields()["error_message"],
+            "no file \"rtl\\u202etxt.exe\"\\u001b[2K"
+        );
+        let long = format!("start {} end", "x".repeat(100_000));
+        let shown = ToolError::internal(long).into_fields()["error_message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            shown.chars().count() < MAX_MESSAGE_CHARS + 40,
+            "{}",
+            shown.len()
+        );
+        assert!(
+            shown.starts_with("start ")
+                && shown.ends_with(" end")
+                && shown.contains("chars hidden")
+        );
     }
 }

@@ -21,6 +21,7 @@ pub mod role;
 pub mod skills;
 pub mod subjects;
 pub mod sync;
+pub mod text;
 pub mod time;
 pub mod tools;
 pub mod wire;

@@ -667,8 +667,15 @@ pub struct GateRequest {
     pub risk_level: RiskLevel,
     pub side_effects: Vec<SideEffect>,
     pub arguments_sha256: String,
+    /// Kept for approval actors that predate `arguments`; a newer one makes its own preview
+    /// from `arguments` when they are there.
     pub arguments_preview: String,
     pub grant: Option<ApprovalGrant>,
+    /// The arguments as sent, whose JCS hash is `arguments_sha256`: the approval actor stores
+    /// them for `approvals.<account>.get`. Sent only when the call may create an approval
+    /// (no approval id presented).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
 }
 
 /// Approval actor → gateway: run the call, or why not.

@@ -1,7 +1,8 @@
 -- create: stores a new approval, either pending or (in band, on a first call) already decided.
 -- ARGV: id, account, session_id ('' for none), invocation_id, tool_name, risk_level,
 --       side_effects (JSON text), arguments_sha256, arguments_preview, ttl_ms, retention_ms,
---       mode ('pending' | 'used' | 'rejected'), user_id, agent_id
+--       mode ('pending' | 'used' | 'rejected'), user_id, agent_id, arguments ('' for none)
+-- KEYS: the record keys (common.lua), then the arguments string.
 -- Reply: {'created' | 'exists', now_ms, record}
 local now = now_ms()
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -34,4 +35,8 @@ else
 end
 -- Kept past its expiry for the retention window, so `get` still answers with its fate.
 redis.call('PEXPIREAT', KEYS[1], ms(expires + tonumber(ARGV[11])))
+if ARGV[15] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[15])
+  redis.call('PEXPIREAT', KEYS[5], ms(expires + tonumber(ARGV[11])))
+end
 return {'created', ms(now), record()}

@@ -1,7 +1,8 @@
 //! The out-of-band life of an approval: created by the gate, announced, listed, decided, used.
 
-use serde_json::json;
-use toolmesh_kernel::wire::ApprovalStatus;
+use serde_json::{json, Value};
+use toolmesh_kernel::wire::{ApprovalStatus, GateOutcome};
+use toolmesh_kernel::ErrorCode;
 
 use crate::support::*;
 
@@ -248,4 +249,44 @@ async fn unknown_ids_are_not_found_everywhere() {
             .await,
     );
     assert_eq!(code, "not_found");
+}
+
+/// `get` answers the arguments the approval is bound to, as the gateway sent them; the gate
+/// stores them only when they hash to `arguments_sha256`, and makes the preview from them.
+#[actix_rt::test]
+async fn get_answers_the_arguments_that_hash_to_the_approval() {
+    let rig = Rig::start().await;
+    let arguments = json!({"command": "ls\u{202e}", "env": {"A": "b"}});
+    let call = Call {
+        sha: toolmesh_kernel::canonical::arguments_sha256(&arguments),
+        ..Call::new("acme")
+    };
+    let mut body = call.body();
+    body["arguments"] = arguments.clone();
+    let GateOutcome::Required { approval } =
+        rig.gate_raw(&serde_json::to_vec(&body).unwrap()).await
+    else {
+        panic!("expected a pending approval");
+    };
+    assert_eq!(
+        approval.arguments_preview,
+        r#"{"command":"ls\u202e","env":{"A":"b"}}"#
+    );
+    let got = rig.get("acme", &approval.id).await;
+    assert_eq!(got["arguments"], arguments, "{got}");
+    assert!(got.get("arguments_truncated").is_none(), "{got}");
+
+    // Arguments that are not what the hash covers are refused; nothing is created.
+    let mut forged = Call::new("acme").body();
+    forged["arguments"] = json!({"command": "rm -rf /"});
+    match rig.gate_raw(&serde_json::to_vec(&forged).unwrap()).await {
+        GateOutcome::Refused { error, .. } => assert_eq!(error, ErrorCode::InvalidRequest),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // An approval made without arguments (an older gateway) says it has none to show.
+    let old = rig.create(&Call::new("acme")).await;
+    let got = rig.get("acme", &old.id).await;
+    assert_eq!(got["arguments"], Value::Null, "{got}");
+    assert_eq!(got["arguments_truncated"], true, "{got}");
 }

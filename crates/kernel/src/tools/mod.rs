@@ -120,8 +120,12 @@ impl RegisteredTool {
 
     /// Checks `arguments` against the schema; `invalid_arguments` names every bad member as a
     /// JSON pointer into the arguments (prefixed with `prefix`, e.g. `/arguments` for the
-    /// dispatcher's inner call).
+    /// dispatcher's inner call). A message never repeats the offending value whole: it quotes
+    /// a display-safe rendering of at most [`DETAIL_VALUE_CHARS`] characters, each message is
+    /// at most [`DETAIL_MESSAGE_CHARS`] and each path [`DETAIL_PATH_CHARS`] characters, with
+    /// at most [`MAX_DETAILS`] details, so the reply stays small whatever was sent.
     pub fn validate(&self, arguments: &Value, prefix: &str) -> Result<(), ToolError> {
+        use crate::text::{display_safe, preview_value, shorten_middle};
         let mut details = Vec::new();
         for error in self.validator.iter_errors(arguments) {
             let mut path = error.instance_path().to_string();
@@ -138,8 +142,14 @@ impl RegisteredTool {
                 }
                 _ => {}
             }
-            details.push(json!({"path": format!("{prefix}{path}"), "message": error.to_string()}));
-            if details.len() == 20 {
+            let value = preview_value(error.instance(), DETAIL_VALUE_CHARS, false);
+            let message = error.masked_with(value).to_string();
+            let message =
+                display_safe(&shorten_middle(&message, DETAIL_MESSAGE_CHARS)).into_owned();
+            let path = format!("{prefix}{path}");
+            let path = display_safe(&shorten_middle(&path, DETAIL_PATH_CHARS)).into_owned();
+            details.push(json!({"path": path, "message": message}));
+            if details.len() == MAX_DETAILS {
                 break;
             }
         }
@@ -156,6 +166,16 @@ impl RegisteredTool {
         Err(ToolError::new(ErrorCode::InvalidArguments, message).with("details", details))
     }
 }
+
+/// Most `details` of one `invalid_arguments` from the schema.
+pub const MAX_DETAILS: usize = 20;
+/// Characters of the offending value a schema message quotes at most.
+pub const DETAIL_VALUE_CHARS: usize = 80;
+/// Characters of one schema message at most.
+pub const DETAIL_MESSAGE_CHARS: usize = 300;
+/// Characters of one detail's `path` at most: a longer pointer (a huge member name) keeps its
+/// two ends around `…(N chars hidden)…` and is then no longer exact.
+pub const DETAIL_PATH_CHARS: usize = 256;
 
 fn spec(
     name: &'static str,
@@ -432,6 +452,60 @@ mod tests {
             &["/files/0/content"],
         );
         check("component_status", json!({"x": 1}), &["/x"]);
+    }
+
+    /// Issue 16: a schema message quoted the whole offending value, so a 600 KB value made a
+    /// reply over `max_payload`.
+    #[test]
+    fn a_huge_invalid_value_gets_short_messages_that_name_the_path() {
+        let reg = ToolRegistry::builtin();
+        let huge = "x".repeat(600 * 1024);
+        let cases = [
+            ("list_workspace_files", json!({"sort_by": huge}), "/sort_by"),
+            (
+                "run_command",
+                json!({"command": "ls", "env": {"A": {"v": huge}}}),
+                "/env/A",
+            ),
+            (
+                "run_command",
+                json!({"command": "ls", "env": {"A": [huge, huge, huge]}}),
+                "/env/A",
+            ),
+            (
+                "read_workspace_file",
+                json!({"path": "a", "start_line": huge}),
+                "/start_line",
+            ),
+        ];
+        for (tool, args, path) in cases {
+            let e = reg.get(tool).unwrap().validate(&args, "").unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArguments);
+            let size = serde_json::to_vec(&e.clone().into_fields()).unwrap().len();
+            assert!(size < 4096, "{tool}: {size} bytes");
+            let details = e.details["details"].as_array().unwrap();
+            assert_eq!(details[0]["path"], path, "{tool}");
+            let message = details[0]["message"].as_str().unwrap();
+            assert!(message.chars().count() <= DETAIL_MESSAGE_CHARS, "{message}");
+            assert!(message.contains("chars hidden"), "{message}");
+            assert!(e.message.contains(path), "{}", e.message);
+        }
+        // A huge unknown member name: the path keeps its ends, the reply stays small.
+        let mut args = serde_json::Map::new();
+        args.insert("path".into(), json!("a"));
+        args.insert(format!("k{huge}\u{202e}"), json!(1));
+        let e = reg
+            .get("read_workspace_file")
+            .unwrap()
+            .validate(&Value::Object(args), "")
+            .unwrap_err();
+        let size = serde_json::to_vec(&e.clone().into_fields()).unwrap().len();
+        assert!(size < 4096, "{size} bytes");
+        let path = e.details["details"][0]["path"].as_str().unwrap();
+        assert!(
+            path.starts_with("/kxx") && path.ends_with("x\\u202e"),
+            "{path}"
+        );
     }
 
     #[test]

@@ -1,0 +1,336 @@
+//! Text a person reads: names and values made display-safe and shortened with a marker that
+//! says what is hidden. PROTOCOL.md "Display-safe text".
+//!
+//! Tool results keep every path and value exact (a tool must be able to pass a name back);
+//! what a person reads — approval previews, `error_message`, the command line's output — goes
+//! through [`display_safe`], so a file called `rtl\u202etxt.exe` cannot show as `rtlexe.txt`
+//! and a control character cannot rewrite a terminal line.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Whether `c` is escaped in display-safe text: control characters (C0, DEL, C1),
+/// bidirectional controls (U+061C, U+200E/F, U+202A–E, U+2066–9) and the invisible format
+/// characters that make two different names look alike (soft hyphen, zero-width characters,
+/// line and paragraph separators, word joiners, the byte order mark, interlinear annotations,
+/// tag characters).
+pub fn is_hidden_char(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{ad}'
+        | '\u{61c}'
+        | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e007f}')
+}
+
+/// `text` with every [`is_hidden_char`] written as a JSON escape (`\u202e`; a surrogate pair
+/// past U+FFFF), everything else unchanged. Applied to JSON text it gives JSON of the same
+/// value (inside a JSON string such an escape means the character itself), so
+/// `display_safe(serde_json::to_string(v))` is a safe rendering of `v` that parses back to `v`.
+/// Idempotent: the escapes are printable ASCII.
+pub fn display_safe(text: &str) -> Cow<'_, str> {
+    escape(text, is_hidden_char)
+}
+
+/// `text` with every character for which `hidden` holds written as a JSON escape.
+fn escape(text: &str, hidden: fn(char) -> bool) -> Cow<'_, str> {
+    let Some(first) = text.find(hidden) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Compact JSON of `value`, display-safe ([`display_safe`]); it parses back to `value`.
+pub fn display_json(value: &Value) -> String {
+    display_safe(&value.to_string()).into_owned()
+}
+
+/// Pretty-printed JSON of `value`, display-safe; it parses back to `value`. Its line breaks
+/// are the layout's own: serde_json already escapes every C0 control inside a string.
+pub fn display_json_pretty(value: &Value) -> String {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    escape(&text, |c| is_hidden_char(c) && c >= ' ').into_owned()
+}
+
+/// The marker that stands for `hidden` characters cut out of a text.
+fn hidden_marker(hidden: usize) -> String {
+    format!("…({hidden} chars hidden)…")
+}
+
+/// `text` cut to `max_chars` characters of its own — the first and the last halves — with
+/// `…(N chars hidden)…` between them when something was cut; unchanged when it fits.
+pub fn shorten_middle(text: &str, max_chars: usize) -> Cow<'_, str> {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return Cow::Borrowed(text);
+    }
+    let (head, tail) = ends(text, total, max_chars);
+    Cow::Owned(format!("{head}{}{tail}", hidden_marker(total - max_chars)))
+}
+
+/// The first `max_chars / 2` (rounded up) and the last `max_chars / 2` characters of `text`,
+/// which has `total` characters, more than `max_chars`.
+fn ends(text: &str, total: usize, max_chars: usize) -> (&str, &str) {
+    let head_chars = max_chars.div_ceil(2);
+    let tail_chars = max_chars - head_chars;
+    let byte_at = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    (
+        &text[..byte_at(head_chars)],
+        &text[byte_at(total - tail_chars)..],
+    )
+}
+
+/// How much of a value a rendering shows at one level of detail.
+#[derive(Debug, Clone, Copy)]
+struct Detail {
+    /// Characters of a string value shown (its two ends).
+    string: usize,
+    /// Characters of a member name shown.
+    key: usize,
+    /// Members or items of a nested object or array shown (the rest are counted).
+    items: usize,
+    /// Levels of nesting shown (deeper containers are counted).
+    depth: usize,
+}
+
+/// From most to least detail: a rendering takes the first that fits its bound.
+const DETAILS: [Detail; 6] = [
+    Detail {
+        string: 256,
+        key: 64,
+        items: 32,
+        depth: 8,
+    },
+    Detail {
+        string: 120,
+        key: 48,
+        items: 16,
+        depth: 5,
+    },
+    Detail {
+        string: 48,
+        key: 32,
+        items: 8,
+        depth: 4,
+    },
+    Detail {
+        string: 24,
+        key: 24,
+        items: 4,
+        depth: 3,
+    },
+    Detail {
+        string: 10,
+        key: 16,
+        items: 2,
+        depth: 2,
+    },
+    Detail {
+        string: 4,
+        key: 12,
+        items: 1,
+        depth: 1,
+    },
+];
+
+/// A one-line, display-safe rendering of `value` in at most `max_chars` characters, for a
+/// person. JSON-like: strings are JSON-quoted and display-safe; a string longer than the
+/// detail allows shows its two ends around `…(N chars hidden)…`, outside the quotes so no
+/// content can imitate it (a quote inside a string is always `\"`); a container with more
+/// members than shown ends with `…(+N members)` / `…(+N items)`; a container nested deeper
+/// than shown is `{…(N members)}` / `[…(N items)]`. With `all_top_members`, every member of
+/// the top object (or item of the top array) is shown whatever the detail, so none can hide
+/// behind another's length. When even the least detail passes `max_chars`, the text is cut at
+/// the end with `…(N chars hidden)` (the marker alone when `max_chars` is shorter than it).
+pub fn preview_value(value: &Value, max_chars: usize, all_top_members: bool) -> String {
+    let mut last = String::new();
+    for detail in DETAILS {
+        let mut out = String::new();
+        render(value, detail, 0, all_top_members, &mut out);
+        if out.chars().count() <= max_chars {
+            return out;
+        }
+        last = out;
+    }
+    let total = last.chars().count();
+    let marker = |hidden: usize| format!("…({hidden} chars hidden)");
+    // The marker for `total` is at least as long as the one finally written.
+    let keep = max_chars.saturating_sub(marker(total).chars().count());
+    let cut = last.char_indices().nth(keep).map_or(last.len(), |(i, _)| i);
+    last.truncate(cut);
+    last.push_str(&marker(total - keep));
+    last
+}
+
+fn render(value: &Value, detail: Detail, depth: usize, all_top: bool, out: &mut String) {
+    let show_all = all_top && depth == 0;
+    match value {
+        Value::String(s) => quoted(s, detail.string, out),
+        Value::Array(items) => {
+            if depth >= detail.depth && !items.is_empty() && !show_all {
+                let _ = write!(out, "[…({} items)]", items.len());
+                return;
+            }
+            let shown = if show_all {
+                items.len()
+            } else {
+                items.len().min(detail.items)
+            };
+            out.push('[');
+            for (i, item) in items.iter().take(shown).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                render(item, detail, depth + 1, all_top, out);
+            }
+            if shown < items.len() {
+                if shown > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "…(+{} items)", items.len() - shown);
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            if depth >= detail.depth && !members.is_empty() && !show_all {
+                let _ = write!(out, "{{…({} members)}}", members.len());
+                return;
+            }
+            let shown = if show_all {
+                members.len()
+            } else {
+                members.len().min(detail.items)
+            };
+            out.push('{');
+            for (i, (key, member)) in members.iter().take(shown).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                quoted(key, detail.key, out);
+                out.push(':');
+                render(member, detail, depth + 1, all_top, out);
+            }
+            if shown < members.len() {
+                if shown > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "…(+{} members)", members.len() - shown);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// `s` as a display-safe JSON string, or its two ends as two such strings around the marker.
+fn quoted(s: &str, max_chars: usize, out: &mut String) {
+    fn piece(text: &str, out: &mut String) {
+        let json = Value::from(text).to_string();
+        out.push_str(&display_safe(&json));
+    }
+    let total = s.chars().count();
+    if total <= max_chars {
+        piece(s, out);
+        return;
+    }
+    let (head, tail) = ends(s, total, max_chars);
+    piece(head, out);
+    out.push_str(&hidden_marker(total - max_chars));
+    piece(tail, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn hidden_characters_are_escaped_and_the_rest_is_kept() {
+        assert_eq!(display_safe("plain é 日本 ✓"), "plain é 日本 ✓");
+        assert!(matches!(display_safe("plain"), Cow::Borrowed(_)));
+        assert_eq!(display_safe("rtl\u{202e}txt.exe"), "rtl\\u202etxt.exe");
+        assert_eq!(
+            display_safe("a\u{0}b\u{1b}[2Jc\u{7f}\u{85}"),
+            "a\\u0000b\\u001b[2Jc\\u007f\\u0085"
+        );
+        for c in [
+            '\u{61c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{2066}', '\u{2069}', '\u{200b}',
+            '\u{feff}', '\u{2028}',
+        ] {
+            let shown = display_safe(&c.to_string()).into_owned();
+            assert_eq!(shown, format!("\\u{:04x}", c as u32), "{c:?}");
+        }
+        // A tag character (past U+FFFF) becomes a JSON surrogate pair.
+        assert_eq!(display_safe("\u{e0041}"), "\\udb40\\udc41");
+        // Idempotent.
+        let once = display_safe("x\u{202e}y").into_owned();
+        assert_eq!(display_safe(&once), once);
+    }
+
+    #[test]
+    fn display_json_parses_back_to_the_same_value() {
+        let value = json!({"name": "rtl\u{202e}txt.exe", "ctl": "\u{1b}\u{85}\u{7f}", "tag": "\u{e0041}", "k\u{2066}": [1, "\\u202e"]});
+        let text = display_json(&value);
+        assert!(!text.chars().any(is_hidden_char), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), value);
+        let pretty = display_json_pretty(&value);
+        assert!(
+            !pretty.chars().any(|c| is_hidden_char(c) && c != '\n'),
+            "{pretty}"
+        );
+        assert_eq!(serde_json::from_str::<Value>(&pretty).unwrap(), value);
+    }
+
+    #[test]
+    fn shorten_middle_keeps_both_ends_and_counts_the_rest() {
+        assert_eq!(shorten_middle("short", 10), "short");
+        assert_eq!(shorten_middle("abcdefghij", 4), "ab…(6 chars hidden)…ij");
+        assert_eq!(shorten_middle("héllo wörld", 5), "hél…(6 chars hidden)…ld");
+        assert_eq!(shorten_middle("abc", 0), "…(3 chars hidden)…");
+    }
+
+    #[test]
+    fn a_value_preview_is_bounded_and_counts_what_it_hides() {
+        let value = json!({"files": (0..1000).map(|i| json!({"path": format!("f{i}"), "content": "x".repeat(5000)})).collect::<Vec<_>>()});
+        let shown = preview_value(&value, 300, true);
+        assert!(shown.chars().count() <= 300, "{shown}");
+        assert!(
+            shown.contains("hidden") || shown.contains("items)"),
+            "{shown}"
+        );
+        let deep = json!([[[[[[[[[["bottom"]]]]]]]]]]);
+        let shown = preview_value(&deep, 1000, false);
+        assert!(shown.contains("[…(1 items)]"), "{shown}");
+        let tiny = preview_value(&json!({"a": "b".repeat(100)}), 12, true);
+        assert!(tiny.chars().count() <= 12 + 24, "{tiny}");
+        assert!(tiny.contains("hidden"), "{tiny}");
+    }
+
+    #[test]
+    fn a_marker_cannot_be_imitated_by_content() {
+        let forged = json!({"a": "x\"…(5 chars hidden)…\"y"});
+        let shown = preview_value(&forged, 1000, true);
+        assert_eq!(shown, r#"{"a":"x\"…(5 chars hidden)…\"y"}"#);
+    }
+}
