@@ -342,6 +342,102 @@ async fn a_timeout_kills_the_command_and_says_so() {
     );
 }
 
+/// A loop that leaves its process group and session and starts without `TOOLMESH_EXEC_ID`
+/// (in its `/proc/<pid>/environ` too), double forked so that it is nobody's child, appending to `/workspace/<name>` 5 times a second.
+fn escapee(name: &str) -> String {
+    format!(
+        "(unset TOOLMESH_EXEC_ID; setsid sh -c 'while :; do date >> /workspace/{name}; sleep 0.2; done' \
+         </dev/null >/dev/null 2>&1 &)"
+    )
+}
+
+/// In a later command of session s1: whether `/workspace/<name>` grows within a second, and
+/// how many processes of its loop are left.
+async fn still_ticking(c: &Cluster, name: &str) -> (bool, String) {
+    let check = format!(
+        "a=$(wc -c < /workspace/{name}); sleep 1; b=$(wc -c < /workspace/{name}); \
+         [ \"$a\" = \"$b\" ] && echo still || echo grows; \
+         ps -eo args | grep -c '^sh -c [w]hile :; do date >> /workspace/{name};' || true"
+    );
+    let r = tool(c, "s1", "run_command", json!({"command": check})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let out = r["stdout"].as_str().unwrap_or_default().to_owned();
+    let (grows, left) = out.split_once('\n').unwrap_or(("", ""));
+    (grows == "grows", left.trim().to_owned())
+}
+
+/// Processes that left their command's group, session and marker end with it: at a timeout
+/// (once `timeout` is answered), when it ends by itself, and when its background task is
+/// killed — but a background task's escaped children run while it does.
+async fn check_escapees_end_with_their_command(c: &Cluster) {
+    let r = tool(
+        c,
+        "s1",
+        "run_command",
+        json!({"command": format!("{}; sleep 30", escapee("timed")), "timeout": 2}),
+    )
+    .await;
+    assert_eq!(r["error"], "timeout", "{r}");
+    assert_eq!(still_ticking(c, "timed").await, (false, "0".to_owned()));
+
+    let r = tool(
+        c,
+        "s1",
+        "run_command",
+        json!({"command": format!("{}; until [ -s /workspace/ended ]; do sleep 0.05; done", escapee("ended"))}),
+    )
+    .await;
+    assert_eq!(
+        (&r["ok"], &r["exit_code"]),
+        (&json!(true), &json!(0)),
+        "{r}"
+    );
+    assert_eq!(still_ticking(c, "ended").await, (false, "0".to_owned()));
+
+    let r = tool(
+        c,
+        "s1",
+        "run_command",
+        json!({"command": format!("{}; echo started; sleep 300", escapee("task")), "background": true}),
+    )
+    .await;
+    let task = r["task_id"].as_str().expect("a task").to_owned();
+    let out = tool(
+        c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "started", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(out["matched"], true, "{out}");
+    assert_eq!(
+        still_ticking(c, "task").await,
+        (true, "1".to_owned()),
+        "a running task's children run"
+    );
+    let killed = tool(c, "s1", "kill_task", json!({"task_id": task})).await;
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert_eq!(still_ticking(c, "task").await, (false, "0".to_owned()));
+}
+
+#[tokio::test]
+async fn escaped_processes_end_with_their_command() {
+    let c = cluster().await;
+    check_escapees_end_with_their_command(&c).await;
+}
+
+#[tokio::test]
+async fn escaped_processes_end_with_their_command_in_exec_mode() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec")]).await;
+    check_escapees_end_with_their_command(&c).await;
+}
+
+#[tokio::test]
+async fn escaped_processes_end_with_their_command_in_bubblewrap() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_BACKEND", "process")]).await;
+    check_escapees_end_with_their_command(&c).await;
+}
+
 /// `run_command` of `command` in session s1 of acme as `invocation`: the reply and the
 /// RunEvents published for it, up to `finished`.
 async fn run_with_events(c: &Cluster, invocation: &str, command: &str) -> (Value, Vec<Value>) {

@@ -347,6 +347,94 @@ async fn check_kill_tree(sbx: &Sandbox) {
     assert_eq!(ran.stdout, "none\n");
 }
 
+/// Bytes in a file of the sandbox's workspace (0 when missing).
+fn workspace_len(sbx: &Sandbox, name: &str) -> u64 {
+    std::fs::metadata(sbx.host_workspace().join(name)).map_or(0, |m| m.len())
+}
+
+/// Waits until a file of the workspace has grown past `len`.
+async fn wait_for_growth(sbx: &Sandbox, name: &str, len: u64) {
+    let began = std::time::Instant::now();
+    while workspace_len(sbx, name) <= len {
+        assert!(began.elapsed() < TIMEOUT, "{name} does not grow");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A file of the workspace stops growing (checked twice, a second apart) and no process of
+/// the loop writing it is left in the sandbox.
+async fn assert_stopped(sbx: &Sandbox, name: &str) {
+    let before = workspace_len(sbx, name);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = workspace_len(sbx, name);
+    assert_eq!(before, after, "{name} still grows");
+    let ran = sbx
+        .run(sh(&format!(
+            "ps -eo args | grep '^sh -c [w]hile :; do date >> /workspace/{name};' || echo none"
+        )))
+        .await;
+    assert_eq!(ran.stdout, "none\n", "{ran:?}");
+}
+
+/// A loop that leaves its process group and session and starts without `TOOLMESH_EXEC_ID`
+/// (in its `/proc/<pid>/environ` too), double forked so that it is nobody's child, appending to `/workspace/<name>` 5 times a second.
+fn escapee(name: &str) -> String {
+    format!(
+        "(unset TOOLMESH_EXEC_ID; setsid sh -c 'while :; do date >> /workspace/{name}; sleep 0.2; done' \
+         </dev/null >/dev/null 2>&1 &)"
+    )
+}
+
+/// What a command starts ends with it, even a process that escaped its group, session and
+/// marker: when it is killed (a timeout, a cancel, `kill_task`), not before (a background
+/// command's children live while it runs), and when it ends by itself.
+async fn check_escapees_end_with_their_command(sbx: &Sandbox) {
+    let mut exec = sbx
+        .exec(sh(&format!(
+            "{}; echo started; sleep 100",
+            escapee("killed")
+        )))
+        .await;
+    wait_for_output(&mut exec, "started").await;
+    wait_for_growth(sbx, "killed", 0).await;
+    // While the command runs, so does what it started.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let len = workspace_len(sbx, "killed");
+    wait_for_growth(sbx, "killed", len).await;
+    exec.kill.kill().await;
+    let ran = collect(exec).await;
+    assert_eq!(ran.code, 137, "{ran:?}");
+    assert_stopped(sbx, "killed").await;
+
+    let ran = sbx
+        .run(sh(&format!(
+            "{}; until [ -s /workspace/ended ]; do sleep 0.05; done; echo started",
+            escapee("ended")
+        )))
+        .await;
+    assert_eq!((ran.stdout.as_str(), ran.code), ("started\n", 0), "{ran:?}");
+    assert_stopped(sbx, "ended").await;
+}
+
+/// Neither the spawner nor a command's supervisor (its parent) can be traced or have its
+/// environment read by a command (the same uid).
+async fn check_spawner_cannot_be_traced(sbx: &Sandbox) {
+    let seize = "import ctypes, sys\n\
+                 libc = ctypes.CDLL(None, use_errno=True)\n\
+                 for pid in sys.argv[1:]:\n\
+                 \x20   r = libc.ptrace(0x4206, int(pid), 0, 0)\n\
+                 \x20   print(r, ctypes.get_errno())";
+    let script = format!(
+        "spawner=$(pgrep -o -f '^/run/toolmesh-spawner'); echo \"$spawner\" >&2; \
+         for p in $spawner $PPID; do cat /proc/$p/environ >/dev/null 2>&1 && echo readable $p; done; \
+         python3 -c '{seize}' $spawner $PPID"
+    );
+    let ran = sbx.run(sh(&script)).await;
+    assert!(!ran.stderr.trim().is_empty(), "no spawner found: {ran:?}");
+    // PTRACE_SEIZE fails with EPERM for both.
+    assert_eq!(ran.stdout, "-1 1\n-1 1\n", "{ran:?}");
+}
+
 async fn check_confinement(sbx: &Sandbox) {
     let ran = sbx.run(spec(&["id", "-u"])).await;
     assert_eq!(ran.stdout, "1000\n", "{ran:?}");
@@ -435,6 +523,16 @@ async fn docker_dropped_receiver_does_not_block() {
     check_dropped_receiver_does_not_block(&Sandbox::docker().await).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_escapees_end_with_their_command() {
+    check_escapees_end_with_their_command(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_spawner_cannot_be_traced() {
+    check_spawner_cannot_be_traced(&Sandbox::docker().await).await;
+}
+
 // The same with `docker exec` for each command (TOOLMESH_SANDBOX_DOCKER_COMMANDS=exec).
 
 #[tokio::test(flavor = "multi_thread")]
@@ -465,6 +563,11 @@ async fn docker_exec_sandbox_is_confined() {
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_exec_dropped_receiver_does_not_block() {
     check_dropped_receiver_does_not_block(&Sandbox::docker_exec().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_escapees_end_with_their_command() {
+    check_escapees_end_with_their_command(&Sandbox::docker_exec().await).await;
 }
 
 async fn docker_client() -> Docker {
@@ -850,15 +953,15 @@ async fn check_fork_bomb(commands: Commands) {
         ))
         .await;
     assert_eq!(ran.stdout, "40\n", "{ran:?}");
-    // The bomb is gone: init, the spawner (or `sleep infinity`) and this command's shell and
-    // cat.
+    // The bomb is gone: init, the spawner and its reaper thread (or `sleep infinity`), this
+    // command's supervisor, shell and cat (the pids controller counts threads).
     let ran = sbx
         .run(sh(
             "cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current",
         ))
         .await;
     let current: u32 = ran.stdout.trim().parse().unwrap();
-    assert!(current <= 5, "{current} pids left");
+    assert!(current <= 6, "{current} pids left");
 }
 
 // ---- process (bubblewrap) ------------------------------------------------------------------
@@ -915,10 +1018,7 @@ async fn process_leftovers_end_with_their_command() {
     let ran = sbx
         .run(sh("ps -eo args | grep '[s]leep 10[01]' || echo none"))
         .await;
-    assert_eq!(
-        ran.stdout, "/bin/sleep 101\n",
-        "only the escaped one is left: {ran:?}"
-    );
+    assert_eq!(ran.stdout, "none\n", "the escaped one ended too: {ran:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -934,6 +1034,16 @@ async fn process_sandbox_is_confined() {
 #[tokio::test(flavor = "multi_thread")]
 async fn process_dropped_receiver_does_not_block() {
     check_dropped_receiver_does_not_block(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_escapees_end_with_their_command() {
+    check_escapees_end_with_their_command(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_spawner_cannot_be_traced() {
+    check_spawner_cannot_be_traced(&Sandbox::process().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,11 +18,19 @@
 //!   `exec_die` event ([`ExecExits`]), or from inspect_exec when the event does not come. For
 //!   images that cannot run the worker's binary (not glibc-based).
 //!
-//! Killing an execution (exec mode; the spawner kills by the same marker itself): a `docker
-//! exec` process is its own session and process-group leader
-//! and its children may start their own, so the kill switch runs a second exec that SIGKILLs
-//! every process whose environment holds `TOOLMESH_EXEC_ID=<exec_id>`, repeating until none is
-//! left (bounded), which also catches forks racing the kill.
+//! Killing an execution (exec mode; the spawner kills by lineage itself, see
+//! [`super::spawner`]): a `docker exec` process is its own session and process-group leader
+//! and its children may start their own, so the kill switch runs a second exec
+//! ([`KILL_SCRIPT`]) that SIGKILLs every process whose environment holds
+//! `TOOLMESH_EXEC_ID=<exec_id>`, and every *orphan* (a process re-parented to the container's
+//! init, so escaped from the tree of the exec that started it) that carries no marker of a
+//! command still running there, repeating until none is left (bounded), which also catches
+//! forks racing the kill. The same runs when an exec ends by itself, before its end is
+//! reported, so what a command left behind ends with it. The limit of exec mode: with no
+//! subreaper of its own (the image may not run the worker's binary), a background command's
+//! process that double forks *and* clears or forges its marker is taken for an orphan and
+//! killed when any command of the sandbox ends; one that keeps its marker lives as long as
+//! its command.
 
 use std::collections::HashMap;
 use std::io;
@@ -81,15 +89,40 @@ const KILL_ROUNDS: u32 = 50;
 /// Runs of the kill script before the container is restarted instead.
 const KILL_ATTEMPTS: u32 = 3;
 
-/// SIGKILLs every process whose environment holds `TOOLMESH_EXEC_ID=$1`, until none is found
-/// (at most `$2` rounds; exit 1 if some remain). Each round stops the whole set before killing
-/// it, so no parent sees a child die and exits on its own first, and no fork slips through.
-/// POSIX sh, GNU grep (`-z`: NUL-separated records) and shell builtins only.
-const KILL_SCRIPT: &str = r#"id=$1; n=0
-while [ "$n" -lt "$2" ]; do
+/// SIGKILLs every process whose environment holds `TOOLMESH_EXEC_ID=$1`, and every orphan (a
+/// process whose parent is the container's init, other than the container's own command,
+/// the oldest such) whose `TOOLMESH_EXEC_ID` is none of `$3…` (the commands still running),
+/// until none is found (at most `$2` rounds; exit 1 if some remain). An orphan's children
+/// become orphans when it dies, so the rounds take a whole escaped tree. Each round stops the
+/// whole set before killing it, so no parent sees a child die and exits on its own first, and
+/// no fork slips through. POSIX sh, GNU grep (`-z`: NUL-separated records) and shell builtins
+/// only; a `stat` line is read after its last `) `, as the name before it may hold anything.
+const KILL_SCRIPT: &str = r#"id=$1; rounds=$2; shift 2; live=" $* "; main=; oldest=
+for s in /proc/[0-9]*/stat; do
+  { read -r line < "$s"; } 2>/dev/null || continue
+  set -- ${line##*") "}
+  [ "$2" = 1 ] || continue
+  p=${s#/proc/}; p=${p%/stat}
+  if [ -z "$oldest" ] || [ "${20}" -lt "$oldest" ] || { [ "${20}" = "$oldest" ] && [ "$p" -lt "$main" ]; }; then
+    oldest=${20}; main=$p
+  fi
+done
+n=0
+while [ "$n" -lt "$rounds" ]; do
   pids=
   for f in $(grep -lzxF -e "TOOLMESH_EXEC_ID=$id" /proc/[0-9]*/environ 2>/dev/null); do
     p=${f#/proc/}; pids="$pids ${p%/environ}"
+  done
+  for s in /proc/[0-9]*/stat; do
+    { read -r line < "$s"; } 2>/dev/null || continue
+    set -- ${line##*") "}
+    [ "$2" = 1 ] && [ "$1" != Z ] || continue
+    p=${s#/proc/}; p=${p%/stat}
+    [ "$p" != "$main" ] || continue
+    mark=$(grep -azm1 '^TOOLMESH_EXEC_ID=' "/proc/$p/environ" 2>/dev/null | tr -d '\0')
+    mark=${mark#TOOLMESH_EXEC_ID=}
+    if [ -n "$mark" ]; then case "$live" in *" $mark "*) continue ;; esac; fi
+    pids="$pids $p"
   done
   [ -n "$pids" ] || exit 0
   kill -STOP $pids 2>/dev/null
@@ -97,6 +130,53 @@ while [ "$n" -lt "$2" ]; do
   n=$((n+1))
 done
 exit 1"#;
+
+/// The execs running in each container (exec mode), by container: what [`KILL_SCRIPT`] spares.
+type Running = Arc<std::sync::Mutex<HashMap<String, Vec<String>>>>;
+
+/// One exec of [`Running`], removed when dropped.
+struct RunningExec {
+    running: Running,
+    container: String,
+    exec_id: String,
+}
+
+impl RunningExec {
+    fn new(running: &Running, container: &str, exec_id: &str) -> Self {
+        lock(running)
+            .entry(container.to_owned())
+            .or_default()
+            .push(exec_id.to_owned());
+        Self {
+            running: Arc::clone(running),
+            container: container.to_owned(),
+            exec_id: exec_id.to_owned(),
+        }
+    }
+}
+
+impl Drop for RunningExec {
+    fn drop(&mut self) {
+        let mut running = lock(&self.running);
+        if let Some(ids) = running.get_mut(&self.container) {
+            ids.retain(|id| *id != self.exec_id);
+            if ids.is_empty() {
+                running.remove(&self.container);
+            }
+        }
+    }
+}
+
+/// The execs still running in `container` but `exec_id`.
+fn others(running: &Running, container: &str, exec_id: &str) -> Vec<String> {
+    lock(running)
+        .get(container)
+        .into_iter()
+        .flatten()
+        .filter(|id| *id != exec_id)
+        .cloned()
+        .collect()
+}
 
 /// Runs sandboxes as Docker containers of one image.
 pub struct DockerBackend {
@@ -111,6 +191,8 @@ pub struct DockerBackend {
     spawner: Option<Spawner>,
     /// The spawner links of the containers this backend created, by sandbox id.
     links: std::sync::Mutex<HashMap<String, Arc<Link>>>,
+    /// Exec mode: the execs running in each container.
+    running: Running,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -145,6 +227,7 @@ impl DockerBackend {
             exits: std::sync::OnceLock::new(),
             spawner: None,
             links: std::sync::Mutex::new(HashMap::new()),
+            running: Running::default(),
         })
     }
 
@@ -527,6 +610,7 @@ impl Backend for DockerBackend {
             .exits
             .get_or_init(|| ExecExits::watch(docker.clone()))
             .register(&created.id);
+        let running = RunningExec::new(&self.running, &container, &spec.exec_id);
         let (mut stream, input) = match docker
             .start_exec(&created.id, Some(options))
             .await
@@ -546,6 +630,8 @@ impl Backend for DockerBackend {
         let sandbox_id = sandbox.sandbox_id.clone();
         let waiter = docker.clone();
         let container_name = container.clone();
+        let marker = spec.exec_id.clone();
+        let all_running = Arc::clone(&self.running);
         tokio::spawn(async move {
             let mut tx = Some(out_tx);
             while let Some(item) = stream.next().await {
@@ -573,6 +659,12 @@ impl Backend for DockerBackend {
                 Some(code) if code != 126 => Ok(ExitStatus { code }),
                 _ => exit_status(&waiter, &container_name, &exec_id, &sandbox_id).await,
             };
+            // What it left running (and what escaped it) ends before its end is told.
+            if status.is_ok() {
+                let spared = others(&all_running, &container_name, &marker);
+                kill_tree(&waiter, &container_name, &marker, &spared).await;
+            }
+            drop(running);
             let _ = exit_tx.send(status);
         });
 
@@ -586,7 +678,7 @@ impl Backend for DockerBackend {
             output: out_rx,
             stdin,
             exit: exit_rx,
-            kill: kill_switch(docker, container, spec.exec_id),
+            kill: kill_switch(docker, container, spec.exec_id, Arc::clone(&self.running)),
         })
     }
 
@@ -780,20 +872,21 @@ async fn container_running(docker: &Docker, container: &str) -> bool {
     inspect.ok().and_then(|c| c.state?.running).unwrap_or(false)
 }
 
-fn kill_switch(docker: Docker, container: String, exec_id: String) -> KillSwitch {
+fn kill_switch(docker: Docker, container: String, exec_id: String, running: Running) -> KillSwitch {
     KillSwitch(Arc::new(move || {
         let (docker, container, exec_id) = (docker.clone(), container.clone(), exec_id.clone());
-        Box::pin(async move { kill_tree(&docker, &container, &exec_id).await })
+        let spared = others(&running, &container, &exec_id);
+        Box::pin(async move { kill_tree(&docker, &container, &exec_id, &spared).await })
     }))
 }
 
 /// Runs [`KILL_SCRIPT`] in the container as the sandbox user, a few times if it cannot start or
-/// finish (a fork bomb can hold every pid the container may have). As a last resort the
-/// container is restarted (`docker restart -t 0`: every process in it dies; the container id,
-/// its workspace and limits stay).
-async fn kill_tree(docker: &Docker, container: &str, exec_id: &str) {
+/// finish (a fork bomb can hold every pid the container may have), sparing the orphans of the
+/// execs `spared`. As a last resort the container is restarted (`docker restart -t 0`: every
+/// process in it dies; the container id, its workspace and limits stay).
+async fn kill_tree(docker: &Docker, container: &str, exec_id: &str, spared: &[String]) {
     for attempt in 1..=KILL_ATTEMPTS {
-        match run_killer(docker, container, exec_id).await {
+        match run_killer(docker, container, exec_id, spared).await {
             Ok(0) => return,
             Ok(code) => {
                 tracing::debug!(attempt, code, exec_id, "kill script did not finish the job")
@@ -817,8 +910,13 @@ async fn kill_tree(docker: &Docker, container: &str, exec_id: &str) {
 }
 
 /// One run of [`KILL_SCRIPT`]; its exit code (0: nothing of the tree is left).
-async fn run_killer(docker: &Docker, container: &str, exec_id: &str) -> Result<i64, DockerError> {
-    let cmd = [
+async fn run_killer(
+    docker: &Docker,
+    container: &str,
+    exec_id: &str,
+    spared: &[String],
+) -> Result<i64, DockerError> {
+    let mut cmd = [
         "sh",
         "-c",
         KILL_SCRIPT,
@@ -828,6 +926,7 @@ async fn run_killer(docker: &Docker, container: &str, exec_id: &str) -> Result<i
     ]
     .map(str::to_owned)
     .to_vec();
+    cmd.extend(spared.iter().cloned());
     let created = docker
         .create_exec(
             container,

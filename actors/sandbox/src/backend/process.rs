@@ -9,8 +9,9 @@
 //! the caller's uid is mapped to 1000 inside. Each command is then a fork and exec by the
 //! spawner, with pipes this worker made: about a millisecond instead of a bwrap run's nine.
 //!
-//! Killing: a command's process group and every process carrying its `TOOLMESH_EXEC_ID` are
-//! killed by the spawner, also when the command's first process exits. Destroying a sandbox
+//! Killing: the spawner kills a command's whole tree by lineage (child subreapers, see
+//! [`super::spawner`]) when it is killed and when its first process exits, also what left its
+//! process group, session or `TOOLMESH_EXEC_ID`. Destroying a sandbox
 //! kills bwrap, which runs with `--unshare-pid --die-with-parent`: the namespace's init dies
 //! and with it every process inside. bwrap dies with the worker *thread* that started it
 //! (PR_SET_PDEATHSIG), so sandboxes are started from the async task, never from a blocking

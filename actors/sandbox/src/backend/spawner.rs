@@ -15,30 +15,47 @@
 //!   reads them directly, so output never passes through the spawner), and [`Request::Kill`];
 //! - spawner → worker: [`Event::Exited`], once per spawned command.
 //!
-//! Every command runs in a process group of its own with `TOOLMESH_EXEC_ID` set to its marker.
-//! Killing a command kills its group and every process that still carries its marker (forks
-//! included, until none is left), so a tree dies even when parts of it changed their group;
-//! the same happens when its first process exits, so nothing a command left behind outlives
-//! it (the backend's processes ended with their command before the spawner existed too).
+//! **Nothing a command starts outlives it**, whatever it does to itself: a new session or
+//! process group, a cleared environment (`TOOLMESH_EXEC_ID` is set on every command, but only
+//! as information), double forks. The spawner kills by lineage, which a process cannot shed:
+//! - the spawner is a *child subreaper* (`PR_SET_CHILD_SUBREAPER`), and so is each command's
+//!   *supervisor*: a fork of the spawner (made in the child of the spawner's own fork, before
+//!   the command's exec, with nothing but system calls: see [`fork_supervisor`]) whose only
+//!   child is the command. A process orphaned under a command is re-parented to the nearest
+//!   living subreaper above it, its command's supervisor, never beyond it; the supervisor
+//!   reaps those and exits with the command's status once the command's first process ended;
+//! - when a supervisor ends (its command ended, [`Request::Kill`] SIGKILLed it, or the command
+//!   killed it), everything it still had is re-parented to the spawner, which kills every
+//!   process under it that is not a supervisor it started itself, round after round until none
+//!   is left (a tree that keeps forking included), and only then reports [`Event::Exited`]. So
+//!   by the time a command's end is reported (its timeout or kill answered), its whole tree is
+//!   gone, while a background command's children live as long as it does;
+//! - the spawner and every supervisor are not dumpable (`PR_SET_DUMPABLE 0`, kept across the
+//!   supervisor's fork, which execs nothing): a command, the same uid, cannot ptrace them or
+//!   read their `/proc` entries, so it cannot forge what they tell the worker.
+//!
+//! Killing the spawner (a command may: it is the same uid) ends the sandbox: it is the
+//! container's command under docker-init, or bwrap's only child, and every process of the
+//! sandbox's pid namespace dies with it.
 //! When the worker closes the socket the spawner exits, and bwrap's init with it, which ends
 //! every process in the sandbox's pid namespace.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
-use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+use rustix::process::{kill_process, Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
@@ -130,15 +147,16 @@ pub fn stage(program: &Path, dir: &Path) -> io::Result<PathBuf> {
     Ok(staged)
 }
 
-/// The environment variable that marks every process of one command.
+/// The environment variable set on every command (its execution id; information only: the
+/// spawner kills by lineage, see the module docs).
 pub const MARKER_VAR: &str = super::docker::EXEC_ID_VAR;
 /// The largest frame either side accepts (a command line is at most a few MiB: execve's limit).
 pub const MAX_FRAME: usize = 16 << 20;
-/// Kill passes over `/proc` before giving up on a tree that keeps forking.
-const KILL_PASSES: usize = 50;
-/// Stack of the thread that waits for one command (the sandbox's address-space limit counts
-/// every thread's stack).
-const WAITER_STACK: usize = 64 << 10;
+/// Kill rounds over `/proc` before an end is reported anyway (a tree that keeps forking dies
+/// in a few; what is left is killed by the next sweep).
+const SWEEP_ROUNDS: usize = 1000;
+/// Stack of the reaper thread (the sandbox's address-space limit counts every thread's stack).
+const REAPER_STACK: usize = 256 << 10;
 
 /// Worker → spawner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -294,18 +312,25 @@ fn write_event(writer: &Mutex<UnixStream>, event: &Event) {
     }
 }
 
-/// A command the spawner started and has not seen end.
-struct Running {
-    pid: Pid,
-    marker: String,
+/// The commands the spawner started and has not seen end: each one's supervisor, by command
+/// id. Its lock is held while a supervisor is forked and while children are reaped or killed,
+/// so no pid in it is ever stale, a spawn's own wait for a child that could not exec is never
+/// raced, and a sweep never takes a supervisor being started for a stray.
+struct Shared {
+    table: Mutex<HashMap<u64, Pid>>,
+    /// Wakes the reaper when it had no child to wait for and a supervisor was started.
+    started: Condvar,
 }
-
-type Table = Arc<Mutex<HashMap<u64, Running>>>;
 
 /// The spawner's main loop (`toolmesh sandbox-spawner [--listen PATH]`): serves the socket on
 /// stdin, or the first connection to a socket it listens on at `PATH` (in a container, where
 /// the worker cannot hand it a socket), until the worker closes it.
 pub fn serve(listen: Option<&Path>) -> ExitCode {
+    // First of all: nothing runs in the sandbox yet that could ptrace us or escape a command.
+    if let Err(e) = guard_self() {
+        eprintln!("toolmesh sandbox-spawner: {e}");
+        return ExitCode::FAILURE;
+    }
     let control = match listen {
         Some(path) => accept_one(path),
         None => io::stdin()
@@ -328,23 +353,30 @@ pub fn serve(listen: Option<&Path>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let running: Table = Arc::default();
+    let shared = Arc::new(Shared {
+        table: Mutex::default(),
+        started: Condvar::new(),
+    });
+    let reaper = {
+        let (shared, writer) = (Arc::clone(&shared), Arc::clone(&writer));
+        std::thread::Builder::new()
+            .name("reaper".to_owned())
+            .stack_size(REAPER_STACK)
+            .spawn(move || reap(&shared, &writer))
+    };
+    if let Err(e) = reaper {
+        eprintln!("toolmesh sandbox-spawner: no reaper thread: {e}");
+        return ExitCode::FAILURE;
+    }
     write_event(&writer, &Event::Ready);
     loop {
         match recv_frame::<Request>(&control) {
-            Ok(Some((Request::Spawn(request), fds))) => spawn(request, fds, &running, &writer),
+            Ok(Some((Request::Spawn(request), fds))) => spawn(request, fds, &shared, &writer),
             Ok(Some((Request::Kill { id }, _))) => {
-                let target = lock(&running).get(&id).map(|r| (r.pid, r.marker.clone()));
-                if let Some((pid, marker)) = target {
-                    // Where no thread can be had (a fork bomb holds every pid the sandbox may
-                    // have), kill it here: the loop waits, but the bomb ends.
-                    let in_thread = marker.clone();
-                    let spawned = std::thread::Builder::new()
-                        .stack_size(WAITER_STACK)
-                        .spawn(move || kill_tree(Some(pid), &in_thread));
-                    if spawned.is_err() {
-                        kill_tree(Some(pid), &marker);
-                    }
+                // The supervisor's tree falls to the reaper, which kills it whole and reports
+                // the end (137). Under the lock: the pid is not reaped, so it is still ours.
+                if let Some(supervisor) = lock(&shared.table).get(&id) {
+                    let _ = kill_process(*supervisor, Signal::KILL);
                 }
             }
             Ok(None) => return ExitCode::SUCCESS,
@@ -354,6 +386,15 @@ pub fn serve(listen: Option<&Path>) -> ExitCode {
             }
         }
     }
+}
+
+/// Makes this process the subreaper of everything it starts and not dumpable (see the module
+/// docs). The supervisors it forks keep the second and set the first themselves.
+fn guard_self() -> Result<(), String> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("cannot make itself non-dumpable: {e}"))
 }
 
 /// Listens at `path`, takes the first connection (the worker's: nothing else runs in the
@@ -379,12 +420,7 @@ pub fn listen_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
     }
 }
 
-fn spawn(
-    request: SpawnRequest,
-    fds: Vec<OwnedFd>,
-    running: &Table,
-    writer: &Arc<Mutex<UnixStream>>,
-) {
+fn spawn(request: SpawnRequest, fds: Vec<OwnedFd>, shared: &Shared, writer: &Mutex<UnixStream>) {
     let SpawnRequest {
         id,
         argv,
@@ -414,98 +450,220 @@ fn spawn(
         .current_dir(&cwd)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr))
-        .process_group(0);
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            // What a shell would say, on the command's own stderr.
-            let (why, code) = if !Path::new(&cwd).is_dir() {
-                (format!("cannot change to directory {cwd}: {e}"), 1)
-            } else if e.kind() == io::ErrorKind::NotFound {
-                (format!("{program}: command not found"), 127)
-            } else {
-                (format!("{program}: {e}"), 126)
-            };
-            if let Some(report) = report.as_mut() {
-                let _ = writeln!(report, "toolmesh: {why}");
-            }
-            exited(code);
-            return;
-        }
+        .stderr(Stdio::from(stderr));
+    // SAFETY: `fork_supervisor` makes only async-signal-safe system calls (see its docs).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(fork_supervisor)
     };
-    drop(report);
-    let pid = Pid::from_child(&child);
-    lock(running).insert(
-        id,
-        Running {
-            pid,
-            marker: marker.clone(),
-        },
-    );
-    let (table, events, mark) = (Arc::clone(running), Arc::clone(writer), marker.clone());
-    let waiter = std::thread::Builder::new()
-        .stack_size(WAITER_STACK)
-        .spawn(move || {
-            let mut child = child;
-            let code = match child.wait() {
-                Ok(status) => match (status.code(), status.signal()) {
-                    (Some(code), _) => i64::from(code),
-                    (None, Some(signal)) => 128 + i64::from(signal),
-                    (None, None) => -1,
-                },
-                Err(_) => -1,
-            };
-            // What the command left running ends with it. By marker only: its pid is reaped
-            // and may already name another process group.
-            kill_tree(None, &mark);
-            lock(&table).remove(&id);
-            write_event(&events, &Event::Exited { id, code });
-        });
-    if waiter.is_err() {
-        // No thread for it: kill it rather than leave a command nobody reports on.
-        kill_tree(Some(pid), &marker);
-        lock(running).remove(&id);
-        exited(KILLED);
+    let spawned = {
+        let mut table = lock(&shared.table);
+        let spawned = command.spawn();
+        if let Ok(supervisor) = &spawned {
+            table.insert(id, Pid::from_child(supervisor));
+        }
+        spawned
+    };
+    shared.started.notify_one();
+    // The `Child` goes unwaited: the reaper reaps every child of the spawner.
+    if let Err(e) = spawned {
+        // What a shell would say, on the command's own stderr.
+        let (why, code) = if !Path::new(&cwd).is_dir() {
+            (format!("cannot change to directory {cwd}: {e}"), 1)
+        } else if e.kind() == io::ErrorKind::NotFound {
+            (format!("{program}: command not found"), 127)
+        } else {
+            (format!("{program}: {e}"), 126)
+        };
+        if let Some(report) = report.as_mut() {
+            let _ = writeln!(report, "toolmesh: {why}");
+        }
+        exited(code);
     }
 }
 
-/// Kills process group `group` and every process marked `marker`, until none is left.
-fn kill_tree(group: Option<Pid>, marker: &str) {
-    if let Some(group) = group {
-        let _ = kill_process_group(group, Signal::KILL);
+/// Runs in the child the spawner forked for a command, right before its exec: makes it the
+/// command's supervisor, a subreaper that forks once more; the new child goes on to exec the
+/// command (in a process group of its own), the supervisor stays behind ([`supervise`]).
+///
+/// The spawner is multithreaded, so between that fork and an exec only async-signal-safe
+/// calls are sound: this and [`supervise`] make system calls (libc's thin wrappers) and touch
+/// no allocator, lock or Rust runtime state. The supervisor is a fork that never execs, so it
+/// keeps the spawner's non-dumpable mark with no window in which a command could attach.
+/// (The workspace denies `unsafe`; these two functions are the exception, for this reason.)
+#[allow(unsafe_code)]
+fn fork_supervisor() -> io::Result<()> {
+    // SAFETY: plain system calls on this process (see above).
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        match libc::fork() {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            }
+            command => supervise(command),
+        }
     }
-    let needle = format!("{MARKER_VAR}={marker}");
-    let me = rustix::process::getpid();
-    for _ in 0..KILL_PASSES {
-        let mut found = false;
-        for pid in marked(&needle) {
-            if pid != me {
-                found = true;
-                let _ = kill_process(pid, Signal::KILL);
+}
+
+/// The supervisor: holds no descriptor (the command's pipes end with the command's tree, and
+/// the spawn's exec report pipe with the command's exec), reaps whatever is re-parented to it,
+/// and exits with the command's status (128 + the signal that killed it) once it ends. What
+/// the command left running then falls to the spawner, which kills it. Async-signal-safe only
+/// (see [`fork_supervisor`]).
+///
+/// # Safety
+/// Call only in a fresh child of a fork, with `command` its own child.
+#[allow(unsafe_code)]
+unsafe fn supervise(command: libc::pid_t) -> ! {
+    // SAFETY: system calls on this process's own descriptors and children.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
+            for fd in 0..1024 {
+                libc::close(fd);
             }
         }
+        loop {
+            let mut status = 0;
+            let pid = libc::waitpid(-1, &mut status, 0);
+            if pid == command {
+                let code = if libc::WIFSIGNALED(status) {
+                    128 + libc::WTERMSIG(status)
+                } else {
+                    libc::WEXITSTATUS(status)
+                };
+                libc::_exit(code);
+            }
+            if pid == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                // No child left (cannot be: the command is ours until reaped here).
+                libc::_exit(KILLED as i32);
+            }
+        }
+    }
+}
+
+/// The reaper thread: waits for any child of the spawner to end, reaps it (a supervisor: its
+/// command ended), kills whatever that left ([`sweep`]) and reports each ended command.
+fn reap(shared: &Shared, writer: &Mutex<UnixStream>) {
+    loop {
+        // Wait without reaping: the reaping happens under the table's lock.
+        match rustix::process::waitid(WaitId::All, WaitIdOptions::EXITED | WaitIdOptions::NOWAIT) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::CHILD) => {
+                let table = lock(&shared.table);
+                if table.is_empty() {
+                    let _ = shared
+                        .started
+                        .wait_timeout(table, Duration::from_secs(1))
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                continue;
+            }
+            Err(_) => continue,
+        }
+        let mut ended = Vec::new();
+        reap_zombies(&mut lock(&shared.table), &mut ended);
+        sweep(shared, &mut ended);
+        for (id, code) in ended {
+            write_event(writer, &Event::Exited { id, code });
+        }
+    }
+}
+
+/// Reaps every ended child; the supervisors among them are removed from `table` and their
+/// commands added to `ended` with their exit codes.
+fn reap_zombies(table: &mut HashMap<u64, Pid>, ended: &mut Vec<(u64, i64)>) {
+    while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+        let id = table.iter().find(|(_, p)| **p == pid).map(|(id, _)| *id);
+        if let Some(id) = id {
+            table.remove(&id);
+            let code = match (status.exit_status(), status.terminating_signal()) {
+                (Some(code), _) => i64::from(code),
+                (None, Some(signal)) => 128 + i64::from(signal),
+                (None, None) => -1,
+            };
+            ended.push((id, code));
+        }
+    }
+}
+
+/// Kills every process under the spawner that is not under one of its running supervisors (a
+/// command's leftovers, re-parented here when its supervisor ended), round after round until
+/// none is left, reaping as it goes. Commands whose supervisors end meanwhile join `ended`.
+fn sweep(shared: &Shared, ended: &mut Vec<(u64, i64)>) {
+    let me = rustix::process::getpid();
+    for round in 0..SWEEP_ROUNDS {
+        let found = {
+            let mut table = lock(&shared.table);
+            let supervisors: HashSet<Pid> = table.values().copied().collect();
+            let found = strays(me, &supervisors, &processes());
+            for pid in &found {
+                // A stray's pid cannot be reused while it is unreaped; one deeper down could
+                // only be if its parent reaped it and pid_max wrapped around since the scan.
+                let _ = kill_process(*pid, Signal::KILL);
+            }
+            reap_zombies(&mut table, ended);
+            !found.is_empty()
+        };
         if !found {
             return;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        if round >= 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
-/// The processes whose environment holds `needle` (`NAME=value`).
-fn marked(needle: &str) -> Vec<Pid> {
+/// Every live process this process sees in `/proc` with its parent (zombies left out).
+fn processes() -> Vec<(Pid, Pid)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(Pid::from_raw)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{}/environ", pid.as_raw_nonzero()))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid …`: the name may hold anything, the fields after it not.
+            let (_, rest) = stat.rsplit_once(')')?;
+            let mut fields = rest.split_whitespace();
+            let state = fields.next()?;
+            let parent = fields.next()?.parse::<i32>().ok()?;
+            if matches!(state, "Z" | "X") {
+                return None;
+            }
+            Some((Pid::from_raw(pid)?, Pid::from_raw(parent)?))
         })
         .collect()
+}
+
+/// The processes under `me` that are not under one of `supervisors`: `me`'s other children
+/// and all their descendants.
+fn strays(me: Pid, supervisors: &HashSet<Pid>, processes: &[(Pid, Pid)]) -> Vec<Pid> {
+    let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
+    for (pid, parent) in processes {
+        children.entry(*parent).or_default().push(*pid);
+    }
+    let mut found: Vec<Pid> = children
+        .get(&me)
+        .into_iter()
+        .flatten()
+        .filter(|pid| !supervisors.contains(pid))
+        .copied()
+        .collect();
+    let mut next = 0;
+    while next < found.len() {
+        if let Some(below) = children.get(&found[next]) {
+            found.extend(below.iter().copied().filter(|pid| *pid != me));
+        }
+        next += 1;
+    }
+    found
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
