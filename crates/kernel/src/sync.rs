@@ -799,45 +799,62 @@ impl WorkspaceSync {
         let total = bytes.len() as u64;
         self.put_parts(account, session, path, total, |offset, len| {
             let offset = offset as usize;
-            Ok(bytes.slice(offset..offset + len))
+            std::future::ready(Ok(bytes.slice(offset..offset + len)))
         })
         .await
     }
 
-    /// [`WorkspaceSync::put_file`] of the first `total` bytes `source` reads (a file on the
-    /// worker), one part of [`BODY_CONTENT_BUDGET`] in memory at a time.
+    /// [`WorkspaceSync::put_file`] of the first `total` bytes of `source` (a file on the
+    /// worker). Each part is read on tokio's blocking pool, never on the async threads, while
+    /// the part before it travels; at most two parts of [`BODY_CONTENT_BUDGET`] are in memory.
     pub async fn put_from(
         &self,
         account: &Account,
         session: &SessionId,
         path: &str,
         total: u64,
-        mut source: impl std::io::Read,
+        source: std::sync::Arc<std::fs::File>,
     ) -> Result<(), ToolError> {
-        self.put_parts(account, session, path, total, |_, len| {
-            let mut part = vec![0u8; len];
-            source.read_exact(&mut part).map_err(|e| {
-                ToolError::internal(format!("cannot read what to put into '{path}': {e}"))
-            })?;
-            Ok(Bytes::from(part))
+        self.put_parts(account, session, path, total, |offset, len| {
+            let source = source.clone();
+            async move {
+                let read = tokio::task::spawn_blocking(move || {
+                    use std::os::unix::fs::FileExt;
+                    let mut part = vec![0u8; len];
+                    source.read_exact_at(&mut part, offset).map(|()| part)
+                })
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|read| read);
+                read.map(Bytes::from).map_err(|e| {
+                    ToolError::internal(format!("cannot read what to put into '{path}': {e}"))
+                })
+            }
         })
         .await
     }
 
-    /// Puts `total` bytes in parts; `part(offset, len)` gives each.
-    async fn put_parts(
+    /// Puts `total` bytes in parts; `part(offset, len)` gives each, and the next part is made
+    /// while the one before it is applied.
+    async fn put_parts<F, Fut>(
         &self,
         account: &Account,
         session: &SessionId,
         path: &str,
         total: u64,
-        mut part: impl FnMut(u64, usize) -> Result<Bytes, ToolError>,
-    ) -> Result<(), ToolError> {
+        part: F,
+    ) -> Result<(), ToolError>
+    where
+        F: Fn(u64, usize) -> Fut,
+        Fut: std::future::Future<Output = Result<Bytes, ToolError>>,
+    {
         let budget = BODY_CONTENT_BUDGET as u64;
         let upload = (total > budget).then(|| format!("put-{}", nuid::next()));
+        let len_at = |offset: u64| ((offset + budget).min(total) - offset) as usize;
         let mut offset = 0u64;
+        let mut content = part(0, len_at(0)).await?;
         loop {
-            let end = (offset + budget).min(total);
+            let end = offset + content.len() as u64;
             let change = Change {
                 path: path.to_owned(),
                 expected: Expected::Any,
@@ -845,18 +862,24 @@ impl WorkspaceSync {
                     upload: upload.clone(),
                     offset,
                     total,
-                    content: part(offset, (end - offset) as usize)?,
+                    content,
                     mode: None,
                 },
             };
-            let outcome = self
-                .apply(account, session, std::slice::from_ref(&change))
-                .await?
-                .pop()
-                .expect("apply checked the outcome count");
+            let applied = self.apply(account, session, std::slice::from_ref(&change));
+            let (applied, next) = if end < total {
+                let (applied, next) = tokio::join!(applied, part(end, len_at(end)));
+                (applied, Some(next))
+            } else {
+                (applied.await, None)
+            };
+            let outcome = applied?.pop().expect("apply checked the outcome count");
             match outcome {
                 ChangeOutcome::Applied { stamp: Some(_), .. } => return Ok(()),
-                ChangeOutcome::Staged { .. } if end < total => offset = end,
+                ChangeOutcome::Staged { .. } if end < total => {
+                    offset = end;
+                    content = next.expect("read while the part before was applied")?;
+                }
                 ChangeOutcome::Rejected {
                     error,
                     error_message,
