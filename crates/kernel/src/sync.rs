@@ -48,7 +48,9 @@
 //! regular file with exactly that stamp). A change whose precondition fails is not applied and
 //! comes back as [`ChangeOutcome::Conflict`] with the workspace's current state: the workspace
 //! version wins. A multi-part put checks its precondition at the first part (so a conflict
-//! costs no upload) and again at the last, just before the rename.
+//! costs no upload) and again at the last, just before the rename. Its middle parts may
+//! arrive in any order after the first; the last is sent (and taken) once all of them are
+//! staged.
 //!
 //! **Read state.** A put is not a "read" for the workspace's read-before-edit rule: the sync
 //! path never touches the shared read state (Redis), so an agent still has to read a file a
@@ -84,10 +86,10 @@ pub const MAX_PUT_BYTES: u64 = 1 << 30;
 /// How long a client waits for one sync reply.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Middle parts of one multi-part put in flight at once (default of
-/// [`WorkspaceSync::with_put_window`]). One: each part in flight holds about 1.5 MiB of the
-/// worker's memory until its reply, and a worker persists several outputs at once; four in
-/// flight persist a 30 MB output a quarter to a third faster (benches/RESULTS.md "Persist")
-/// but raised the worker's peak by 7–12 MiB in
+/// [`WorkspaceSync::with_put_window`]). One: a put is bound by copying bytes, not by round
+/// trips — four in flight persist a 30 MB output 2–10 % faster in a release build
+/// (benches/RESULTS.md "Persist") — while each part in flight holds about 1.5 MiB of the
+/// worker until its reply; four raised the worker's peak by 7–12 MiB in
 /// `sandbox::output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory`.
 pub const DEFAULT_PUT_WINDOW: usize = 1;
 /// Directories never synced, at any depth.
@@ -829,8 +831,8 @@ impl WorkspaceSync {
     }
 
     /// [`WorkspaceSync::put_file`] of the first `total` bytes of `source` (a file on the
-    /// worker). Each part is read on tokio's blocking pool, never on the async threads, while
-    /// the part before it travels; at most two parts of [`BODY_CONTENT_BUDGET`] are in memory.
+    /// worker). Each part is read on tokio's blocking pool, never on the async threads; one
+    /// part of [`BODY_CONTENT_BUDGET`] per part in flight is in memory.
     pub async fn put_from(
         &self,
         account: &Account,
