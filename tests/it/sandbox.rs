@@ -1461,6 +1461,119 @@ async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     assert_eq!(out["dropped_bytes"], 3_000_010 - 1_048_576, "{head}");
 }
 
+/// The resident memory of process `pid` now (VmRSS), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc status");
+    kb * 1024
+}
+
+/// Bytes of the spool files on the worker (every `outputs` folder under the sandboxes).
+fn spooled_bytes(c: &Cluster) -> u64 {
+    walk_files(&c.data_dir.path().join("sandboxes"))
+        .into_iter()
+        .filter(|p| p.components().any(|c| c.as_os_str() == "outputs"))
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[tokio::test]
+async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_is_capped() {
+    // 36 tasks of 3 MB unread output each: without the caps the worker would keep 108 MB.
+    let session_cap: u64 = 16 * 1024 * 1024;
+    let c = cluster_with(&[(
+        "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
+        &session_cap.to_string(),
+    )])
+    .await;
+    let warm = tool(&c, "s1", "run_command", json!({"command": "echo warm"})).await;
+    assert_eq!(warm["ok"], true, "{warm}");
+    let worker = c.nodes[0].pid();
+    let before = rss(worker);
+    let kept = 32; // tasks::MAX_ENDED_TASKS
+    let mut ids = Vec::new();
+    for _batch in 0..3 {
+        for _ in 0..12 {
+            let r = tool(
+                &c,
+                "s1",
+                "run_command",
+                json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'x'", "background": true}),
+            )
+            .await;
+            assert_eq!(r["ok"], true, "{r}");
+            ids.push(r["task_id"].as_str().unwrap().to_owned());
+        }
+        // Wait until this batch has ended (at most 16 run at once).
+        let cluster: &Cluster = &c;
+        let ended = toolmesh_testkit::wait_until(Duration::from_secs(60), || async move {
+            let list = tool(cluster, "s1", "list_tasks", json!({})).await;
+            list["tasks"]
+                .as_array()
+                .is_some_and(|t| t.iter().all(|t| t["status"] == "exited"))
+        })
+        .await;
+        assert!(ended, "a batch of tasks did not end");
+    }
+    let list = tool(&c, "s1", "list_tasks", json!({})).await;
+    let listed: Vec<&str> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), kept, "{list}");
+    // The first to end went first: four of the first batch (its tasks end in any order).
+    let dropped: Vec<&String> = ids
+        .iter()
+        .filter(|id| !listed.contains(&id.as_str()))
+        .collect();
+    assert_eq!(dropped.len(), ids.len() - kept, "{list}");
+    for id in dropped {
+        assert!(ids[..12].contains(id), "{id} of a later batch was dropped");
+        let out = tool(&c, "s1", "task_output", json!({"task_id": id})).await;
+        assert_eq!(out["error"], "not_found", "{out}");
+        assert!(
+            out["error_message"].as_str().unwrap().contains("dropped"),
+            "{out}"
+        );
+    }
+
+    let spooled = spooled_bytes(&c);
+    assert!(
+        spooled <= session_cap,
+        "{spooled} bytes of unread output spooled, over the session's cap of {session_cap}"
+    );
+    let growth = rss(worker).saturating_sub(before);
+    assert!(
+        growth < 64 * 1024 * 1024,
+        "the worker's memory grew by {growth} bytes"
+    );
+    // Every kept task's unread output was counted whole; what the cap dropped is said.
+    let mut persisted = 0;
+    let mut capped = 0;
+    for id in &listed {
+        let out = tool(&c, "s1", "task_output", json!({"task_id": id})).await;
+        let head: String = out.to_string().chars().take(600).collect();
+        assert_eq!(out["ok"], true, "{head}");
+        assert_eq!(out["stdout_original_chars"], 3_000_000, "{head}");
+        persisted += out["persisted_outputs"]["stdout"]["bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        if out["dropped_bytes"].as_u64().unwrap_or(0) > 0 {
+            assert_eq!(out["dropped_by"], "session", "{head}");
+            capped += 1;
+        }
+    }
+    assert!(persisted <= session_cap, "{persisted} bytes kept");
+    assert!(capped > 0, "no read said what the session's cap dropped");
+}
+
 #[tokio::test]
 async fn wait_for_pattern_matches_line_by_line() {
     let c = cluster().await;

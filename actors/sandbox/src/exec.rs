@@ -121,8 +121,8 @@ impl Stream {
         }
     }
 
-    fn push(&mut self, data: &[u8]) {
-        self.spool.push(&self.decoder.decode(data));
+    async fn push(&mut self, data: &[u8]) {
+        self.spool.push(&self.decoder.decode(data)).await;
         let stream_room = STREAM_CAP.saturating_sub(self.streamed + self.pending.len());
         self.pending
             .extend_from_slice(&data[..data.len().min(stream_room)]);
@@ -137,10 +137,10 @@ impl Stream {
     }
 
     /// The whole stream, once it ended.
-    fn finish(mut self) -> Captured {
+    async fn finish(mut self) -> Captured {
         let rest = self.decoder.finish();
-        self.spool.push(&rest);
-        self.spool.finish()
+        self.spool.push(&rest).await;
+        self.spool.finish().await
     }
 }
 
@@ -188,11 +188,11 @@ pub async fn run_to_end(
         tokio::select! {
             chunk = execution.output.recv() => match chunk {
                 Some(Output::Stdout(b)) => {
-                    out.push(&b);
+                    out.push(&b).await;
                     if out.pending.len() >= EVENT_CHUNK { flush(events, &mut out, RunEventKind::Stdout, false).await; }
                 }
                 Some(Output::Stderr(b)) => {
-                    err.push(&b);
+                    err.push(&b).await;
                     if err.pending.len() >= EVENT_CHUNK { flush(events, &mut err, RunEventKind::Stderr, false).await; }
                 }
                 None => break,
@@ -232,8 +232,8 @@ pub async fn run_to_end(
         }
     };
     CommandOutcome {
-        stdout: out.finish(),
-        stderr: err.finish(),
+        stdout: out.finish().await,
+        stderr: err.finish().await,
         exit_code,
         timed_out,
         cancelled,
@@ -275,8 +275,8 @@ mod tests {
         assert_eq!(utf8_complete_len(&[b'a', 0xFF]), 2);
     }
 
-    #[test]
-    fn streamed_pieces_keep_characters_whole() {
+    #[tokio::test]
+    async fn streamed_pieces_keep_characters_whole() {
         let text = "naïve €uro 🦀 ".repeat(50);
         let bytes = text.as_bytes();
         let dir = tempfile::tempdir().unwrap();
@@ -284,12 +284,13 @@ mod tests {
             dir: dir.path().to_owned(),
             preview_chars: 100_000,
             max_bytes: 1 << 20,
+            quotas: Vec::new(),
         };
         let mut stream = Stream::new(settings, "t");
         let mut streamed = Vec::new();
         // Pipe-sized pieces that cut characters anywhere.
         for piece in bytes.chunks(7) {
-            stream.push(piece);
+            stream.push(piece).await;
             let ready = stream.take_pending(false);
             assert!(
                 std::str::from_utf8(&ready).is_ok(),
@@ -299,6 +300,6 @@ mod tests {
         }
         streamed.extend_from_slice(&stream.take_pending(true));
         assert_eq!(streamed, bytes);
-        assert_eq!(stream.finish().preview, text);
+        assert_eq!(stream.finish().await.preview, text);
     }
 }

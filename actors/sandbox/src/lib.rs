@@ -192,6 +192,11 @@ pub async fn spawn(
         budget_chars: settings.budget_chars,
         default_timeout: config.default_timeout,
         output_max_bytes: config.output_max_bytes,
+        session_output_max_bytes: config.session_output_max_bytes,
+        worker_output: crate::output::Quota::new(
+            crate::output::Cap::Worker,
+            config.worker_output_max_bytes,
+        ),
         image: config.image.clone(),
         skill_runner: settings.skill_runner.clone(),
     });

@@ -3,8 +3,8 @@
 //! sandbox; its output is kept until read (`task_output`), its stdin can be fed
 //! (`task_input`), and it can be killed (`kill_task`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -12,10 +12,15 @@ use tokio::sync::Notify;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{Execution, KillSwitch, Output, StdinWriter};
-use crate::output::{Captured, Spool, SpoolSettings, Utf8Decoder};
+use crate::output::{Cap, Captured, Kept, Quota, Spool, SpoolSettings, Utf8Decoder};
 
 /// Background tasks running at once in one session.
 pub const MAX_RUNNING_TASKS: usize = 16;
+/// Ended (exited or killed) tasks one session keeps; when one more ends, the one that ended
+/// first is dropped with its unread output (PROTOCOL.md "Sandbox").
+pub const MAX_ENDED_TASKS: usize = 32;
+/// Dropped task ids a session remembers, to say why `task_output` finds no such task.
+const REMEMBERED_DROPPED: usize = 1024;
 /// A pattern scan reads the unread text in pieces of this size.
 const SCAN_PIECE: usize = 1024 * 1024;
 /// A line longer than this is matched on its last [`LONG_LINE_KEEP`] bytes only.
@@ -40,7 +45,7 @@ impl TaskStatus {
 }
 
 /// Output not read yet: one spool per stream (text in memory up to the preview, then on the
-/// worker's disk up to the cap). A read takes both and leaves fresh ones.
+/// worker's disk up to the caps). A read takes both and leaves fresh ones.
 #[derive(Debug)]
 struct Unread {
     stdout: Spool,
@@ -49,7 +54,6 @@ struct Unread {
 
 #[derive(Debug)]
 struct TaskState {
-    unread: Unread,
     status: TaskStatus,
     exit_code: Option<i64>,
     kill_requested: bool,
@@ -60,6 +64,8 @@ pub struct Task {
     pub command: String,
     pub started_at: String,
     state: Mutex<TaskState>,
+    /// Held by the pump while it pushes (a write to the spool file may wait for the disk).
+    unread: tokio::sync::Mutex<Unread>,
     changed: Notify,
     /// One read at a time: a pattern scan's offsets stay valid until its read takes the text.
     reads: tokio::sync::Mutex<()>,
@@ -87,27 +93,32 @@ pub struct TaskRead {
 
 impl TaskRead {
     /// Bytes of text the task wrote since the last read that this read cannot hand back (past
-    /// the cap of unread output).
+    /// a cap of unread output).
     pub fn dropped_bytes(&self) -> u64 {
         self.stdout.dropped_bytes() + self.stderr.dropped_bytes()
+    }
+
+    /// The cap that dropped text, stdout's first.
+    pub fn dropped_cap(&self) -> Option<Cap> {
+        self.stdout.cap.or(self.stderr.cap)
     }
 }
 
 /// `wait_for_pattern` over one stream, line by line: the pattern is matched against each line
 /// on its own (without its `\n` or `\r\n`), so `^` and `$` are the line's start and end; the
 /// line still being written counts as a line too (a prompt has no newline).
-struct LineScan<'a> {
-    pattern: &'a regex::Regex,
+struct LineScan {
+    pattern: regex::Regex,
     /// Bytes of the spool scanned so far.
     offset: u64,
     /// The line not ended yet.
     line: String,
 }
 
-impl<'a> LineScan<'a> {
-    fn new(pattern: &'a regex::Regex) -> Self {
+impl LineScan {
+    fn new(pattern: &regex::Regex) -> Self {
         Self {
-            pattern,
+            pattern: pattern.clone(),
             offset: 0,
             line: String::new(),
         }
@@ -144,10 +155,11 @@ impl<'a> LineScan<'a> {
         !self.line.is_empty() && self.matches(&self.line)
     }
 
-    /// Scans what `spool` gained since the last call; true once a line matched.
-    fn scan(&mut self, spool: &Spool) -> bool {
+    /// Scans the kept text from where the last call stopped; true once a line matched.
+    /// Blocking when the text is on disk ([`Kept::on_disk`]).
+    fn scan(&mut self, kept: &Kept) -> bool {
         loop {
-            match spool.read_from(self.offset, SCAN_PIECE) {
+            match kept.read(self.offset, SCAN_PIECE) {
                 Ok(text) if text.is_empty() => return false,
                 Ok(text) => {
                     if self.feed(&text) {
@@ -163,6 +175,22 @@ impl<'a> LineScan<'a> {
     }
 }
 
+/// Scans both streams' kept text on the blocking pool (some of it is on disk).
+async fn scan_on_disk(
+    mut out: LineScan,
+    mut err: LineScan,
+    kept: (Kept, Kept),
+) -> Option<(LineScan, LineScan, bool)> {
+    let scanned = tokio::task::spawn_blocking(move || {
+        let matched = out.scan(&kept.0) || err.scan(&kept.1);
+        (out, err, matched)
+    })
+    .await;
+    scanned
+        .inspect_err(|e| tracing::warn!(error = %e, "a pattern scan of a task's output failed"))
+        .ok()
+}
+
 impl Task {
     pub fn status(&self) -> (TaskStatus, Option<i64>) {
         let state = self.state.lock().expect("task state");
@@ -170,18 +198,22 @@ impl Task {
     }
 
     /// Takes the unread output, leaving fresh spools for what comes next.
-    fn take_unread(&self, matched: Option<bool>) -> TaskRead {
-        let mut state = self.state.lock().expect("task state");
-        let fresh = Unread {
-            stdout: state.unread.stdout.fresh(),
-            stderr: state.unread.stderr.fresh(),
+    async fn take_unread(&self, matched: Option<bool>) -> TaskRead {
+        // The status first: when it says the task ended, every byte it wrote was pushed.
+        let (status, exit_code) = self.status();
+        let unread = {
+            let mut unread = self.unread.lock().await;
+            let fresh = Unread {
+                stdout: unread.stdout.fresh(),
+                stderr: unread.stderr.fresh(),
+            };
+            std::mem::replace(&mut *unread, fresh)
         };
-        let unread = std::mem::replace(&mut state.unread, fresh);
         TaskRead {
-            stdout: unread.stdout.finish(),
-            stderr: unread.stderr.finish(),
-            status: state.status,
-            exit_code: state.exit_code,
+            stdout: unread.stdout.finish().await,
+            stderr: unread.stderr.finish().await,
+            status,
+            exit_code,
             matched,
         }
     }
@@ -191,7 +223,7 @@ impl Task {
     pub async fn read(&self, pattern: Option<&regex::Regex>, wait: Duration) -> TaskRead {
         let _one_read = self.reads.lock().await;
         let Some(pattern) = pattern else {
-            return self.take_unread(None);
+            return self.take_unread(None).await;
         };
         let deadline = tokio::time::Instant::now() + wait;
         let mut out = LineScan::new(pattern);
@@ -201,19 +233,35 @@ impl Task {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let state = self.state.lock().expect("task state");
-                if out.scan(&state.unread.stdout) || err.scan(&state.unread.stderr) {
-                    drop(state);
-                    return self.take_unread(Some(true));
+            // The status before the text: an ended task's text is all there.
+            let status = self.status().0;
+            let kept = {
+                let unread = self.unread.lock().await;
+                (
+                    unread.stdout.kept_from(out.offset),
+                    unread.stderr.kept_from(err.offset),
+                )
+            };
+            let on_disk = kept.0.on_disk(out.offset) || kept.1.on_disk(err.offset);
+            let matched;
+            (out, err, matched) = if on_disk {
+                match scan_on_disk(out, err, kept).await {
+                    Some(scanned) => scanned,
+                    None => return self.take_unread(Some(false)).await,
                 }
-                if state.status != TaskStatus::Running {
-                    drop(state);
-                    return self.take_unread(Some(false));
-                }
+            } else {
+                // Text still in memory (at most the preview or one write batch) in place.
+                let matched = out.scan(&kept.0) || err.scan(&kept.1);
+                (out, err, matched)
+            };
+            if matched {
+                return self.take_unread(Some(true)).await;
+            }
+            if status != TaskStatus::Running {
+                return self.take_unread(Some(false)).await;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take_unread(Some(false));
+                return self.take_unread(Some(false)).await;
             }
         }
     }
@@ -280,34 +328,83 @@ impl Task {
     }
 }
 
+/// The tasks of one session, with the ids of the ended ones in the order they ended.
+#[derive(Debug, Default)]
+struct Tasks {
+    by_id: HashMap<String, Arc<Task>>,
+    ended: VecDeque<String>,
+    dropped: VecDeque<String>,
+}
+
+impl Tasks {
+    /// Records that `task_id` ended; drops the tasks that ended first past
+    /// [`MAX_ENDED_TASKS`] and hands them back (to be let go outside the lock).
+    fn ended(&mut self, task_id: &str) -> Vec<Arc<Task>> {
+        if !self.by_id.contains_key(task_id) {
+            return Vec::new();
+        }
+        self.ended.push_back(task_id.to_owned());
+        let mut gone = Vec::new();
+        while self.ended.len() > MAX_ENDED_TASKS {
+            let Some(oldest) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(task) = self.by_id.remove(&oldest) {
+                gone.push(task);
+            }
+            self.dropped.push_back(oldest);
+            if self.dropped.len() > REMEMBERED_DROPPED {
+                self.dropped.pop_front();
+            }
+        }
+        gone
+    }
+}
+
 /// The tasks of one session.
 #[derive(Debug, Default)]
 pub struct TaskTable {
-    tasks: Mutex<HashMap<String, Arc<Task>>>,
+    tasks: Arc<Mutex<Tasks>>,
+    /// Unread output this session's tasks keep on the worker's disk.
+    quota: OnceLock<Arc<Quota>>,
 }
 
 impl TaskTable {
+    /// The session's quota of kept task output (made with `limit` on first use).
+    pub fn quota(&self, limit: u64) -> Arc<Quota> {
+        self.quota
+            .get_or_init(|| Quota::new(Cap::Session, limit))
+            .clone()
+    }
+
     pub fn running(&self) -> usize {
         self.tasks
             .lock()
             .expect("tasks lock")
+            .by_id
             .values()
             .filter(|t| t.status().0 == TaskStatus::Running)
             .count()
     }
 
     pub fn get(&self, task_id: &str) -> Result<Arc<Task>, ToolError> {
-        self.tasks
-            .lock()
-            .expect("tasks lock")
-            .get(task_id)
-            .cloned()
-            .ok_or_else(|| {
-                ToolError::new(
-                    ErrorCode::NotFound,
-                    format!("no task {task_id:?} in this session; list_tasks names them"),
-                )
-            })
+        let tasks = self.tasks.lock().expect("tasks lock");
+        if let Some(task) = tasks.by_id.get(task_id) {
+            return Ok(task.clone());
+        }
+        if tasks.dropped.iter().any(|id| id == task_id) {
+            return Err(ToolError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "task {task_id:?} ended and was dropped with its unread output: a session keeps its {MAX_ENDED_TASKS} most recently ended tasks"
+                ),
+            )
+            .with("dropped", true));
+        }
+        Err(ToolError::new(
+            ErrorCode::NotFound,
+            format!("no task {task_id:?} in this session; list_tasks names them"),
+        ))
     }
 
     /// Every task, oldest first.
@@ -316,6 +413,7 @@ impl TaskTable {
             .tasks
             .lock()
             .expect("tasks lock")
+            .by_id
             .values()
             .cloned()
             .collect();
@@ -356,13 +454,13 @@ impl TaskTable {
             command,
             started_at: toolmesh_kernel::time::now_rfc3339(),
             state: Mutex::new(TaskState {
-                unread: Unread {
-                    stdout: Spool::new(spool.clone(), &format!("{task_id}-stdout")),
-                    stderr: Spool::new(spool, &format!("{task_id}-stderr")),
-                },
                 status: TaskStatus::Running,
                 exit_code: None,
                 kill_requested: false,
+            }),
+            unread: tokio::sync::Mutex::new(Unread {
+                stdout: Spool::new(spool.clone(), &format!("{task_id}-stdout")),
+                stderr: Spool::new(spool, &format!("{task_id}-stderr")),
             }),
             changed: Notify::new(),
             reads: tokio::sync::Mutex::new(()),
@@ -372,27 +470,30 @@ impl TaskTable {
         self.tasks
             .lock()
             .expect("tasks lock")
+            .by_id
             .insert(task_id, task.clone());
         let pumped = task.clone();
+        let table: Weak<Mutex<Tasks>> = Arc::downgrade(&self.tasks);
         tokio::spawn(async move {
             let mut out = Utf8Decoder::default();
             let mut err = Utf8Decoder::default();
             while let Some(chunk) = output.recv().await {
                 {
-                    let mut state = pumped.state.lock().expect("task state");
-                    let unread = &mut state.unread;
+                    let mut unread = pumped.unread.lock().await;
                     match chunk {
-                        Output::Stdout(b) => unread.stdout.push(&out.decode(&b)),
-                        Output::Stderr(b) => unread.stderr.push(&err.decode(&b)),
+                        Output::Stdout(b) => unread.stdout.push(&out.decode(&b)).await,
+                        Output::Stderr(b) => unread.stderr.push(&err.decode(&b)).await,
                     }
                 }
                 pumped.changed.notify_waiters();
             }
             {
                 // No more bytes: a character cut short at the end goes out as it is.
-                let mut state = pumped.state.lock().expect("task state");
-                state.unread.stdout.push(&out.finish());
-                state.unread.stderr.push(&err.finish());
+                let mut unread = pumped.unread.lock().await;
+                unread.stdout.push(&out.finish()).await;
+                unread.stderr.push(&err.finish()).await;
+                unread.stdout.settle().await;
+                unread.stderr.settle().await;
             }
             let code = match exit.await {
                 Ok(Ok(status)) => Some(status.code),
@@ -409,6 +510,10 @@ impl TaskTable {
             }
             *pumped.stdin.lock().await = None;
             pumped.changed.notify_waiters();
+            if let Some(table) = table.upgrade() {
+                let gone = table.lock().expect("tasks lock").ended(&pumped.task_id);
+                drop(gone); // their spool files go off the async threads
+            }
         });
         Ok(task)
     }
@@ -444,6 +549,151 @@ mod tests {
         assert!(!scan("line-[3-9]$", &["line-2\n", "line-30\n"]));
         // A match never spans lines.
         assert!(!scan("a\nb", &["a\nb\n"]));
+    }
+
+    /// An execution that writes `stdout` and exits with 0.
+    fn finished(stdout: &'static str) -> Execution {
+        let (tx, output) = tokio::sync::mpsc::channel(4);
+        let (done, exit) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = tx.send(Output::Stdout(bytes::Bytes::from(stdout))).await;
+            drop(tx);
+            let _ = done.send(Ok(crate::backend::ExitStatus { code: 0 }));
+        });
+        Execution {
+            output,
+            stdin: None,
+            exit,
+            kill: KillSwitch(Arc::new(|| Box::pin(async {}))),
+        }
+    }
+
+    async fn until_ended(task: &Task) {
+        for _ in 0..500 {
+            if task.status().0 != TaskStatus::Running {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("task {} did not end", task.task_id);
+    }
+
+    fn spool_in(dir: &std::path::Path, quotas: Vec<Arc<Quota>>) -> SpoolSettings {
+        SpoolSettings {
+            dir: dir.to_owned(),
+            preview_chars: 4,
+            max_bytes: 1 << 20,
+            quotas,
+        }
+    }
+
+    fn files_in(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |d| d.count())
+    }
+
+    #[tokio::test]
+    async fn ended_tasks_past_the_kept_count_are_dropped_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TaskTable::default();
+        let quota = table.quota(1 << 30);
+        let total = MAX_ENDED_TASKS + 3;
+        for i in 0..total {
+            let task = table
+                .start(
+                    format!("task-{i:02}"),
+                    "echo".into(),
+                    finished("unread output, longer than the preview\n"),
+                    spool_in(dir.path(), vec![quota.clone()]),
+                )
+                .unwrap();
+            until_ended(&task).await;
+            // Wait until the table has recorded the end (the pump's last step).
+            for _ in 0..500 {
+                if table.tasks.lock().unwrap().ended.back() == Some(&task.task_id) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let listed: Vec<String> = table.list().iter().map(|t| t.task_id.clone()).collect();
+        assert_eq!(listed.len(), MAX_ENDED_TASKS);
+        assert_eq!(listed[0], "task-03", "the first ended go first");
+        for gone in ["task-00", "task-01", "task-02"] {
+            let e = table.get(gone).unwrap_err();
+            assert_eq!(e.code, ErrorCode::NotFound);
+            assert!(e.message.contains("dropped"), "{}", e.message);
+        }
+        let e = table.get("task-never").unwrap_err();
+        assert!(!e.message.contains("dropped"), "{}", e.message);
+        // The dropped tasks' spool files are gone and their bytes given back.
+        let kept = table.get("task-03").unwrap();
+        for _ in 0..500 {
+            if files_in(dir.path()) == MAX_ENDED_TASKS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(files_in(dir.path()), MAX_ENDED_TASKS);
+        let per_task = "unread output, longer than the preview\n".len() as u64;
+        assert_eq!(quota.used(), per_task * MAX_ENDED_TASKS as u64);
+        // A kept task still reads its output whole.
+        let read = kept.read(None, Duration::ZERO).await;
+        assert_eq!(read.stdout.file.as_ref().unwrap().bytes, per_task);
+        assert_eq!(read.status, TaskStatus::Exited);
+    }
+
+    #[tokio::test]
+    async fn a_session_cap_drops_unread_output_and_says_which_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TaskTable::default();
+        let session = table.quota(50);
+        let worker = Quota::new(Cap::Worker, 1 << 30);
+        let text = "0123456789012345678901234567890123456789\n"; // 41 bytes
+        let mut reads = Vec::new();
+        for i in 0..2 {
+            let task = table
+                .start(
+                    format!("task-{i}"),
+                    "echo".into(),
+                    finished(text),
+                    spool_in(dir.path(), vec![session.clone(), worker.clone()]),
+                )
+                .unwrap();
+            until_ended(&task).await;
+            reads.push(task);
+        }
+        let first = reads[0].read(None, Duration::ZERO).await;
+        assert_eq!((first.dropped_bytes(), first.dropped_cap()), (0, None));
+        let second = reads[1].read(None, Duration::ZERO).await;
+        assert_eq!(second.stdout.chars, 41, "counted whole");
+        assert_eq!(second.stdout.file.as_ref().unwrap().bytes, 50 - 41);
+        assert_eq!(second.dropped_bytes(), 41 - 9);
+        assert_eq!(second.dropped_cap(), Some(Cap::Session));
+        assert_eq!(worker.used(), 50);
+        drop((first, second));
+        assert_eq!((session.used(), worker.used()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_pattern_is_found_in_output_on_disk_and_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TaskTable::default();
+        let big: &'static str = Box::leak(
+            format!("{}READY on disk\ntail in memory\n", "x\n".repeat(100_000)).into_boxed_str(),
+        );
+        let task = table
+            .start(
+                "task-p".into(),
+                "echo".into(),
+                finished(big),
+                spool_in(dir.path(), Vec::new()),
+            )
+            .unwrap();
+        until_ended(&task).await;
+        let on_disk = regex::Regex::new("^READY on disk$").unwrap();
+        let read = task.read(Some(&on_disk), Duration::from_secs(5)).await;
+        assert_eq!(read.matched, Some(true));
+        assert_eq!(read.stdout.bytes, big.len() as u64);
     }
 
     #[test]

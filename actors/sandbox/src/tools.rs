@@ -21,7 +21,7 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
-use crate::output::{spool_dir_of, Captured, SpoolSettings};
+use crate::output::{spool_dir_of, Cap, Captured, Quota, SpoolSettings};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::tasks::TaskStatus;
 
@@ -43,6 +43,10 @@ pub struct SandboxService {
     pub default_timeout: Duration,
     /// `TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`: text of one output stream spooled and persisted.
     pub output_max_bytes: u64,
+    /// `TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES`: unread task output one session keeps.
+    pub session_output_max_bytes: u64,
+    /// `TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`: unread task output this worker keeps.
+    pub worker_output: Arc<Quota>,
     /// The image (`template_id` in `sandbox_status`).
     pub image: String,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
@@ -324,6 +328,19 @@ impl SandboxService {
             dir: spool_dir_of(&session.sandbox.workspace_dir),
             preview_chars: self.budget_chars,
             max_bytes: self.output_max_bytes,
+            quotas: Vec::new(),
+        }
+    }
+
+    /// How a session's background tasks spool their unread output: within the session's
+    /// and the worker's caps too.
+    fn task_spool_settings(&self, session: &Session) -> SpoolSettings {
+        SpoolSettings {
+            quotas: vec![
+                session.tasks.quota(self.session_output_max_bytes),
+                self.worker_output.clone(),
+            ],
+            ..self.spool_settings(session)
         }
     }
 
@@ -338,6 +355,7 @@ impl SandboxService {
         field: &str,
         output: Captured,
     ) {
+        let stream_cap = output.cap == Some(Cap::Stream);
         let cut = budget::Cut {
             preview: output.preview,
             original_chars: usize::try_from(output.chars).unwrap_or(usize::MAX),
@@ -353,23 +371,17 @@ impl SandboxService {
             "{OUTPUTS_DIR}/{}-{field}.txt",
             call.invocation.invocation_id
         );
-        let persisted = match file.reader() {
-            Ok(reader) => {
-                self.pool
-                    .sync()
-                    .put_from(
-                        &session.account,
-                        &session.session_id,
-                        &path,
-                        file.bytes,
-                        reader,
-                    )
-                    .await
-            }
-            Err(e) => Err(ToolError::internal(format!(
-                "cannot open the spooled output: {e}"
-            ))),
-        };
+        let persisted = self
+            .pool
+            .sync()
+            .put_from(
+                &session.account,
+                &session.session_id,
+                &path,
+                file.bytes,
+                file.handle(),
+            )
+            .await;
         match persisted {
             Ok(()) => {
                 let entry = fields
@@ -381,7 +393,9 @@ impl SandboxService {
                     );
                     if file.capped {
                         persisted.insert("truncated".into(), true.into());
-                        persisted.insert("max_bytes".into(), self.output_max_bytes.into());
+                        if stream_cap {
+                            persisted.insert("max_bytes".into(), self.output_max_bytes.into());
+                        }
                     }
                     map.insert(field.to_owned(), Value::Object(persisted));
                 }
@@ -546,7 +560,7 @@ impl SandboxService {
                     task_id.clone(),
                     a.command.clone(),
                     execution,
-                    self.spool_settings(session),
+                    self.task_spool_settings(session),
                 )
                 .map_err(|refused| {
                     let (error, execution) = *refused;
@@ -760,6 +774,7 @@ impl SandboxService {
         self.push_quietly(session).await;
         let mut fields = object(json!({"task_id": a.task_id}));
         let dropped_bytes = read.dropped_bytes();
+        let dropped_cap = read.dropped_cap();
         self.put_output(call, session, &mut fields, "stdout", read.stdout)
             .await;
         self.put_output(call, session, &mut fields, "stderr", read.stderr)
@@ -772,6 +787,10 @@ impl SandboxService {
         if dropped_bytes > 0 {
             // Unread output past the cap was counted (`_original_chars`), not kept.
             fields.insert("dropped_bytes".into(), dropped_bytes.into());
+            if let Some(cap) = dropped_cap {
+                // Which cap: the stream's, the session's or the worker's.
+                fields.insert("dropped_by".into(), cap.as_str().into());
+            }
         }
         Ok(fields)
     }

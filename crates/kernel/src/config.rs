@@ -35,6 +35,11 @@ pub const DEFAULT_SYNC_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
 /// Text of one command output stream a worker spools and persists at most (PROTOCOL.md
 /// "Large data": at least 256 MiB).
 pub const DEFAULT_SANDBOX_OUTPUT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// Unread background-task output one session keeps on its worker's disk: two tasks' worth of
+/// full streams (README "Configuration").
+pub const DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// Unread background-task output one worker keeps on its disk, all sessions together.
+pub const DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
 /// How long one Skill Service request or archive download may take.
@@ -232,6 +237,10 @@ pub struct SandboxConfig {
     /// Text of one output stream a worker spools and persists at most; past it the stream is
     /// counted, not kept (`TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`).
     pub output_max_bytes: u64,
+    /// Unread background-task output one session keeps (`TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES`).
+    pub session_output_max_bytes: u64,
+    /// Unread background-task output one worker keeps (`TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`).
+    pub worker_output_max_bytes: u64,
 }
 
 /// Skill settings.
@@ -373,6 +382,14 @@ impl NodeConfig {
                 output_max_bytes: env.parse(
                     "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
                     DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
+                )?,
+                session_output_max_bytes: env.parse(
+                    "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
+                    DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES,
+                )?,
+                worker_output_max_bytes: env.parse(
+                    "TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES",
+                    DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
                 )?,
             },
             skills: SkillsConfig {

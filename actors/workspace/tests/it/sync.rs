@@ -342,6 +342,65 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
 }
 
 #[actix_rt::test]
+async fn middle_parts_may_arrive_out_of_order_the_last_only_after_them() {
+    let rig = Rig::start().await;
+    let content: Bytes = (0..2_000_000u32)
+        .map(|i| (i % 253) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    let total = content.len() as u64;
+    let part = |offset: usize, end: usize| Change {
+        path: "big.bin".into(),
+        expected: Expected::Any,
+        op: ChangeOp::Put {
+            upload: Some("u3".into()),
+            offset: offset as u64,
+            total,
+            content: content.slice(offset..end),
+            mode: None,
+        },
+    };
+    let staged = |outcome: ChangeOutcome| matches!(outcome, ChangeOutcome::Staged { .. });
+    assert!(staged(rig.apply(&[part(0, 500_000)]).await.remove(0)));
+    // The third part before the second (several in flight) …
+    assert!(staged(
+        rig.apply(&[part(1_000_000, 1_500_000)]).await.remove(0)
+    ));
+    // … but the last before the part ahead of it is refused.
+    let early = rig.apply(&[part(1_500_000, 2_000_000)]).await.remove(0);
+    assert!(
+        matches!(
+            early,
+            ChangeOutcome::Rejected {
+                error: ErrorCode::InvalidRequest,
+                ..
+            }
+        ),
+        "{early:?}"
+    );
+    assert!(staged(
+        rig.apply(&[part(500_000, 1_000_000)]).await.remove(0)
+    ));
+    let last = rig.apply(&[part(1_500_000, 2_000_000)]).await.remove(0);
+    assert!(
+        matches!(last, ChangeOutcome::Applied { stamp: Some(_), .. }),
+        "{last:?}"
+    );
+    assert!(std::fs::read(rig.root().join("big.bin")).unwrap() == content[..]);
+
+    // put_file keeps several middle parts in flight and lands the whole file.
+    let many: Bytes = (0..(9 * BODY_CONTENT_BUDGET + 17) as u32)
+        .map(|i| (i % 241) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    rig.sync
+        .put_file(&rig.account, &rig.session, "many.bin", many.clone())
+        .await
+        .unwrap();
+    assert!(std::fs::read(rig.root().join("many.bin")).unwrap() == many[..]);
+}
+
+#[actix_rt::test]
 async fn conditional_changes_conflict_when_the_workspace_moved_on() {
     let rig = Rig::start().await;
     rig.put("a.txt", b"one");
