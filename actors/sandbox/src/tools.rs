@@ -305,6 +305,7 @@ impl SandboxService {
                     "deleted": cap(report.deleted),
                     "conflicts": cap(report.conflicts),
                     "skipped": report.skipped,
+                    "truncated": report.truncated,
                 })
             }
             Err(e) => {
