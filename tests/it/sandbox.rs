@@ -1921,3 +1921,92 @@ async fn a_worker_that_cannot_mount_refuses_to_start() {
         "nothing left mounted"
     );
 }
+
+/// Another account's `component_status`, called back to back until `stop`: the slowest answer.
+async fn bystander(
+    client: async_nats::Client,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Duration {
+    let mut slowest = Duration::ZERO;
+    while !*stop.borrow() {
+        let started = Instant::now();
+        let r = toolmesh_testkit::request_json_within(
+            &client,
+            "toolmesh.v1.call.bystander",
+            json!({"tool": "component_status", "session_id": "b1"}),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{r}");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    slowest
+}
+
+/// Removes a folder with the sandbox's own deleter when dropped.
+struct LeftTree(std::path::PathBuf);
+
+impl Drop for LeftTree {
+    fn drop(&mut self) {
+        let _ = toolmesh_sandbox::remove::remove_tree(&self.0);
+    }
+}
+
+/// A command makes a 20,000-deep chain of 200-character folders (issue 16, items 1 and 2):
+/// while the session syncs it, another account is answered promptly (the walk runs off the
+/// async threads, bounded); the sync says it cut the walk; when the idle session is removed,
+/// its folder goes from the host, and the node lives on.
+#[tokio::test]
+async fn a_deep_tree_neither_stalls_the_node_nor_outlives_its_sandbox() {
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_IDLE_TTL_S", "4")]).await;
+    // Dropped before the cluster: a tree left by a failure goes without overflowing this
+    // test's stack in the data dir's `remove_dir_all`.
+    let _left = LeftTree(c.data_dir.path().join("sandboxes"));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let watcher = tokio::spawn(bystander(c.client.clone(), stopped));
+    let deep = "python3 -c \"import os\nfor _ in range(20000):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)\"";
+    let made = toolmesh_testkit::request_json_within(
+        &c.client,
+        "toolmesh.v1.call.acme",
+        json!({"tool": "run_command", "session_id": "s1",
+            "arguments": {"command": deep, "timeout": 120}}),
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(made["ok"], true, "{made}");
+    assert_eq!(made["exit_code"], 0, "{made}");
+    assert_eq!(made["workspace_sync"]["truncated"], true, "{made}");
+    let sandbox = made["sandbox_id"].as_str().unwrap().to_owned();
+    // Every command's sync walks the tree again.
+    for _ in 0..3 {
+        let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+        assert_eq!(r["workspace_sync"]["truncated"], true, "{r}");
+    }
+    stop.send(true).unwrap();
+    let slowest = watcher.await.unwrap();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "another account waited {slowest:?} while a session synced a deep tree"
+    );
+
+    // Idle for its TTL, the session goes, and its folder with the whole tree.
+    let folder = c
+        .data_dir
+        .path()
+        .join("sandboxes")
+        .join(format!("{}-1", c.node_prefix))
+        .join(&sandbox);
+    assert!(folder.join("workspace").join("d".repeat(200)).is_dir());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while folder.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still on the host",
+            folder.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let r = tool(&c, "s2", "run_command", json!({"command": "echo alive"})).await;
+    assert_eq!(r["stdout"], "alive\n", "the node lives on: {r}");
+}

@@ -16,6 +16,7 @@ pub mod mirror;
 pub mod output;
 pub mod pool;
 pub mod registry;
+pub mod remove;
 pub mod skills;
 pub mod tasks;
 pub mod tools;
@@ -168,6 +169,8 @@ pub async fn spawn(
                 max_files: config.sync_max_files,
                 max_file_bytes: config.sync_max_file_bytes,
                 max_total_bytes: config.sync_max_total_bytes,
+                max_entries: config.sync_max_entries,
+                max_depth: config.sync_max_depth,
             },
             disk_mb: config.disk_mb,
         },

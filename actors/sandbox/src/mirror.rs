@@ -39,6 +39,18 @@
 //! Directories count toward `max_files`. Dirs travel in applies of their own, so a workspace of
 //! an older version that refuses them still takes the file changes.
 //!
+//! **The walk is bounded** whatever the sandbox makes. It reads at most `max_entries` entries
+//! of every kind (files, directories, links, FIFOs, skipped and non-UTF-8 names all count),
+//! goes at most `max_depth` levels down and builds no path longer than [`MAX_PATH_BYTES`] (the
+//! workspace refuses longer ones). It is depth first with one directory handle per level and
+//! one path buffer it pushes names onto and truncates back, so its cost is linear in what it
+//! reads. Past any cap, or where a directory cannot be read, the push is `truncated`: what lies
+//! beyond is not synced and nothing is deleted in the workspace.
+//!
+//! **No file-system work on the async threads.** The walk, every local read and write and the
+//! directory work run in `tokio::task::spawn_blocking` (`on_disk`) on a shared handle of the
+//! mirror's root, so a sandbox's tree never stalls the other actors of the node.
+//!
 //! **Who wins.** The workspace: a pull overwrites a local file when the workspace changed it,
 //! and a push is conditional on the workspace stamp the mirror last saw, so a file changed on
 //! both sides comes back as a conflict (reported, not fatal) and the next pull brings the
@@ -50,6 +62,7 @@ use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -58,6 +71,7 @@ use cap_fs_ext::{
 };
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, Permissions, PermissionsExt};
 use toolmesh_kernel::canonical::sha256_hex;
+use toolmesh_kernel::config::{DEFAULT_SYNC_MAX_DEPTH, DEFAULT_SYNC_MAX_ENTRIES};
 use toolmesh_kernel::sync::{
     applied_mode, is_skipped_dir, is_skipped_path, Change, ChangeOp, ChangeOutcome, Expected,
     FetchFile, FileStamp, Manifest, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
@@ -72,13 +86,21 @@ pub const RACY_NS: i64 = 100_000_000;
 pub const SANDBOX_OWNER: (u32, u32) = (1000, 1000);
 /// Files asked for in one fetch request.
 const FETCH_BATCH_FILES: usize = 256;
+/// Longest relative path the walk builds: Linux `PATH_MAX`, which the workspace actor
+/// enforces on every path it takes (`toolmesh_workspace::confine::PATH_MAX_BYTES`).
+pub const MAX_PATH_BYTES: usize = 4096;
 
-/// Caps of what is synced, both ways.
+/// Caps of what is synced, both ways (`max_entries` and `max_depth` bound the local walk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncLimits {
+    /// Files and directories synced.
     pub max_files: usize,
     pub max_file_bytes: u64,
     pub max_total_bytes: u64,
+    /// Entries of every kind the local walk reads.
+    pub max_entries: usize,
+    /// Levels below the root the local walk goes (a file at the top is at depth 1).
+    pub max_depth: usize,
 }
 
 impl Default for SyncLimits {
@@ -87,6 +109,8 @@ impl Default for SyncLimits {
             max_files: 2000,
             max_file_bytes: 10 * 1024 * 1024,
             max_total_bytes: 64 * 1024 * 1024,
+            max_entries: DEFAULT_SYNC_MAX_ENTRIES,
+            max_depth: DEFAULT_SYNC_MAX_DEPTH,
         }
     }
 }
@@ -134,6 +158,9 @@ pub struct PushReport {
     /// Files not sent: over the limits, not regular files' names, changing while read, or
     /// refused by the workspace.
     pub skipped: usize,
+    /// The walk stopped at a cap (or could not read a directory): files and directories past
+    /// it were not looked at, and nothing was deleted in the workspace.
+    pub truncated: bool,
 }
 
 /// What the mirror knows of one synced file.
@@ -162,7 +189,8 @@ pub struct Mirror {
     known_dirs: HashSet<String>,
     /// The last manifest listed directories: the workspace syncs them.
     dirs_synced: bool,
-    root: Option<Dir>,
+    /// The local directory, opened once; shared with the blocking threads that use it.
+    root: Option<Arc<Dir>>,
 }
 
 impl std::fmt::Debug for Mirror {
@@ -207,20 +235,29 @@ impl Mirror {
         &self.local_root
     }
 
-    fn root(&mut self) -> Result<&Dir, ToolError> {
-        if self.root.is_none() {
-            std::fs::create_dir_all(&self.local_root)
+    /// The local directory's handle, made and opened the first time (off the async threads).
+    async fn root(&mut self) -> Result<Arc<Dir>, ToolError> {
+        if let Some(root) = &self.root {
+            return Ok(root.clone());
+        }
+        let (local_root, owner) = (self.local_root.clone(), self.owner);
+        let opened = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&local_root)
                 .map_err(|e| local_failure("create", "the mirror directory", &e))?;
             // A plain read-only handle (cap-std's own are `O_PATH`, which cannot be chowned).
-            let handle = std::fs::File::open(&self.local_root)
+            let handle = std::fs::File::open(&local_root)
                 .map_err(|e| local_failure("open", "the mirror directory", &e))?;
-            if let Some((uid, gid)) = self.owner {
+            if let Some((uid, gid)) = owner {
                 std::os::unix::fs::fchown(&handle, Some(uid), Some(gid))
                     .map_err(|e| local_failure("chown", "the mirror directory", &e))?;
             }
-            self.root = Some(Dir::from_std_file(handle));
-        }
-        Ok(self.root.as_ref().expect("opened above"))
+            Ok::<_, ToolError>(Dir::from_std_file(handle))
+        })
+        .await
+        .map_err(blocking_failed)??;
+        let root = Arc::new(opened);
+        self.root = Some(root.clone());
+        Ok(root)
     }
 
     /// Workspace → local directory: copies new and changed files (by workspace stamp),
@@ -242,7 +279,7 @@ impl Mirror {
     /// The rest of [`Self::pull`], from the manifest [`Self::manifest`] returned.
     pub async fn pull_listed(&mut self, manifest: Manifest) -> Result<PullReport, ToolError> {
         let owner = self.owner;
-        self.root()?;
+        let root = self.root().await?;
         let mut report = PullReport {
             skipped: usize::try_from(manifest.skipped).unwrap_or(usize::MAX),
             truncated: manifest.truncated,
@@ -321,10 +358,15 @@ impl Mirror {
                     continue;
                 }
                 let (content, ws_stamp) = partial.remove(&chunk.path).expect("inserted above");
-                let root = self.root.as_ref().expect("opened above");
-                match write_local(root, &chunk.path, &content, ws_stamp, owner) {
-                    Ok(local) => {
-                        let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&content));
+                let (path, content) = (chunk.path.clone(), content.freeze());
+                let written = on_disk(&root, move |root| {
+                    let local = write_local(root, &path, &content, ws_stamp, owner)?;
+                    let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&content));
+                    Ok::<_, io::Error>((local, hash))
+                })
+                .await?;
+                match written {
+                    Ok((local, hash)) => {
                         self.known.insert(
                             chunk.path,
                             Known {
@@ -357,45 +399,87 @@ impl Mirror {
         }
 
         // Remove what the workspace no longer has, if the sandbox left it as the mirror wrote it.
-        let root = self.root.as_ref().expect("opened above");
-        for path in gone {
-            let Some(known) = self.known.remove(&path) else {
-                continue;
-            };
-            if let Ok(Some((dir, name))) = open_parent_local(root, &path, false, None) {
-                let unchanged = dir
-                    .symlink_metadata(&name)
-                    .is_ok_and(|m| m.is_file() && local_stamp(&m) == known.local);
-                if unchanged && dir.remove_file(&name).is_ok() {
-                    report.removed += 1;
-                }
-            }
+        let doomed: Vec<(String, FileStamp)> = gone
+            .into_iter()
+            .filter_map(|path| self.known.remove(&path).map(|k| (path, k.local)))
+            .collect();
+        if !doomed.is_empty() {
+            report.removed = on_disk(&root, move |root| {
+                doomed
+                    .iter()
+                    .filter(|(path, local)| remove_if_unchanged(root, path, *local))
+                    .count()
+            })
+            .await?;
         }
         self.dirs_synced = manifest.dirs.is_some();
-        if let Some(dirs) = &manifest.dirs {
-            self.pull_dirs(dirs, manifest.truncated, &mut report);
+        if let Some(dirs) = manifest.dirs {
+            self.pull_dirs(&root, dirs, manifest.truncated, &mut report)
+                .await?;
         }
         Ok(report)
     }
 
     /// The directory half of a pull: creates listed directories the mirror does not know,
     /// removes known ones the workspace no longer lists if they are empty here.
-    fn pull_dirs(&mut self, dirs: &[String], truncated: bool, report: &mut PullReport) {
+    async fn pull_dirs(
+        &mut self,
+        root: &Arc<Dir>,
+        dirs: Vec<String>,
+        truncated: bool,
+        report: &mut PullReport,
+    ) -> Result<(), ToolError> {
         let owner = self.owner;
-        let root = self.root.as_ref().expect("opened by the pull");
         let listed: HashSet<&str> = dirs
             .iter()
             .map(String::as_str)
             .filter(|d| !is_skipped_path(&format!("{d}/x")))
             .collect();
-        for dir in dirs {
-            if !listed.contains(dir.as_str()) || self.known_dirs.contains(dir) {
-                continue;
-            }
-            match ensure_dir_local(root, dir, owner) {
+        let mut gone: Vec<String> = if truncated {
+            Vec::new()
+        } else {
+            self.known_dirs
+                .iter()
+                .filter(|d| !listed.contains(d.as_str()))
+                .cloned()
+                .collect()
+        };
+        gone.sort_unstable_by(|a, b| b.cmp(a)); // children first
+        let make: Vec<String> = dirs
+            .iter()
+            .filter(|d| listed.contains(d.as_str()) && !self.known_dirs.contains(*d))
+            .cloned()
+            .collect();
+        for dir in &gone {
+            self.known_dirs.remove(dir);
+        }
+        if make.is_empty() && gone.is_empty() {
+            return Ok(());
+        }
+        let (made, removed) = on_disk(root, move |root| {
+            let made: Vec<(String, io::Result<bool>)> = make
+                .into_iter()
+                .map(|dir| {
+                    let created = ensure_dir_local(root, &dir, owner);
+                    (dir, created)
+                })
+                .collect();
+            // rmdir on the held-open parent: only if empty here, never through a link.
+            let removed = gone
+                .iter()
+                .filter(|dir| {
+                    matches!(open_parent_local(root, dir, false, None),
+                        Ok(Some((parent, name))) if parent.remove_dir(&name).is_ok())
+                })
+                .count();
+            (made, removed)
+        })
+        .await?;
+        for (dir, created) in made {
+            match created {
                 Ok(created) => {
                     report.dirs_created += usize::from(created);
-                    self.known_dirs.insert(dir.clone());
+                    self.known_dirs.insert(dir);
                 }
                 Err(e) => {
                     tracing::warn!(path = %dir, error = %e, "workspace directory not made in the mirror");
@@ -403,25 +487,8 @@ impl Mirror {
                 }
             }
         }
-        if truncated {
-            return;
-        }
-        let mut gone: Vec<String> = self
-            .known_dirs
-            .iter()
-            .filter(|d| !listed.contains(d.as_str()))
-            .cloned()
-            .collect();
-        gone.sort_unstable_by(|a, b| b.cmp(a)); // children first
-        for dir in gone {
-            self.known_dirs.remove(&dir);
-            // rmdir on the held-open parent: only if empty here, never through a link.
-            if let Ok(Some((parent, name))) = open_parent_local(root, &dir, false, None) {
-                if parent.remove_dir(&name).is_ok() {
-                    report.dirs_removed += 1;
-                }
-            }
-        }
+        report.dirs_removed += removed;
+        Ok(())
     }
 
     /// Local directory → workspace: files created or changed since the last pull or push (by
@@ -429,36 +496,48 @@ impl Mirror {
     /// files the mirror knew that are gone are deleted the same way. Conflicts are reported.
     pub async fn push(&mut self) -> Result<PushReport, ToolError> {
         let limits = self.limits;
-        let root = self
-            .root()?
-            .try_clone()
-            .map_err(|e| local_failure("open", "the mirror directory", &e))?;
-        let walked = walk_local(&root, limits);
+        let root = self.root().await?;
+        let walked = on_disk(&root, move |root| walk_local(root, limits)).await?;
         let mut report = PushReport {
             skipped: walked.skipped,
+            truncated: walked.truncated,
             ..PushReport::default()
         };
 
-        // What changed locally.
+        // What changed locally; a racy file (see module docs) by its content.
         let mut candidates: Vec<(String, Expected)> = Vec::new();
+        let mut racy: Vec<(String, FileStamp, String)> = Vec::new();
         let mut seen: HashSet<&str> = HashSet::with_capacity(walked.files.len());
         for (path, stamp) in &walked.files {
             seen.insert(path);
-            match self.known.get_mut(path) {
+            match self.known.get(path) {
                 Some(known) if known.local == *stamp => {
-                    let Some(hash) = &known.hash else { continue };
-                    // Racy: the stamp alone cannot tell; compare content.
-                    match read_local(&root, path, limits.max_file_bytes) {
-                        Ok((bytes, now)) if now == *stamp && sha256_hex(&bytes) == *hash => {
-                            if !is_racy(stamp.mtime_ns) {
-                                known.hash = None;
-                            }
-                        }
-                        _ => candidates.push((path.clone(), Expected::Stamp(known.ws))),
+                    if let Some(hash) = &known.hash {
+                        racy.push((path.clone(), *stamp, hash.clone()));
                     }
                 }
                 Some(known) => candidates.push((path.clone(), Expected::Stamp(known.ws))),
                 None => candidates.push((path.clone(), Expected::Absent)),
+            }
+        }
+        if !racy.is_empty() {
+            let same = on_disk(&root, move |root| {
+                racy.into_iter()
+                    .map(|(path, stamp, hash)| {
+                        let same = matches!(read_local(root, &path, limits.max_file_bytes),
+                            Ok((bytes, now)) if now == stamp && sha256_hex(&bytes) == hash);
+                        (path, stamp, same)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+            for (path, stamp, same) in same {
+                let known = self.known.get_mut(&path).expect("listed above");
+                if !same {
+                    candidates.push((path, Expected::Stamp(known.ws)));
+                } else if !is_racy(stamp.mtime_ns) {
+                    known.hash = None;
+                }
             }
         }
         let deletions: Vec<(String, FileStamp)> = if walked.truncated {
@@ -470,11 +549,33 @@ impl Mirror {
                 .map(|(p, k)| (p.clone(), k.ws))
                 .collect()
         };
+        // With directories synced, each gone directory is removed by a change of its own
+        // (below); pruning here could remove a directory that still exists here.
+        let prune: Vec<bool> = if self.dirs_synced || deletions.is_empty() {
+            vec![false; deletions.len()]
+        } else {
+            let paths: Vec<String> = deletions.iter().map(|(p, _)| p.clone()).collect();
+            on_disk(&root, move |root| {
+                paths
+                    .iter()
+                    .map(|p| !parent_exists_local(root, p))
+                    .collect()
+            })
+            .await?
+        };
 
         // Send them: small files together, big ones in parts of their own.
         let mut batch = Batch::default();
         for (path, expected) in candidates {
-            let (bytes, local) = match read_local(&root, &path, limits.max_file_bytes) {
+            let max_bytes = limits.max_file_bytes;
+            let file = path.clone();
+            let read = on_disk(&root, move |root| {
+                let (bytes, local) = read_local(root, &file, max_bytes)?;
+                let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&bytes));
+                Ok::<_, String>((Bytes::from(bytes), local, hash))
+            })
+            .await?;
+            let (bytes, local, hash) = match read {
                 Ok(read) => read,
                 Err(why) => {
                     tracing::debug!(path = %path, why = %why, "local file not pushed");
@@ -482,10 +583,9 @@ impl Mirror {
                     continue;
                 }
             };
-            let bytes = Bytes::from(bytes);
             if bytes.len() > BODY_CONTENT_BUDGET {
                 self.send(&mut batch, &mut report).await?;
-                self.put_in_parts(path, expected, bytes, local, &mut report)
+                self.put_in_parts(path, expected, bytes, (local, hash), &mut report)
                     .await?;
                 continue;
             }
@@ -496,23 +596,20 @@ impl Mirror {
             let total = bytes.len() as u64;
             batch.items.push((
                 Change {
-                    path: path.clone(),
+                    path,
                     expected,
                     op: ChangeOp::Put {
                         upload: None,
                         offset: 0,
                         total,
-                        content: bytes.clone(),
+                        content: bytes,
                         mode: local.mode.map(|m| m & MODE_PERMISSION_BITS),
                     },
                 },
-                Some((local, bytes)),
+                Some((local, hash)),
             ));
         }
-        for (path, ws) in deletions {
-            // With directories synced, each gone directory is removed by a change of its own
-            // (below); pruning here could remove a directory that still exists here.
-            let prune_empty_dirs = !self.dirs_synced && !parent_exists_local(&root, &path);
+        for ((path, ws), prune_empty_dirs) in deletions.into_iter().zip(prune) {
             batch.items.push((
                 Change {
                     path,
@@ -639,7 +736,7 @@ impl Mirror {
         path: String,
         expected: Expected,
         bytes: Bytes,
-        local: FileStamp,
+        (local, hash): Sent,
         report: &mut PushReport,
     ) -> Result<(), ToolError> {
         let upload = format!("mirror-{}", unique());
@@ -667,17 +764,19 @@ impl Mirror {
             match outcome {
                 ChangeOutcome::Staged { .. } if end < bytes.len() => offset = end,
                 outcome => {
-                    self.record(path, Some((local, bytes)), outcome, report);
+                    self.record(path, Some((local, hash)), outcome, report);
                     return Ok(());
                 }
             }
         }
     }
 
+    /// Records a change's outcome; `local` is the file's local stamp and, while it was racy
+    /// when read, its content hash.
     fn record(
         &mut self,
         path: String,
-        local: Option<(FileStamp, Bytes)>,
+        local: Option<Sent>,
         outcome: ChangeOutcome,
         report: &mut PushReport,
     ) {
@@ -685,8 +784,7 @@ impl Mirror {
             ChangeOutcome::Applied {
                 stamp: Some(ws), ..
             } => {
-                if let Some((local, bytes)) = local {
-                    let hash = is_racy(local.mtime_ns).then(|| sha256_hex(&bytes));
+                if let Some((local, hash)) = local {
                     self.known.insert(path.clone(), Known { ws, local, hash });
                 }
                 if self.dirs_synced {
@@ -715,9 +813,13 @@ impl Mirror {
     }
 }
 
+/// A file as sent: its local stamp and, while that was racy when it was read, its content's
+/// sha256.
+type Sent = (FileStamp, Option<String>);
+
 #[derive(Default)]
 struct Batch {
-    items: Vec<(Change, Option<(FileStamp, Bytes)>)>,
+    items: Vec<(Change, Option<Sent>)>,
     bytes: usize,
 }
 
@@ -741,6 +843,24 @@ fn now_ns() -> i64 {
 
 fn is_racy(mtime_ns: i64) -> bool {
     mtime_ns >= now_ns().saturating_sub(RACY_NS)
+}
+
+/// Runs blocking file-system work on the mirror's root on a blocking thread, never on the
+/// async threads the node's actors share.
+async fn on_disk<T, F>(root: &Arc<Dir>, work: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Dir) -> T + Send + 'static,
+{
+    let root = root.clone();
+    tokio::task::spawn_blocking(move || work(&root))
+        .await
+        .map_err(blocking_failed)
+}
+
+fn blocking_failed(e: tokio::task::JoinError) -> ToolError {
+    tracing::error!(error = %e, "a mirror file-system task failed");
+    ToolError::internal(format!("the mirror's file-system work failed ({e})"))
 }
 
 fn local_failure(op: &str, what: &str, e: &io::Error) -> ToolError {
@@ -774,11 +894,22 @@ struct Walked {
     /// Regular files present but over `max_file_bytes` (not deleted, not sent).
     oversized: HashSet<String>,
     skipped: usize,
+    /// Stopped at a cap, or a directory could not be read: there may be more.
     truncated: bool,
 }
 
+/// One directory the walk is in: its handle, its entries being read, and its path's length
+/// in the walk's path buffer.
+struct Level {
+    dir: Dir,
+    entries: cap_std::fs::ReadDir,
+    path_len: usize,
+}
+
 /// The regular files and directories under `root`, by lstat through directory handles, never
-/// following; directories count toward `max_files` with the files.
+/// following; directories count toward `max_files` with the files. Depth first, one handle
+/// and one entry stream per level (at most `max_depth`), one path buffer: linear in the entries
+/// read, of which there are at most `max_entries` (see module docs). Blocking.
 fn walk_local(root: &Dir, limits: SyncLimits) -> Walked {
     let mut walked = Walked {
         files: Vec::new(),
@@ -787,56 +918,110 @@ fn walk_local(root: &Dir, limits: SyncLimits) -> Walked {
         skipped: 0,
         truncated: false,
     };
-    let mut total = 0u64;
-    let Ok(top) = root.open_dir_nofollow(".") else {
+    let opened = root
+        .open_dir_nofollow(".")
+        .and_then(|dir| Ok((dir.entries()?, dir)));
+    let Ok((entries, top)) = opened else {
+        // Nothing can be told about what is there: delete nothing.
+        walked.truncated = true;
         return walked;
     };
-    let mut stack: Vec<(Dir, String)> = vec![(top, String::new())];
-    'walk: while let Some((dir, rel)) = stack.pop() {
-        let Ok(entries) = dir.entries() else { continue };
-        for entry in entries.filter_map(Result::ok) {
-            let name: OsString = entry.file_name();
-            let Some(utf8) = name.to_str() else {
-                walked.skipped += 1;
+    let mut levels = vec![Level {
+        dir: top,
+        entries,
+        path_len: 0,
+    }];
+    let mut path = String::new();
+    let (mut total, mut read) = (0u64, 0usize);
+    loop {
+        // Entries of the root are at depth 1.
+        let depth = levels.len();
+        let Some(level) = levels.last_mut() else {
+            break;
+        };
+        let Some(entry) = level.entries.next() else {
+            levels.pop();
+            continue;
+        };
+        read += 1;
+        if read > limits.max_entries {
+            walked.truncated = true;
+            break;
+        }
+        let Ok(entry) = entry else {
+            walked.truncated = true;
+            continue;
+        };
+        let name: OsString = entry.file_name();
+        let Some(utf8) = name.to_str() else {
+            walked.skipped += 1;
+            continue;
+        };
+        // Gone since it was listed: as if it had not been.
+        let Ok(meta) = entry.metadata() else { continue };
+        let top_level = depth == 1;
+        path.truncate(level.path_len);
+        if !top_level {
+            path.push('/');
+        }
+        path.push_str(utf8);
+        let kind = meta.file_type();
+        if kind.is_dir() && is_skipped_dir(utf8, top_level) || !(kind.is_dir() || kind.is_file()) {
+            // Skipped directories; symlinks, FIFOs, sockets, devices: never read, never sent.
+            continue;
+        }
+        if depth > limits.max_depth || path.len() > MAX_PATH_BYTES {
+            walked.truncated = true;
+            continue;
+        }
+        if kind.is_dir() {
+            if walked.files.len() + walked.dirs.len() >= limits.max_files {
+                walked.truncated = true;
+                break;
+            }
+            let opened = level
+                .dir
+                .open_dir_nofollow(&name)
+                .and_then(|dir| Ok((dir.entries()?, dir)));
+            let Ok((entries, dir)) = opened else {
+                walked.truncated = true;
                 continue;
             };
-            let Ok(meta) = entry.metadata() else { continue };
-            let child = if rel.is_empty() {
-                utf8.to_owned()
-            } else {
-                format!("{rel}/{utf8}")
-            };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                if !is_skipped_dir(utf8, rel.is_empty()) {
-                    if let Ok(sub) = dir.open_dir_nofollow(&name) {
-                        if walked.files.len() + walked.dirs.len() >= limits.max_files {
-                            walked.truncated = true;
-                            break 'walk;
-                        }
-                        walked.dirs.push(child.clone());
-                        stack.push((sub, child));
-                    }
-                }
-            } else if kind.is_file() {
-                if meta.len() > limits.max_file_bytes {
-                    walked.skipped += 1;
-                    walked.oversized.insert(child);
-                    continue;
-                }
-                if walked.files.len() + walked.dirs.len() >= limits.max_files
-                    || total.saturating_add(meta.len()) > limits.max_total_bytes
-                {
-                    walked.truncated = true;
-                    break 'walk;
-                }
-                total += meta.len();
-                walked.files.push((child, local_stamp(&meta)));
+            walked.dirs.push(path.clone());
+            levels.push(Level {
+                dir,
+                entries,
+                path_len: path.len(),
+            });
+        } else {
+            if meta.len() > limits.max_file_bytes {
+                walked.skipped += 1;
+                walked.oversized.insert(path.clone());
+                continue;
             }
-            // Symlinks, FIFOs, sockets, devices: never read, never sent.
+            if walked.files.len() + walked.dirs.len() >= limits.max_files
+                || total.saturating_add(meta.len()) > limits.max_total_bytes
+            {
+                walked.truncated = true;
+                break;
+            }
+            total += meta.len();
+            walked.files.push((path.clone(), local_stamp(&meta)));
         }
     }
     walked
+}
+
+/// Removes the regular file `path` if its local stamp is still `local` (the sandbox left it
+/// as the mirror wrote it), on its held-open parent; whether it did.
+fn remove_if_unchanged(root: &Dir, path: &str, local: FileStamp) -> bool {
+    let Ok(Some((dir, name))) = open_parent_local(root, path, false, None) else {
+        return false;
+    };
+    let unchanged = dir
+        .symlink_metadata(&name)
+        .is_ok_and(|m| m.is_file() && local_stamp(&m) == local);
+    unchanged && dir.remove_file(&name).is_ok()
 }
 
 /// Opens the parent of `path` under `root` one component at a time without following links;

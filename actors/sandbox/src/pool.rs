@@ -13,7 +13,7 @@
 //! * a drain ([`Pool::shutdown`]) waits for every creation in flight, warm ones too, and removes
 //!   what they made, then every sandbox and this worker's folder of the sandbox directory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -217,9 +217,12 @@ fn shutting_down() -> ToolError {
     )
 }
 
+/// How every sandbox id (and so its folder's name) starts.
+const SANDBOX_ID_PREFIX: &str = "sbx-";
+
 fn new_sandbox_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("sbx-{}", &id[..16])
+    format!("{SANDBOX_ID_PREFIX}{}", &id[..16])
 }
 
 impl Pool {
@@ -287,6 +290,40 @@ impl Pool {
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, previous_run, "cannot look for orphaned sandbox folders")
             }
+            Err(e) => tracing::warn!(error = %e, "the sandbox folder reaper failed"),
+        }
+        if !previous_run {
+            self.reap_own_folders().await;
+        }
+    }
+
+    /// Removes the sandbox folders in this worker's own folder that no sandbox of the pool
+    /// holds and that nothing touched for [`DEAD_FOLDER_AGE`]: those whose removal failed
+    /// (logged when it did). Not while a creation or an eviction is in flight: a sandbox being
+    /// made or removed is in no list (one made after the look is younger than the age).
+    async fn reap_own_folders(&self) {
+        if self.busy.load(Ordering::SeqCst) > 0 {
+            return;
+        }
+        let mut held: HashSet<String> = self
+            .warm
+            .lock()
+            .expect("warm lock")
+            .iter()
+            .map(|s| s.sandbox_id.clone())
+            .collect();
+        held.extend(
+            self.sessions
+                .lock()
+                .expect("sessions lock")
+                .values()
+                .filter_map(|c| c.get().map(|s| s.sandbox.sandbox_id.clone())),
+        );
+        let dir = self.node_dir();
+        let reaped = tokio::task::spawn_blocking(move || reap_sandbox_folders(&dir, &held)).await;
+        match reaped {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "removed sandbox folders left behind"),
             Err(e) => tracing::warn!(error = %e, "the sandbox folder reaper failed"),
         }
     }
@@ -574,12 +611,7 @@ impl Pool {
         let sandbox = match self.backend.create(&spec).await {
             Ok(sandbox) => sandbox,
             Err(e) => {
-                let folder = folder.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    crate::disk::unmount_below(&folder)
-                        .and_then(|_| std::fs::remove_dir_all(&folder))
-                })
-                .await;
+                remove_folder(folder, "a sandbox folder").await;
                 return Err(backend_error(e));
             }
         };
@@ -781,30 +813,69 @@ impl Pool {
             self.discard(&sandbox).await;
         }
         let dir = self.node_dir();
-        let removed = tokio::task::spawn_blocking(move || {
-            match crate::disk::unmount_below(&dir).and_then(|_| std::fs::remove_dir_all(&dir)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
-        })
-        .await;
-        if let Ok(Err(e)) = removed {
-            tracing::warn!(error = %e, "cannot remove this worker's sandbox folder");
-        }
+        // What is left (a removal that failed) goes at the next start: see `reap_orphans`.
+        remove_folder(dir, "this worker's sandbox folder").await;
     }
 }
 
 /// Removes a sandbox's folder (its workspace, skills and run directory), off the async threads.
+/// A failure is logged and the folder left to the reaper ([`reap_own_folders`], every
+/// minute), which tries again.
 async fn remove_folder_of(sandbox: &SandboxRef) {
     let folder = sandbox
         .workspace_dir
         .parent()
         .unwrap_or(&sandbox.workspace_dir)
         .to_owned();
-    let _ = tokio::task::spawn_blocking(move || {
-        crate::disk::unmount_below(&folder).and_then(|_| std::fs::remove_dir_all(folder))
-    })
-    .await;
+    remove_folder(folder, "a sandbox folder").await;
+}
+
+/// Unmounts the sandbox disks at or below `folder` (a removal must not walk into a mounted
+/// disk), then removes it without recursion ([`crate::remove::remove_tree`]). Blocking.
+fn remove_sandbox_tree(folder: &std::path::Path) -> std::io::Result<()> {
+    crate::disk::unmount_below(folder)?;
+    crate::remove::remove_tree(folder)
+}
+
+/// [`remove_sandbox_tree`] on a blocking thread; a failure is logged.
+async fn remove_folder(folder: PathBuf, what: &'static str) {
+    let path = folder.clone();
+    let removed = tokio::task::spawn_blocking(move || remove_sandbox_tree(&path)).await;
+    let error = match removed {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(folder = %folder.display(), error = %error, "cannot remove {what}; the reaper tries again");
+}
+
+/// Removes the sandbox folders (`sbx-…`) of the worker folder `dir` that are not `held` and
+/// that nothing touched for [`DEAD_FOLDER_AGE`]; how many. Blocking.
+fn reap_sandbox_folders(dir: &std::path::Path, held: &HashSet<String>) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| n.starts_with(SANDBOX_ID_PREFIX)) else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= DEAD_FOLDER_AGE));
+        if held.contains(name) || !old {
+            continue;
+        }
+        match remove_sandbox_tree(&entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove a sandbox folder left behind")
+            }
+        }
+    }
+    removed
 }
 
 /// Removes the folders of `dir` that belong to nodes: `this_node`'s when `live` is `None`
@@ -843,12 +914,12 @@ fn reap_folders(
             }
         };
         if orphan {
-            // Its sandboxes' disks first: the removal must not walk into them.
-            crate::disk::unmount_below(&entry.path())?;
-            match std::fs::remove_dir_all(entry.path()) {
+            // One that cannot be removed is tried again at the next sweep.
+            match remove_sandbox_tree(&entry.path()) {
                 Ok(()) => removed += 1,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove an orphaned sandbox folder")
+                }
             }
         }
     }

@@ -309,6 +309,7 @@ impl SandboxService {
                     "deleted": cap(report.deleted),
                     "conflicts": cap(report.conflicts),
                     "skipped": report.skipped,
+                    "truncated": report.truncated,
                 })
             }
             Err(e) => {

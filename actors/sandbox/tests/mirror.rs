@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, SessionId};
-use toolmesh_sandbox::mirror::{Mirror, PullReport, SyncLimits};
+use toolmesh_sandbox::mirror::{Mirror, PullReport, PushReport, SyncLimits};
 use toolmesh_testkit::{NatsServer, RedisServer};
 use toolmesh_workspace::{spawn, WorkspaceSettings};
 
@@ -548,4 +548,93 @@ async fn directories_count_toward_the_entry_cap() {
     let report = rig.mirror.push().await.unwrap();
     assert_eq!(report.changed.len(), 3, "{report:?}");
     assert_eq!(dirs(&rig.ws()).len(), 3);
+}
+
+/// The push after `make` (run in the local directory, after a first file `kept` was synced and
+/// then removed locally): its report, and whether the workspace still has `kept`.
+async fn push_after(limits: SyncLimits, make: impl FnOnce(&Path)) -> (PushReport, Rig) {
+    let mut rig = Rig::with_limits(limits).await;
+    rig.mirror.pull().await.unwrap();
+    std::fs::write(rig.local().join("kept"), "x").unwrap();
+    let first = rig.mirror.push().await.unwrap();
+    assert_eq!(first.changed, ["kept"], "{first:?}");
+    assert!(!first.truncated);
+    std::fs::remove_file(rig.local().join("kept")).unwrap();
+    make(&rig.local());
+    let report = rig.mirror.push().await.unwrap();
+    (report, rig)
+}
+
+#[actix_rt::test]
+async fn the_walk_stops_at_its_depth_and_path_caps_and_then_deletes_nothing() {
+    let limits = SyncLimits {
+        max_depth: 3,
+        ..SyncLimits::default()
+    };
+    let (report, rig) = push_after(limits, |local| {
+        std::fs::create_dir_all(local.join("a/b/c/d")).unwrap();
+        std::fs::write(local.join("a/b/two"), "3").unwrap();
+        std::fs::write(local.join("a/b/c/four"), "4").unwrap();
+    })
+    .await;
+    assert!(report.truncated, "{report:?}");
+    assert!(
+        report.deleted.is_empty(),
+        "a cut walk deletes nothing: {report:?}"
+    );
+    assert!(rig.ws().join("kept").exists());
+    assert_eq!(dirs(&rig.ws()), ["a", "a/b", "a/b/c"]);
+    assert_eq!(
+        names(&files(&rig.ws())),
+        ["a/b/two", "kept"],
+        "what lies past the depth is not synced"
+    );
+
+    // 25 levels of 200-character names: the paths past 4096 bytes (level 21 on) are cut.
+    let name = "n".repeat(200);
+    let (report, rig) = push_after(SyncLimits::default(), |local| {
+        // One level at a time from a held handle: the whole path is past PATH_MAX.
+        let mut dir =
+            cap_std::fs::Dir::open_ambient_dir(local, cap_std::ambient_authority()).unwrap();
+        for _ in 0..25 {
+            dir.create_dir(&name).unwrap();
+            dir = dir.open_dir(&name).unwrap();
+        }
+    })
+    .await;
+    assert!(report.truncated, "{:?}", report.skipped);
+    assert!(rig.ws().join("kept").exists());
+    let synced = dirs(&rig.ws());
+    assert_eq!(synced.len(), 20, "{:?}", synced.last().map(String::len));
+    assert!(synced.iter().all(|d| d.len() <= 4096));
+}
+
+#[actix_rt::test]
+async fn links_and_skipped_names_count_toward_the_walk_s_entry_cap() {
+    let limits = SyncLimits {
+        max_entries: 50,
+        ..SyncLimits::default()
+    };
+    let (report, rig) = push_after(limits, |local| {
+        for i in 0..40 {
+            symlink("/etc/passwd", local.join(format!("link{i}"))).unwrap();
+            std::fs::create_dir(local.join(format!("node_modules{i}"))).unwrap();
+            std::fs::create_dir_all(local.join(format!("d{i}/node_modules"))).unwrap();
+        }
+    })
+    .await;
+    assert!(report.truncated, "{report:?}");
+    assert!(rig.ws().join("kept").exists(), "a cut walk deletes nothing");
+
+    // Under the cap the same kinds of entries are walked past, and the deletion goes through.
+    let (report, rig) = push_after(limits, |local| {
+        for i in 0..10 {
+            symlink("/etc/passwd", local.join(format!("link{i}"))).unwrap();
+        }
+        std::fs::create_dir_all(local.join("d/node_modules")).unwrap();
+    })
+    .await;
+    assert!(!report.truncated, "{report:?}");
+    assert_eq!(report.deleted, ["kept"]);
+    assert!(!rig.ws().join("kept").exists());
 }

@@ -312,3 +312,54 @@ async fn a_dead_workers_folder_is_reaped_by_a_live_one() {
     assert!(!own.exists(), "the previous run's folder is removed");
     assert!(live.exists() && young.exists() && staged.exists());
 }
+
+/// A sandbox folder whose removal failed (here: made by hand, 5,000 levels deep) is removed by
+/// its own worker's reaper once nothing touched it for a minute; a held sandbox's folder and
+/// a folder just made stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_folder_left_behind_is_reaped_by_its_own_worker() {
+    let rig = Rig::new(&format!("poolleft{}", std::process::id()), 4, 0, false).await;
+    let session = rig.pool.open(&key("s1"), None).await.expect("opened");
+    session.claimed().await.expect("claimed");
+    let held = session.sandbox.workspace_dir.parent().unwrap().to_owned();
+    let own = rig.dir.path().join(rig.node.as_str());
+    let make = |name: &str, old: bool| {
+        let folder = own.join(name);
+        std::fs::create_dir_all(folder.join("workspace")).unwrap();
+        let mut dir = cap_std::fs::Dir::open_ambient_dir(
+            folder.join("workspace"),
+            cap_std::ambient_authority(),
+        )
+        .unwrap();
+        for _ in 0..5000 {
+            dir.create_dir("d").unwrap();
+            dir = dir.open_dir("d").unwrap();
+        }
+        if old {
+            let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+            std::fs::File::open(&folder)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        folder
+    };
+    let left = make("sbx-left0123456789", true);
+    let young = make("sbx-young012345678", false);
+    std::fs::File::open(&held)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+
+    let live_nodes = vec![rig.node.as_str().to_owned()];
+    rig.pool.reap_orphans("", Some(&live_nodes)).await;
+    assert!(!left.exists(), "the folder left behind is reaped");
+    assert!(young.exists(), "a folder just made stays");
+    assert!(
+        held.join("workspace").is_dir(),
+        "a held sandbox's folder stays"
+    );
+    drop(session);
+    rig.pool.shutdown().await;
+    assert!(!own.exists(), "the drain removes the rest");
+}

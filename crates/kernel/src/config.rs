@@ -32,6 +32,11 @@ pub const DEFAULT_SANDBOX_TIMEOUT_S: u64 = 60;
 pub const DEFAULT_SYNC_MAX_FILES: usize = 2000;
 pub const DEFAULT_SYNC_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_SYNC_MAX_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
+/// Entries of every kind (files, directories, links, skipped names) a sync walk of a sandbox
+/// reads at most.
+pub const DEFAULT_SYNC_MAX_ENTRIES: usize = 10_000;
+/// Levels below `/workspace` a sync walk of a sandbox goes at most.
+pub const DEFAULT_SYNC_MAX_DEPTH: usize = 64;
 /// Text of one command output stream a worker spools and persists at most (PROTOCOL.md
 /// "Large data": at least 256 MiB).
 pub const DEFAULT_SANDBOX_OUTPUT_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -234,6 +239,10 @@ pub struct SandboxConfig {
     pub sync_max_files: usize,
     pub sync_max_file_bytes: u64,
     pub sync_max_total_bytes: u64,
+    /// Bounds of the walk of a sandbox's workspace (`TOOLMESH_SANDBOX_SYNC_MAX_ENTRIES`,
+    /// `…_MAX_DEPTH`).
+    pub sync_max_entries: usize,
+    pub sync_max_depth: usize,
     /// Text of one output stream a worker spools and persists at most; past it the stream is
     /// counted, not kept (`TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`).
     pub output_max_bytes: u64,
@@ -379,6 +388,12 @@ impl NodeConfig {
                     "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
                     DEFAULT_SYNC_MAX_TOTAL_BYTES,
                 )?,
+                sync_max_entries: env.parse(
+                    "TOOLMESH_SANDBOX_SYNC_MAX_ENTRIES",
+                    DEFAULT_SYNC_MAX_ENTRIES,
+                )?,
+                sync_max_depth: env
+                    .parse("TOOLMESH_SANDBOX_SYNC_MAX_DEPTH", DEFAULT_SYNC_MAX_DEPTH)?,
                 output_max_bytes: env.parse(
                     "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
                     DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
