@@ -21,7 +21,7 @@
 //! Killing an execution (exec mode; the spawner kills by lineage itself, see
 //! [`super::spawner`]): a `docker exec` process is its own session and process-group leader
 //! and its children may start their own, so the kill switch runs a second exec
-//! ([`KILL_SCRIPT`]) that SIGKILLs every process whose environment holds
+//! (`KILL_SCRIPT`) that SIGKILLs every process whose environment holds
 //! `TOOLMESH_EXEC_ID=<exec_id>`, and every *orphan* (a process re-parented to the container's
 //! init, so escaped from the tree of the exec that started it) that carries no marker of a
 //! command still running there, repeating until none is left (bounded), which also catches

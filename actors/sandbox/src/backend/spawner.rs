@@ -20,7 +20,7 @@
 //! as information), double forks. The spawner kills by lineage, which a process cannot shed:
 //! - the spawner is a *child subreaper* (`PR_SET_CHILD_SUBREAPER`), and so is each command's
 //!   *supervisor*: a fork of the spawner (made in the child of the spawner's own fork, before
-//!   the command's exec, with nothing but system calls: see [`fork_supervisor`]) whose only
+//!   the command's exec, with nothing but system calls: see `fork_supervisor`) whose only
 //!   child is the command. A process orphaned under a command is re-parented to the nearest
 //!   living subreaper above it, its command's supervisor, never beyond it; the supervisor
 //!   reaps those and exits with the command's status once the command's first process ended;
