@@ -314,7 +314,7 @@ impl SandboxService {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot sync the sandbox back to the workspace");
-                json!({"error": e.code.as_str(), "error_message": e.message})
+                e.brief()
             }
         }
     }
