@@ -489,9 +489,29 @@ async def check_python_example(c):
     expect(out.returncode == 0, "examples/approve_flow.py exits 0", out.stderr[-800:])
 
 
+async def check_disk_quota(c):
+    """A sandbox's workspace is its own disk of TOOLMESH_SANDBOX_DISK_MB (compose: 4096):
+    writing past it fails inside the sandbox and leaves the host's disk alone."""
+    session = f"disk-{uuid.uuid4().hex[:6]}"
+    r = await c["node"].call(
+        "bench",
+        "run_command",
+        {"command": "stat -f -c '%b %S' /workspace; fallocate -l 5G /workspace/big; echo rc=$?; rm -f /workspace/big"},
+        session=session,
+        timeout=60,
+    )
+    expect(r.get("ok"), "the quota probe ran", r)
+    blocks, size = (int(x) for x in r["stdout"].splitlines()[0].split())
+    expect(0 < blocks * size <= 4096 * 1024 * 1024, f"/workspace is a disk of {blocks * size >> 20} MiB", r)
+    expect("rc=0" not in r["stdout"] and "No space left" in r.get("stderr", ""), "5 GB does not fit", r)
+    again = await c["node"].call("bench", "run_command", {"command": "echo fine"}, session=session, timeout=60)
+    expect(again.get("stdout") == "fine\n", "the session works after a full disk", again)
+
+
 CHECKS = {
     "status": check_status_and_micro,
     "spread": check_spread,
+    "disk": check_disk_quota,
     "accounts": check_accounts,
     "python": check_python_example,
     "gateways": check_two_gateways,
