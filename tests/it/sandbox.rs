@@ -1381,9 +1381,12 @@ async fn output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory() {
         "the persisted output is the whole stream"
     );
 
+    // Holding the stream would take its 56 MB; what a flat pipe-to-spool path takes varies with
+    // the load beside it (the blocking pool's threads and their allocator arenas): 10 MB alone,
+    // up to 19 MB amid the whole suite on two cores.
     let growth = peak_rss(worker).saturating_sub(before);
     assert!(
-        growth < 16 * 1024 * 1024,
+        growth < 28 * 1024 * 1024,
         "the worker's peak memory grew by {growth} bytes for 56 MB of output"
     );
     // The spool files on the worker are gone once persisted.
