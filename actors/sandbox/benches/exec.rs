@@ -25,7 +25,11 @@ async fn main() {
         .check()
         .await
         .expect("docker and the sandbox image (run scripts/build-images)");
-    let workspace = std::env::temp_dir().join(format!("toolmesh-bench-{}", std::process::id()));
+    // A folder of its own below the temporary directory: the backend makes the workspace's
+    // parent private, which must never be `/tmp` itself.
+    let workspace = std::env::temp_dir()
+        .join(format!("toolmesh-bench-{}", std::process::id()))
+        .join("workspace");
     let spec = SandboxSpec {
         sandbox_id: format!("sbx-bench-{}", std::process::id()),
         node_id: "bench".into(),
@@ -79,7 +83,7 @@ async fn main() {
         }
     }
     backend.destroy(&sandbox).await.expect("destroy");
-    let _ = std::fs::remove_dir_all(&workspace);
+    let _ = std::fs::remove_dir_all(workspace.parent().unwrap_or(&workspace));
 
     report("raw bollard exec true", &mut raw);
     report("DockerBackend::exec true", &mut via_backend);

@@ -45,8 +45,22 @@ pub fn make_private(dir: &Path, group: Option<u32>) -> std::io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A shared directory (`/tmp`, world-writable or sticky) is never taken over: making
+            // it private would lock every other user of the host out of it.
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::metadata(dir)?.mode() & 0o1002 != 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is a shared directory (world-writable or sticky); sandbox folders must be below it",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+        Err(e) => return Err(e),
+        Ok(()) => {}
     }
     let mode = match group {
         Some(gid) => {
@@ -249,4 +263,39 @@ pub trait Backend: Send + Sync + 'static {
         this_node: &str,
         live_nodes: Option<&[String]>,
     ) -> Result<usize, BackendError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::make_private;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn a_shared_directory_is_never_made_private() {
+        let shared = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        let refused = make_private(shared.path(), None).expect_err("a sticky world-writable dir");
+        assert_eq!(
+            refused.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "{refused}"
+        );
+        assert_eq!(mode(shared.path()), 0o1777, "left as it was");
+
+        let own = shared.path().join("sandboxes");
+        make_private(&own, None).expect("a folder of its own");
+        assert_eq!(mode(&own), 0o700);
+        make_private(&own, None).expect("again, now that it exists");
+        assert_eq!(mode(&own), 0o700);
+    }
 }
