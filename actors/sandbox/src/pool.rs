@@ -861,21 +861,33 @@ fn reap_sandbox_folders(dir: &std::path::Path, held: &HashSet<String>) -> usize 
         let Some(name) = name.to_str().filter(|n| n.starts_with(SANDBOX_ID_PREFIX)) else {
             continue;
         };
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= DEAD_FOLDER_AGE));
-        if held.contains(name) || !old {
+        if held.contains(name) || !untouched(&entry).unwrap_or(false) {
             continue;
         }
-        match remove_sandbox_tree(&entry.path()) {
-            Ok(()) => removed += 1,
-            Err(e) => {
-                tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove a sandbox folder left behind")
-            }
-        }
+        removed += usize::from(reap(&entry.path(), "a sandbox folder left behind"));
     }
     removed
+}
+
+/// Whether nothing touched `entry` for [`DEAD_FOLDER_AGE`].
+fn untouched(entry: &std::fs::DirEntry) -> std::io::Result<bool> {
+    Ok(entry
+        .metadata()?
+        .modified()?
+        .elapsed()
+        .is_ok_and(|age| age >= DEAD_FOLDER_AGE))
+}
+
+/// [`remove_sandbox_tree`] of a folder a reaper found, `what` named in the log line of a
+/// failure (the next sweep tries it again); whether it went. Blocking.
+fn reap(folder: &std::path::Path, what: &str) -> bool {
+    match remove_sandbox_tree(folder) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(folder = %folder.display(), error = %e, "cannot remove {what}");
+            false
+        }
+    }
 }
 
 /// Removes the folders of `dir` that belong to nodes: `this_node`'s when `live` is `None`
@@ -903,24 +915,10 @@ fn reap_folders(
         }
         let orphan = match live {
             None => name == this_node,
-            Some(live) => {
-                name != own
-                    && !live.contains(&name)
-                    && entry
-                        .metadata()?
-                        .modified()?
-                        .elapsed()
-                        .is_ok_and(|age| age >= DEAD_FOLDER_AGE)
-            }
+            Some(live) => name != own && !live.contains(&name) && untouched(&entry)?,
         };
         if orphan {
-            // One that cannot be removed is tried again at the next sweep.
-            match remove_sandbox_tree(&entry.path()) {
-                Ok(()) => removed += 1,
-                Err(e) => {
-                    tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove an orphaned sandbox folder")
-                }
-            }
+            removed += usize::from(reap(&entry.path(), "an orphaned sandbox folder"));
         }
     }
     Ok(removed)

@@ -272,6 +272,15 @@ async fn a_worker_drained_during_its_warm_up_leaves_nothing() {
     assert!(!pool.node_dir().exists());
 }
 
+/// Marks `folder` as last touched an hour ago.
+fn age_an_hour(folder: &std::path::Path) {
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(folder)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+}
+
 /// The folder of a worker that died (killed: it could not remove it) is removed by a live
 /// worker of the same sandbox directory once it has been left untouched for a while; live
 /// workers' folders, a folder just made and the staged spawners stay. A worker started under
@@ -286,11 +295,7 @@ async fn a_dead_workers_folder_is_reaped_by_a_live_one() {
         std::fs::create_dir_all(folder.join("sbx-0123/workspace")).unwrap();
         std::fs::write(folder.join("sbx-0123/workspace/notes.txt"), "session files").unwrap();
         if old {
-            let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-            std::fs::File::open(&folder)
-                .unwrap()
-                .set_modified(hour_ago)
-                .unwrap();
+            age_an_hour(&folder);
         }
         folder
     };
@@ -336,20 +341,13 @@ async fn a_sandbox_folder_left_behind_is_reaped_by_its_own_worker() {
             dir = dir.open_dir("d").unwrap();
         }
         if old {
-            let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-            std::fs::File::open(&folder)
-                .unwrap()
-                .set_modified(hour_ago)
-                .unwrap();
+            age_an_hour(&folder);
         }
         folder
     };
     let left = make("sbx-left0123456789", true);
     let young = make("sbx-young012345678", false);
-    std::fs::File::open(&held)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
-        .unwrap();
+    age_an_hour(&held);
 
     let live_nodes = vec![rig.node.as_str().to_owned()];
     rig.pool.reap_orphans("", Some(&live_nodes)).await;
