@@ -30,6 +30,23 @@ fn find_binary(name: &str, package: &str) -> PathBuf {
     panic!("`{name}` is not installed; install it with `apt-get install -y {package}` (scripts/test does this)")
 }
 
+/// A program of the tests' Python venv (`scripts/python-venv` makes `target/venv` from
+/// `tests/python/requirements.txt`): `venv_bin("python")`, `venv_bin("mcp-server-time")`.
+/// `TOOLMESH_TEST_VENV` names another venv. A missing venv is a panic that says how to make it.
+pub fn venv_bin(name: &str) -> PathBuf {
+    let venv = std::env::var_os("TOOLMESH_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/venv"));
+    let path = venv.join("bin").join(name);
+    if !path.exists() {
+        panic!(
+            "{} is missing; run `scripts/python-venv` (scripts/test does this)",
+            path.display()
+        );
+    }
+    path
+}
+
 fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
