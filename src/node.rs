@@ -131,9 +131,12 @@ pub async fn run(
     let config = Arc::new(config);
     let id = node_id(&config)?;
     let registry = Arc::new(ToolRegistry::builtin());
+    // A `[tools.<name>]` entry that names no built-in tool is for a provider tool of that
+    // name (the policy file checked that it is a tool name): kept, and said once here, since
+    // a misspelt built-in name would otherwise change nothing unnoticed.
     for tool in config.policy.overridden_tools() {
         if registry.get(tool).is_none() {
-            anyhow::bail!("the policy file sets a risk level for {tool:?}, which is not a tool");
+            tracing::info!(tool, "the policy file sets a risk level for a tool that is not built in; it applies to a provider tool of that name");
         }
     }
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::policy::ApprovalMode;
+use toolmesh_kernel::policy::{ApprovalMode, Policy};
 use toolmesh_kernel::tools::args::{Profile, ToolSearchArgs};
 use toolmesh_kernel::tools::{RegisteredTool, ToolGroup, ToolRegistry};
+
+use crate::providers::catalog::ProviderStatus;
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
@@ -21,11 +23,11 @@ fn object(value: Value) -> Map<String, Value> {
     }
 }
 
-fn names_of(registry: &ToolRegistry, group: ToolGroup) -> Vec<&'static str> {
+fn names_of(registry: &ToolRegistry, group: ToolGroup) -> Vec<&str> {
     registry
         .iter()
         .filter(|t| t.spec.group == group)
-        .map(|t| t.spec.name)
+        .map(|t| t.spec.name.as_ref())
         .collect()
 }
 
@@ -55,6 +57,7 @@ impl StatusCache {
     pub fn render(
         &self,
         registry: &ToolRegistry,
+        providers: &[ProviderStatus],
         cluster: &ClusterView,
         config: &NodeConfig,
         ctx: &InvocationContext,
@@ -66,8 +69,14 @@ impl StatusCache {
             .get(&mode)
             .is_some_and(|r| r.built.elapsed() < STATUS_MAX_AGE);
         if !fresh {
-            let fields =
-                component_status(registry, cluster, config, mode, Some(ROOT_SENTINEL.into()));
+            let fields = component_status(
+                registry,
+                providers,
+                cluster,
+                config,
+                mode,
+                Some(ROOT_SENTINEL.into()),
+            );
             let bytes = serde_json::to_vec(&fields).expect("status serializes");
             let members = &bytes[1..bytes.len() - 1];
             let sentinel = serde_json::to_vec(ROOT_SENTINEL).expect("str serializes");
@@ -111,6 +120,7 @@ fn workspace_root(config: &NodeConfig, ctx: &InvocationContext) -> Option<String
 /// shape, from this gateway's cluster view (heartbeats) and configuration.
 pub fn component_status(
     registry: &ToolRegistry,
+    providers: &[ProviderStatus],
     cluster: &ClusterView,
     config: &NodeConfig,
     mode: ApprovalMode,
@@ -182,12 +192,18 @@ pub fn component_status(
             "nodes": live.len(),
             "roles": roles,
         },
+        // Tool providers this gateway discovered (PROTOCOL.md "Tool providers").
+        "providers": providers,
     }))
 }
 
-/// Whether some live node runs the actor of this tool.
+/// Whether some live node runs the actor of this tool; a provider tool is in the registry
+/// only while its provider answers.
 fn is_served(tool: &RegisteredTool, cluster_roles: &BTreeSet<Role>) -> bool {
-    cluster_roles.contains(&tool.spec.role)
+    tool.spec
+        .runs
+        .role()
+        .is_none_or(|role| cluster_roles.contains(&role))
 }
 
 pub fn live_roles(cluster: &ClusterView) -> BTreeSet<Role> {
@@ -201,6 +217,7 @@ pub fn live_roles(cluster: &ClusterView) -> BTreeSet<Role> {
 /// `tool_search`: scored matches over names, descriptions and groups; runs nothing.
 pub fn tool_search(
     registry: &ToolRegistry,
+    policy: &Policy,
     cluster: &ClusterView,
     args: ToolSearchArgs,
 ) -> Map<String, Value> {
@@ -216,7 +233,7 @@ pub fn tool_search(
     let roles = live_roles(cluster);
     let mut hits: Vec<(f64, &RegisteredTool, bool)> = registry
         .iter()
-        .filter(|t| candidates.contains(t.spec.name))
+        .filter(|t| candidates.contains(t.spec.name.as_ref()))
         .filter_map(|tool| {
             let served = is_served(tool, &roles);
             if !served && !args.include_disabled {
@@ -226,7 +243,7 @@ pub fn tool_search(
             (score > 0.0).then_some((score, tool, served))
         })
         .collect();
-    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.spec.name.cmp(b.1.spec.name)));
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.spec.name.cmp(&b.1.spec.name)));
     hits.truncate(args.max_results as usize);
     let results: Vec<Value> = hits
         .iter()
@@ -236,14 +253,14 @@ pub fn tool_search(
                 "score": (score * 100.0).round() / 100.0,
                 "description": tool.spec.description,
                 "group": tool.spec.group,
-                "risk_level": tool.spec.risk_level,
+                "risk_level": policy.risk_for(&tool.spec),
                 "boundary": tool.spec.boundary,
-                "execution": tool.spec.execution,
+                "execution": tool.spec.execution(),
                 "enabled": served,
             })
         })
         .collect();
-    let deferred: Vec<&str> = hits.iter().map(|(_, t, _)| t.spec.name).collect();
+    let deferred: Vec<&str> = hits.iter().map(|(_, t, _)| t.spec.name.as_ref()).collect();
     object(json!({
         "query": args.query,
         "profile": args.profile,
@@ -254,7 +271,7 @@ pub fn tool_search(
 
 /// Name words weigh most, then the group, then description words.
 fn score(tool: &RegisteredTool, terms: &[String], query_as_name: &str) -> f64 {
-    let name = tool.spec.name;
+    let name = tool.spec.name.as_ref();
     let name_words: Vec<&str> = name.split('_').collect();
     let description = tool.spec.description.to_lowercase();
     let description_words: BTreeSet<&str> = description
@@ -289,11 +306,11 @@ fn score(tool: &RegisteredTool, terms: &[String], query_as_name: &str) -> f64 {
 }
 
 /// The tool set a dispatcher call chooses from.
-pub fn dispatcher_selection(
-    registry: &ToolRegistry,
+pub fn dispatcher_selection<'r>(
+    registry: &'r ToolRegistry,
     include: Option<Vec<String>>,
     profile: Profile,
-) -> Result<BTreeSet<&'static str>, ToolError> {
+) -> Result<BTreeSet<&'r str>, ToolError> {
     match include {
         Some(items) if !items.is_empty() => registry.select(&items),
         _ => Ok(registry.profile(profile)),
@@ -301,16 +318,20 @@ pub fn dispatcher_selection(
 }
 
 /// `tool_dispatcher` `list`.
-pub fn dispatcher_list(registry: &ToolRegistry, selection: &BTreeSet<&str>) -> Map<String, Value> {
+pub fn dispatcher_list(
+    registry: &ToolRegistry,
+    policy: &Policy,
+    selection: &BTreeSet<&str>,
+) -> Map<String, Value> {
     let tools: Vec<Value> = registry
         .iter()
-        .filter(|t| selection.contains(t.spec.name))
+        .filter(|t| selection.contains(t.spec.name.as_ref()))
         .map(|t| {
             json!({
                 "name": t.spec.name,
                 "description": t.spec.description,
                 "group": t.spec.group,
-                "risk_level": t.spec.risk_level,
+                "risk_level": policy.risk_for(&t.spec),
             })
         })
         .collect();
@@ -330,7 +351,7 @@ pub fn dispatcher_describe(
             "risk_level": risk,
             "side_effects": tool.spec.side_effects,
             "boundary": tool.spec.boundary,
-            "execution": tool.spec.execution,
+            "execution": tool.spec.execution(),
             "needs_session": tool.spec.needs_session,
             "input_schema": tool.input_schema,
         }
@@ -374,6 +395,7 @@ mod tests {
         let reg = ToolRegistry::builtin();
         let out = tool_search(
             &reg,
+            &Policy::default(),
             &cluster(roles),
             ToolSearchArgs {
                 query: query.into(),

@@ -19,7 +19,8 @@ use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::time::elapsed_ms;
 use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
 use toolmesh_kernel::tools::{
-    RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
+    ProviderRoute, RegisteredTool, Runs, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER,
+    TOOL_SEARCH,
 };
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
@@ -30,6 +31,7 @@ use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError}
 
 use crate::builtin;
 use crate::events::RunEvents;
+use crate::providers::{self, LiveTools};
 use crate::splice;
 
 /// How long the gateway waits for an actor when the call names no `timeout` of its own.
@@ -53,7 +55,8 @@ pub const APPROVAL_GET_ROOM: usize = 8 * 1024;
 #[derive(Debug)]
 pub struct GatewayCore {
     pub client: Client,
-    pub registry: Arc<ToolRegistry>,
+    /// The built-in tools and the provider tools this gateway discovered, swapped whole.
+    pub tools: Arc<LiveTools>,
     pub config: Arc<NodeConfig>,
     pub cluster: Arc<ClusterView>,
     /// `…decided` events, fanned out to parked calls.
@@ -107,8 +110,10 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     );
     async move {
         let ctx = request.context(account);
+        let registry = core.tools.snapshot();
         let mut call = Call {
             core: &core,
+            registry: &registry,
             reply_to: &reply_to,
             events: RunEvents::new(core.client.clone(), &ctx),
             tool_for_events: request.tool.clone(),
@@ -129,6 +134,9 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
 /// One call in flight.
 struct Call<'a> {
     core: &'a GatewayCore,
+    /// The registry as it was when the call arrived: a provider that goes meanwhile does not
+    /// change what this call sees.
+    registry: &'a ToolRegistry,
     /// The caller's reply subject.
     reply_to: &'a async_nats::Subject,
     ctx: InvocationContext,
@@ -137,7 +145,7 @@ struct Call<'a> {
     /// Set once `started` was published (arguments were valid).
     started: Option<Instant>,
     /// The inner tool of a `tool_dispatcher` `call`.
-    dispatched: Option<&'static str>,
+    dispatched: Option<&'a str>,
     /// The id of the approval the gate let this call use (`Proceed`): given back when the call
     /// provably never ran. Only the id, to keep every call's future small.
     consumed_approval: Option<String>,
@@ -145,9 +153,8 @@ struct Call<'a> {
 
 impl<'a> Call<'a> {
     async fn run(&mut self, request: &ToolRequest) -> Result<Answer, ToolError> {
-        let core: &'a GatewayCore = self.core;
-        let tool = core
-            .registry
+        let registry: &'a ToolRegistry = self.registry;
+        let tool = registry
             .get(&request.tool)
             .ok_or_else(|| builtin::unknown_tool(&request.tool))?;
         let (target, arguments, pointer_prefix) = if tool.spec.name == TOOL_DISPATCHER {
@@ -168,7 +175,7 @@ impl<'a> Call<'a> {
         self.start().await;
 
         let policy = &self.core.config.policy;
-        let risk = policy.risk_of(target.spec.name, target.spec.risk_level);
+        let risk = policy.risk_for(&target.spec);
         if policy.mode_for(&self.ctx.account).needs_approval(risk) {
             // Boxed: the gate and park states are large and rare; keeping them out of the
             // common future keeps every spawn of a call cheap to move.
@@ -275,7 +282,7 @@ impl<'a> Call<'a> {
         let args: ToolDispatcherArgs = serde_json::from_value(arguments.clone())
             .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
         let core: &'a GatewayCore = self.core;
-        let registry: &'a ToolRegistry = &core.registry;
+        let registry: &'a ToolRegistry = self.registry;
         let selection = builtin::dispatcher_selection(
             registry,
             args.include.map(|i| i.into_vec()),
@@ -287,13 +294,14 @@ impl<'a> Call<'a> {
             })?;
             registry
                 .get(name)
-                .filter(|t| selection.contains(t.spec.name))
+                .filter(|t| selection.contains(t.spec.name.as_ref()))
                 .ok_or_else(|| builtin::unknown_tool(name))
         };
         match args.action {
             DispatcherAction::List => {
                 self.start().await;
-                let mut fields = builtin::dispatcher_list(registry, &selection);
+                let mut fields =
+                    builtin::dispatcher_list(registry, &core.config.policy, &selection);
                 let limit = budget::fields_limit(core.client.max_payload());
                 budget::fit_list(&mut fields, "tools", limit);
                 Ok(Dispatch::Answered(fields))
@@ -301,11 +309,7 @@ impl<'a> Call<'a> {
             DispatcherAction::Describe => {
                 let tool = named(&args.tool_name)?;
                 self.start().await;
-                let risk = self
-                    .core
-                    .config
-                    .policy
-                    .risk_of(tool.spec.name, tool.spec.risk_level);
+                let risk = self.core.config.policy.risk_for(&tool.spec);
                 Ok(Dispatch::Answered(builtin::dispatcher_describe(tool, risk)))
             }
             DispatcherAction::Call => {
@@ -329,7 +333,7 @@ impl<'a> Call<'a> {
                         ))
                     }
                 };
-                self.dispatched = Some(tool.spec.name);
+                self.dispatched = Some(tool.spec.name.as_ref());
                 Ok(Dispatch::Call(tool, inner))
             }
         }
@@ -351,7 +355,7 @@ impl<'a> Call<'a> {
         }
         let mut gate = GateRequest {
             invocation: self.ctx.clone(),
-            tool_name: target.spec.name.to_owned(),
+            tool_name: target.spec.name.to_string(),
             risk_level: risk,
             side_effects: target.spec.side_effects.to_vec(),
             arguments_sha256: arguments_sha256(arguments),
@@ -556,26 +560,181 @@ impl<'a> Call<'a> {
         arguments: Value,
     ) -> Result<Answer, ToolError> {
         let core = self.core;
-        match target.spec.name {
-            COMPONENT_STATUS => Ok(Answer::Prepared(core.status_cache.render(
-                &core.registry,
+        match (&target.spec.runs, target.spec.name.as_ref()) {
+            (Runs::Gateway, COMPONENT_STATUS) => Ok(Answer::Prepared(core.status_cache.render(
+                self.registry,
+                &core.tools.providers(),
                 &core.cluster,
                 &core.config,
                 &self.ctx,
             ))),
-            TOOL_SEARCH => {
+            (Runs::Gateway, TOOL_SEARCH) => {
                 let args: ToolSearchArgs = serde_json::from_value(arguments)
                     .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
                 Ok(Answer::Fields(builtin::tool_search(
-                    &core.registry,
+                    self.registry,
+                    &core.config.policy,
                     &core.cluster,
                     args,
                 )))
             }
-            name if target.spec.role == Role::Gateway => Err(ToolError::internal(format!(
+            (Runs::Gateway, name) => Err(ToolError::internal(format!(
                 "the gateway has no handler for {name}; this is a bug, see the gateway log"
             ))),
-            _ => Box::pin(self.route(target, arguments)).await,
+            (Runs::Actor(role), _) => Box::pin(self.route(target, *role, arguments)).await,
+            (Runs::Provider(route), _) => {
+                Box::pin(self.call_provider(target, route, arguments)).await
+            }
+        }
+    }
+
+    /// Requests the call on the provider's endpoint subject (any instance: they share it as a
+    /// queue group) and turns its answer into the reply. While it waits, the call watches
+    /// the provider's instances: once none that may run it answers its ping, the caller gets
+    /// `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
+    /// passed on to the provider on `toolmesh.v1.providers.cancel.<service>`.
+    async fn call_provider(
+        &mut self,
+        target: &RegisteredTool,
+        route: &ProviderRoute,
+        arguments: Value,
+    ) -> Result<Answer, ToolError> {
+        let core = self.core;
+        let service = route.service.as_ref();
+        let timeout = route_timeout(&arguments);
+        let ctx = &self.ctx;
+        let envelope = json!({
+            "tool": target.spec.name,
+            "arguments": arguments,
+            "invocation_id": ctx.invocation_id,
+            "account": ctx.account,
+            "session_id": ctx.session_id,
+            "user_id": ctx.user_id,
+            "agent_id": ctx.agent_id,
+        });
+        let body = serde_json::to_vec(&envelope).map_err(|e| ToolError::internal(e.to_string()))?;
+        let max_payload = core.client.server_info().max_payload;
+        if max_payload > 0 && body.len() > max_payload {
+            return Err(ToolError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "the call is {} bytes once sent to the provider, over the NATS max_payload of {max_payload}; send smaller arguments",
+                    body.len()
+                ),
+            ));
+        }
+        let mut cancel = CancelWatch::listen(&core.client, &ctx.account, &ctx.invocation_id).await;
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(timeout));
+        let sent = core
+            .client
+            .send_request(route.subject.to_string(), request);
+        let gone = providers::all_instances_gone(&core.client, &core.tools, service);
+        let reply = tokio::select! {
+            reply = sent => reply,
+            () = gone => {
+                return Err(ToolError::new(
+                    ErrorCode::Unavailable,
+                    format!("every instance of the provider {service} went away while the call ran; it may have run in part, repeat it once the provider is back"),
+                ));
+            }
+            () = cancel.requested() => {
+                self.cancel_provider(target, route).await;
+                return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled; the provider was told"));
+            }
+            _ = core.lifecycle.stop.cancelled() => {
+                self.cancel_provider(target, route).await;
+                return Err(ToolError::new(ErrorCode::Cancelled, "the gateway node shut down before the provider answered; repeat the call"));
+            }
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                use async_nats::RequestErrorKind;
+                let error = match e.kind() {
+                    RequestErrorKind::NoResponders => {
+                        let unavailable = ToolError::new(
+                            ErrorCode::Unavailable,
+                            format!("no instance of the provider {service} is running to serve {}; retry once it is back", target.spec.name),
+                        );
+                        return Err(match self.consumed_approval.take() {
+                            Some(id) => self.give_back(&id, unavailable).await,
+                            None => unavailable,
+                        });
+                    }
+                    RequestErrorKind::TimedOut => {
+                        self.cancel_provider(target, route).await;
+                        ToolError::new(
+                            ErrorCode::Timeout,
+                            format!("the provider {service} did not answer {} within {} s", target.spec.name, timeout.as_secs()),
+                        )
+                    }
+                    _ => ToolError::new(
+                        ErrorCode::Unavailable,
+                        format!("could not reach the provider {service} ({e}); retry"),
+                    ),
+                };
+                return Err(error);
+            }
+        };
+        let mut fields = providers::reply::normalise(service, reply.headers.as_ref(), &reply.payload)?;
+        let whole = providers::reply::cut_to_budget(&mut fields, core.config.result_budget_chars);
+        if let (false, Some(session)) = (whole.is_empty(), &self.ctx.session_id) {
+            self.persist(session, &mut fields, whole).await;
+        }
+        Ok(Answer::Fields(fields))
+    }
+
+    /// Writes each cut field's whole text into the session's workspace under
+    /// `.toolmesh/outputs/`, named in `persisted_outputs` (PROTOCOL.md "Large data").
+    async fn persist(
+        &self,
+        session: &toolmesh_kernel::SessionId,
+        fields: &mut Map<String, Value>,
+        whole: Vec<(String, String)>,
+    ) {
+        let sync = toolmesh_kernel::sync::WorkspaceSync::new(self.core.client.clone());
+        for (field, text) in whole {
+            let path = format!(
+                "{}/{}-{field}.txt",
+                toolmesh_kernel::sync::OUTPUTS_DIR,
+                self.ctx.invocation_id
+            );
+            match sync
+                .put_file(&self.ctx.account, session, &path, Bytes::from(text))
+                .await
+            {
+                Ok(()) => {
+                    let entry = fields
+                        .entry("persisted_outputs")
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    if let Value::Object(map) = entry {
+                        map.insert(field, json!({"path": path, "mime_type": "text/plain"}));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, field, "cannot persist a provider's over-budget text")
+                }
+            }
+        }
+    }
+
+    /// Tells every instance of the provider that this invocation is cancelled.
+    async fn cancel_provider(&self, target: &RegisteredTool, route: &ProviderRoute) {
+        let body = json!({
+            "invocation_id": self.ctx.invocation_id,
+            "account": self.ctx.account,
+            "tool": target.spec.name,
+        });
+        let subject = public::provider_cancel(&route.service);
+        if let Err(e) = self
+            .core
+            .client
+            .publish(subject, Bytes::from(body.to_string()))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot pass a cancel on to a provider");
         }
     }
 
@@ -583,13 +742,14 @@ impl<'a> Call<'a> {
     async fn route(
         &mut self,
         target: &RegisteredTool,
+        role: Role,
         arguments: Value,
     ) -> Result<Answer, ToolError> {
         let core = self.core;
         let timeout = route_timeout(&arguments);
         let call = ActorCall {
             invocation: self.ctx.clone(),
-            tool: target.spec.name.to_owned(),
+            tool: target.spec.name.to_string(),
             arguments,
             event_seq: self.events.next_seq(),
             direct: self.direct_reply(),
@@ -605,12 +765,11 @@ impl<'a> Call<'a> {
                 ),
             ));
         }
-        let role = target.spec.role;
         let reply = if role.is_long_running() {
-            self.send_claimed(role, target.spec.name, Bytes::from(body), timeout)
+            self.send_claimed(role, &target.spec.name, Bytes::from(body), timeout)
                 .await?
         } else {
-            self.send(role, target.spec.name, Bytes::from(body), timeout)
+            self.send(role, &target.spec.name, Bytes::from(body), timeout)
                 .await?
         };
         // The common case, a success, goes to the caller as the actor wrote it.
@@ -1043,7 +1202,7 @@ mod tests {
             .expect("lazy client");
         let core = Arc::new(GatewayCore {
             client: client.clone(),
-            registry: Arc::new(ToolRegistry::builtin()),
+            tools: Arc::new(LiveTools::new(Arc::new(ToolRegistry::builtin()))),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),
             decided: broadcast::channel(1).0,

@@ -6,12 +6,16 @@
 //! owns the tool over `toolmesh.internal.v1.run.<role>`. RunEvents `started`, the approval ones
 //! and `finished` are published here, with gap-free `seq`.
 //!
+//! It also discovers tool providers (NATS micro services, PROTOCOL.md "Tool providers") and
+//! routes their tools' calls to the providers' endpoint subjects: [`providers`].
+//!
 //! Redis is never on this path: calls that need no approval touch only NATS.
 
 mod actor;
 mod builtin;
 mod call;
 mod events;
+pub mod providers;
 mod splice;
 
 use std::sync::Arc;
@@ -73,6 +77,8 @@ pub async fn spawn(
     let cancels = subscribe(public::CANCEL_ANY, true).await?;
     // Every gateway hears every decision: a parked call may be on any of them.
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
+    // Every gateway discovers providers on its own.
+    let announces = subscribe(public::PROVIDERS_ANNOUNCE, false).await?;
     // Claims and replies of calls to long-running roles (sandbox, skills).
     let replies = ReplyInbox::start(&client)
         .await
@@ -80,9 +86,16 @@ pub async fn spawn(
     confirm_subscriptions(&client).await?;
 
     let (decided_tx, _) = broadcast::channel(1024);
+    let tools = Arc::new(providers::LiveTools::new(registry));
+    tokio::spawn(providers::discover(
+        client.clone(),
+        tools.clone(),
+        announces,
+        lifecycle.drain.clone(),
+    ));
     let core = Arc::new(call::GatewayCore {
         client,
-        registry,
+        tools,
         config,
         cluster,
         decided: decided_tx,

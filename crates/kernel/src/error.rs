@@ -39,6 +39,7 @@ pub enum ErrorCode {
     BlockedUrl,
     FetchFailed,
     LimitExceeded,
+    ProviderError,
     Internal,
 }
 
@@ -77,6 +78,7 @@ impl ErrorCode {
             ErrorCode::BlockedUrl => "blocked_url",
             ErrorCode::FetchFailed => "fetch_failed",
             ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::ProviderError => "provider_error",
             ErrorCode::Internal => "internal",
         }
     }

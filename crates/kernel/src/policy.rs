@@ -1,4 +1,11 @@
 //! Risk policy: which calls need approval, from the mode and `TOOLMESH_POLICY_FILE`.
+//!
+//! A tool's effective risk ([`Policy::risk_for`]) is the operator's `[tools.<name>]
+//! risk_level` when the file sets one; otherwise the tool's own, which for a provider tool is
+//! raised to its provider's `[providers.<service>] min_risk_level`. A provider's claim is only
+//! ever an input below the operator's word: it cannot lower an override (the override
+//! replaces it) or go under a floor (the higher of the two wins). A provider is code the
+//! operator did not write, and its metadata is what it says about itself.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -7,7 +14,16 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::Account;
+use crate::tools::{Runs, ToolSpec};
 use crate::wire::RiskLevel;
+
+/// `[A-Za-z0-9_-]{1,max}`.
+fn is_token(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// `TOOLMESH_TOOL_APPROVAL_MODE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -51,6 +67,14 @@ struct PolicyFile {
     accounts: HashMap<String, AccountPolicy>,
     #[serde(default)]
     tools: HashMap<String, ToolOverride>,
+    #[serde(default)]
+    providers: HashMap<String, ProviderPolicy>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderPolicy {
+    min_risk_level: Option<RiskLevel>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -71,6 +95,7 @@ pub struct Policy {
     mode: ApprovalMode,
     accounts: HashMap<String, ApprovalMode>,
     risk_overrides: HashMap<String, RiskLevel>,
+    provider_floors: HashMap<String, RiskLevel>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +141,20 @@ impl Policy {
                 accounts.insert(name, mode);
             }
         }
+        for tool in file.tools.keys() {
+            if !is_token(tool, 64) {
+                return Err(format!(
+                    "[tools.{tool}]: a tool name is [A-Za-z0-9_-]{{1,64}}"
+                ));
+            }
+        }
+        for service in file.providers.keys() {
+            if !is_token(service, 256) {
+                return Err(format!(
+                    "[providers.{service}]: a provider (NATS micro service) name is [A-Za-z0-9_-]+"
+                ));
+            }
+        }
         Ok(Policy {
             mode: file.mode.unwrap_or(env_mode),
             accounts,
@@ -123,6 +162,11 @@ impl Policy {
                 .tools
                 .into_iter()
                 .filter_map(|(tool, o)| o.risk_level.map(|r| (tool, r)))
+                .collect(),
+            provider_floors: file
+                .providers
+                .into_iter()
+                .filter_map(|(service, p)| p.min_risk_level.map(|r| (service, r)))
                 .collect(),
         })
     }
@@ -137,6 +181,25 @@ impl Policy {
     /// The tool's risk with the file's override applied.
     pub fn risk_of(&self, tool: &str, default: RiskLevel) -> RiskLevel {
         self.risk_overrides.get(tool).copied().unwrap_or(default)
+    }
+
+    /// The effective risk of a tool (see the module docs): the override, else its own risk,
+    /// raised to its provider's floor.
+    pub fn risk_for(&self, tool: &ToolSpec) -> RiskLevel {
+        if let Some(risk) = self.risk_overrides.get(tool.name.as_ref()) {
+            return *risk;
+        }
+        match &tool.runs {
+            Runs::Provider(route) => self
+                .provider_floor(&route.service)
+                .map_or(tool.risk_level, |floor| floor.max(tool.risk_level)),
+            _ => tool.risk_level,
+        }
+    }
+
+    /// `[providers.<service>] min_risk_level`.
+    pub fn provider_floor(&self, service: &str) -> Option<RiskLevel> {
+        self.provider_floors.get(service).copied()
     }
 
     /// Tool names the file overrides (checked against the registry at startup).
@@ -187,8 +250,53 @@ risk_level = "critical"
         assert_eq!(policy.risk_of("read", RiskLevel::Low), RiskLevel::Low);
     }
 
+    fn provider_tool(risk: RiskLevel) -> ToolSpec {
+        use std::borrow::Cow;
+        ToolSpec {
+            name: Cow::Borrowed("ticket_create"),
+            group: crate::tools::ToolGroup::External,
+            description: Cow::Borrowed(""),
+            risk_level: risk,
+            side_effects: Cow::Borrowed(&[]),
+            boundary: Cow::Borrowed(""),
+            runs: Runs::Provider(crate::tools::ProviderRoute {
+                service: "tickets".into(),
+                subject: "tickets.create".into(),
+            }),
+            needs_session: false,
+        }
+    }
+
+    #[test]
+    fn a_provider_cannot_lower_what_the_operator_set() {
+        use RiskLevel::*;
+        let floor = Policy::from_toml(
+            ApprovalMode::Strict,
+            "[providers.tickets]\nmin_risk_level = \"high\"\n",
+        )
+        .unwrap();
+        let check = |policy: &Policy, claim, expect| {
+            assert_eq!(policy.risk_for(&provider_tool(claim)), expect, "{claim:?}");
+        };
+        // The floor raises a lower claim and leaves a higher one.
+        check(&floor, Low, High);
+        check(&floor, Critical, Critical);
+        // An override is the operator's word on that tool, whatever the claim.
+        let both = Policy::from_toml(
+            ApprovalMode::Strict,
+            "[providers.tickets]\nmin_risk_level = \"high\"\n[tools.ticket_create]\nrisk_level = \"medium\"\n",
+        )
+        .unwrap();
+        check(&both, Critical, Medium);
+        check(&both, Low, Medium);
+        check(&Policy::default(), Medium, Medium);
+    }
+
     #[test]
     fn bad_files_are_refused_with_a_reason() {
+        assert!(Policy::from_toml(ApprovalMode::Strict, "[tools.\"a.b\"]\nrisk_level=\"low\"").is_err());
+        assert!(Policy::from_toml(ApprovalMode::Strict, "[providers.\"a b\"]\nmin_risk_level=\"low\"").is_err());
+        assert!(Policy::from_toml(ApprovalMode::Strict, "[providers.x]\nmax=\"low\"").is_err());
         assert!(Policy::from_toml(ApprovalMode::Strict, "mode = \"lax\"").is_err());
         assert!(
             Policy::from_toml(ApprovalMode::Strict, "[accounts.\"a.b\"]\nmode=\"off\"").is_err()

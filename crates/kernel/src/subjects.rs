@@ -89,6 +89,17 @@ pub mod public {
         format!("{PREFIX}.status.{node}")
     }
 
+    /// `toolmesh.v1.providers.announce`: a provider publishes any body here to be discovered
+    /// at once; every gateway listens (no queue group).
+    pub const PROVIDERS_ANNOUNCE: &str = "toolmesh.v1.providers.announce";
+
+    /// `toolmesh.v1.providers.cancel.<service>`: the gateway publishes
+    /// `{"invocation_id","account","tool"}` here when a call running in that provider is
+    /// cancelled; every instance of the service may listen.
+    pub fn provider_cancel(service: &str) -> String {
+        format!("{PREFIX}.providers.cancel.{service}")
+    }
+
     /// What is after `toolmesh.v1.<kind>.` when it is exactly one token (the account);
     /// `Err` carries the raw rest for the error message.
     pub fn account_of<'a>(subject: &'a str, kind: &str) -> Result<&'a str, &'a str> {
@@ -165,6 +176,18 @@ pub mod internal {
     pub const WORKSPACE_APPLY: &str = "toolmesh.internal.v1.workspace.apply";
 }
 
+/// The NATS micro protocol's own subjects (ADR-32) that the gateway asks to discover tool
+/// providers. They are NATS's namespace, not toolmesh's.
+pub mod srv {
+    /// `$SRV.INFO`: every instance of every service answers with its endpoints.
+    pub const INFO_ALL: &str = "$SRV.INFO";
+
+    /// `$SRV.PING.<service>.<id>`: one instance; "no responders" means it is gone.
+    pub fn ping_instance(service: &str, id: &str) -> String {
+        format!("$SRV.PING.{service}.{id}")
+    }
+}
+
 /// Queue groups: one per role, so that any number of nodes share the work of a role.
 pub mod queue {
     use super::Role;
@@ -201,6 +224,16 @@ mod tests {
             approvals(&acme, ApprovalVerb::Requested),
             "toolmesh.v1.approvals.acme.requested"
         );
+    }
+
+    #[test]
+    fn provider_subjects_are_public_and_per_service() {
+        assert_eq!(PROVIDERS_ANNOUNCE, "toolmesh.v1.providers.announce");
+        assert_eq!(
+            provider_cancel("tickets"),
+            "toolmesh.v1.providers.cancel.tickets"
+        );
+        assert_eq!(super::srv::ping_instance("a", "b"), "$SRV.PING.a.b");
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! The registry of built-in tools: name, group, description, JSON Schema, risk, side effects,
-//! boundary and the actor (role) that runs each, plus the dispatcher's profiles.
+//! The tool registry: name, group, description, JSON Schema, risk, side effects, boundary and
+//! where each tool runs ([`Runs`]), plus the dispatcher's profiles. Built-in tools and
+//! provider tools (PROTOCOL.md "Tool providers") are the same kind of value; only where they
+//! run differs.
 
 pub mod args;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
 use crate::error::{ErrorCode, ToolError};
@@ -14,9 +18,9 @@ use crate::role::Role;
 use crate::wire::{RiskLevel, SideEffect};
 use args::*;
 
-/// The groups of PROTOCOL.md's tool table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// The groups of PROTOCOL.md's tool table, `external` and `mcp` for provider tools, and any
+/// other group a provider names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ToolGroup {
     Platform,
     Dispatcher,
@@ -24,10 +28,29 @@ pub enum ToolGroup {
     Skills,
     Sandbox,
     Web,
+    /// A provider's tool that names no group.
+    External,
+    /// A tool an MCP server serves through the bridge.
+    Mcp,
+    /// A group a provider named that is none of the above.
+    Named(Arc<str>),
 }
 
 impl ToolGroup {
-    pub const ALL: [ToolGroup; 6] = [
+    /// The groups with a fixed name.
+    pub const ALL: [ToolGroup; 8] = [
+        ToolGroup::Platform,
+        ToolGroup::Dispatcher,
+        ToolGroup::Workspace,
+        ToolGroup::Skills,
+        ToolGroup::Sandbox,
+        ToolGroup::Web,
+        ToolGroup::External,
+        ToolGroup::Mcp,
+    ];
+
+    /// The groups of the built-in tools, which no provider may claim.
+    pub const BUILTIN: [ToolGroup; 6] = [
         ToolGroup::Platform,
         ToolGroup::Dispatcher,
         ToolGroup::Workspace,
@@ -35,7 +58,8 @@ impl ToolGroup {
         ToolGroup::Sandbox,
         ToolGroup::Web,
     ];
-    pub fn as_str(self) -> &'static str {
+
+    pub fn as_str(&self) -> &str {
         match self {
             ToolGroup::Platform => "platform",
             ToolGroup::Dispatcher => "dispatcher",
@@ -43,6 +67,74 @@ impl ToolGroup {
             ToolGroup::Skills => "skills",
             ToolGroup::Sandbox => "sandbox",
             ToolGroup::Web => "web",
+            ToolGroup::External => "external",
+            ToolGroup::Mcp => "mcp",
+            ToolGroup::Named(name) => name,
+        }
+    }
+
+    /// The group of that name: a fixed one when it is one, else [`ToolGroup::Named`].
+    pub fn parse(name: &str) -> ToolGroup {
+        ToolGroup::ALL
+            .into_iter()
+            .find(|g| g.as_str() == name)
+            .unwrap_or_else(|| ToolGroup::Named(name.into()))
+    }
+
+    /// Whether built-in tools live in this group.
+    pub fn is_builtin(&self) -> bool {
+        ToolGroup::BUILTIN.contains(self)
+    }
+}
+
+impl Serialize for ToolGroup {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Where a tool runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runs {
+    /// Answered by the gateway itself.
+    Gateway,
+    /// Routed to the actor of a role over `toolmesh.internal.v1.run.<role>`.
+    Actor(Role),
+    /// Requested on a provider's endpoint subject (PROTOCOL.md "Tool providers").
+    Provider(ProviderRoute),
+}
+
+/// Where a provider tool's calls go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderRoute {
+    /// The micro service's name (`$SRV.INFO`'s `name`).
+    pub service: Arc<str>,
+    /// The endpoint's subject; every instance of the service shares it as a queue group.
+    pub subject: Arc<str>,
+}
+
+impl Runs {
+    /// What `tool_search` and `describe` say as `execution`.
+    pub fn execution(&self) -> Cow<'static, str> {
+        match self {
+            Runs::Gateway => Cow::Borrowed("gateway"),
+            Runs::Actor(Role::Workspace) => Cow::Borrowed("workspace_actor"),
+            Runs::Actor(Role::Sandbox) => Cow::Borrowed("sandbox_worker"),
+            Runs::Actor(Role::Skills) => Cow::Borrowed("skill_loader"),
+            Runs::Actor(Role::Web) => Cow::Borrowed("web_actor"),
+            Runs::Actor(Role::Approval) => Cow::Borrowed("approval_actor"),
+            Runs::Actor(Role::Gateway) => Cow::Borrowed("gateway"),
+            Runs::Provider(route) => Cow::Owned(format!("provider:{}", route.service)),
+        }
+    }
+
+    /// The role a live node must run for the tool to be served; `None` for a provider tool
+    /// (in the registry only while its provider is).
+    pub fn role(&self) -> Option<Role> {
+        match self {
+            Runs::Gateway => Some(Role::Gateway),
+            Runs::Actor(role) => Some(*role),
+            Runs::Provider(_) => None,
         }
     }
 }
@@ -67,21 +159,26 @@ const BOUNDARY_SKILLS_RUN: &str =
 const BOUNDARY_WEB: &str =
     "egress to public http(s) addresses only; private, loopback and metadata addresses are refused";
 
-/// The static description of one tool.
+/// The description of one tool, built in or from a provider.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub group: ToolGroup,
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
+    /// The tool's own risk; `Policy::risk_for` applies the operator's overrides and floors.
     pub risk_level: RiskLevel,
-    pub side_effects: &'static [SideEffect],
-    pub boundary: &'static str,
-    /// The actor that runs it.
-    pub role: Role,
+    pub side_effects: Cow<'static, [SideEffect]>,
+    pub boundary: Cow<'static, str>,
+    pub runs: Runs,
     /// Workspace, sandbox and `execute_skills` tools need a `session_id`.
     pub needs_session: bool,
-    /// How it runs, for `tool_search`.
-    pub execution: &'static str,
+}
+
+impl ToolSpec {
+    /// How it runs, for `tool_search` and `describe`.
+    pub fn execution(&self) -> Cow<'static, str> {
+        self.runs.execution()
+    }
 }
 
 /// A tool with its compiled schema.
@@ -101,21 +198,38 @@ impl std::fmt::Debug for RegisteredTool {
 
 impl RegisteredTool {
     fn new<A: JsonSchema>(spec: ToolSpec) -> Self {
-        let mut input_schema = schemars::schema_for!(A).to_value();
-        if let Value::Object(map) = &mut input_schema {
-            map.insert("title".into(), Value::from(spec.name));
-            map.insert("description".into(), Value::from(spec.description));
-            // An empty `properties` keeps `additionalProperties: false` reporting the unknown
-            // member by name for tools without arguments.
-            map.entry("properties").or_insert_with(|| json!({}));
+        let schema = schemars::schema_for!(A).to_value();
+        let name = spec.name.clone();
+        Self::from_schema(spec, schema)
+            .unwrap_or_else(|e| panic!("schema of {name} does not compile: {e}"))
+    }
+
+    /// A tool whose input schema is a JSON value (a provider's): the schema gets the tool's
+    /// name as `title` (and its description when it has none), and must compile. `Err` says
+    /// why it does not.
+    pub fn from_schema(spec: ToolSpec, mut input_schema: Value) -> Result<Self, String> {
+        let Value::Object(map) = &mut input_schema else {
+            return Err(format!(
+                "the input schema must be a JSON object, not {}",
+                crate::wire::json_kind(&input_schema)
+            ));
+        };
+        map.insert("title".into(), Value::from(spec.name.as_ref()));
+        if matches!(spec.runs, Runs::Provider(_)) {
+            map.entry("description")
+                .or_insert_with(|| Value::from(spec.description.as_ref()));
+        } else {
+            map.insert("description".into(), Value::from(spec.description.as_ref()));
         }
-        let validator = jsonschema::validator_for(&input_schema)
-            .unwrap_or_else(|e| panic!("schema of {} does not compile: {e}", spec.name));
-        Self {
+        // An empty `properties` keeps `additionalProperties: false` reporting the unknown
+        // member by name for tools without arguments.
+        map.entry("properties").or_insert_with(|| json!({}));
+        let validator = jsonschema::validator_for(&input_schema).map_err(|e| e.to_string())?;
+        Ok(Self {
             spec,
             input_schema,
             validator,
-        }
+        })
     }
 
     /// Checks `arguments` against the schema; `invalid_arguments` names every bad member as a
@@ -185,33 +299,42 @@ fn spec(
     side_effects: &'static [SideEffect],
     description: &'static str,
 ) -> ToolSpec {
-    let (boundary, execution, needs_session) = match (group, side_effects) {
-        (ToolGroup::Platform | ToolGroup::Dispatcher, _) => (BOUNDARY_GATEWAY, "gateway", false),
-        (ToolGroup::Workspace, []) => (BOUNDARY_WORKSPACE_READ, "workspace_actor", true),
-        (ToolGroup::Workspace, _) => (BOUNDARY_WORKSPACE_WRITE, "workspace_actor", true),
-        (ToolGroup::Sandbox, _) => (BOUNDARY_SANDBOX, "sandbox_worker", true),
-        (ToolGroup::Skills, []) => (BOUNDARY_SKILLS_READ, "skill_loader", false),
-        (ToolGroup::Skills, _) => (BOUNDARY_SKILLS_RUN, "sandbox_worker", true),
-        (ToolGroup::Web, _) => (BOUNDARY_WEB, "web_actor", false),
+    let (boundary, needs_session) = match (&group, side_effects) {
+        (ToolGroup::Platform | ToolGroup::Dispatcher, _) => (BOUNDARY_GATEWAY, false),
+        (ToolGroup::Workspace, []) => (BOUNDARY_WORKSPACE_READ, true),
+        (ToolGroup::Workspace, _) => (BOUNDARY_WORKSPACE_WRITE, true),
+        (ToolGroup::Sandbox, _) => (BOUNDARY_SANDBOX, true),
+        (ToolGroup::Skills, []) => (BOUNDARY_SKILLS_READ, false),
+        (ToolGroup::Skills, _) => (BOUNDARY_SKILLS_RUN, true),
+        (ToolGroup::Web, _) => (BOUNDARY_WEB, false),
+        (ToolGroup::External | ToolGroup::Mcp | ToolGroup::Named(_), _) => {
+            unreachable!("built-in tools are in built-in groups")
+        }
+    };
+    let runs = if role == Role::Gateway {
+        Runs::Gateway
+    } else {
+        Runs::Actor(role)
     };
     ToolSpec {
-        name,
+        name: Cow::Borrowed(name),
         group,
-        description,
+        description: Cow::Borrowed(description),
         risk_level,
-        side_effects,
-        boundary,
-        role,
+        side_effects: Cow::Borrowed(side_effects),
+        boundary: Cow::Borrowed(boundary),
+        runs,
         needs_session,
-        execution,
     }
 }
 
-/// Every built-in tool.
-#[derive(Debug)]
+/// The tools a gateway knows: the built-in ones, and (in the gateway's live registry) the
+/// provider tools it discovered. Tools are shared (`Arc`), so a registry with other provider
+/// tools is cheap to build.
+#[derive(Debug, Clone)]
 pub struct ToolRegistry {
-    tools: Vec<RegisteredTool>,
-    by_name: HashMap<&'static str, usize>,
+    tools: Vec<Arc<RegisteredTool>>,
+    by_name: HashMap<Cow<'static, str>, usize>,
 }
 
 impl ToolRegistry {
@@ -274,12 +397,47 @@ impl ToolRegistry {
             RegisteredTool::new::<WebSearchArgs>(spec("web_search", G::Web, Role::Web, Low, &[NetworkEgress],
                 "Search the web through the configured provider; returns titles, URLs and snippets.")),
         ];
-        let by_name = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.spec.name, i))
-            .collect();
-        ToolRegistry { tools, by_name }
+        let mut registry = ToolRegistry {
+            tools: Vec::new(),
+            by_name: HashMap::new(),
+        };
+        registry.extend(tools.into_iter().map(Arc::new));
+        registry
+    }
+
+    /// This registry and `extra` after it. A tool whose name is already taken is left out:
+    /// the first of a name keeps it (the gateway's catalog refuses clashes before, with why).
+    pub fn with_tools(&self, extra: impl IntoIterator<Item = Arc<RegisteredTool>>) -> ToolRegistry {
+        let mut registry = self.clone();
+        registry.extend(extra);
+        registry
+    }
+
+    fn extend(&mut self, tools: impl IntoIterator<Item = Arc<RegisteredTool>>) {
+        for tool in tools {
+            if self.by_name.contains_key(tool.spec.name.as_ref()) {
+                continue;
+            }
+            self.by_name.insert(tool.spec.name.clone(), self.tools.len());
+            self.tools.push(tool);
+        }
+    }
+
+    /// Whether `name` is a built-in tool's name (or the dispatcher's alias).
+    pub fn is_builtin_name(name: &str) -> bool {
+        static NAMES: std::sync::OnceLock<BTreeSet<&'static str>> = std::sync::OnceLock::new();
+        name == TOOL_DISPATCHER_ALIAS
+            || NAMES
+                .get_or_init(|| {
+                    ToolRegistry::builtin()
+                        .iter()
+                        .filter_map(|t| match &t.spec.name {
+                            Cow::Borrowed(name) => Some(*name),
+                            Cow::Owned(_) => None,
+                        })
+                        .collect()
+                })
+                .contains(name)
     }
 
     /// A tool by name; the dispatcher's alias resolves to `tool_dispatcher`.
@@ -289,15 +447,25 @@ impl ToolRegistry {
         } else {
             name
         };
-        self.by_name.get(name).map(|&i| &self.tools[i])
+        self.by_name.get(name).map(|&i| &*self.tools[i])
+    }
+
+    /// A tool by name, shared.
+    pub fn get_shared(&self, name: &str) -> Option<Arc<RegisteredTool>> {
+        let name = if name == TOOL_DISPATCHER_ALIAS {
+            TOOL_DISPATCHER
+        } else {
+            name
+        };
+        self.by_name.get(name).map(|&i| self.tools[i].clone())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &RegisteredTool> {
-        self.tools.iter()
+        self.tools.iter().map(|t| &**t)
     }
 
     /// The tools of a profile (never the dispatcher itself).
-    pub fn profile(&self, profile: Profile) -> BTreeSet<&'static str> {
+    pub fn profile(&self, profile: Profile) -> BTreeSet<&str> {
         const FOCUSED: [&str; 10] = [
             "list_skills",
             "search_skills",
@@ -310,10 +478,11 @@ impl ToolRegistry {
             "sandbox_status",
             "read_workspace_file",
         ];
-        let dispatchable = self.tools.iter().filter(|t| t.spec.name != TOOL_DISPATCHER);
+        let dispatchable = self.iter().filter(|t| t.spec.name != TOOL_DISPATCHER);
         match profile {
             Profile::Focused | Profile::Core => FOCUSED.into_iter().collect(),
-            Profile::Default => dispatchable.map(|t| t.spec.name).collect(),
+            // Every built-in tool and every provider tool.
+            Profile::Default => dispatchable.map(|t| t.spec.name.as_ref()).collect(),
             Profile::Coding => dispatchable
                 .filter(|t| {
                     matches!(
@@ -321,28 +490,30 @@ impl ToolRegistry {
                         ToolGroup::Workspace | ToolGroup::Sandbox | ToolGroup::Skills
                     ) || t.spec.name == TOOL_SEARCH
                 })
-                .map(|t| t.spec.name)
+                .map(|t| t.spec.name.as_ref())
                 .collect(),
         }
     }
 
     /// The union of `include` entries (groups, profiles, tool names), without the dispatcher.
-    pub fn select(&self, include: &[String]) -> Result<BTreeSet<&'static str>, ToolError> {
+    /// A group is a fixed one (even when empty) or one a provider tool names.
+    pub fn select(&self, include: &[String]) -> Result<BTreeSet<&str>, ToolError> {
         let mut out = BTreeSet::new();
         for item in include {
             let item = item.as_str();
-            if let Some(group) = ToolGroup::ALL.into_iter().find(|g| g.as_str() == item) {
+            let group = ToolGroup::parse(item);
+            let named = matches!(group, ToolGroup::Named(_));
+            if !named || self.iter().any(|t| t.spec.group == group) {
                 out.extend(
-                    self.tools
-                        .iter()
+                    self.iter()
                         .filter(|t| t.spec.group == group && t.spec.name != TOOL_DISPATCHER)
-                        .map(|t| t.spec.name),
+                        .map(|t| t.spec.name.as_ref()),
                 );
             } else if let Ok(profile) = serde_json::from_value::<Profile>(Value::from(item)) {
                 out.extend(self.profile(profile));
             } else if let Some(tool) = self.get(item) {
                 if tool.spec.name != TOOL_DISPATCHER {
-                    out.insert(tool.spec.name);
+                    out.insert(tool.spec.name.as_ref());
                 }
             } else {
                 return Err(ToolError::invalid_argument(
