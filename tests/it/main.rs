@@ -9,6 +9,7 @@ mod docs;
 mod gateway;
 mod micro;
 mod node;
+mod providers;
 mod reply_size;
 mod sandbox;
 mod skills;

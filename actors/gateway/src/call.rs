@@ -627,9 +627,7 @@ impl<'a> Call<'a> {
         let request = async_nats::Request::new()
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
-        let sent = core
-            .client
-            .send_request(route.subject.to_string(), request);
+        let sent = core.client.send_request(route.subject.to_string(), request);
         let gone = providers::all_instances_gone(&core.client, &core.tools, service);
         let reply = tokio::select! {
             reply = sent => reply,
@@ -667,7 +665,11 @@ impl<'a> Call<'a> {
                         self.cancel_provider(target, route).await;
                         ToolError::new(
                             ErrorCode::Timeout,
-                            format!("the provider {service} did not answer {} within {} s", target.spec.name, timeout.as_secs()),
+                            format!(
+                                "the provider {service} did not answer {} within {} s",
+                                target.spec.name,
+                                timeout.as_secs()
+                            ),
                         )
                     }
                     _ => ToolError::new(
@@ -678,7 +680,8 @@ impl<'a> Call<'a> {
                 return Err(error);
             }
         };
-        let mut fields = providers::reply::normalise(service, reply.headers.as_ref(), &reply.payload)?;
+        let mut fields =
+            providers::reply::normalise(service, reply.headers.as_ref(), &reply.payload)?;
         let whole = providers::reply::cut_to_budget(&mut fields, core.config.result_budget_chars);
         if let (false, Some(session)) = (whole.is_empty(), &self.ctx.session_id) {
             self.persist(session, &mut fields, whole).await;

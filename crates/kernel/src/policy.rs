@@ -294,8 +294,14 @@ risk_level = "critical"
 
     #[test]
     fn bad_files_are_refused_with_a_reason() {
-        assert!(Policy::from_toml(ApprovalMode::Strict, "[tools.\"a.b\"]\nrisk_level=\"low\"").is_err());
-        assert!(Policy::from_toml(ApprovalMode::Strict, "[providers.\"a b\"]\nmin_risk_level=\"low\"").is_err());
+        assert!(
+            Policy::from_toml(ApprovalMode::Strict, "[tools.\"a.b\"]\nrisk_level=\"low\"").is_err()
+        );
+        assert!(Policy::from_toml(
+            ApprovalMode::Strict,
+            "[providers.\"a b\"]\nmin_risk_level=\"low\""
+        )
+        .is_err());
         assert!(Policy::from_toml(ApprovalMode::Strict, "[providers.x]\nmax=\"low\"").is_err());
         assert!(Policy::from_toml(ApprovalMode::Strict, "mode = \"lax\"").is_err());
         assert!(

@@ -152,8 +152,7 @@ impl Catalog {
                         if n == 0 {
                             refused.push(Refused {
                                 tool: endpoint.0.clone(),
-                                reason: "another endpoint of this service has the same name"
-                                    .into(),
+                                reason: "another endpoint of this service has the same name".into(),
                             });
                         }
                         continue;
@@ -309,7 +308,10 @@ mod tests {
             .map(|t| {
                 (
                     t.spec.name.to_string(),
-                    t.spec.execution().trim_start_matches("provider:").to_owned(),
+                    t.spec
+                        .execution()
+                        .trim_start_matches("provider:")
+                        .to_owned(),
                 )
             })
             .collect()
@@ -327,7 +329,10 @@ mod tests {
         let mut c = Catalog::default();
         // Seen in one round: b-svc and a-svc both offer "echo"; a-svc wins by name.
         c.observe(
-            vec![info("b-svc", "1", &["echo", "b_only"]), info("a-svc", "1", &["echo"])],
+            vec![
+                info("b-svc", "1", &["echo", "b_only"]),
+                info("a-svc", "1", &["echo"]),
+            ],
             t0,
             0,
         );
@@ -360,14 +365,22 @@ mod tests {
     fn a_provider_goes_with_its_last_instance_and_frees_its_names() {
         let t0 = Instant::now();
         let mut c = Catalog::default();
-        c.observe(vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])], t0, 0);
+        c.observe(
+            vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])],
+            t0,
+            0,
+        );
         c.observe(vec![info("b", "1", &["echo"])], t0, 0);
         let built = c.build();
         assert_eq!(built.status[0].instances, 2);
         assert_eq!(names(&built), pairs(&[("echo", "a")]));
         // Instance 2 keeps answering; 1 does not.
         let t1 = t0 + INSTANCE_EXPIRY - Duration::from_secs(1);
-        c.observe(vec![info("a", "2", &["echo"]), info("b", "1", &["echo"])], t1, 0);
+        c.observe(
+            vec![info("a", "2", &["echo"]), info("b", "1", &["echo"])],
+            t1,
+            0,
+        );
         c.expire(t0 + INSTANCE_EXPIRY);
         assert_eq!(c.instances_of("a"), ["2"]);
         // Then 2 stops too: a goes, b gets the name.

@@ -55,8 +55,8 @@ pub fn tool_of(
     check_subject(subject)?;
     let meta: ToolMetadata = serde_json::from_str(metadata)
         .map_err(|e| format!("{TOOL_KEY} is not the documented JSON object: {e}"))?;
-    let risk_level: RiskLevel =
-        serde_json::from_value(Value::from(meta.risk_level.as_str())).map_err(|_| {
+    let risk_level: RiskLevel = serde_json::from_value(Value::from(meta.risk_level.as_str()))
+        .map_err(|_| {
             format!(
                 "risk_level {:?} is not one of low, medium, high, critical",
                 shown(&meta.risk_level)
@@ -180,17 +180,57 @@ mod tests {
             meta(m)
         };
         check("ticket_create", "tickets.create", &meta(good()), None);
-        check("ticket create", "tickets.create", &meta(good()), Some("not a tool name"));
-        check(&"x".repeat(65), "t.c", &meta(good()), Some("not a tool name"));
+        check(
+            "ticket create",
+            "tickets.create",
+            &meta(good()),
+            Some("not a tool name"),
+        );
+        check(
+            &"x".repeat(65),
+            "t.c",
+            &meta(good()),
+            Some("not a tool name"),
+        );
         check("t", "tickets.*", &meta(good()), Some("literal"));
-        check("t", "toolmesh.v1.call.acme", &meta(good()), Some("under toolmesh."));
+        check(
+            "t",
+            "toolmesh.v1.call.acme",
+            &meta(good()),
+            Some("under toolmesh."),
+        );
         check("t", "$SRV.PING", &meta(good()), Some("under $"));
         check("t", "t.c", "not json", Some("not the documented JSON"));
-        check("t", "t.c", &with("risk_level", json!("huge")), Some("risk_level \"huge\""));
-        check("t", "t.c", &with("side_effects", json!(["fly"])), Some("side effect \"fly\""));
-        check("t", "t.c", &with("group", json!("workspace")), Some("built-in"));
-        check("t", "t.c", &with("group", json!("default")), Some("profiles"));
-        check("t", "t.c", &with("input_schema", json!("string")), Some("JSON object"));
+        check(
+            "t",
+            "t.c",
+            &with("risk_level", json!("huge")),
+            Some("risk_level \"huge\""),
+        );
+        check(
+            "t",
+            "t.c",
+            &with("side_effects", json!(["fly"])),
+            Some("side effect \"fly\""),
+        );
+        check(
+            "t",
+            "t.c",
+            &with("group", json!("workspace")),
+            Some("built-in"),
+        );
+        check(
+            "t",
+            "t.c",
+            &with("group", json!("default")),
+            Some("profiles"),
+        );
+        check(
+            "t",
+            "t.c",
+            &with("input_schema", json!("string")),
+            Some("JSON object"),
+        );
         check(
             "t",
             "t.c",
@@ -198,7 +238,13 @@ mod tests {
             Some("not a usable JSON Schema"),
         );
         check("t", "t.c", &with("extra", json!(1)), Some("unknown field"));
-        let mcp = tool_of("bridge", "git_status", "b.git", &with("group", json!("mcp"))).unwrap();
+        let mcp = tool_of(
+            "bridge",
+            "git_status",
+            "b.git",
+            &with("group", json!("mcp")),
+        )
+        .unwrap();
         assert_eq!(mcp.spec.group, ToolGroup::Mcp);
         let plain = tool_of("tickets", "t", "t.c", &meta(good())).unwrap();
         assert_eq!(plain.spec.group, ToolGroup::External);

@@ -176,7 +176,9 @@ async fn gather(client: &Client) -> Vec<Seen> {
                 info,
                 latency: started.elapsed(),
             }),
-            Err(e) => tracing::debug!(error = %e, "ignoring a $SRV.INFO reply that is not an info response"),
+            Err(e) => {
+                tracing::debug!(error = %e, "ignoring a $SRV.INFO reply that is not an info response")
+            }
         }
     }
     let _ = sub.unsubscribe().await;
@@ -208,7 +210,8 @@ pub async fn all_instances_gone(client: &Client, live: &LiveTools, service: &str
             let reply = client
                 .send_request(srv::ping_instance(service, id), request)
                 .await;
-            let gone = matches!(&reply, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders);
+            let gone =
+                matches!(&reply, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders);
             (id.clone(), gone)
         });
         let answers = futures::future::join_all(pings).await;

@@ -107,10 +107,16 @@ fn failure(service: &str, mut fields: Map<String, Value>) -> ToolError {
 /// `_truncated`, `_original_chars` and `_preview_chars` companions; returns each cut field
 /// with its whole text, for persisting. A field that is not a tool-name-like token
 /// (`[A-Za-z0-9_-]{1,64}`) is cut all the same but not returned (its name goes into a path).
-pub fn cut_to_budget(fields: &mut Map<String, Value>, budget_chars: usize) -> Vec<(String, String)> {
+pub fn cut_to_budget(
+    fields: &mut Map<String, Value>,
+    budget_chars: usize,
+) -> Vec<(String, String)> {
     let over: Vec<String> = fields
         .iter()
-        .filter(|(_, v)| v.as_str().is_some_and(|s| s.chars().nth(budget_chars).is_some()))
+        .filter(|(_, v)| {
+            v.as_str()
+                .is_some_and(|s| s.chars().nth(budget_chars).is_some())
+        })
         .map(|(k, _)| k.clone())
         .collect();
     let mut whole = Vec::new();
@@ -176,8 +182,12 @@ mod tests {
 
     #[test]
     fn foreign_codes_are_kept_beside_provider_error() {
-        let e = normalise("svc", None, br#"{"ok":false,"error":"db_down","error_message":"m","retry":true}"#)
-            .unwrap_err();
+        let e = normalise(
+            "svc",
+            None,
+            br#"{"ok":false,"error":"db_down","error_message":"m","retry":true}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.details["provider_code"], "db_down");
         assert_eq!(e.details["retry"], true);
     }

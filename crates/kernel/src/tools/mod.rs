@@ -418,7 +418,8 @@ impl ToolRegistry {
             if self.by_name.contains_key(tool.spec.name.as_ref()) {
                 continue;
             }
-            self.by_name.insert(tool.spec.name.clone(), self.tools.len());
+            self.by_name
+                .insert(tool.spec.name.clone(), self.tools.len());
             self.tools.push(tool);
         }
     }

@@ -1,0 +1,549 @@
+//! Tool providers (PROTOCOL.md "Tool providers"): the Python provider of
+//! `examples/provider.py` (nats-py's `nats.micro`) behind real nodes, found by `$SRV.INFO`,
+//! validated, gated, routed, normalised, cancelled and dropped when it goes.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use toolmesh_testkit::{request_json, request_json_within, venv_bin, wait_until};
+
+use crate::support::{policy_file, Cluster};
+
+/// PROTOCOL.md: a provider is found within 5 s of its start.
+const FOUND_WITHIN: Duration = Duration::from_secs(5);
+/// PROTOCOL.md: its tools go within 15 s of its last instance going away.
+const GONE_WITHIN: Duration = Duration::from_secs(15);
+
+/// One `examples/provider.py` process, killed on drop.
+struct Provider {
+    child: tokio::process::Child,
+    /// The micro service's instance id.
+    id: String,
+    /// What it received, one JSON line per request or cancel.
+    record: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Provider {
+    /// Starts the provider and waits until its endpoints are registered (it prints `ready`).
+    async fn start(cluster: &Cluster, name: &str, args: &[&str]) -> Provider {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("record.jsonl");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
+        let mut child = tokio::process::Command::new(venv_bin("python"))
+            .arg(script)
+            .args(["--nats", &cluster.nats.url(), "--name", name])
+            .args(["--record", &record.display().to_string()])
+            .args(args)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start examples/provider.py");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the provider says ready within 30 s")
+            .unwrap()
+            .expect("the provider printed a line");
+        let id = line
+            .strip_prefix(&format!("ready {name} "))
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Provider {
+            child,
+            id,
+            record,
+            _dir: dir,
+        }
+    }
+
+    /// Every entry of the record file.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.received()
+            .into_iter()
+            .filter(|e| e["kind"] == "request")
+            .map(|e| e["body"].clone())
+            .collect()
+    }
+
+    async fn kill(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+async fn describe(cluster: &Cluster, tool: &str) -> Value {
+    cluster
+        .call(
+            "acme",
+            json!({"tool": "tool_dispatcher", "arguments": {"action": "describe", "tool_name": tool}}),
+        )
+        .await
+}
+
+/// Waits until `tool` is known to the gateway (or not), at most `within`.
+async fn wait_known(cluster: &Cluster, tool: &str, known: bool, within: Duration) -> bool {
+    wait_until(within, || async {
+        (describe(cluster, tool).await["ok"] == true) == known
+    })
+    .await
+}
+
+async fn provider_status(cluster: &Cluster, name: &str) -> Value {
+    let status = cluster
+        .call("acme", json!({"tool": "component_status"}))
+        .await;
+    status["providers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("component_status has providers: {status}"))
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    // No announce: found by polling $SRV.INFO alone.
+    let provider = Provider::start(&cluster, "tickets", &["--no-announce"]).await;
+    let started = Instant::now();
+    assert!(
+        wait_known(&cluster, "ticket_create", true, FOUND_WITHIN).await,
+        "ticket_create was not found within {FOUND_WITHIN:?}"
+    );
+    assert!(started.elapsed() <= FOUND_WITHIN + Duration::from_secs(1));
+
+    let described = describe(&cluster, "ticket_create").await;
+    let tool = &described["tool"];
+    assert_eq!(tool["group"], "external", "{described}");
+    assert_eq!(tool["risk_level"], "medium");
+    assert_eq!(tool["execution"], "provider:tickets");
+    assert_eq!(tool["side_effects"], json!(["network_egress"]));
+    assert_eq!(tool["input_schema"]["required"], json!(["title"]));
+
+    let search = cluster
+        .call(
+            "acme",
+            json!({"tool": "tool_search", "arguments": {"query": "ticket", "profile": "default"}}),
+        )
+        .await;
+    assert_eq!(search["results"][0]["name"], "ticket_create", "{search}");
+    assert_eq!(search["results"][0]["execution"], "provider:tickets");
+    assert_eq!(search["results"][0]["enabled"], true);
+
+    let list = cluster
+        .call(
+            "acme",
+            json!({"tool": "tool_dispatcher", "arguments": {"action": "list"}}),
+        )
+        .await;
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"ticket_create") && names.contains(&"read_workspace_file"));
+    let external = cluster
+        .call(
+            "acme",
+            json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "include": ["external"]}}),
+        )
+        .await;
+    assert_eq!(external["tools"].as_array().unwrap().len(), 1, "{external}");
+
+    let status = provider_status(&cluster, "tickets").await;
+    assert_eq!(status["instances"], 1, "{status}");
+    assert_eq!(status["instance_ids"], json!([provider.id]));
+    assert_eq!(status["tools"], json!(["ticket_create"]));
+    assert_eq!(status["version"], "1.0.0");
+    assert!(status["health"]["last_seen"].is_string() && status["health"]["ping_ms"].is_number());
+
+    // A call through the dispatcher reaches it with the documented envelope.
+    let reply = cluster
+        .call(
+            "acme",
+            json!({"tool": "tool_dispatcher", "session_id": "s1", "user_id": "u1", "agent_id": "a1",
+                   "invocation_id": "inv-disp",
+                   "arguments": {"action": "call", "tool_name": "ticket_create", "arguments": {"title": "hi"}}}),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["dispatched_tool_name"], "ticket_create");
+    assert_eq!(reply["ticket"]["opened_by"], "u1");
+    let requests = provider.requests();
+    assert_eq!(
+        requests,
+        [
+            json!({"tool": "ticket_create", "arguments": {"title": "hi"}, "invocation_id": "inv-disp",
+                "account": "acme", "session_id": "s1", "user_id": "u1", "agent_id": "a1"})
+        ]
+    );
+}
+
+#[tokio::test]
+async fn arguments_are_checked_before_the_provider_sees_them_and_strict_mode_gates_medium() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "strict")]).await;
+    let provider = Provider::start(&cluster, "tickets", &[]).await;
+    assert!(wait_known(&cluster, "ticket_create", true, FOUND_WITHIN).await);
+
+    for bad in [
+        json!({}),
+        json!({"title": ""}),
+        json!({"title": "x", "owner": "me"}),
+        json!({"title": 5}),
+    ] {
+        let reply = cluster
+            .call("acme", json!({"tool": "ticket_create", "arguments": bad}))
+            .await;
+        assert_eq!(reply["error"], "invalid_arguments", "{bad}: {reply}");
+    }
+    assert!(provider.requests().is_empty(), "{:?}", provider.requests());
+
+    let call = json!({"tool": "ticket_create", "session_id": "s1", "arguments": {"title": "Printer on fire"}});
+    let gated = cluster.call("acme", call.clone()).await;
+    assert_eq!(gated["error"], "approval_required", "{gated}");
+    assert_eq!(gated["approval_request"]["risk_level"], "medium");
+    assert_eq!(
+        gated["approval_request"]["side_effects"],
+        json!(["network_egress"])
+    );
+    assert!(provider.requests().is_empty());
+    let id = gated["approval_request"]["id"].as_str().unwrap();
+    assert_eq!(cluster.decide("acme", id, true).await["ok"], true);
+    let mut again = call.clone();
+    again["approval"] = json!({"id": id});
+    let reply = cluster.call("acme", again).await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["ticket"]["title"], "Printer on fire");
+    assert_eq!(provider.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn provider_answers_are_normalised_and_events_are_published() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let _provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, "fail_foreign", true, FOUND_WITHIN).await);
+
+    let mut events = cluster
+        .client
+        .subscribe("toolmesh.v1.events.acme.inv-foreign")
+        .await
+        .unwrap();
+    cluster.client.flush().await.unwrap();
+    let foreign = cluster
+        .call(
+            "acme",
+            json!({"tool": "fail_foreign", "invocation_id": "inv-foreign"}),
+        )
+        .await;
+    assert_eq!(foreign["error"], "provider_error", "{foreign}");
+    assert_eq!(foreign["error_message"], "the ticket database is down");
+    assert_eq!(foreign["provider_code"], "db_down");
+    let kinds: Vec<Value> = crate::support::collect(&mut events, 2, Duration::from_secs(5))
+        .await
+        .into_iter()
+        .map(|e| json!([e["kind"], e["seq"], e["error"]]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            json!(["started", 0, null]),
+            json!(["finished", 1, "provider_error"])
+        ]
+    );
+
+    let header = cluster.call("acme", json!({"tool": "fail_header"})).await;
+    assert_eq!(header["error"], "provider_error", "{header}");
+    assert!(
+        header["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("ticket quota exhausted"),
+        "{header}"
+    );
+    assert_eq!(header["provider_code"], "503");
+
+    let plain = cluster.call("acme", json!({"tool": "plain"})).await;
+    assert_eq!(plain["ok"], true, "{plain}");
+    assert_eq!(plain["result"], "just a string");
+
+    let garbage = cluster.call("acme", json!({"tool": "not_json"})).await;
+    assert_eq!(garbage["error"], "provider_error", "{garbage}");
+}
+
+#[tokio::test]
+async fn a_provider_killed_mid_call_is_unavailable_and_its_tools_go() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let mut provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
+
+    let client = cluster.client.clone();
+    // The call's deadline is 120 s (no `timeout` argument); the answer must come long before.
+    let pending = tokio::spawn(async move {
+        request_json_within(
+            &client,
+            "toolmesh.v1.call.acme",
+            json!({"tool": "slow", "arguments": {"seconds": 100}}),
+            Duration::from_secs(30),
+        )
+        .await
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            !provider.requests().is_empty()
+        })
+        .await
+    );
+    provider.kill().await;
+    let reply = pending.await.unwrap();
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+
+    assert!(
+        wait_known(&cluster, "slow", false, GONE_WITHIN).await,
+        "slow was still known {GONE_WITHIN:?} after its provider died"
+    );
+    assert_eq!(provider_status(&cluster, "tests").await, Value::Null);
+    let gone = cluster.call("acme", json!({"tool": "slow"})).await;
+    assert_eq!(gone["error"], "unknown_tool", "{gone}");
+}
+
+#[tokio::test]
+async fn two_instances_of_a_provider_share_its_calls() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let a = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    let b = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(
+        wait_until(FOUND_WITHIN, || async {
+            provider_status(&cluster, "tests").await["instances"] == 2
+        })
+        .await
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let reply = cluster.call("acme", json!({"tool": "whoami"})).await;
+        seen.insert(reply["instance"].as_str().unwrap().to_owned());
+    }
+    let both: std::collections::BTreeSet<String> = [a.id.clone(), b.id.clone()].into();
+    assert_eq!(seen, both);
+    assert_eq!(a.requests().len() + b.requests().len(), 40);
+}
+
+#[tokio::test]
+async fn name_clashes_are_refused_and_shown_in_component_status() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    // b-first comes first; a-second sorts first but comes later: b-first keeps the name.
+    let first = Provider::start(
+        &cluster,
+        "b-first",
+        &["--no-ticket", "--echo", "shared_echo"],
+    )
+    .await;
+    assert!(wait_known(&cluster, "shared_echo", true, FOUND_WITHIN).await);
+    let _second = Provider::start(
+        &cluster,
+        "a-second",
+        &[
+            "--no-ticket",
+            "--echo",
+            "shared_echo",
+            "--echo",
+            "run_command",
+            "--echo",
+            "own_echo",
+        ],
+    )
+    .await;
+    assert!(wait_known(&cluster, "own_echo", true, FOUND_WITHIN).await);
+
+    let second = provider_status(&cluster, "a-second").await;
+    assert_eq!(second["tools"], json!(["own_echo"]), "{second}");
+    let refused: Vec<(String, String)> = second["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused
+            .iter()
+            .any(|(t, r)| t == "shared_echo" && r.contains("b-first")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|(t, r)| t == "run_command" && r.contains("built-in")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        provider_status(&cluster, "b-first").await["tools"],
+        json!(["shared_echo"])
+    );
+
+    let reply = cluster
+        .call(
+            "acme",
+            json!({"tool": "shared_echo", "arguments": {"n": 1}}),
+        )
+        .await;
+    assert_eq!(reply["echo"], json!({"n": 1}), "{reply}");
+    assert_eq!(first.requests().len(), 1, "the holder got the call");
+    let builtin = describe(&cluster, "run_command").await;
+    assert_eq!(builtin["tool"]["execution"], "sandbox_worker", "{builtin}");
+}
+
+#[tokio::test]
+async fn the_policy_file_overrides_a_provider_s_risk_and_floors_it() {
+    let (_dir, path) = policy_file(
+        "[tools.ticket_create]\nrisk_level = \"low\"\n\n[providers.floored]\nmin_risk_level = \"high\"\n",
+    );
+    // A policy naming a provider tool that is not there yet does not stop the node.
+    let cluster = Cluster::with_env(&[
+        ("TOOLMESH_TOOL_APPROVAL_MODE", "standard"),
+        ("TOOLMESH_POLICY_FILE", &path),
+    ])
+    .await;
+    let tickets = Provider::start(&cluster, "tickets", &[]).await;
+    let _floored = Provider::start(
+        &cluster,
+        "floored",
+        &["--no-ticket", "--echo", "floored_echo"],
+    )
+    .await;
+    assert!(wait_known(&cluster, "ticket_create", true, FOUND_WITHIN).await);
+    assert!(wait_known(&cluster, "floored_echo", true, FOUND_WITHIN).await);
+
+    // medium claimed, low set by the operator: runs in standard and would in strict too.
+    assert_eq!(
+        describe(&cluster, "ticket_create").await["tool"]["risk_level"],
+        "low"
+    );
+    let reply = cluster
+        .call(
+            "acme",
+            json!({"tool": "ticket_create", "arguments": {"title": "t"}}),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(tickets.requests().len(), 1);
+
+    // low claimed, floored at high: gated in standard mode.
+    assert_eq!(
+        describe(&cluster, "floored_echo").await["tool"]["risk_level"],
+        "high"
+    );
+    let gated = cluster.call("acme", json!({"tool": "floored_echo"})).await;
+    assert_eq!(gated["error"], "approval_required", "{gated}");
+    assert_eq!(gated["approval_request"]["risk_level"], "high");
+}
+
+#[tokio::test]
+async fn a_cancel_reaches_the_provider() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
+    let client = cluster.client.clone();
+    let pending = tokio::spawn(async move {
+        request_json_within(
+            &client,
+            "toolmesh.v1.call.acme",
+            json!({"tool": "slow", "invocation_id": "inv-slow", "arguments": {"seconds": 100}}),
+            Duration::from_secs(30),
+        )
+        .await
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            !provider.requests().is_empty()
+        })
+        .await
+    );
+    let cancel = request_json(
+        &cluster.client,
+        "toolmesh.v1.cancel.acme",
+        json!({"invocation_id": "inv-slow"}),
+    )
+    .await;
+    assert_eq!(cancel["cancelled"], true, "{cancel}");
+    let reply = pending.await.unwrap();
+    assert_eq!(reply["error"], "cancelled", "{reply}");
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            provider
+                .received()
+                .iter()
+                .any(|e| e["kind"] == "stopped" && e["invocation_id"] == "inv-slow")
+        })
+        .await,
+        "the provider never stopped the call: {:?}",
+        provider.received()
+    );
+    let told = provider
+        .received()
+        .into_iter()
+        .find(|e| e["kind"] == "cancel")
+        .unwrap();
+    assert_eq!(
+        told["body"],
+        json!({"invocation_id": "inv-slow", "account": "acme", "tool": "slow"})
+    );
+}
+
+#[tokio::test]
+async fn text_over_the_budget_is_cut_and_persisted_in_the_session() {
+    let mut cluster = Cluster::servers().await;
+    let env = [
+        ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+        ("TOOLMESH_RESULT_BUDGET_CHARS", "1000"),
+    ];
+    cluster.start_node("gateway,approval,workspace", &env).await;
+    let _provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, "big", true, FOUND_WITHIN).await);
+
+    let reply = cluster
+        .call(
+            "acme",
+            json!({"tool": "big", "session_id": "s1", "invocation_id": "inv-big", "arguments": {"lines": 500}}),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["text_truncated"], true, "{reply}");
+    assert_eq!(reply["text_preview_chars"], 1000);
+    let whole: String = (0..500).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(reply["text_original_chars"], whole.chars().count());
+    let path = reply["persisted_outputs"]["text"]["path"].as_str().unwrap();
+    assert_eq!(path, ".toolmesh/outputs/inv-big-text.txt");
+    let read = cluster
+        .call(
+            "acme",
+            json!({"tool": "read_workspace_file", "session_id": "s1",
+                   "arguments": {"path": path, "include_line_numbers": false, "max_chars": 100000}}),
+        )
+        .await;
+    assert_eq!(read["content"], whole, "{read}");
+
+    // Without a session the text is cut and nothing is persisted.
+    let cut = cluster
+        .call("acme", json!({"tool": "big", "arguments": {"lines": 500}}))
+        .await;
+    assert_eq!(cut["text_truncated"], true);
+    assert!(cut.get("persisted_outputs").is_none(), "{cut}");
+}
