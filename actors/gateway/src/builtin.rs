@@ -306,11 +306,11 @@ fn score(tool: &RegisteredTool, terms: &[String], query_as_name: &str) -> f64 {
 }
 
 /// The tool set a dispatcher call chooses from.
-pub fn dispatcher_selection<'r>(
-    registry: &'r ToolRegistry,
+pub fn dispatcher_selection(
+    registry: &ToolRegistry,
     include: Option<Vec<String>>,
     profile: Profile,
-) -> Result<BTreeSet<&'r str>, ToolError> {
+) -> Result<BTreeSet<&str>, ToolError> {
     match include {
         Some(items) if !items.is_empty() => registry.select(&items),
         _ => Ok(registry.profile(profile)),

@@ -37,8 +37,13 @@ struct Instance {
     last_seen_ms: u64,
     latency: Duration,
     /// `(name, subject, toolmesh.tool metadata)` of each tool endpoint, in the order given.
-    endpoints: Vec<(String, String, String)>,
+    endpoints: Vec<Endpoint>,
 }
+
+/// `(name, subject, toolmesh.tool metadata)` of one tool endpoint.
+type Endpoint = (String, String, String);
+/// One checked tool endpoint: its name and the tool, or why it is refused.
+type Checked = (String, Result<Arc<RegisteredTool>, String>);
 
 /// A tool endpoint's last check, kept while its definition stays the same.
 #[derive(Debug)]
@@ -96,7 +101,7 @@ impl Catalog {
     /// and are left out.
     pub fn observe(&mut self, seen: Vec<Seen>, now: Instant, now_ms: u64) {
         for Seen { info, latency } in seen {
-            let endpoints: Vec<(String, String, String)> = info
+            let endpoints: Vec<Endpoint> = info
                 .endpoints
                 .iter()
                 .filter_map(|e| {
@@ -141,9 +146,9 @@ impl Catalog {
     /// Resolves names and checks metadata: the tools to register and every provider's status.
     pub fn build(&mut self) -> Built {
         // Each service's tool endpoints: the first instance (by id) that has a name defines it.
-        let mut offered: Vec<(String, Vec<(String, String, String)>, Vec<Refused>)> = Vec::new();
+        let mut offered: Vec<(String, Vec<Endpoint>, Vec<Refused>)> = Vec::new();
         for (service, instances) in &self.services {
-            let mut endpoints: Vec<(String, String, String)> = Vec::new();
+            let mut endpoints: Vec<Endpoint> = Vec::new();
             let mut refused = Vec::new();
             for (n, instance) in instances.values().enumerate() {
                 let mut names_here = BTreeSet::new();
@@ -167,8 +172,7 @@ impl Catalog {
 
         // Check (or reuse the check of) every definition.
         let mut compiled = HashMap::new();
-        let mut checked: Vec<(String, Vec<(String, Result<Arc<RegisteredTool>, String>)>)> =
-            Vec::new();
+        let mut checked: Vec<(String, Vec<Checked>)> = Vec::new();
         for (service, endpoints, _) in &offered {
             let mut tools = Vec::new();
             for (name, subject, meta) in endpoints {
