@@ -17,10 +17,7 @@ use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::time::elapsed_ms;
-use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
-use toolmesh_kernel::tools::{
-    RegisteredTool, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER, TOOL_SEARCH,
-};
+use toolmesh_kernel::tools::{RegisteredTool, ToolRegistry, TOOL_DISPATCHER};
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
     ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
@@ -31,6 +28,7 @@ use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError}
 use crate::builtin;
 use crate::events::RunEvents;
 use crate::splice;
+use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcherArgs};
 
 /// How long the gateway waits for an actor when the call names no `timeout` of its own.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -556,27 +554,17 @@ impl<'a> Call<'a> {
         arguments: Value,
     ) -> Result<Answer, ToolError> {
         let core = self.core;
-        match target.spec.name {
-            COMPONENT_STATUS => Ok(Answer::Prepared(core.status_cache.render(
-                &core.registry,
-                &core.cluster,
-                &core.config,
-                &self.ctx,
-            ))),
-            TOOL_SEARCH => {
-                let args: ToolSearchArgs = serde_json::from_value(arguments)
-                    .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
-                Ok(Answer::Fields(builtin::tool_search(
-                    &core.registry,
-                    &core.cluster,
-                    args,
+        if target.spec.role == Role::Gateway {
+            let answered = tools::find(target.spec.name)
+                .and_then(|tool| tool.answer(core, &self.ctx, arguments));
+            return answered.unwrap_or_else(|| {
+                Err(ToolError::internal(format!(
+                    "the gateway has no handler for {}; this is a bug, see the gateway log",
+                    target.spec.name
                 )))
-            }
-            name if target.spec.role == Role::Gateway => Err(ToolError::internal(format!(
-                "the gateway has no handler for {name}; this is a bug, see the gateway log"
-            ))),
-            _ => Box::pin(self.route(target, arguments)).await,
+            });
         }
+        Box::pin(self.route(target, arguments)).await
     }
 
     /// Sends the call to the actor of the tool's role (any instance, queue group).
@@ -1043,7 +1031,9 @@ mod tests {
             .expect("lazy client");
         let core = Arc::new(GatewayCore {
             client: client.clone(),
-            registry: Arc::new(ToolRegistry::builtin()),
+            registry: Arc::new(
+                ToolRegistry::new(tools::definitions()).expect("the gateway's tools"),
+            ),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),
             decided: broadcast::channel(1).0,

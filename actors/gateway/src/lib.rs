@@ -13,6 +13,7 @@ mod builtin;
 mod call;
 mod events;
 mod splice;
+pub mod tools;
 
 use std::sync::Arc;
 
