@@ -361,18 +361,42 @@ mod tests {
     /// Stand-ins for some of the actors' tools (name, group, role, description): the gateway
     /// knows no actor, so its tests rank among these and its own tools.
     const NEIGHBOURS: [(&str, ToolGroup, Role, &str); 6] = [
-        ("list_workspace_files", ToolGroup::Workspace, Role::Workspace,
-            "List files and directories of the workspace with an optional glob, recursion and sorting."),
-        ("read_workspace_file", ToolGroup::Workspace, Role::Workspace,
-            "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file."),
-        ("write_workspace_file", ToolGroup::Workspace, Role::Workspace,
-            "Write a whole file in the workspace, atomically, creating parent directories."),
-        ("run_command", ToolGroup::Sandbox, Role::Sandbox,
-            "Run a shell command in the session's sandbox, in the foreground or as a background task."),
-        ("run_code", ToolGroup::Sandbox, Role::Sandbox,
-            "Run a Python, JavaScript or Bash snippet in the session's sandbox."),
-        ("web_fetch", ToolGroup::Web, Role::Web,
-            "Fetch a public http(s) URL and return its text with scripts and styles removed."),
+        (
+            "list_workspace_files",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "List files and directories of the workspace with an optional glob, recursion and sorting.",
+        ),
+        (
+            "read_workspace_file",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
+        ),
+        (
+            "write_workspace_file",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "Write a whole file in the workspace, atomically, creating parent directories.",
+        ),
+        (
+            "run_command",
+            ToolGroup::Sandbox,
+            Role::Sandbox,
+            "Run a shell command in the session's sandbox, in the foreground or as a background task.",
+        ),
+        (
+            "run_code",
+            ToolGroup::Sandbox,
+            Role::Sandbox,
+            "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
+        ),
+        (
+            "web_fetch",
+            ToolGroup::Web,
+            Role::Web,
+            "Fetch a public http(s) URL and return its text with scripts and styles removed.",
+        ),
     ];
 
     fn registry() -> ToolRegistry {
