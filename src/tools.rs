@@ -137,7 +137,8 @@ mod tests {
     /// actor answers any other name `unknown_tool` (its dispatch is a lookup in its table).
     #[test]
     fn each_tool_is_in_the_table_of_its_role_and_no_other() {
-        let tables: [(Role, fn(&str) -> bool); 5] = [
+        type Has = fn(&str) -> bool;
+        let tables: [(Role, Has); 5] = [
             (Role::Gateway, |n| {
                 toolmesh_gateway::tools::find(n).is_some()
             }),

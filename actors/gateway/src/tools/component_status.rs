@@ -1,5 +1,5 @@
 //! `component_status`: what the cluster has bound and running, answered by the gateway
-//! ([`crate::builtin::component_status`]).
+//! (`builtin::component_status`).
 
 use serde_json::Value;
 use toolmesh_kernel::tools::args::NoArgs;

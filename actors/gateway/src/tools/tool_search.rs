@@ -1,5 +1,5 @@
 //! `tool_search`: scored matches over the registry's names, descriptions and groups
-//! ([`crate::builtin::tool_search`]); runs nothing.
+//! (`builtin::tool_search`); runs nothing.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

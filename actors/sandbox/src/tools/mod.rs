@@ -64,7 +64,7 @@ pub fn creates_sandbox(tool: &str) -> bool {
 pub struct Tool {
     pub def: ToolDef,
     /// Refusals that need no sandbox (checked before one is created for the session).
-    precheck: Option<fn(&SandboxService) -> Result<(), ToolError>>,
+    precheck: Option<Precheck>,
     run: Run,
 }
 
@@ -74,6 +74,9 @@ impl Tool {
         matches!(self.run, Run::InSandbox(_))
     }
 }
+
+/// A refusal that needs no sandbox.
+type Precheck = fn(&SandboxService) -> Result<(), ToolError>;
 
 /// How a tool runs.
 #[derive(Debug)]
@@ -88,14 +91,11 @@ enum Run {
         ) -> BoxFuture<'a, Result<Answer, ToolError>>,
     ),
     /// Without creating a sandbox, with the session's when it has one; publishes no events.
-    Quick(
-        for<'a> fn(
-            &'a SandboxService,
-            &'a ActorCall,
-            Option<SessionUse>,
-        ) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>>,
-    ),
+    Quick(for<'a> fn(&'a SandboxService, &'a ActorCall, Option<SessionUse>) -> Fields<'a>),
 }
+
+/// What a quick tool answers.
+type Fields<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// Where inside the sandbox the session's workspace is.
 pub const WORKSPACE_MOUNT: &str = "/workspace";

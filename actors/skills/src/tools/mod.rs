@@ -48,12 +48,11 @@ pub fn find(name: &str) -> Option<&'static Tool> {
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
-    run: for<'a> fn(
-        &'a SkillsService,
-        &'a ActorCall,
-        usize,
-    ) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>>,
+    run: for<'a> fn(&'a SkillsService, &'a ActorCall, usize) -> Reply<'a>,
 }
+
+/// What a handler answers.
+type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// Everything the tools need.
 #[derive(Debug, Clone)]

@@ -39,11 +39,11 @@ pub fn find(name: &str) -> Option<&'static Tool> {
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
-    run: for<'a> fn(
-        &'a WebService,
-        &'a ActorCall,
-    ) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>>,
+    run: for<'a> fn(&'a WebService, &'a ActorCall) -> Reply<'a>,
 }
+
+/// What a handler answers.
+type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// `max_chars` above this is clamped: a reply must fit a NATS body.
 pub const MAX_CHARS_CAP: u64 = 100_000;
