@@ -4,3 +4,4 @@
 pub mod cli;
 pub mod micro;
 pub mod node;
+pub mod tools;

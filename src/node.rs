@@ -19,7 +19,6 @@ use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, public, queue};
-use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
@@ -130,7 +129,7 @@ pub async fn run(
     tokio::task::yield_now().await;
     let config = Arc::new(config);
     let id = node_id(&config)?;
-    let registry = Arc::new(ToolRegistry::builtin());
+    let registry = Arc::new(crate::tools::registry().context("the built-in tools")?);
     // A `[tools.<name>]` entry that names no built-in tool is for a provider tool of that
     // name (the policy file checked that it is a tool name): kept, and said once here, since
     // a misspelt built-in name would otherwise change nothing unnoticed.

@@ -2013,3 +2013,84 @@ async fn a_deep_tree_neither_stalls_the_node_nor_outlives_its_sandbox() {
     let r = tool(&c, "s2", "run_command", json!({"command": "echo alive"})).await;
     assert_eq!(r["stdout"], "alive\n", "the node lives on: {r}");
 }
+
+/// Sends `call` straight to `role`'s run subject, past the gateway, and returns the actor's
+/// reply (a long-running role's claim skipped).
+async fn call_actor(
+    c: &Cluster,
+    role: toolmesh_kernel::Role,
+    call: &toolmesh_kernel::wire::ActorCall,
+) -> toolmesh_kernel::wire::ActorReply {
+    let inbox = c.client.new_inbox();
+    let mut replies = c.client.subscribe(inbox.clone()).await.unwrap();
+    toolmesh_kernel::host::confirm_subscriptions(&c.client)
+        .await
+        .unwrap();
+    let subject = toolmesh_kernel::subjects::internal::run(role);
+    let body = serde_json::to_vec(call).unwrap();
+    c.client
+        .publish_with_reply(subject, inbox, body.into())
+        .await
+        .unwrap();
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .unwrap_or_else(|_| panic!("{role} answers {}", call.tool))
+            .expect("subscription open");
+        if toolmesh_kernel::host::claimant(&msg).is_none() {
+            return serde_json::from_slice(&msg.payload).expect("an ActorReply");
+        }
+    }
+}
+
+/// One table per actor, and a name outside it reaches no code of another tool: sent straight
+/// to an actor (as a gateway with another registry would), a name its table lacks is
+/// `unknown_tool` before anything else about the call is looked at (here: a missing session),
+/// and no sandbox is made for it.
+#[tokio::test]
+async fn an_actor_answers_a_name_outside_its_table_unknown_tool() {
+    use toolmesh_kernel::wire::{ActorCall, InvocationContext};
+    use toolmesh_kernel::{Account, InvocationId, Role, SessionId};
+
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let mut c = SandboxCluster { c };
+    let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
+    env.push(("TOOLMESH_SANDBOX_WARM", "0"));
+    c.start_node("workspace,sandbox,skills,web", &env).await;
+    let cases = [
+        (Role::Workspace, "run_code"),
+        (Role::Workspace, "nope"),
+        (Role::Sandbox, "read_workspace_file"),
+        (Role::Sandbox, "nope"),
+        (Role::Skills, "execute_skills"),
+        (Role::Web, "tool_search"),
+    ];
+    for (role, tool) in cases {
+        for session in [None, Some("s1")] {
+            let call = ActorCall {
+                invocation: InvocationContext {
+                    account: Account::parse("acme").unwrap(),
+                    invocation_id: InvocationId::parse("inv-unknown-tool").unwrap(),
+                    session_id: session.map(|s| SessionId::parse(s).unwrap()),
+                    user_id: None,
+                    agent_id: None,
+                },
+                tool: tool.into(),
+                arguments: json!({"command": "touch /workspace/ran", "code": "print(1)"}),
+                event_seq: 1,
+                direct: None,
+            };
+            let reply = call_actor(&c, role, &call).await;
+            assert_eq!(
+                reply.reply["error"], "unknown_tool",
+                "{role} {tool} {session:?}: {:?}",
+                reply.reply
+            );
+        }
+    }
+    assert!(
+        containers_of(&c.node_prefix).is_empty(),
+        "no sandbox is made for a tool the worker does not have"
+    );
+}

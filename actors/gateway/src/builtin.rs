@@ -9,12 +9,14 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::policy::{ApprovalMode, Policy};
-use toolmesh_kernel::tools::args::{Profile, ToolSearchArgs};
+use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{RegisteredTool, ToolGroup, ToolRegistry};
 
 use crate::providers::catalog::ProviderStatus;
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
+
+use crate::tools::tool_search::ToolSearchArgs;
 
 fn object(value: Value) -> Map<String, Value> {
     match value {
@@ -372,8 +374,71 @@ pub fn unknown_tool(name: &str) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolmesh_kernel::wire::{Heartbeat, NodeStatus};
+    use toolmesh_kernel::tools::args::NoArgs;
+    use toolmesh_kernel::tools::{schema_of, ToolDef};
+    use toolmesh_kernel::wire::{Heartbeat, NodeStatus, RiskLevel};
     use toolmesh_kernel::NodeId;
+
+    /// Stand-ins for some of the actors' tools (name, group, role, description): the gateway
+    /// knows no actor, so its tests rank among these and its own tools.
+    const NEIGHBOURS: [(&str, ToolGroup, Role, &str); 6] = [
+        (
+            "list_workspace_files",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "List files and directories of the workspace with an optional glob, recursion and sorting.",
+        ),
+        (
+            "read_workspace_file",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
+        ),
+        (
+            "write_workspace_file",
+            ToolGroup::Workspace,
+            Role::Workspace,
+            "Write a whole file in the workspace, atomically, creating parent directories.",
+        ),
+        (
+            "run_command",
+            ToolGroup::Sandbox,
+            Role::Sandbox,
+            "Run a shell command in the session's sandbox, in the foreground or as a background task.",
+        ),
+        (
+            "run_code",
+            ToolGroup::Sandbox,
+            Role::Sandbox,
+            "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
+        ),
+        (
+            "web_fetch",
+            ToolGroup::Web,
+            Role::Web,
+            "Fetch a public http(s) URL and return its text with scripts and styles removed.",
+        ),
+    ];
+
+    fn registry() -> ToolRegistry {
+        let neighbours = NEIGHBOURS
+            .iter()
+            .map(|(name, group, role, description)| ToolDef {
+                name,
+                group: group.clone(),
+                description,
+                risk_level: RiskLevel::Low,
+                side_effects: &[],
+                needs_session: false,
+                role: *role,
+                schema: schema_of::<NoArgs>,
+            });
+        let defs: Vec<ToolDef> = crate::tools::definitions()
+            .cloned()
+            .chain(neighbours)
+            .collect();
+        ToolRegistry::new(&defs).unwrap()
+    }
 
     fn cluster(roles: &[Role]) -> ClusterView {
         let view = ClusterView::new();
@@ -392,7 +457,7 @@ mod tests {
     }
 
     fn search(query: &str, include_disabled: bool, roles: &[Role]) -> Vec<String> {
-        let reg = ToolRegistry::builtin();
+        let reg = registry();
         let out = tool_search(
             &reg,
             &Policy::default(),

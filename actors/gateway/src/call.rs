@@ -17,11 +17,7 @@ use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::time::elapsed_ms;
-use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
-use toolmesh_kernel::tools::{
-    ProviderRoute, RegisteredTool, Runs, ToolRegistry, COMPONENT_STATUS, TOOL_DISPATCHER,
-    TOOL_SEARCH,
-};
+use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool, Runs, ToolRegistry, TOOL_DISPATCHER};
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
     ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
@@ -33,6 +29,7 @@ use crate::builtin;
 use crate::events::RunEvents;
 use crate::providers::{self, LiveTools};
 use crate::splice;
+use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcherArgs};
 
 /// How long the gateway waits for an actor when the call names no `timeout` of its own.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -560,31 +557,17 @@ impl<'a> Call<'a> {
         arguments: Value,
     ) -> Result<Answer, ToolError> {
         let core = self.core;
-        match (&target.spec.runs, target.spec.name.as_ref()) {
-            (Runs::Gateway, COMPONENT_STATUS) => Ok(Answer::Prepared(core.status_cache.render(
-                self.registry,
-                &core.tools.providers(),
-                &core.cluster,
-                &core.config,
-                &self.ctx,
-            ))),
-            (Runs::Gateway, TOOL_SEARCH) => {
-                let args: ToolSearchArgs = serde_json::from_value(arguments)
-                    .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
-                Ok(Answer::Fields(builtin::tool_search(
-                    self.registry,
-                    &core.config.policy,
-                    &core.cluster,
-                    args,
-                )))
-            }
-            (Runs::Gateway, name) => Err(ToolError::internal(format!(
-                "the gateway has no handler for {name}; this is a bug, see the gateway log"
-            ))),
-            (Runs::Actor(role), _) => Box::pin(self.route(target, *role, arguments)).await,
-            (Runs::Provider(route), _) => {
-                Box::pin(self.call_provider(target, route, arguments)).await
-            }
+        match &target.spec.runs {
+            Runs::Gateway => tools::find(&target.spec.name)
+                .and_then(|tool| tool.answer(core, self.registry, &self.ctx, arguments))
+                .unwrap_or_else(|| {
+                    Err(ToolError::internal(format!(
+                        "the gateway has no handler for {}; this is a bug, see the gateway log",
+                        target.spec.name
+                    )))
+                }),
+            Runs::Actor(role) => Box::pin(self.route(target, *role, arguments)).await,
+            Runs::Provider(route) => Box::pin(self.call_provider(target, route, arguments)).await,
         }
     }
 
@@ -1205,7 +1188,9 @@ mod tests {
             .expect("lazy client");
         let core = Arc::new(GatewayCore {
             client: client.clone(),
-            tools: Arc::new(LiveTools::new(Arc::new(ToolRegistry::builtin()))),
+            tools: Arc::new(LiveTools::new(Arc::new(
+                ToolRegistry::new(tools::definitions()).expect("the gateway's tools"),
+            ))),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),
             decided: broadcast::channel(1).0,

@@ -17,6 +17,7 @@ mod call;
 mod events;
 pub mod providers;
 mod splice;
+pub mod tools;
 
 use std::sync::Arc;
 

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use toolmesh_kernel::tools::args::SearchWorkspaceFilesArgs;
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_workspace::confine::Workspace;
 use toolmesh_workspace::search::search;
+use toolmesh_workspace::tools::search_files::SearchWorkspaceFilesArgs;
 
 const FILES: usize = 18_000;
 const TARGET_BYTES: usize = 200_000_000;

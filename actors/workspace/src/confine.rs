@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
+use crate::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
 use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, Metadata, OpenOptions};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
-use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 /// `list_workspace_files` never returns more entries than this (PROTOCOL.md).

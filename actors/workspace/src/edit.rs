@@ -14,9 +14,9 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use crate::tools::multi_edit_file::SnippetEdit;
 use serde::Serialize;
 use similar::TextDiff;
-use toolmesh_kernel::tools::args::SnippetEdit;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 /// How many `nearby_candidates` a `snippet_not_found` carries.

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
+use crate::tools::lint_file::LintLanguage;
 use rustpython_parser::lexer::{lex, LexicalErrorType};
 use rustpython_parser::{parse, Mode, ParseErrorType, Tok};
 use serde::Serialize;
-use toolmesh_kernel::tools::args::LintLanguage;
 
 /// The fixed `lint_model` of every reply.
 pub const LINT_MODEL: &str = "built_in_lightweight";

@@ -46,6 +46,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::tools::search_files::SearchWorkspaceFilesArgs;
 use cap_fs_ext::OpenOptionsSyncExt;
 use grep_matcher::{LineTerminator, Matcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -56,7 +57,6 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use serde::Serialize;
-use toolmesh_kernel::tools::args::SearchWorkspaceFilesArgs;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::confine::Workspace;

@@ -144,7 +144,7 @@ impl Catalog {
     }
 
     /// Resolves names and checks metadata: the tools to register and every provider's status.
-    pub fn build(&mut self) -> Built {
+    pub fn build(&mut self, builtin: &ToolRegistry) -> Built {
         // Each service's tool endpoints: the first instance (by id) that has a name defines it.
         let mut offered: Vec<(String, Vec<Endpoint>, Vec<Refused>)> = Vec::new();
         for (service, instances) in &self.services {
@@ -196,10 +196,7 @@ impl Catalog {
         let mut granted: HashMap<String, String> = HashMap::new();
         for (service, tools) in &checked {
             for (name, tool) in tools {
-                if tool.is_ok()
-                    && !ToolRegistry::is_builtin_name(name)
-                    && self.holders.get(name) == Some(service)
-                {
+                if tool.is_ok() && !builtin.has(name) && self.holders.get(name) == Some(service) {
                     granted.insert(name.clone(), service.clone());
                 }
             }
@@ -215,7 +212,7 @@ impl Catalog {
                 };
                 let refusal = match tool {
                     Err(reason) => Some(refuse(reason.clone())),
-                    Ok(_) if ToolRegistry::is_builtin_name(name) => {
+                    Ok(_) if builtin.has(name) => {
                         Some(refuse(format!("{name} is a built-in tool")))
                     }
                     Ok(_) => match granted.get(name) {
@@ -275,6 +272,11 @@ impl Catalog {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The gateway's own tools stand for the built-ins (the gateway sees no actor's table).
+    fn builtin() -> ToolRegistry {
+        ToolRegistry::new(crate::tools::definitions()).unwrap()
+    }
 
     fn info(service: &str, id: &str, tools: &[&str]) -> Seen {
         let endpoints: Vec<Value> = tools
@@ -340,7 +342,7 @@ mod tests {
             t0,
             0,
         );
-        let built = c.build();
+        let built = c.build(&builtin());
         assert_eq!(
             names(&built),
             pairs(&[("echo", "a-svc"), ("b_only", "b-svc")])
@@ -352,15 +354,15 @@ mod tests {
         // A newcomer whose name sorts first does not take the name from its holder.
         let mut c = Catalog::default();
         c.observe(vec![info("m-svc", "1", &["echo"])], t0, 0);
-        c.build();
+        c.build(&builtin());
         c.observe(vec![info("a-svc", "1", &["echo"])], t0, 0);
-        let built = c.build();
+        let built = c.build(&builtin());
         assert_eq!(names(&built), pairs(&[("echo", "m-svc")]));
 
         // Built-in names are never taken.
         let mut c = Catalog::default();
-        c.observe(vec![info("x", "1", &["run_command", "fine"])], t0, 0);
-        let built = c.build();
+        c.observe(vec![info("x", "1", &["tool_search", "fine"])], t0, 0);
+        let built = c.build(&builtin());
         assert_eq!(names(&built), pairs(&[("fine", "x")]));
         assert!(built.status[0].refused[0].reason.contains("built-in"));
     }
@@ -375,7 +377,7 @@ mod tests {
             0,
         );
         c.observe(vec![info("b", "1", &["echo"])], t0, 0);
-        let built = c.build();
+        let built = c.build(&builtin());
         assert_eq!(built.status[0].instances, 2);
         assert_eq!(names(&built), pairs(&[("echo", "a")]));
         // Instance 2 keeps answering; 1 does not.
@@ -390,7 +392,7 @@ mod tests {
         // Then 2 stops too: a goes, b gets the name.
         c.observe(vec![info("b", "1", &["echo"])], t1 + INSTANCE_EXPIRY, 0);
         c.expire(t1 + INSTANCE_EXPIRY);
-        let built = c.build();
+        let built = c.build(&builtin());
         assert_eq!(names(&built), pairs(&[("echo", "b")]));
         assert!(c.instances_of("a").is_empty());
     }
@@ -399,6 +401,6 @@ mod tests {
     fn services_without_tool_endpoints_are_not_providers() {
         let mut c = Catalog::default();
         c.observe(vec![info("toolmesh-node", "n1", &[])], Instant::now(), 0);
-        assert!(c.build().status.is_empty());
+        assert!(c.build(&builtin()).status.is_empty());
     }
 }

@@ -82,7 +82,7 @@ impl LiveTools {
             let mut catalog = self.catalog.lock().expect("catalog lock");
             catalog.observe(seen, now, toolmesh_kernel::time::now_ms());
             catalog.expire(now);
-            catalog.build()
+            catalog.build(&self.builtin)
         };
         let current = self.registry.load();
         let unchanged = {

@@ -10,9 +10,9 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 use toolmesh_workspace::confine::{self, Workspace, WorkspacePath};
+use toolmesh_workspace::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
 
 struct Fixture {
     _tmp: tempfile::TempDir,

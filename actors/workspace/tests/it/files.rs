@@ -4,9 +4,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use toolmesh_kernel::tools::args::{ListWorkspaceFilesArgs, SortBy};
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
+use toolmesh_workspace::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
 
 use crate::tree;
 

@@ -1,7 +1,12 @@
-//! The tool registry: name, group, description, JSON Schema, risk, side effects, boundary and
-//! where each tool runs ([`Runs`]), plus the dispatcher's profiles. Built-in tools and
+//! The tool registry's types: a built-in tool's definition ([`ToolDef`]), a tool with its
+//! compiled JSON Schema ([`RegisteredTool`]) and where it runs ([`Runs`]), the registry
+//! ([`ToolRegistry`]), argument validation and the dispatcher's profiles. Built-in tools and
 //! provider tools (PROTOCOL.md "Tool providers") are the same kind of value; only where they
 //! run differs.
+//!
+//! The built-in definitions live with the actors that run them, one table per actor; the node
+//! assembles the registry from every table. This module knows no tool but the gateway's own
+//! names the profiles need.
 
 pub mod args;
 
@@ -16,7 +21,7 @@ use serde_json::{json, Value};
 use crate::error::{ErrorCode, ToolError};
 use crate::role::Role;
 use crate::wire::{RiskLevel, SideEffect};
-use args::*;
+use args::Profile;
 
 /// The groups of PROTOCOL.md's tool table, `external` and `mcp` for provider tools, and any
 /// other group a provider names.
@@ -158,6 +163,7 @@ const BOUNDARY_SKILLS_RUN: &str =
     "runs the skill runner inside the session's sandbox with skills mounted read-only";
 const BOUNDARY_WEB: &str =
     "egress to public http(s) addresses only; private, loopback and metadata addresses are refused";
+const BOUNDARY_EXTERNAL: &str = "runs outside the node, wherever its provider runs it";
 
 /// The description of one tool, built in or from a provider.
 #[derive(Debug, Clone)]
@@ -197,11 +203,12 @@ impl std::fmt::Debug for RegisteredTool {
 }
 
 impl RegisteredTool {
-    fn new<A: JsonSchema>(spec: ToolSpec) -> Self {
-        let schema = schemars::schema_for!(A).to_value();
-        let name = spec.name.clone();
-        Self::from_schema(spec, schema)
-            .unwrap_or_else(|e| panic!("schema of {name} does not compile: {e}"))
+    /// A built-in tool from its definition; `Err` when its schema does not compile.
+    pub fn from_def(def: &ToolDef) -> Result<Self, RegistryError> {
+        Self::from_schema(def.spec(), (def.schema)()).map_err(|message| RegistryError::Schema {
+            tool: def.name,
+            message,
+        })
     }
 
     /// A tool whose input schema is a JSON value (a provider's): the schema gets the tool's
@@ -291,41 +298,67 @@ pub const DETAIL_MESSAGE_CHARS: usize = 300;
 /// two ends around `…(N chars hidden)…` and is then no longer exact.
 pub const DETAIL_PATH_CHARS: usize = 256;
 
-fn spec(
-    name: &'static str,
-    group: ToolGroup,
-    role: Role,
-    risk_level: RiskLevel,
-    side_effects: &'static [SideEffect],
-    description: &'static str,
-) -> ToolSpec {
-    let (boundary, needs_session) = match (&group, side_effects) {
-        (ToolGroup::Platform | ToolGroup::Dispatcher, _) => (BOUNDARY_GATEWAY, false),
-        (ToolGroup::Workspace, []) => (BOUNDARY_WORKSPACE_READ, true),
-        (ToolGroup::Workspace, _) => (BOUNDARY_WORKSPACE_WRITE, true),
-        (ToolGroup::Sandbox, _) => (BOUNDARY_SANDBOX, true),
-        (ToolGroup::Skills, []) => (BOUNDARY_SKILLS_READ, false),
-        (ToolGroup::Skills, _) => (BOUNDARY_SKILLS_RUN, true),
-        (ToolGroup::Web, _) => (BOUNDARY_WEB, false),
-        (ToolGroup::External | ToolGroup::Mcp | ToolGroup::Named(_), _) => {
-            unreachable!("built-in tools are in built-in groups")
+/// A built-in tool's definition: a `const` in the file of the actor that implements it, listed
+/// in that actor's table. Its boundary follows from its group and side effects, where it runs
+/// from its role.
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    pub name: &'static str,
+    pub group: ToolGroup,
+    pub description: &'static str,
+    pub risk_level: RiskLevel,
+    pub side_effects: &'static [SideEffect],
+    /// Whether a call needs a `session_id`.
+    pub needs_session: bool,
+    /// The actor that runs it.
+    pub role: Role,
+    /// The JSON Schema of its arguments: [`schema_of`] its argument type.
+    pub schema: fn() -> Value,
+}
+
+impl ToolDef {
+    /// Its description in the registry.
+    pub fn spec(&self) -> ToolSpec {
+        let boundary = match (&self.group, self.side_effects) {
+            (ToolGroup::Platform | ToolGroup::Dispatcher, _) => BOUNDARY_GATEWAY,
+            (ToolGroup::Workspace, []) => BOUNDARY_WORKSPACE_READ,
+            (ToolGroup::Workspace, _) => BOUNDARY_WORKSPACE_WRITE,
+            (ToolGroup::Sandbox, _) => BOUNDARY_SANDBOX,
+            (ToolGroup::Skills, []) => BOUNDARY_SKILLS_READ,
+            (ToolGroup::Skills, _) => BOUNDARY_SKILLS_RUN,
+            (ToolGroup::Web, _) => BOUNDARY_WEB,
+            (ToolGroup::External | ToolGroup::Mcp | ToolGroup::Named(_), _) => BOUNDARY_EXTERNAL,
+        };
+        let runs = if self.role == Role::Gateway {
+            Runs::Gateway
+        } else {
+            Runs::Actor(self.role)
+        };
+        ToolSpec {
+            name: Cow::Borrowed(self.name),
+            group: self.group.clone(),
+            description: Cow::Borrowed(self.description),
+            risk_level: self.risk_level,
+            side_effects: Cow::Borrowed(self.side_effects),
+            boundary: Cow::Borrowed(boundary),
+            runs,
+            needs_session: self.needs_session,
         }
-    };
-    let runs = if role == Role::Gateway {
-        Runs::Gateway
-    } else {
-        Runs::Actor(role)
-    };
-    ToolSpec {
-        name: Cow::Borrowed(name),
-        group,
-        description: Cow::Borrowed(description),
-        risk_level,
-        side_effects: Cow::Borrowed(side_effects),
-        boundary: Cow::Borrowed(boundary),
-        runs,
-        needs_session,
     }
+}
+
+/// The JSON Schema of an argument type, for [`ToolDef::schema`].
+pub fn schema_of<A: JsonSchema>() -> Value {
+    schemars::schema_for!(A).to_value()
+}
+
+/// Why a registry cannot be built from its definitions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("two tools are named {0:?}")]
+    Duplicate(&'static str),
+    #[error("the schema of {tool} does not compile: {message}")]
+    Schema { tool: &'static str, message: String },
 }
 
 /// The tools a gateway knows: the built-in ones, and (in the gateway's live registry) the
@@ -338,71 +371,22 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    pub fn builtin() -> ToolRegistry {
-        use RiskLevel::*;
-        use SideEffect::*;
-        use ToolGroup as G;
-        let t = |s| s;
-        let tools = vec![
-            RegisteredTool::new::<NoArgs>(t(spec(COMPONENT_STATUS, G::Platform, Role::Gateway, Low, &[],
-                "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime."))),
-            RegisteredTool::new::<ToolDispatcherArgs>(spec(TOOL_DISPATCHER, G::Dispatcher, Role::Gateway, Low, &[],
-                "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.")),
-            RegisteredTool::new::<ToolSearchArgs>(spec(TOOL_SEARCH, G::Dispatcher, Role::Gateway, Low, &[],
-                "Search the built-in tools by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.")),
-            RegisteredTool::new::<NoArgs>(spec("workspace_status", G::Workspace, Role::Workspace, Low, &[],
-                "The session workspace root and a sample of up to 50 files.")),
-            RegisteredTool::new::<ListWorkspaceFilesArgs>(spec("list_workspace_files", G::Workspace, Role::Workspace, Low, &[],
-                "List files and directories of the workspace with an optional glob, recursion and sorting.")),
-            RegisteredTool::new::<ReadWorkspaceFileArgs>(spec("read_workspace_file", G::Workspace, Role::Workspace, Low, &[],
-                "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.")),
-            RegisteredTool::new::<SearchWorkspaceFilesArgs>(spec("search_workspace_files", G::Workspace, Role::Workspace, Low, &[],
-                "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.")),
-            RegisteredTool::new::<LintWorkspaceFileArgs>(spec("lint_workspace_file", G::Workspace, Role::Workspace, Low, &[],
-                "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.")),
-            RegisteredTool::new::<WriteWorkspaceFileArgs>(spec("write_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
-                "Write a whole file in the workspace, atomically, creating parent directories.")),
-            RegisteredTool::new::<WriteWorkspaceFilesArgs>(spec("write_workspace_files", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
-                "Write up to 100 whole files in the workspace in one call.")),
-            RegisteredTool::new::<EditWorkspaceFileArgs>(spec("edit_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
-                "Replace an exact snippet in a file read before; returns a unified diff.")),
-            RegisteredTool::new::<MultiEditWorkspaceFileArgs>(spec("multi_edit_workspace_file", G::Workspace, Role::Workspace, Medium, &[WorkspaceWrite],
-                "Apply several snippet edits to one file, all or nothing; returns a unified diff.")),
-            RegisteredTool::new::<PathArgs>(spec("delete_workspace_file", G::Workspace, Role::Workspace, High, &[WorkspaceDelete],
-                "Delete a file, a symlink (not its target) or an empty directory of the workspace.")),
-            RegisteredTool::new::<NoArgs>(spec("list_skills", G::Skills, Role::Skills, Low, &[],
-                "List the active skills: local ones and those of the configured skill spaces.")),
-            RegisteredTool::new::<SearchSkillsArgs>(spec("search_skills", G::Skills, Role::Skills, Low, &[],
-                "Fuzzy search over skill names, aliases, tags, descriptions and examples.")),
-            RegisteredTool::new::<LoadSkillArgs>(spec("load_skill", G::Skills, Role::Skills, Low, &[],
-                "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.")),
-            RegisteredTool::new::<ExecuteSkillsArgs>(spec("execute_skills", G::Skills, Role::Sandbox, High, &[IsolatedRuntimeExecution],
-                "Run a workflow prompt with the named skills inside the session's sandbox.")),
-            RegisteredTool::new::<NoArgs>(spec("sandbox_status", G::Sandbox, Role::Sandbox, Low, &[],
-                "The session sandbox's backend, limits, lifetime and boundary; runs no command.")),
-            RegisteredTool::new::<RunCommandArgs>(spec("run_command", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
-                "Run a shell command in the session's sandbox, in the foreground or as a background task.")),
-            RegisteredTool::new::<RunCodeArgs>(spec("run_code", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
-                "Run a Python, JavaScript or Bash snippet in the session's sandbox.")),
-            RegisteredTool::new::<NoArgs>(spec("list_tasks", G::Sandbox, Role::Sandbox, Low, &[],
-                "List the background tasks of the session.")),
-            RegisteredTool::new::<TaskOutputArgs>(spec("task_output", G::Sandbox, Role::Sandbox, Low, &[],
-                "Read a background task's new output, optionally waiting for a regex to appear.")),
-            RegisteredTool::new::<TaskInputArgs>(spec("task_input", G::Sandbox, Role::Sandbox, High, &[IsolatedRuntimeExecution],
-                "Write to a background task's standard input.")),
-            RegisteredTool::new::<TaskIdArgs>(spec("kill_task", G::Sandbox, Role::Sandbox, Medium, &[ProcessControl],
-                "Stop a background task.")),
-            RegisteredTool::new::<WebFetchArgs>(spec("web_fetch", G::Web, Role::Web, Low, &[NetworkEgress],
-                "Fetch a public http(s) URL and return its text with scripts and styles removed.")),
-            RegisteredTool::new::<WebSearchArgs>(spec("web_search", G::Web, Role::Web, Low, &[NetworkEgress],
-                "Search the web through the configured provider; returns titles, URLs and snippets.")),
-        ];
+    /// The registry of `defs`, in their order; `Err` when two share a name or a schema does
+    /// not compile.
+    pub fn new<'a>(
+        defs: impl IntoIterator<Item = &'a ToolDef>,
+    ) -> Result<ToolRegistry, RegistryError> {
         let mut registry = ToolRegistry {
             tools: Vec::new(),
             by_name: HashMap::new(),
         };
-        registry.extend(tools.into_iter().map(Arc::new));
-        registry
+        for def in defs {
+            if registry.by_name.contains_key(def.name) {
+                return Err(RegistryError::Duplicate(def.name));
+            }
+            registry.extend([Arc::new(RegisteredTool::from_def(def)?)]);
+        }
+        Ok(registry)
     }
 
     /// This registry and `extra` after it. A tool whose name is already taken is left out:
@@ -424,21 +408,10 @@ impl ToolRegistry {
         }
     }
 
-    /// Whether `name` is a built-in tool's name (or the dispatcher's alias).
-    pub fn is_builtin_name(name: &str) -> bool {
-        static NAMES: std::sync::OnceLock<BTreeSet<&'static str>> = std::sync::OnceLock::new();
-        name == TOOL_DISPATCHER_ALIAS
-            || NAMES
-                .get_or_init(|| {
-                    ToolRegistry::builtin()
-                        .iter()
-                        .filter_map(|t| match &t.spec.name {
-                            Cow::Borrowed(name) => Some(*name),
-                            Cow::Owned(_) => None,
-                        })
-                        .collect()
-                })
-                .contains(name)
+    /// Whether this registry has a tool of `name` (or `name` is the dispatcher's alias and
+    /// it has the dispatcher).
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
     }
 
     /// A tool by name; the dispatcher's alias resolves to `tool_dispatcher`.
@@ -481,7 +454,10 @@ impl ToolRegistry {
         ];
         let dispatchable = self.iter().filter(|t| t.spec.name != TOOL_DISPATCHER);
         match profile {
-            Profile::Focused | Profile::Core => FOCUSED.into_iter().collect(),
+            Profile::Focused | Profile::Core => FOCUSED
+                .into_iter()
+                .filter(|name| self.by_name.contains_key(*name))
+                .collect(),
             // Every built-in tool and every provider tool.
             Profile::Default => dispatchable.map(|t| t.spec.name.as_ref()).collect(),
             Profile::Coding => dispatchable
@@ -530,186 +506,59 @@ impl ToolRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use args::NoArgs;
+
+    fn def(name: &'static str, group: ToolGroup, schema: fn() -> Value) -> ToolDef {
+        ToolDef {
+            name,
+            group,
+            description: "a tool of the tests",
+            risk_level: RiskLevel::Low,
+            side_effects: &[],
+            needs_session: false,
+            role: Role::Web,
+            schema,
+        }
+    }
 
     #[test]
-    fn every_protocol_tool_is_registered_with_its_risk() {
-        let reg = ToolRegistry::builtin();
-        let expect = [
-            ("component_status", "low"),
-            ("tool_dispatcher", "low"),
-            ("tool_search", "low"),
-            ("workspace_status", "low"),
-            ("list_workspace_files", "low"),
-            ("read_workspace_file", "low"),
-            ("search_workspace_files", "low"),
-            ("lint_workspace_file", "low"),
-            ("write_workspace_file", "medium"),
-            ("write_workspace_files", "medium"),
-            ("edit_workspace_file", "medium"),
-            ("multi_edit_workspace_file", "medium"),
-            ("delete_workspace_file", "high"),
-            ("list_skills", "low"),
-            ("search_skills", "low"),
-            ("load_skill", "low"),
-            ("execute_skills", "high"),
-            ("sandbox_status", "low"),
-            ("list_tasks", "low"),
-            ("task_output", "low"),
-            ("kill_task", "medium"),
-            ("run_command", "high"),
-            ("run_code", "high"),
-            ("task_input", "high"),
-            ("web_fetch", "low"),
-            ("web_search", "low"),
+    fn a_registry_holds_its_definitions_and_nothing_else() {
+        let defs = [
+            def("a_tool", ToolGroup::Web, schema_of::<NoArgs>),
+            def(TOOL_DISPATCHER, ToolGroup::Dispatcher, schema_of::<NoArgs>),
         ];
-        assert_eq!(reg.iter().count(), expect.len());
-        for (name, risk) in expect {
-            let tool = reg.get(name).unwrap_or_else(|| panic!("{name} missing"));
-            assert_eq!(tool.spec.risk_level.as_str(), risk, "{name}");
-        }
+        let reg = ToolRegistry::new(&defs).unwrap();
+        assert_eq!(reg.iter().count(), 2);
+        assert_eq!(reg.get("a_tool").unwrap().spec.execution(), "web_actor");
         assert_eq!(
             reg.get(TOOL_DISPATCHER_ALIAS).unwrap().spec.name,
             TOOL_DISPATCHER
         );
-    }
-
-    fn check(tool: &str, args: Value, expect_paths: &[&str]) {
-        let reg = ToolRegistry::builtin();
-        let result = reg.get(tool).unwrap().validate(&args, "");
-        let paths: Vec<String> = match result {
-            Ok(()) => vec![],
-            Err(e) => {
-                assert_eq!(e.code, ErrorCode::InvalidArguments);
-                e.details["details"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|d| d["path"].as_str().unwrap().to_owned())
-                    .collect()
-            }
-        };
-        assert_eq!(paths, expect_paths, "{tool} {args}");
+        assert!(reg.get("read_workspace_file").is_none());
+        // A profile names only tools the registry has.
+        assert!(reg.profile(Profile::Focused).is_empty());
+        assert!(reg.select(&["read_workspace_file".into()]).is_err());
     }
 
     #[test]
-    fn validation_names_the_field() {
-        check("read_workspace_file", json!({"path": "a"}), &[]);
-        check("read_workspace_file", json!({}), &["/path"]);
-        check("read_workspace_file", json!({"path": 5}), &["/path"]);
-        check(
-            "read_workspace_file",
-            json!({"path": "a", "nope": 1}),
-            &["/nope"],
-        );
-        check(
-            "read_workspace_file",
-            json!({"path": "a", "start_line": 0}),
-            &["/start_line"],
-        );
-        check(
-            "run_command",
-            json!({"command": "ls", "env": {"A": 1}}),
-            &["/env/A"],
-        );
-        check(
-            "task_output",
-            json!({"task_id": "t", "timeout": 301}),
-            &["/timeout"],
-        );
-        check("search_skills", json!({"query": ""}), &["/query"]);
-        check("tool_dispatcher", json!({"action": "frob"}), &["/action"]);
-        check(
-            "write_workspace_files",
-            json!({"files": [{"path": "a"}]}),
-            &["/files/0/content"],
-        );
-        check("component_status", json!({"x": 1}), &["/x"]);
-    }
-
-    /// Issue 16: a schema message quoted the whole offending value, so a 600 KB value made a
-    /// reply over `max_payload`.
-    #[test]
-    fn a_huge_invalid_value_gets_short_messages_that_name_the_path() {
-        let reg = ToolRegistry::builtin();
-        let huge = "x".repeat(600 * 1024);
-        let cases = [
-            ("list_workspace_files", json!({"sort_by": huge}), "/sort_by"),
-            (
-                "run_command",
-                json!({"command": "ls", "env": {"A": {"v": huge}}}),
-                "/env/A",
-            ),
-            (
-                "run_command",
-                json!({"command": "ls", "env": {"A": [huge, huge, huge]}}),
-                "/env/A",
-            ),
-            (
-                "read_workspace_file",
-                json!({"path": "a", "start_line": huge}),
-                "/start_line",
-            ),
+    fn two_tools_of_one_name_are_refused() {
+        let defs = [
+            def("twice", ToolGroup::Web, schema_of::<NoArgs>),
+            def("twice", ToolGroup::Skills, schema_of::<NoArgs>),
         ];
-        for (tool, args, path) in cases {
-            let e = reg.get(tool).unwrap().validate(&args, "").unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidArguments);
-            let size = serde_json::to_vec(&e.clone().into_fields()).unwrap().len();
-            assert!(size < 4096, "{tool}: {size} bytes");
-            let details = e.details["details"].as_array().unwrap();
-            assert_eq!(details[0]["path"], path, "{tool}");
-            let message = details[0]["message"].as_str().unwrap();
-            assert!(message.chars().count() <= DETAIL_MESSAGE_CHARS, "{message}");
-            assert!(message.contains("chars hidden"), "{message}");
-            assert!(e.message.contains(path), "{}", e.message);
-        }
-        // A huge unknown member name: the path keeps its ends, the reply stays small.
-        let mut args = serde_json::Map::new();
-        args.insert("path".into(), json!("a"));
-        args.insert(format!("k{huge}\u{202e}"), json!(1));
-        let e = reg
-            .get("read_workspace_file")
-            .unwrap()
-            .validate(&Value::Object(args), "")
-            .unwrap_err();
-        let size = serde_json::to_vec(&e.clone().into_fields()).unwrap().len();
-        assert!(size < 4096, "{size} bytes");
-        let path = e.details["details"][0]["path"].as_str().unwrap();
-        assert!(
-            path.starts_with("/kxx") && path.ends_with("x\\u202e"),
-            "{path}"
+        assert_eq!(
+            ToolRegistry::new(&defs).unwrap_err(),
+            RegistryError::Duplicate("twice")
         );
     }
 
     #[test]
-    fn profiles_never_hold_the_dispatcher() {
-        let reg = ToolRegistry::builtin();
-        for p in [Profile::Focused, Profile::Default, Profile::Coding] {
-            assert!(!reg.profile(p).contains(TOOL_DISPATCHER), "{p:?}");
-        }
-        assert_eq!(reg.profile(Profile::Default).len(), reg.iter().count() - 1);
-        let focused = reg.profile(Profile::Core);
-        assert!(focused.contains("read_workspace_file"));
-        assert!(!focused.contains("run_command"));
-        let coding = reg.profile(Profile::Coding);
-        assert!(coding.contains("run_command") && coding.contains(TOOL_SEARCH));
-        assert!(!coding.contains("web_fetch") && !coding.contains(COMPONENT_STATUS));
-    }
-
-    #[test]
-    fn select_mixes_groups_profiles_and_names() {
-        let reg = ToolRegistry::builtin();
-        let got = reg
-            .select(&[
-                "web".into(),
-                "focused".into(),
-                "run_code".into(),
-                "tool_dispatcher".into(),
-            ])
-            .unwrap();
+    fn a_schema_that_does_not_compile_is_refused() {
+        let defs = [def("broken", ToolGroup::Web, || json!({"type": "nope"}))];
+        let error = ToolRegistry::new(&defs).unwrap_err();
         assert!(
-            got.contains("web_fetch") && got.contains("run_code") && got.contains("load_skill")
+            matches!(error, RegistryError::Schema { tool: "broken", .. }),
+            "{error:?}"
         );
-        assert!(!got.contains(TOOL_DISPATCHER));
-        assert!(reg.select(&["nope".into()]).is_err());
     }
 }

@@ -1,60 +1,62 @@
-//! The web tools of PROTOCOL.md: `web_fetch` and `web_search`, their arguments, their result
-//! fields and the result budget of `text`.
-//!
-//! `web_fetch` budgets `text` with the seed's field names: `truncated`, `original_chars`,
-//! `preview_chars`, and `persisted: {"path", "mime_type"}` when the whole text was written to
-//! the session's workspace (`.toolmesh/outputs/<invocation_id>-text.txt`, through the
-//! workspace actor's sync subjects). Without a session the text is cut and nothing persisted.
-//! `body_truncated` says the body itself passed `TOOLMESH_WEB_MAX_BYTES` and was cut there
-//! (then `truncated` is true as well, and nothing beyond the cap exists to persist).
+//! `web_fetch`: a public http(s) URL fetched through the egress policy, as text.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
-use toolmesh_kernel::sync::{WorkspaceSync, OUTPUTS_DIR};
-use toolmesh_kernel::tools::args::{WebFetchArgs, WebSearchArgs};
-use toolmesh_kernel::wire::ActorCall;
-use toolmesh_kernel::{ErrorCode, ToolError};
+use toolmesh_kernel::sync::OUTPUTS_DIR;
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
 use url::Url;
 
-use crate::fetch::Fetcher;
-use crate::search::{Query, SearchProvider};
+use super::{args, Tool, WebService, MAX_CHARS_CAP};
 
-/// `max_chars` above this is clamped: a reply must fit a NATS body.
-pub const MAX_CHARS_CAP: u64 = 100_000;
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "web_fetch",
+        group: ToolGroup::Web,
+        description:
+            "Fetch a public http(s) URL and return its text with scripts and styles removed.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[SideEffect::NetworkEgress],
+        needs_session: false,
+        role: Role::Web,
+        schema: schema_of::<WebFetchArgs>,
+    },
+    run,
+};
 
-/// What both web tools need.
-#[derive(Debug)]
-pub struct WebService {
-    pub client: async_nats::Client,
-    pub fetcher: Fetcher,
-    pub search: Option<SearchProvider>,
-    pub sync: WorkspaceSync,
-    /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `text` when the call names none.
-    pub budget_chars: usize,
+fn run<'a>(
+    service: &'a WebService,
+    call: &'a ActorCall,
+) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
+    Box::pin(async move { service.web_fetch(call, args(call)?).await })
 }
 
-fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
-    serde_json::from_value(call.arguments.clone())
-        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))
+/// Fetch a public URL as text (SSRF-safe).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebFetchArgs {
+    #[schemars(length(min = 1))]
+    pub url: String,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_chars: Option<u64>,
+    /// Seconds.
+    #[serde(default = "thirty")]
+    #[schemars(range(min = 1, max = 300))]
+    pub timeout: u64,
+}
+fn thirty() -> u64 {
+    30
 }
 
 impl WebService {
-    pub async fn run(&self, call: &ActorCall) -> Result<Map<String, Value>, ToolError> {
-        match call.tool.as_str() {
-            "web_fetch" => self.web_fetch(call, args(call)?).await,
-            "web_search" => self.web_search(args(call)?).await,
-            other => Err(ToolError::new(
-                ErrorCode::UnknownTool,
-                format!("the web actor does not serve {other}"),
-            )),
-        }
-    }
-
     async fn web_fetch(
         &self,
         call: &ActorCall,
@@ -126,33 +128,6 @@ impl WebService {
                 }
             }
         }
-        Ok(fields)
-    }
-
-    async fn web_search(&self, args: WebSearchArgs) -> Result<Map<String, Value>, ToolError> {
-        let Some(provider) = &self.search else {
-            return Err(ToolError::new(
-                ErrorCode::ProviderNotConfigured,
-                "no web search provider is configured; set TOOLMESH_WEB_SEARCH_PROVIDER to http \
-                 (with TOOLMESH_WEB_SEARCH_URL) or fake on the web nodes",
-            ));
-        };
-        let results = provider
-            .search(Query {
-                query: &args.query,
-                max_results: args.max_results as usize,
-                recency_days: args.recency_days,
-            })
-            .await?;
-        let mut fields = Map::new();
-        fields.insert("query".into(), Value::from(args.query));
-        fields.insert("provider".into(), Value::from(provider.name()));
-        fields.insert("results".into(), Value::Array(results));
-        budget::fit_list(
-            &mut fields,
-            "results",
-            budget::fields_limit(self.client.max_payload()),
-        );
         Ok(fields)
     }
 }

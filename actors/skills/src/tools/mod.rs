@@ -1,30 +1,58 @@
-//! The skill tools (`list_skills`, `search_skills`, `load_skill`) and the bundle subject's
-//! server side ([`toolmesh_kernel::skills`]).
+//! The skill tools (`list_skills`, `search_skills`, `load_skill`), one file each (definition,
+//! arguments, handler) listed in [`TOOLS`], and the bundle subject's server side
+//! ([`toolmesh_kernel::skills`]). `execute_skills` runs in the sandbox worker.
+
+mod list_skills;
+mod load_skill;
+mod search_skills;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::budget::{self, insert_budgeted};
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
 use toolmesh_kernel::skills::{
     BundleChunk, BundleChunkHeader, BundleCursor, BundlePage, BundleRequest, SkillHead,
     BUNDLE_CONTENT_BUDGET,
 };
-use toolmesh_kernel::tools::args::{LoadSkillArgs, SearchSkillsArgs};
+use toolmesh_kernel::tools::ToolDef;
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::archive::Caps;
 use crate::cache::{self, LoadedSkill, Loader};
 use crate::catalog::{self, Catalog, Source};
-use crate::search;
 
 /// Instructions sent in the skill heads of a bundle's first page, at most (all skills).
 const BUNDLE_INSTRUCTIONS_BUDGET: usize = 128 * 1024;
 /// Chunk heads of one bundle page, at most (estimated JSON bytes).
 const BUNDLE_HEADS_BUDGET: usize = 192 * 1024;
+
+/// The skill loader's tools.
+pub const TOOLS: &[Tool] = &[list_skills::TOOL, search_skills::TOOL, load_skill::TOOL];
+
+/// The definitions of [`TOOLS`], for the registry.
+pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
+    TOOLS.iter().map(|tool| &tool.def)
+}
+
+/// The tool of this name, if the skill loader has it.
+pub fn find(name: &str) -> Option<&'static Tool> {
+    TOOLS.iter().find(|tool| tool.def.name == name)
+}
+
+/// One skill tool: its definition and its handler (given the most bytes its result fields
+/// may take).
+#[derive(Debug)]
+pub struct Tool {
+    pub def: ToolDef,
+    run: for<'a> fn(&'a SkillsService, &'a ActorCall, usize) -> Reply<'a>,
+}
+
+/// What a handler answers.
+type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// Everything the tools need.
 #[derive(Debug, Clone)]
@@ -51,129 +79,25 @@ impl SkillsService {
         catalog::catalog(&self.skills_dir, &self.loader.service).await
     }
 
-    /// Runs one routed call; `fields_limit` ([`budget::fields_limit`]) is what the lists of
-    /// `list_skills` and `search_skills` are cut to, with `truncated: true`.
+    /// Runs one routed call; `fields_limit` ([`toolmesh_kernel::budget::fields_limit`]) is
+    /// what the lists of `list_skills` and `search_skills` are cut to, with `truncated: true`.
     pub async fn run(
         &self,
         call: &ActorCall,
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
-        match call.tool.as_str() {
-            "list_skills" => self.list_skills(fields_limit).await,
-            "search_skills" => self.search_skills(arguments(call)?, fields_limit).await,
-            "load_skill" => self.load_skill(arguments(call)?).await,
-            other => Err(ToolError::new(
+        let tool = find(&call.tool).ok_or_else(|| {
+            ToolError::new(
                 ErrorCode::UnknownTool,
-                format!("the skills actor does not run '{other}'"),
-            )),
-        }
-    }
-
-    async fn list_skills(&self, fields_limit: usize) -> Result<Map<String, Value>, ToolError> {
-        let catalog = self.catalog().await;
-        let skills: Vec<_> = catalog.skills.iter().map(|s| &s.manifest).collect();
-        let mut out = fields(json!({
-            "skills": skills,
-            "skill_space_ids": self.loader.service.space_ids(),
-            "warnings": catalog.warnings,
-        }));
-        budget::fit_list(&mut out, "skills", fields_limit);
-        Ok(out)
-    }
-
-    async fn search_skills(
-        &self,
-        args: SearchSkillsArgs,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        if args.query.trim().is_empty() {
-            return Err(ToolError::invalid_argument(
-                "/query",
-                "the query is empty; say what the skill should do",
-            ));
-        }
-        let catalog = self.catalog().await;
-        let hits = search::search(
-            &args.query,
-            catalog.skills.iter().map(|s| &s.manifest),
-            usize::try_from(args.max_results).unwrap_or(usize::MAX),
-        );
-        let mut out = fields(json!({
-            "query": args.query,
-            "results": hits,
-            "warnings": catalog.warnings,
-        }));
-        budget::fit_list(&mut out, "results", fields_limit);
-        Ok(out)
+                format!("the skills actor does not run '{}'", call.tool),
+            )
+        })?;
+        (tool.run)(self, call, fields_limit).await
     }
 
     async fn resolve(&self, catalog: &Catalog, name: &str) -> Result<LoadedSkill, ToolError> {
         let skill = catalog.get(name).ok_or_else(|| catalog.not_found(name))?;
         self.loader.load(skill).await
-    }
-
-    async fn load_skill(&self, args: LoadSkillArgs) -> Result<Map<String, Value>, ToolError> {
-        let catalog = self.catalog().await;
-        let loaded = self.resolve(&catalog, args.skill_name.trim()).await?;
-        let root = loaded.root.clone();
-        let caps = self.loader.caps;
-        let files = tokio::task::spawn_blocking(move || list_files(&root, caps))
-            .await
-            .map_err(|e| ToolError::internal(format!("listing task failed: {e}")))??;
-        let script_files: Vec<&str> = files
-            .iter()
-            .map(|(p, _)| p.as_str())
-            .filter(|p| p.starts_with("scripts/"))
-            .collect();
-        let has_scripts_dir = loaded.root.join("scripts").is_dir();
-        let manifest = &loaded.skill.manifest;
-        let version = if manifest.version.is_empty() {
-            loaded.doc.version.clone().unwrap_or_default()
-        } else {
-            manifest.version.clone()
-        };
-        let description = if manifest.description.is_empty() {
-            loaded.doc.description.clone().unwrap_or_default()
-        } else {
-            manifest.description.clone()
-        };
-        let mut out = Map::new();
-        out.insert("name".into(), json!(manifest.name));
-        out.insert("version".into(), json!(version));
-        out.insert("description".into(), json!(description));
-        out.insert("space_id".into(), json!(manifest.space_id));
-        out.insert("sha256".into(), json!(loaded.sha256));
-        insert_budgeted(
-            &mut out,
-            "instructions",
-            &loaded.doc.instructions,
-            self.budget_chars,
-        );
-        out.insert(
-            "tags".into(),
-            json!(if loaded.doc.tags.is_empty() {
-                &manifest.tags
-            } else {
-                &loaded.doc.tags
-            }),
-        );
-        out.insert(
-            "requires_sandbox".into(),
-            json!(loaded.doc.requires_sandbox),
-        );
-        out.insert("root_dir".into(), json!(loaded.root.display().to_string()));
-        out.insert("has_scripts_dir".into(), json!(has_scripts_dir));
-        out.insert("script_files".into(), json!(script_files));
-        out.insert("cache_hit".into(), json!(loaded.cache_hit));
-        out.insert(
-            "usage".into(),
-            json!(format!(
-                "Follow these instructions in your own context. To run the skill's scripts in an isolated runtime, call execute_skills with skill_names [\"{}\"] and your original workflow prompt.",
-                manifest.name
-            )),
-        );
-        out.insert("warnings".into(), json!(loaded.warnings));
-        Ok(out)
     }
 
     /// One page of a bundle (see [`toolmesh_kernel::skills`]).

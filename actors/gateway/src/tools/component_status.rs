@@ -1,0 +1,40 @@
+//! `component_status`: what the cluster has bound and running, answered by the gateway
+//! (`builtin::component_status`).
+
+use serde_json::Value;
+use toolmesh_kernel::tools::args::NoArgs;
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, ToolRegistry, COMPONENT_STATUS};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
+use toolmesh_kernel::{Role, ToolError};
+
+use super::Tool;
+use crate::call::{Answer, GatewayCore};
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: COMPONENT_STATUS,
+        group: ToolGroup::Platform,
+        description: "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: false,
+        role: Role::Gateway,
+        schema: schema_of::<NoArgs>,
+    },
+    answer: Some(answer),
+};
+
+fn answer(
+    core: &GatewayCore,
+    registry: &ToolRegistry,
+    ctx: &InvocationContext,
+    _arguments: Value,
+) -> Result<Answer, ToolError> {
+    Ok(Answer::Prepared(core.status_cache.render(
+        registry,
+        &core.tools.providers(),
+        &core.cluster,
+        &core.config,
+        ctx,
+    )))
+}

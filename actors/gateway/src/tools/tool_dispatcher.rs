@@ -1,0 +1,56 @@
+//! `tool_dispatcher` (alias `agentengine_tool_dispatcher`): list, describe and call tools by
+//! name. The call path runs it (`Call::dispatch` in `call.rs`): a `call` goes on as the
+//! named tool, through the same validation and approval policy.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolmesh_kernel::tools::args::{OneOrMany, Profile};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, TOOL_DISPATCHER};
+use toolmesh_kernel::wire::RiskLevel;
+use toolmesh_kernel::Role;
+
+use super::Tool;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: TOOL_DISPATCHER,
+        group: ToolGroup::Dispatcher,
+        description: "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: false,
+        role: Role::Gateway,
+        schema: schema_of::<ToolDispatcherArgs>,
+    },
+    answer: None,
+};
+
+/// What `tool_dispatcher` should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatcherAction {
+    List,
+    Describe,
+    Call,
+}
+
+/// List, describe and call built-in tools by name (progressive disclosure).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDispatcherArgs {
+    /// `list`, `describe` or `call`.
+    pub action: DispatcherAction,
+    /// The tool to describe or call.
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    /// The called tool's arguments: an object, or a string holding a JSON object.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// Groups, profiles and tool names to choose from (instead of `profile`).
+    #[serde(default)]
+    pub include: Option<OneOrMany>,
+    /// The tool set to choose from when `include` is not given.
+    #[serde(default)]
+    pub profile: Profile,
+}

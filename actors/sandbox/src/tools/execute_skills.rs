@@ -1,0 +1,162 @@
+//! `execute_skills`: a workflow prompt run by the skill runner in the session's sandbox, with
+//! the named skills under `/skills`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use toolmesh_kernel::skills::SkillBundles;
+use toolmesh_kernel::tools::args::OneOrMany;
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::{ErrorCode, Role, ToolError};
+
+use super::{args, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use crate::backend::ExecSpec;
+use crate::pool::Session;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "execute_skills",
+        group: ToolGroup::Skills,
+        description: "Run a workflow prompt with the named skills inside the session's sandbox.",
+        risk_level: RiskLevel::High,
+        side_effects: &[SideEffect::IsolatedRuntimeExecution],
+        needs_session: true,
+        role: Role::Sandbox,
+        schema: schema_of::<ExecuteSkillsArgs>,
+    },
+    precheck: Some(precheck),
+    run: Run::InSandbox(run),
+};
+
+fn run<'a>(
+    service: &'a SandboxService,
+    call: &'a ActorCall,
+    session: &'a Session,
+) -> BoxFuture<'a, Result<Answer, ToolError>> {
+    Box::pin(async move { service.execute_skills(call, session, args(call)?).await })
+}
+
+/// Refused on a worker without a skill runner, before a sandbox is made for the session.
+fn precheck(service: &SandboxService) -> Result<(), ToolError> {
+    if service.skill_runner.is_none() {
+        return Err(ToolError::new(
+            ErrorCode::SkillRuntimeDisabled,
+            "no skill runner is configured on the sandbox workers",
+        )
+        .with(
+            "hint",
+            "set TOOLMESH_SKILL_RUNNER_COMMAND on the sandbox workers to the command that runs a workflow (it gets the prompt on stdin and in TOOLMESH_WORKFLOW_PROMPT, the skill names in TOOLMESH_SKILL_NAMES, the skills under /skills); meanwhile load_skill returns a skill's instructions",
+        ));
+    }
+    Ok(())
+}
+
+/// The workflow prompt goes into the environment only up to this size (stdin always has it).
+const MAX_PROMPT_IN_ENV: usize = 100 * 1024;
+
+/// Run a workflow prompt in the session's sandbox with skills mounted.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteSkillsArgs {
+    #[schemars(length(min = 1))]
+    pub workflow_prompt: String,
+    #[serde(default)]
+    pub skill_names: Option<OneOrMany>,
+    /// Seconds.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u64>,
+}
+
+impl SandboxService {
+    /// Runs the skill runner in the session's sandbox with the named skills under `/skills`.
+    /// `ok` only when it exits 0 in time; a non-zero exit is `command_failed` with the same
+    /// fields (seed 001's SkillRuntimeResult).
+    async fn execute_skills(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        a: ExecuteSkillsArgs,
+    ) -> Result<Answer, ToolError> {
+        // The skills are installed into the sandbox before its command, so after its claim.
+        session.claimed().await?;
+        let runner = self.skill_runner.clone().ok_or_else(|| {
+            ToolError::internal("execute_skills reached a worker without a runner")
+        })?;
+        let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_timeout);
+        if !names.is_empty() {
+            let bundles = SkillBundles::fetch(&self.client, &names).await?;
+            let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
+            tokio::task::spawn_blocking(move || crate::skills::install(&dir, &bundles))
+                .await
+                .map_err(|e| ToolError::internal(format!("installing skills: {e}")))??;
+        }
+        let mut env = BTreeMap::new();
+        // The environment cannot carry an unbounded prompt (execve caps one string at 128
+        // KiB); stdin always has the whole of it.
+        if a.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
+            env.insert(
+                "TOOLMESH_WORKFLOW_PROMPT".to_owned(),
+                a.workflow_prompt.clone(),
+            );
+        }
+        env.insert("TOOLMESH_SKILL_NAMES".to_owned(), names.join(","));
+        env.insert(
+            "TOOLMESH_SKILLS_DIR".to_owned(),
+            crate::backend::SKILLS_MOUNT.to_owned(),
+        );
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), runner.clone()],
+            cwd: WORKSPACE_MOUNT.to_owned(),
+            env,
+            stdin: true,
+            exec_id: format!("exec-{}", short_id()),
+        };
+        let (outcome, sync, events) = self
+            .run_foreground(
+                call,
+                session,
+                spec,
+                Some(Bytes::from(a.workflow_prompt)),
+                timeout,
+            )
+            .await?;
+        let output_files = sync.get("changed").cloned().unwrap_or_else(|| json!([]));
+        let exit_code = outcome.exit_code;
+        let mut fields = self.base_fields(session, &runner);
+        fields.insert(
+            "execution_context".into(),
+            format!("skill-runtime/{}", self.backend_name()).into(),
+        );
+        fields.insert("skill_names".into(), json!(names));
+        fields.insert("output_files".into(), output_files);
+        let result = self
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await
+            .and_then(|fields| match exit_code {
+                Some(0) => Ok(fields),
+                code => {
+                    let mut error = ToolError::new(
+                        ErrorCode::CommandFailed,
+                        format!(
+                            "the skill runner exited with {}; its output is in stdout/stderr",
+                            code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
+                        ),
+                    );
+                    error.details = fields;
+                    Err(error)
+                }
+            });
+        Ok(Answer { result, events })
+    }
+}

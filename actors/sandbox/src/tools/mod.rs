@@ -1,0 +1,503 @@
+//! The tools a sandbox worker runs: `execute_skills` and the sandbox tools of PROTOCOL.md
+//! (`sandbox_status`, `run_command`, `run_code`, `list_tasks`, `task_output`, `task_input`,
+//! `kill_task`). Each is one file (its definition, argument type and handler), listed in
+//! [`TOOLS`]; this module holds what they share.
+
+mod execute_skills;
+mod kill_task;
+mod list_tasks;
+mod run_code;
+mod run_command;
+mod status;
+mod task_input;
+mod task_output;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::budget;
+use toolmesh_kernel::host::CancelWatch;
+use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::wire::ActorCall;
+use toolmesh_kernel::{ErrorCode, ToolError};
+
+use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
+use crate::exec::{run_to_end, CommandOutcome, EventSink};
+use crate::output::{spool_dir_of, Cap, Captured, Quota, SpoolSettings};
+use crate::pool::{backend_error, Pool, Session, SessionUse};
+
+/// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
+pub const TOOLS: &[Tool] = &[
+    execute_skills::TOOL,
+    status::TOOL,
+    run_command::TOOL,
+    run_code::TOOL,
+    list_tasks::TOOL,
+    task_output::TOOL,
+    task_input::TOOL,
+    kill_task::TOOL,
+];
+
+/// The definitions of [`TOOLS`], for the registry.
+pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
+    TOOLS.iter().map(|tool| &tool.def)
+}
+
+/// The tool of this name, if the sandbox worker has it.
+pub fn find(name: &str) -> Option<&'static Tool> {
+    TOOLS.iter().find(|tool| tool.def.name == name)
+}
+
+/// Tools that create the session's sandbox when it has none yet.
+pub fn creates_sandbox(tool: &str) -> bool {
+    find(tool).is_some_and(Tool::creates_sandbox)
+}
+
+/// One tool of the sandbox worker: its definition, a check before placement and its handler.
+#[derive(Debug)]
+pub struct Tool {
+    pub def: ToolDef,
+    /// Refusals that need no sandbox (checked before one is created for the session).
+    precheck: Option<Precheck>,
+    run: Run,
+}
+
+impl Tool {
+    /// Whether a call creates the session's sandbox when it has none yet.
+    pub fn creates_sandbox(&self) -> bool {
+        matches!(self.run, Run::InSandbox(_))
+    }
+}
+
+/// A refusal that needs no sandbox.
+type Precheck = fn(&SandboxService) -> Result<(), ToolError>;
+
+/// How a tool runs.
+#[derive(Debug)]
+enum Run {
+    /// In the session's sandbox, created for the call when the session has none yet; may
+    /// publish events.
+    InSandbox(
+        for<'a> fn(
+            &'a SandboxService,
+            &'a ActorCall,
+            &'a Session,
+        ) -> BoxFuture<'a, Result<Answer, ToolError>>,
+    ),
+    /// Without creating a sandbox, with the session's when it has one; publishes no events.
+    Quick(for<'a> fn(&'a SandboxService, &'a ActorCall, Option<SessionUse>) -> Fields<'a>),
+}
+
+/// What a quick tool answers.
+type Fields<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
+
+/// Where inside the sandbox the session's workspace is.
+pub const WORKSPACE_MOUNT: &str = "/workspace";
+/// Where results over the budget are persisted, inside the workspace.
+pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
+
+pub struct SandboxService {
+    pub pool: Arc<Pool>,
+    pub client: Client,
+    pub budget_chars: usize,
+    pub default_timeout: Duration,
+    /// `TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`: text of one output stream spooled and persisted.
+    pub output_max_bytes: u64,
+    /// `TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES`: unread task output one session keeps.
+    pub session_output_max_bytes: u64,
+    /// `TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`: unread task output this worker keeps.
+    pub worker_output: Arc<Quota>,
+    /// The image (`template_id` in `sandbox_status`).
+    pub image: String,
+    /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
+    pub skill_runner: Option<String>,
+}
+
+impl std::fmt::Debug for SandboxService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxService").finish_non_exhaustive()
+    }
+}
+
+/// A tool's reply (fields or error) and how many events it published.
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Result<Map<String, Value>, ToolError>,
+    pub events: u64,
+}
+
+impl Answer {
+    /// A failure before the tool produced an answer of its own.
+    pub fn failed(error: ToolError) -> Self {
+        Answer {
+            result: Err(error),
+            events: 0,
+        }
+    }
+}
+
+impl From<Result<Answer, ToolError>> for Answer {
+    fn from(result: Result<Answer, ToolError>) -> Self {
+        result.unwrap_or_else(Answer::failed)
+    }
+}
+
+impl From<Result<Map<String, Value>, ToolError>> for Answer {
+    fn from(result: Result<Map<String, Value>, ToolError>) -> Self {
+        Answer { result, events: 0 }
+    }
+}
+
+fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
+    serde_json::from_value(call.arguments.clone())
+        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), ToolError> {
+    for (name, value) in env {
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(ToolError::invalid_argument(
+                &format!("/env/{name}"),
+                "an environment variable name is letters, digits and _, not starting with a digit",
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ToolError::invalid_argument(
+                &format!("/env/{name}"),
+                "an environment value may not contain a NUL byte",
+            ));
+        }
+        if name.starts_with("TOOLMESH_EXEC_") {
+            return Err(ToolError::invalid_argument(
+                &format!("/env/{name}"),
+                "TOOLMESH_EXEC_* names are reserved",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+}
+
+impl SandboxService {
+    pub fn backend_name(&self) -> &'static str {
+        self.pool.backend.wire_name()
+    }
+
+    /// Refusals that need no sandbox (checked before one is created for the session): a tool
+    /// this worker does not have among them.
+    pub fn precheck(&self, call: &ActorCall) -> Result<(), ToolError> {
+        let tool = find(&call.tool).ok_or_else(|| unknown_tool(&call.tool))?;
+        tool.precheck.map_or(Ok(()), |check| check(self))
+    }
+
+    pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {
+        let Some(tool) = find(&call.tool) else {
+            return Answer::failed(unknown_tool(&call.tool));
+        };
+        match tool.run {
+            Run::Quick(run) => run(self, call, session).await.into(),
+            Run::InSandbox(run) => {
+                let Some(session) = session else {
+                    return Answer::failed(no_session());
+                };
+                run(self, call, &session).await.into()
+            }
+        }
+    }
+
+    /// Pulls the workspace into the sandbox (before a command). The manifest changes nothing
+    /// here, so it is asked for while a new session's claim is still on its way; the files
+    /// are written only once the claim holds.
+    async fn pull(&self, session: &Session) -> Result<(), ToolError> {
+        let mut mirror = session.mirror.lock().await;
+        let (claimed, manifest) = tokio::join!(session.claimed(), mirror.manifest());
+        claimed?;
+        mirror.pull_listed(manifest?).await.map(|_| ())
+    }
+
+    /// Pushes what the command changed back to the workspace; the reply's `workspace_sync`.
+    async fn push(&self, session: &Session) -> Value {
+        match session.mirror.lock().await.push().await {
+            Ok(report) => {
+                let cap = |v: Vec<String>| v.into_iter().take(100).collect::<Vec<_>>();
+                json!({
+                    "changed": cap(report.changed),
+                    "deleted": cap(report.deleted),
+                    "conflicts": cap(report.conflicts),
+                    "skipped": report.skipped,
+                    "truncated": report.truncated,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sync the sandbox back to the workspace");
+                e.brief()
+            }
+        }
+    }
+
+    async fn push_quietly(&self, session: &Session) {
+        let _ = self.push(session).await;
+    }
+
+    /// How a session's output streams are spooled on this worker.
+    fn spool_settings(&self, session: &Session) -> SpoolSettings {
+        SpoolSettings {
+            dir: spool_dir_of(&session.sandbox.workspace_dir),
+            preview_chars: self.budget_chars,
+            max_bytes: self.output_max_bytes,
+            quotas: Vec::new(),
+        }
+    }
+
+    /// How a session's background tasks spool their unread output: within the session's
+    /// and the worker's caps too.
+    fn task_spool_settings(&self, session: &Session) -> SpoolSettings {
+        SpoolSettings {
+            quotas: vec![
+                session.tasks.quota(self.session_output_max_bytes),
+                self.worker_output.clone(),
+            ],
+            ..self.spool_settings(session)
+        }
+    }
+
+    /// Puts a stream's preview and its budget companions; over the budget the whole stream
+    /// (its spool file) is persisted in the session's workspace and named in
+    /// `persisted_outputs`, with `truncated: true` and `max_bytes` when it passed the cap.
+    async fn put_output(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        fields: &mut Map<String, Value>,
+        field: &str,
+        output: Captured,
+    ) {
+        let stream_cap = output.cap == Some(Cap::Stream);
+        let cut = budget::Cut {
+            preview: output.preview,
+            original_chars: usize::try_from(output.chars).unwrap_or(usize::MAX),
+            truncated: output.truncated,
+        };
+        if !budget::insert_cut(fields, field, cut) {
+            return;
+        }
+        let Some(file) = output.file else {
+            return; // it could not be spooled (logged); the preview is all there is
+        };
+        let path = format!(
+            "{OUTPUTS_DIR}/{}-{field}.txt",
+            call.invocation.invocation_id
+        );
+        let persisted = self
+            .pool
+            .sync()
+            .put_from(
+                &session.account,
+                &session.session_id,
+                &path,
+                file.bytes,
+                file.handle(),
+            )
+            .await;
+        match persisted {
+            Ok(()) => {
+                let entry = fields
+                    .entry("persisted_outputs")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(map) = entry {
+                    let mut persisted = object(
+                        json!({"path": path, "mime_type": "text/plain", "bytes": file.bytes}),
+                    );
+                    if file.capped {
+                        persisted.insert("truncated".into(), true.into());
+                        if stream_cap {
+                            persisted.insert("max_bytes".into(), self.output_max_bytes.into());
+                        }
+                    }
+                    map.insert(field.to_owned(), Value::Object(persisted));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
+        }
+    }
+
+    /// Starts `spec` once the session's claim holds and `before` succeeded, with the backend's
+    /// own preparation (Docker creating the exec: about a millisecond) done meanwhile; nothing
+    /// starts when either fails.
+    async fn start_after<T>(
+        &self,
+        session: &Session,
+        spec: ExecSpec,
+        before: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<(T, Execution), ToolError> {
+        let (opener, gate) = StartGate::closed();
+        let before = async move {
+            let done = before.await;
+            // Whatever `before` is, the command starts only in a session this worker holds.
+            session.claimed().await?;
+            if done.is_ok() {
+                opener.open();
+            }
+            done
+        };
+        let exec = self.pool.backend.exec(&session.sandbox, spec, gate);
+        let (done, execution) = tokio::join!(before, exec);
+        let done = done?;
+        match execution {
+            Ok(execution) => Ok((done, execution)),
+            Err(e) => {
+                if matches!(e, BackendError::Gone(_)) {
+                    self.pool.remove_gone(session).await;
+                }
+                Err(backend_error(e))
+            }
+        }
+    }
+
+    /// Runs one foreground process to its end: pull, exec (under the worker's concurrency
+    /// cap), push. Returns the outcome, the sync report and the events it published.
+    async fn run_foreground(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        spec: ExecSpec,
+        stdin: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<(CommandOutcome, Value, u64), ToolError> {
+        let before = async {
+            self.pull(session).await?;
+            let mut cancel = CancelWatch::listen(
+                &self.client,
+                &call.invocation.account,
+                &call.invocation.invocation_id,
+            )
+            .await;
+            // Wait for a slot in arrival order (a burst is queued, not failed).
+            let permit = tokio::select! {
+                permit = self.pool.permits.clone().acquire_owned() => permit.map_err(|_| ToolError::new(ErrorCode::Cancelled, "the sandbox worker is shutting down"))?,
+                _ = cancel.requested() => return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before the command started")),
+            };
+            Ok((cancel, permit))
+        };
+        let label = spec.exec_id.clone();
+        let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
+        let mut events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
+        let spool = self.spool_settings(session);
+        let outcome = run_to_end(
+            execution,
+            &spool,
+            &label,
+            stdin,
+            timeout,
+            &mut events,
+            &mut cancel,
+        )
+        .await;
+        drop(permit);
+        let sync = self.push(session).await;
+        Ok((outcome, sync, events.emitted))
+    }
+
+    async fn finish(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        mut fields: Map<String, Value>,
+        outcome: CommandOutcome,
+        sync: Value,
+        timeout: Duration,
+    ) -> Result<Map<String, Value>, ToolError> {
+        self.put_output(call, session, &mut fields, "stdout", outcome.stdout)
+            .await;
+        self.put_output(call, session, &mut fields, "stderr", outcome.stderr)
+            .await;
+        fields.insert("exit_code".into(), outcome.exit_code.into());
+        fields.insert("timed_out".into(), outcome.timed_out.into());
+        fields.insert("duration_ms".into(), outcome.duration_ms.into());
+        fields.insert("workspace_sync".into(), sync);
+        if outcome.cancelled {
+            let mut error = ToolError::new(
+                ErrorCode::Cancelled,
+                "the command was cancelled; its processes were killed",
+            );
+            error.details = fields;
+            return Err(error);
+        }
+        if outcome.timed_out {
+            let mut error = ToolError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the command ran past its timeout of {} s and was killed; the output so far is in stdout/stderr",
+                    timeout.as_secs()
+                ),
+            );
+            error.details = fields;
+            return Err(error);
+        }
+        Ok(fields)
+    }
+
+    fn base_fields(&self, session: &Session, command: &str) -> Map<String, Value> {
+        object(json!({
+            "backend": self.backend_name(),
+            "sandbox_id": session.sandbox.sandbox_id,
+            "command": command,
+        }))
+    }
+}
+
+fn unknown_tool(name: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::UnknownTool,
+        format!("the sandbox actor has no tool {name:?}"),
+    )
+}
+
+fn no_session() -> ToolError {
+    ToolError::internal("a command reached the sandbox tools without a session; this is a bug")
+}
+
+fn no_task(task_id: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotFound,
+        format!("no task {task_id:?} in this session; list_tasks names them"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_are_checked() {
+        let ok: BTreeMap<String, String> = [("A_1".to_owned(), "x".to_owned())].into();
+        assert!(check_env(&ok).is_ok());
+        for bad in ["1A", "A-B", "", "TOOLMESH_EXEC_ID"] {
+            let env: BTreeMap<String, String> = [(bad.to_owned(), "x".to_owned())].into();
+            assert_eq!(
+                check_env(&env).unwrap_err().code,
+                ErrorCode::InvalidArguments,
+                "{bad}"
+            );
+        }
+    }
+}

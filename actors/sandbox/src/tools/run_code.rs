@@ -1,0 +1,123 @@
+//! `run_code`: a Python, JavaScript or Bash snippet in the session's sandbox.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::{Role, ToolError};
+
+use super::{args, check_env, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use crate::backend::ExecSpec;
+use crate::pool::Session;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "run_code",
+        group: ToolGroup::Sandbox,
+        description: "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
+        risk_level: RiskLevel::High,
+        side_effects: &[SideEffect::IsolatedRuntimeExecution],
+        needs_session: true,
+        role: Role::Sandbox,
+        schema: schema_of::<RunCodeArgs>,
+    },
+    precheck: None,
+    run: Run::InSandbox(run),
+};
+
+fn run<'a>(
+    service: &'a SandboxService,
+    call: &'a ActorCall,
+    session: &'a Session,
+) -> BoxFuture<'a, Result<Answer, ToolError>> {
+    Box::pin(async move { service.run_code(call, session, args(call)?).await })
+}
+
+/// Marks the line a snippet runner prints when the image lacks the interpreter.
+const MISSING_INTERPRETER: &str = "toolmesh: missing interpreter";
+
+/// Interpreters of `run_code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeLanguage {
+    #[default]
+    Python,
+    Javascript,
+    Bash,
+}
+
+/// Run a code snippet through an interpreter in the session's sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCodeArgs {
+    pub code: String,
+    #[serde(default)]
+    pub language: CodeLanguage,
+    /// Seconds.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+impl SandboxService {
+    async fn run_code(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        a: RunCodeArgs,
+    ) -> Result<Answer, ToolError> {
+        let env = a.env.unwrap_or_default();
+        check_env(&env)?;
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_timeout);
+        let (language, interpreter, ext) = match a.language {
+            CodeLanguage::Python => ("python", "python3", "py"),
+            CodeLanguage::Javascript => ("javascript", "node", "js"),
+            CodeLanguage::Bash => ("bash", "bash", "sh"),
+        };
+        let path = format!("/tmp/toolmesh-run-code-{}.{ext}", short_id());
+        // The snippet arrives on stdin, so its size is bounded by nothing but NATS; the
+        // interpreter check gives a clear error instead of "sh: 1: node: not found".
+        let script = format!(
+            "command -v {interpreter} >/dev/null 2>&1 || {{ echo \"{MISSING_INTERPRETER} {interpreter}\" >&2; exit 127; }}; cat > \"$0\" && exec {interpreter} \"$0\""
+        );
+        let command = format!("{interpreter} {path}");
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), script, path.clone()],
+            cwd: WORKSPACE_MOUNT.to_owned(),
+            env,
+            stdin: true,
+            exec_id: format!("exec-{}", short_id()),
+        };
+        let (outcome, sync, events) = self
+            .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
+            .await?;
+        if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
+            let result = Err(ToolError::invalid_argument(
+                "/language",
+                format!(
+                    "the sandbox image has no {language} interpreter ({interpreter}); use another language or an image that has it (TOOLMESH_SANDBOX_IMAGE)"
+                ),
+            ));
+            return Ok(Answer { result, events });
+        }
+        let mut fields = self.base_fields(session, &command);
+        fields.insert("execution_model".into(), "snippet_runner".into());
+        fields.insert("boundary".into(), self.pool.backend.boundary().into());
+        fields.insert("language".into(), language.into());
+        fields.insert("path".into(), path.into());
+        let result = self
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await;
+        Ok(Answer { result, events })
+    }
+}

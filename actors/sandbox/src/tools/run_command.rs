@@ -1,0 +1,162 @@
+//! `run_command`: a shell command in the session's sandbox, in the foreground or as a
+//! background task.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::{Role, ToolError};
+
+use super::{args, check_env, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use crate::backend::ExecSpec;
+use crate::pool::Session;
+use crate::tasks::TaskStatus;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "run_command",
+        group: ToolGroup::Sandbox,
+        description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
+        risk_level: RiskLevel::High,
+        side_effects: &[SideEffect::IsolatedRuntimeExecution],
+        needs_session: true,
+        role: Role::Sandbox,
+        schema: schema_of::<RunCommandArgs>,
+    },
+    precheck: None,
+    run: Run::InSandbox(run),
+};
+
+fn run<'a>(
+    service: &'a SandboxService,
+    call: &'a ActorCall,
+    session: &'a Session,
+) -> BoxFuture<'a, Result<Answer, ToolError>> {
+    Box::pin(async move { service.run_command(call, session, args(call)?).await })
+}
+
+/// Run a shell command in the session's sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandArgs {
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Relative to `/workspace` unless absolute.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Seconds.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Return a `task_id` at once and keep running.
+    #[serde(default)]
+    pub background: bool,
+}
+
+impl SandboxService {
+    async fn run_command(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        a: RunCommandArgs,
+    ) -> Result<Answer, ToolError> {
+        let cwd = resolve_cwd(a.cwd.as_deref())?;
+        let env = a.env.unwrap_or_default();
+        check_env(&env)?;
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(self.default_timeout);
+        let exec_id = format!("exec-{}", short_id());
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), a.command.clone()],
+            cwd: cwd.clone(),
+            env,
+            stdin: a.background,
+            exec_id: exec_id.clone(),
+        };
+        let mut fields = self.base_fields(session, &a.command);
+        fields.insert("cwd".into(), cwd.into());
+        if a.background {
+            let ((), execution) = self.start_after(session, spec, self.pull(session)).await?;
+            let task_id = format!("task-{}", short_id());
+            let task = session
+                .tasks
+                .start(
+                    task_id.clone(),
+                    a.command.clone(),
+                    execution,
+                    self.task_spool_settings(session),
+                )
+                .map_err(|refused| {
+                    let (error, execution) = *refused;
+                    let kill = execution.kill.clone();
+                    tokio::spawn(async move { kill.kill().await });
+                    error
+                })?;
+            fields.insert("background".into(), true.into());
+            fields.insert("task_id".into(), task_id.into());
+            fields.insert("status".into(), TaskStatus::Running.as_str().into());
+            fields.insert("started_at".into(), task.started_at.clone().into());
+            return Ok(Ok(fields).into());
+        }
+        let (outcome, sync, events) = self
+            .run_foreground(call, session, spec, None, timeout)
+            .await?;
+        let result = self
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await;
+        Ok(Answer { result, events })
+    }
+}
+
+/// `cwd` relative to `/workspace` unless absolute; no NUL, no climbing above `/workspace` when
+/// relative (an absolute path elsewhere in the sandbox is the caller's choice).
+fn resolve_cwd(cwd: Option<&str>) -> Result<String, ToolError> {
+    let Some(cwd) = cwd.filter(|c| !c.is_empty()) else {
+        return Ok(WORKSPACE_MOUNT.to_owned());
+    };
+    if cwd.contains('\0') {
+        return Err(ToolError::invalid_argument(
+            "/cwd",
+            "cwd contains a NUL byte",
+        ));
+    }
+    if cwd.starts_with('/') {
+        return Ok(cwd.to_owned());
+    }
+    if cwd.split('/').any(|part| part == "..") {
+        return Err(ToolError::invalid_argument(
+            "/cwd",
+            "a relative cwd may not climb with ..; give an absolute path instead",
+        ));
+    }
+    Ok(format!("{WORKSPACE_MOUNT}/{}", cwd.trim_end_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh_kernel::ErrorCode;
+
+    #[test]
+    fn cwd_is_relative_to_the_workspace_unless_absolute() {
+        assert_eq!(resolve_cwd(None).unwrap(), "/workspace");
+        assert_eq!(resolve_cwd(Some("src/")).unwrap(), "/workspace/src");
+        assert_eq!(resolve_cwd(Some("/tmp")).unwrap(), "/tmp");
+        assert_eq!(
+            resolve_cwd(Some("../etc")).unwrap_err().code,
+            ErrorCode::InvalidArguments
+        );
+        assert_eq!(
+            resolve_cwd(Some("a\0b")).unwrap_err().code,
+            ErrorCode::InvalidArguments
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! `task_output`: a background task's new output, optionally after waiting for a pattern.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::{Role, ToolError};
+
+use super::{args, no_task, object, Run, SandboxService, Tool};
+use crate::pool::{Session, SessionUse};
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "task_output",
+        group: ToolGroup::Sandbox,
+        description:
+            "Read a background task's new output, optionally waiting for a regex to appear.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: true,
+        role: Role::Sandbox,
+        schema: schema_of::<TaskOutputArgs>,
+    },
+    precheck: None,
+    run: Run::Quick(run),
+};
+
+fn run<'a>(
+    service: &'a SandboxService,
+    call: &'a ActorCall,
+    session: Option<SessionUse>,
+) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
+    Box::pin(async move {
+        let a: TaskOutputArgs = args(call)?;
+        let session = session.ok_or_else(|| no_task(&a.task_id))?;
+        service.task_output(call, &session, a).await
+    })
+}
+
+/// `task_output` waits this long for a pattern when the call names no timeout.
+const DEFAULT_PATTERN_WAIT: Duration = Duration::from_secs(30);
+
+/// Read a background task's new output, optionally waiting for a pattern.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskOutputArgs {
+    pub task_id: String,
+    /// A regex to wait for in the output.
+    #[serde(default)]
+    pub wait_for_pattern: Option<String>,
+    /// Seconds to wait, at most 300.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 300))]
+    pub timeout: Option<u64>,
+}
+
+impl SandboxService {
+    async fn task_output(
+        &self,
+        call: &ActorCall,
+        session: &Session,
+        a: TaskOutputArgs,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let task = session.tasks.get(&a.task_id)?;
+        if a.timeout.is_some_and(|t| t > 300) {
+            return Err(ToolError::invalid_argument(
+                "/timeout",
+                "timeout is at most 300 seconds",
+            ));
+        }
+        let pattern = match a.wait_for_pattern.as_deref() {
+            None => None,
+            Some(p) => Some(regex::Regex::new(p).map_err(|e| {
+                ToolError::invalid_argument("/wait_for_pattern", format!("not a valid regex: {e}"))
+            })?),
+        };
+        let wait = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_PATTERN_WAIT);
+        let read = task.read(pattern.as_ref(), wait).await;
+        self.push_quietly(session).await;
+        let mut fields = object(json!({"task_id": a.task_id}));
+        let dropped_bytes = read.dropped_bytes();
+        let dropped_cap = read.dropped_cap();
+        self.put_output(call, session, &mut fields, "stdout", read.stdout)
+            .await;
+        self.put_output(call, session, &mut fields, "stderr", read.stderr)
+            .await;
+        fields.insert("status".into(), read.status.as_str().into());
+        fields.insert("exit_code".into(), read.exit_code.into());
+        if let Some(matched) = read.matched {
+            fields.insert("matched".into(), matched.into());
+        }
+        if dropped_bytes > 0 {
+            // Unread output past the cap was counted (`_original_chars`), not kept.
+            fields.insert("dropped_bytes".into(), dropped_bytes.into());
+            if let Some(cap) = dropped_cap {
+                // Which cap: the stream's, the session's or the worker's.
+                fields.insert("dropped_by".into(), cap.as_str().into());
+            }
+        }
+        Ok(fields)
+    }
+}

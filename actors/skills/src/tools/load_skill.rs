@@ -1,0 +1,108 @@
+//! `load_skill`: a skill's SKILL.md instructions, a remote skill downloaded and verified first.
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::budget::insert_budgeted;
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::{Role, ToolError};
+
+use super::{arguments, list_files, SkillsService, Tool};
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "load_skill",
+        group: ToolGroup::Skills,
+        description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: false,
+        role: Role::Skills,
+        schema: schema_of::<LoadSkillArgs>,
+    },
+    run,
+};
+
+fn run<'a>(
+    service: &'a SkillsService,
+    call: &'a ActorCall,
+    _fields_limit: usize,
+) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
+    Box::pin(async move { service.load_skill(arguments(call)?).await })
+}
+
+/// Load a skill's instructions.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSkillArgs {
+    #[schemars(length(min = 1))]
+    pub skill_name: String,
+}
+
+impl SkillsService {
+    async fn load_skill(&self, args: LoadSkillArgs) -> Result<Map<String, Value>, ToolError> {
+        let catalog = self.catalog().await;
+        let loaded = self.resolve(&catalog, args.skill_name.trim()).await?;
+        let root = loaded.root.clone();
+        let caps = self.loader.caps;
+        let files = tokio::task::spawn_blocking(move || list_files(&root, caps))
+            .await
+            .map_err(|e| ToolError::internal(format!("listing task failed: {e}")))??;
+        let script_files: Vec<&str> = files
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .filter(|p| p.starts_with("scripts/"))
+            .collect();
+        let has_scripts_dir = loaded.root.join("scripts").is_dir();
+        let manifest = &loaded.skill.manifest;
+        let version = if manifest.version.is_empty() {
+            loaded.doc.version.clone().unwrap_or_default()
+        } else {
+            manifest.version.clone()
+        };
+        let description = if manifest.description.is_empty() {
+            loaded.doc.description.clone().unwrap_or_default()
+        } else {
+            manifest.description.clone()
+        };
+        let mut out = Map::new();
+        out.insert("name".into(), json!(manifest.name));
+        out.insert("version".into(), json!(version));
+        out.insert("description".into(), json!(description));
+        out.insert("space_id".into(), json!(manifest.space_id));
+        out.insert("sha256".into(), json!(loaded.sha256));
+        insert_budgeted(
+            &mut out,
+            "instructions",
+            &loaded.doc.instructions,
+            self.budget_chars,
+        );
+        out.insert(
+            "tags".into(),
+            json!(if loaded.doc.tags.is_empty() {
+                &manifest.tags
+            } else {
+                &loaded.doc.tags
+            }),
+        );
+        out.insert(
+            "requires_sandbox".into(),
+            json!(loaded.doc.requires_sandbox),
+        );
+        out.insert("root_dir".into(), json!(loaded.root.display().to_string()));
+        out.insert("has_scripts_dir".into(), json!(has_scripts_dir));
+        out.insert("script_files".into(), json!(script_files));
+        out.insert("cache_hit".into(), json!(loaded.cache_hit));
+        out.insert(
+            "usage".into(),
+            json!(format!(
+                "Follow these instructions in your own context. To run the skill's scripts in an isolated runtime, call execute_skills with skill_names [\"{}\"] and your original workflow prompt.",
+                manifest.name
+            )),
+        );
+        out.insert("warnings".into(), json!(loaded.warnings));
+        Ok(out)
+    }
+}

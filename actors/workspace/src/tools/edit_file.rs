@@ -1,0 +1,72 @@
+//! `edit_workspace_file`: an exact snippet replaced in a file read before.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
+use toolmesh_kernel::{Role, SessionId, ToolError};
+
+use super::{args, Call, Reply, Tool, WorkspaceService};
+use crate::confine::WorkspacePath;
+use crate::edit;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "edit_workspace_file",
+        group: ToolGroup::Workspace,
+        description: "Replace an exact snippet in a file read before; returns a unified diff.",
+        risk_level: RiskLevel::Medium,
+        side_effects: &[SideEffect::WorkspaceWrite],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<EditWorkspaceFileArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .edit(call.ctx, call.session, args(call.arguments)?)
+            .await
+    })
+}
+
+/// Replace an exact snippet (a prior read of the file is required).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditWorkspaceFileArgs {
+    pub path: String,
+    pub old_text: String,
+    pub new_text: String,
+    #[serde(default = "super::one")]
+    #[schemars(range(min = 1))]
+    pub expected_replacements: u64,
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+impl WorkspaceService {
+    async fn edit(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: EditWorkspaceFileArgs,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        self.change(ctx, session, path, move |before| {
+            let applied = edit::apply_edit(
+                before,
+                &a.old_text,
+                &a.new_text,
+                a.expected_replacements,
+                a.replace_all,
+            )?;
+            let mut fields = Map::new();
+            fields.insert("replacements".into(), Value::from(applied.replacements));
+            Ok((applied.content, fields))
+        })
+        .await
+    }
+}

@@ -1,0 +1,103 @@
+//! `lint_workspace_file`: lightweight built-in checks of one file ([`crate::lint`]).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
+use toolmesh_kernel::{budget, ErrorCode, Role, SessionId, ToolError};
+
+use super::{args, object, Call, Reply, Tool, WorkspaceService, EDIT_MAX_BYTES};
+use crate::confine::{self, WorkspacePath};
+use crate::lint;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "lint_workspace_file",
+        group: ToolGroup::Workspace,
+        description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<LintWorkspaceFileArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .lint(
+                call.ctx,
+                call.session,
+                args(call.arguments)?,
+                call.fields_limit,
+            )
+            .await
+    })
+}
+
+/// The language `lint_workspace_file` checks as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LintLanguage {
+    #[default]
+    Auto,
+    Python,
+    Json,
+    Markdown,
+    Text,
+}
+
+/// Lightweight built-in checks of one file.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LintWorkspaceFileArgs {
+    pub path: String,
+    #[serde(default)]
+    pub language: LintLanguage,
+}
+
+impl WorkspaceService {
+    async fn lint(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: LintWorkspaceFileArgs,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        self.blocking(ctx, session, move |ws| {
+            let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
+            let report = lint::lint(&path.display(), &bytes, a.language);
+            let failed = lint::has_errors(&report);
+            let mut fields = object(json!({
+                "path": path.display(),
+                "language": report.language,
+                "issues": report.issues,
+                "lint_model": lint::LINT_MODEL,
+            }));
+            // An error's envelope (code, message) takes a little more: leave it room.
+            budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
+            if failed {
+                let errors = report
+                    .issues
+                    .iter()
+                    .filter(|i| i.level == lint::LintLevel::Error)
+                    .count();
+                let mut error = ToolError::new(
+                    ErrorCode::LintErrors,
+                    format!(
+                        "{} has {errors} error-level issue(s); see issues",
+                        path.display()
+                    ),
+                );
+                error.details = fields;
+                return Err(error);
+            }
+            Ok(fields)
+        })
+        .await
+    }
+}

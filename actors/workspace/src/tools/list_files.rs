@@ -1,0 +1,98 @@
+//! `list_workspace_files`: files and directories with an optional glob, recursion and sorting.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
+use toolmesh_kernel::{budget, Role, SessionId, ToolError};
+
+use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use crate::confine;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "list_workspace_files",
+        group: ToolGroup::Workspace,
+        description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<ListWorkspaceFilesArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .list(
+                call.ctx,
+                call.session,
+                args(call.arguments)?,
+                call.fields_limit,
+            )
+            .await
+    })
+}
+
+/// How `list_workspace_files` orders entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SortBy {
+    /// Ascending by path.
+    #[default]
+    Name,
+    /// Newest first.
+    Mtime,
+    /// Largest first.
+    Size,
+}
+
+/// List files and directories.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListWorkspaceFilesArgs {
+    #[serde(default = "super::dot")]
+    pub path: String,
+    /// Matched against the path relative to `path`; `**` crosses directories.
+    #[serde(default)]
+    pub glob: Option<String>,
+    #[serde(default)]
+    pub recursive: bool,
+    #[serde(default = "super::yes")]
+    pub include_dirs: bool,
+    /// Clamped to 5000.
+    #[serde(default = "five_hundred")]
+    #[schemars(range(min = 1))]
+    pub max_results: u64,
+    #[serde(default)]
+    pub sort_by: SortBy,
+}
+fn five_hundred() -> u64 {
+    500
+}
+
+impl WorkspaceService {
+    async fn list(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: ListWorkspaceFilesArgs,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
+        self.blocking(ctx, session, move |ws| {
+            let listed = confine::list(ws, &a)?;
+            let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
+            fields.insert("path".into(), Value::from(a.path.clone()));
+            fields.insert("count".into(), Value::from(listed.entries.len()));
+            if budget::fit_list(&mut fields, "entries", fields_limit) {
+                let kept = fields["entries"].as_array().map_or(0, Vec::len);
+                fields.insert("count".into(), Value::from(kept));
+            }
+            Ok(fields)
+        })
+        .await
+    }
+}

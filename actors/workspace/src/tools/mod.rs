@@ -1,0 +1,314 @@
+//! The workspace tools: one file each (its definition, argument type and handler), listed in
+//! [`TOOLS`]; this module holds what they share. Results are PROTOCOL.md's shapes. File work
+//! runs on the blocking pool; read state and locks are in Redis ([`ReadState`]).
+
+mod delete_file;
+mod edit_file;
+pub mod lint_file;
+pub mod list_files;
+pub mod multi_edit_file;
+mod read_file;
+pub mod search_files;
+mod status;
+mod write_file;
+mod write_files;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::budget;
+use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::wire::{ActorCall, InvocationContext};
+use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
+
+use crate::confine::{self, Workspace, WorkspacePath};
+use crate::edit;
+use crate::readstate::{FileLock, ReadState};
+
+/// Largest file read whole (PROTOCOL.md); a line range may read further into a bigger file.
+pub const READ_MAX_BYTES: u64 = 2 * 1024 * 1024;
+/// Largest file `read_workspace_file` reads without the blocking pool.
+pub const INLINE_READ_MAX_BYTES: u64 = 16 * 1024;
+/// Largest file an edit or lint takes in.
+pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// `write_workspace_files` writes at most this many files per call.
+pub const BATCH_MAX_FILES: usize = 100;
+/// Where results over the budget are persisted, inside the workspace.
+pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
+
+/// The workspace actor's tools, in the order of PROTOCOL.md's tool table.
+pub const TOOLS: &[Tool] = &[
+    status::TOOL,
+    list_files::TOOL,
+    read_file::TOOL,
+    search_files::TOOL,
+    lint_file::TOOL,
+    write_file::TOOL,
+    write_files::TOOL,
+    edit_file::TOOL,
+    multi_edit_file::TOOL,
+    delete_file::TOOL,
+];
+
+/// The definitions of [`TOOLS`], for the registry.
+pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
+    TOOLS.iter().map(|tool| &tool.def)
+}
+
+/// The tool of this name, if the workspace actor has it.
+pub fn find(name: &str) -> Option<&'static Tool> {
+    TOOLS.iter().find(|tool| tool.def.name == name)
+}
+
+/// One workspace tool: its definition and its handler.
+#[derive(Debug)]
+pub struct Tool {
+    pub def: ToolDef,
+    run: for<'a> fn(&'a WorkspaceService, Call<'a>) -> Reply<'a>,
+}
+
+/// What a handler gets of its call.
+struct Call<'a> {
+    ctx: &'a InvocationContext,
+    session: SessionId,
+    arguments: &'a Value,
+    fields_limit: usize,
+}
+
+/// What a handler answers.
+type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
+
+fn dot() -> String {
+    ".".into()
+}
+fn yes() -> bool {
+    true
+}
+fn one() -> u64 {
+    1
+}
+
+/// What the tools share.
+#[derive(Debug)]
+pub struct WorkspaceService {
+    pub data_dir: PathBuf,
+    pub read_state: ReadState,
+    pub budget_chars: usize,
+}
+
+fn args<T: DeserializeOwned>(value: &Value) -> Result<T, ToolError> {
+    serde_json::from_value(value.clone())
+        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, format!("arguments: {e}")))
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn not_utf8(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotUtf8,
+        format!(
+            "{} is not UTF-8 text; it cannot be read or edited as text",
+            path.display()
+        ),
+    )
+}
+
+fn too_large(path: &WorkspacePath, size: u64, limit: u64) -> ToolError {
+    ToolError::new(
+        ErrorCode::FileTooLarge,
+        format!(
+            "{} is {size} bytes, over the {limit} byte limit of this tool",
+            path.display()
+        ),
+    )
+}
+
+impl WorkspaceService {
+    /// Runs one routed call. `fields_limit`: the most bytes its result fields may take
+    /// ([`budget::fields_limit`] of the connection's `max_payload`); list results are cut to it
+    /// with `truncated: true`.
+    pub async fn run(
+        self: &Arc<Self>,
+        call: &ActorCall,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let tool = find(&call.tool).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::UnknownTool,
+                format!("the workspace actor does not serve {}", call.tool),
+            )
+        })?;
+        let ctx = &call.invocation;
+        let session = ctx.session_id.clone().ok_or_else(|| {
+            ToolError::invalid_request(format!(
+                "{} works in a session: add \"session_id\"",
+                call.tool
+            ))
+        })?;
+        let call = Call {
+            ctx,
+            session,
+            arguments: &call.arguments,
+            fields_limit,
+        };
+        (tool.run)(self, call).await
+    }
+
+    /// Opens the session's workspace and runs `work` on the blocking pool.
+    async fn blocking<T, F>(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        work: F,
+    ) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Workspace) -> Result<T, ToolError> + Send + 'static,
+    {
+        let data_dir = self.data_dir.clone();
+        let account = ctx.account.clone();
+        tokio::task::spawn_blocking(move || {
+            let ws = Workspace::open(&data_dir, &account, &session)?;
+            work(&ws)
+        })
+        .await
+        .map_err(|e| {
+            ToolError::internal(format!(
+                "a workspace task failed ({e}); see the workspace log"
+            ))
+        })?
+    }
+
+    /// Runs `work` on the blocking pool.
+    async fn offload<T, F>(&self, work: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    {
+        tokio::task::spawn_blocking(work).await.map_err(|e| {
+            ToolError::internal(format!(
+                "a workspace task failed ({e}); see the workspace log"
+            ))
+        })?
+    }
+
+    async fn locked<T>(
+        &self,
+        ctx: &InvocationContext,
+        session: &SessionId,
+        paths: &[WorkspacePath],
+        work: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<T, ToolError> {
+        let mut names: Vec<String> = paths.iter().map(|p| p.display()).collect();
+        names.sort();
+        names.dedup();
+        let mut held: Vec<FileLock> = Vec::with_capacity(names.len());
+        for name in &names {
+            match self.read_state.lock(&ctx.account, session, name).await {
+                Ok(lock) => held.push(lock),
+                Err(e) => {
+                    for lock in held {
+                        self.read_state.unlock(lock).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let result = work.await;
+        for lock in held {
+            self.read_state.unlock(lock).await;
+        }
+        result
+    }
+
+    /// Reads the file under lock, checks the read state, applies `change`, writes atomically.
+    async fn change<F>(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        path: WorkspacePath,
+        change: F,
+    ) -> Result<Map<String, Value>, ToolError>
+    where
+        F: FnOnce(&str) -> Result<(String, Map<String, Value>), ToolError> + Send + 'static,
+    {
+        let name = path.display();
+        let invocation = ctx.invocation_id.to_string();
+        let budget_chars = self.budget_chars;
+        self.locked(ctx, &session, std::slice::from_ref(&path), async {
+            let seen = self
+                .read_state
+                .recorded(&ctx.account, &session, &name)
+                .await?;
+            let Some(seen) = seen else {
+                return Err(ToolError::new(
+                    ErrorCode::FileNotRead,
+                    format!("{name} was not read in this session; read_workspace_file it first"),
+                ));
+            };
+            let p = path.clone();
+            let (fields, sha) = self
+                .blocking(ctx, session.clone(), move |ws| {
+                    let bytes = confine::read(ws, &p, EDIT_MAX_BYTES)?;
+                    if confine::sha256_of(&bytes) != seen {
+                        return Err(ToolError::new(
+                            ErrorCode::Conflict,
+                            format!(
+                                "{} changed since it was last read in this session; read it again",
+                                p.display()
+                            ),
+                        ));
+                    }
+                    let before = String::from_utf8(bytes).map_err(|_| not_utf8(&p))?;
+                    let (after, mut fields) = change(&before)?;
+                    confine::write_atomic(ws, &p, after.as_bytes(), true)?;
+                    let diff = edit::unified_diff(&p.display(), &before, &after);
+                    fields.insert("path".into(), Value::from(p.display()));
+                    budgeted(ws, &mut fields, "diff", &diff, budget_chars, &invocation)?;
+                    Ok((fields, confine::sha256_of(after.as_bytes())))
+                })
+                .await?;
+            self.read_state
+                .record(&ctx.account, &session, &name, &sha)
+                .await?;
+            Ok(fields)
+        })
+        .await
+    }
+}
+
+/// Puts a budgeted text field in `fields`; over the budget, the whole text is persisted under
+/// `.toolmesh/outputs/` and named in `persisted_outputs`.
+fn budgeted(
+    ws: &Workspace,
+    fields: &mut Map<String, Value>,
+    field: &str,
+    text: &str,
+    budget_chars: usize,
+    invocation: &str,
+) -> Result<bool, ToolError> {
+    let cut = budget::insert_budgeted(fields, field, text, budget_chars);
+    if cut {
+        let rel = format!("{OUTPUTS_DIR}/{invocation}-{field}.txt");
+        let path = WorkspacePath::parse(&rel, field)?;
+        confine::write_atomic(ws, &path, text.as_bytes(), true)?;
+        let persisted = fields
+            .entry("persisted_outputs")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(map) = persisted {
+            map.insert(
+                field.to_owned(),
+                json!({"path": rel, "mime_type": "text/plain"}),
+            );
+        }
+    }
+    Ok(cut)
+}

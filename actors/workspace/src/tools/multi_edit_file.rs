@@ -1,0 +1,84 @@
+//! `multi_edit_workspace_file`: several snippet edits of one file, all or nothing.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
+use toolmesh_kernel::{Role, SessionId, ToolError};
+
+use super::{args, Call, Reply, Tool, WorkspaceService};
+use crate::confine::WorkspacePath;
+use crate::edit;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "multi_edit_workspace_file",
+        group: ToolGroup::Workspace,
+        description:
+            "Apply several snippet edits to one file, all or nothing; returns a unified diff.",
+        risk_level: RiskLevel::Medium,
+        side_effects: &[SideEffect::WorkspaceWrite],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<MultiEditWorkspaceFileArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .multi_edit(call.ctx, call.session, args(call.arguments)?)
+            .await
+    })
+}
+
+/// One edit of `multi_edit_workspace_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnippetEdit {
+    pub old_text: String,
+    pub new_text: String,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub expected_replacements: Option<u64>,
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+}
+
+/// Apply several edits to one file, all or nothing.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditWorkspaceFileArgs {
+    pub path: String,
+    #[schemars(length(min = 1))]
+    pub edits: Vec<SnippetEdit>,
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+impl WorkspaceService {
+    async fn multi_edit(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: MultiEditWorkspaceFileArgs,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        self.change(ctx, session, path, move |before| {
+            let applied = edit::apply_edits(before, &a.edits, a.replace_all)?;
+            let mut fields = Map::new();
+            fields.insert("edit_count".into(), Value::from(a.edits.len()));
+            fields.insert("replacements".into(), Value::from(applied.replacements));
+            let edits: Vec<Value> = applied
+                .edits
+                .iter()
+                .map(|(index, n)| json!({"index": index, "replacements": n}))
+                .collect();
+            fields.insert("edits".into(), Value::from(edits));
+            Ok((applied.content, fields))
+        })
+        .await
+    }
+}

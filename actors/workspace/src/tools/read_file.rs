@@ -1,0 +1,292 @@
+//! `read_workspace_file`: a UTF-8 text file with line numbers, a line range and a character
+//! budget; the read is recorded so that the file may be edited later.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
+use toolmesh_kernel::{Role, SessionId, ToolError};
+
+use super::{
+    args, budgeted, not_utf8, too_large, Call, Reply, Tool, WorkspaceService, EDIT_MAX_BYTES,
+    INLINE_READ_MAX_BYTES, READ_MAX_BYTES,
+};
+use crate::confine::{self, Workspace, WorkspacePath};
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "read_workspace_file",
+        group: ToolGroup::Workspace,
+        description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<ReadWorkspaceFileArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .read(call.ctx, call.session, args(call.arguments)?)
+            .await
+    })
+}
+
+/// Read a UTF-8 text file, optionally a line range.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadWorkspaceFileArgs {
+    pub path: String,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub start_line: Option<u64>,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub end_line: Option<u64>,
+    /// Character budget of this read, clamped to 1000–100000.
+    #[serde(default)]
+    pub max_chars: Option<u64>,
+    #[serde(default = "super::yes")]
+    pub include_line_numbers: bool,
+}
+
+impl WorkspaceService {
+    async fn read(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: ReadWorkspaceFileArgs,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        if let (Some(start), Some(end)) = (a.start_line, a.end_line) {
+            if end < start {
+                return Err(ToolError::invalid_argument(
+                    "/end_line",
+                    "must not be before start_line",
+                ));
+            }
+        }
+        let budget_chars = a
+            .max_chars
+            .map_or(self.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
+        let invocation = ctx.invocation_id.to_string();
+        let ranged = a.start_line.is_some() || a.end_line.is_some();
+        // A small file is opened, read and rendered right here: handing ~20 µs of cached file
+        // work to the blocking pool and back costs more than the work (two thread wake-ups).
+        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
+        // blocking pool as every other file operation does.
+        let ws = Workspace::open(&self.data_dir, &ctx.account, &session)?;
+        let (file, size) = confine::open_sized(&ws, &path)?;
+        let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
+            let text = read_opened_text(file, size, &path, ranged)?;
+            if text.rendered_bound() <= budget_chars {
+                render_read(&ws, &path, text, &a, budget_chars, &invocation)?
+            } else {
+                let p = path.clone();
+                self.offload(move || render_read(&ws, &p, text, &a, budget_chars, &invocation))
+                    .await?
+            }
+        } else {
+            let p = path.clone();
+            self.offload(move || {
+                let text = if ranged && size > EDIT_MAX_BYTES {
+                    read_streamed_range(file, size, &p, a.start_line.unwrap_or(1), a.end_line)?
+                } else {
+                    read_opened_text(file, size, &p, ranged)?
+                };
+                render_read(&ws, &p, text, &a, budget_chars, &invocation)
+            })
+            .await?
+        };
+        if let Some(sha) = sha {
+            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
+            // recorded still returns the file; a later edit then says file_not_read, which is
+            // the safe side.
+            let recorded = self
+                .read_state
+                .record_pipelined(&ctx.account, &session, path.display().as_str(), &sha)
+                .await;
+            fields.insert("read_state_recorded".into(), Value::Bool(recorded));
+        }
+        Ok(fields)
+    }
+}
+
+/// A text file read for `read_workspace_file`.
+struct TextRead {
+    body: String,
+    size: u64,
+    /// The whole file's hash when it is small enough to edit (the read state).
+    sha256: Option<String>,
+    /// A ranged read of a big file stopped at the 2 MB cap.
+    capped: bool,
+    /// The line number of `body`'s first line: 1, or where a streamed range begins.
+    first_line: u64,
+    /// The file's line count when `body` holds only part of the file (a streamed range).
+    total_lines: Option<u64>,
+}
+
+impl TextRead {
+    /// At most this many characters once rendered, line numbers included (`{n:>6}\t` and the
+    /// newline per line): under the budget, nothing can need persisting.
+    fn rendered_bound(&self) -> usize {
+        let lines = self.body.bytes().filter(|b| *b == b'\n').count() + 1;
+        self.body.len() + 8 * lines
+    }
+}
+
+/// Reads a file opened with [`confine::open_sized`].
+fn read_opened_text(
+    file: cap_std::fs::File,
+    size: u64,
+    path: &WorkspacePath,
+    ranged: bool,
+) -> Result<TextRead, ToolError> {
+    if size > READ_MAX_BYTES && !ranged {
+        return Err(too_large(path, size, READ_MAX_BYTES)
+            .with("hint", "give start_line/end_line to read a part"));
+    }
+    let limit = if size <= EDIT_MAX_BYTES {
+        EDIT_MAX_BYTES
+    } else {
+        READ_MAX_BYTES
+    };
+    let mut bytes = confine::read_opened(file, path, limit, size)?;
+    let capped = (bytes.len() as u64) < size;
+    let sha256 = (!capped).then(|| confine::sha256_of(&bytes));
+    if capped {
+        // Cut at the last whole line so the text stays valid.
+        if let Some(end) = bytes.iter().rposition(|b| *b == b'\n') {
+            bytes.truncate(end + 1);
+        }
+    }
+    let body = String::from_utf8(bytes).map_err(|_| not_utf8(path))?;
+    Ok(TextRead {
+        body,
+        size,
+        sha256,
+        capped,
+        first_line: 1,
+        total_lines: None,
+    })
+}
+
+/// A line range of a file too big to hold (over the edit limit): streams through it, keeping
+/// only the lines of the range (at most [`READ_MAX_BYTES`] of them) and counting the rest.
+fn read_streamed_range(
+    file: cap_std::fs::File,
+    size: u64,
+    path: &WorkspacePath,
+    start: u64,
+    end: Option<u64>,
+) -> Result<TextRead, ToolError> {
+    use std::io::BufRead as _;
+    let mut reader = std::io::BufReader::with_capacity(256 * 1024, file);
+    let mut kept: Vec<u8> = Vec::new();
+    let mut capped = false;
+    let mut line_no: u64 = 0;
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| ToolError::internal(format!("cannot read '{path}': {e}")))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let in_range = line_no >= start && end.is_none_or(|e| line_no <= e);
+        if in_range && !capped {
+            if (kept.len() + line.len()) as u64 > READ_MAX_BYTES {
+                capped = true;
+            } else {
+                kept.extend_from_slice(&line);
+                if !line.ends_with(b"\n") {
+                    kept.push(b'\n');
+                }
+            }
+        }
+    }
+    let body = String::from_utf8(kept).map_err(|_| not_utf8(path))?;
+    Ok(TextRead {
+        body,
+        size,
+        sha256: None,
+        capped,
+        first_line: start,
+        total_lines: Some(line_no),
+    })
+}
+
+/// The fields of a `read_workspace_file` reply for a file already read, and the file's hash
+/// for the read state.
+fn render_read(
+    ws: &Workspace,
+    p: &WorkspacePath,
+    text: TextRead,
+    a: &ReadWorkspaceFileArgs,
+    budget_chars: usize,
+    invocation: &str,
+) -> Result<(Map<String, Value>, Option<String>), ToolError> {
+    use std::fmt::Write as _;
+    let lines: Vec<&str> = text.body.lines().collect();
+    // `lines[0]` is line `first_line` of the file.
+    let offset = text.first_line - 1;
+    let total = text.total_lines.unwrap_or(lines.len() as u64);
+    let start = a.start_line.unwrap_or(1);
+    // A streamed range may stop early at the size cap: end at the last line it holds.
+    let mut end = a
+        .end_line
+        .unwrap_or(total)
+        .min(total)
+        .min(offset + lines.len() as u64);
+    if total > 0 && start > total {
+        return Err(ToolError::invalid_argument(
+            "/start_line",
+            format!("{} has {total} lines", p.display()),
+        ));
+    }
+    let mut content = String::with_capacity(text.body.len() + 8 * lines.len());
+    // A range of a file over READ_MAX_BYTES reads at most that many bytes of its lines
+    // (PROTOCOL.md), ending on a whole line; a smaller file never reaches the cap.
+    let mut capped = text.capped;
+    let mut range_bytes: u64 = 0;
+    for n in start..=end {
+        let line = lines[(n - 1 - offset) as usize];
+        range_bytes += line.len() as u64 + 1;
+        if text.size > READ_MAX_BYTES && range_bytes > READ_MAX_BYTES {
+            capped = true;
+            end = n - 1;
+            break;
+        }
+        if a.include_line_numbers {
+            let _ = writeln!(content, "{n:>6}\t{line}");
+        } else {
+            content.push_str(line);
+            content.push('\n');
+        }
+    }
+    let mut fields = Map::new();
+    fields.insert("path".into(), Value::from(p.display()));
+    let range_partial = start > 1 || end < total;
+    let cut = budgeted(
+        ws,
+        &mut fields,
+        "content",
+        &content,
+        budget_chars,
+        invocation,
+    )?;
+    fields.insert("read_range".into(), json!([start, end]));
+    fields.insert("total_lines".into(), Value::from(total));
+    fields.insert(
+        "partial".into(),
+        Value::Bool(range_partial || cut || capped),
+    );
+    fields.insert("size".into(), Value::from(text.size));
+    Ok((fields, text.sha256))
+}

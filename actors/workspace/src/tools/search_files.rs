@@ -1,0 +1,89 @@
+//! `search_workspace_files`: file contents searched for text or a regex (ripgrep's crates).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
+use toolmesh_kernel::{budget, Role, SessionId, ToolError};
+
+use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use crate::confine::WorkspacePath;
+use crate::search;
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "search_workspace_files",
+        group: ToolGroup::Workspace,
+        description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
+        risk_level: RiskLevel::Low,
+        side_effects: &[],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<SearchWorkspaceFilesArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .search(
+                call.ctx,
+                call.session,
+                args(call.arguments)?,
+                call.fields_limit,
+            )
+            .await
+    })
+}
+
+/// Search file contents (ripgrep-class engine, `.gitignore` respected).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchWorkspaceFilesArgs {
+    #[schemars(length(min = 1))]
+    pub query: String,
+    #[serde(default = "super::dot")]
+    pub path: String,
+    #[serde(default)]
+    pub is_regex: bool,
+    #[serde(default)]
+    pub glob: Option<String>,
+    #[serde(default)]
+    pub case_sensitive: bool,
+    /// Capped at 20.
+    #[serde(default)]
+    pub context_lines: u64,
+    /// Capped at 5000.
+    #[serde(default = "one_hundred")]
+    #[schemars(range(min = 1))]
+    pub max_results: u64,
+}
+fn one_hundred() -> u64 {
+    100
+}
+
+impl WorkspaceService {
+    async fn search(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: SearchWorkspaceFilesArgs,
+        fields_limit: usize,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let dir = WorkspacePath::parse(&a.path, "path")?;
+        self.blocking(ctx, session, move |ws| {
+            let outcome = search::search(ws, dir.as_path(), &a)?;
+            let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
+            fields.insert("query".into(), Value::from(a.query.clone()));
+            if budget::fit_list(&mut fields, "results", fields_limit) {
+                // `match_count` counts the matching lines returned.
+                let kept = fields["results"].as_array().map_or(0, Vec::len);
+                fields.insert("match_count".into(), Value::from(kept));
+            }
+            Ok(fields)
+        })
+        .await
+    }
+}

@@ -1,0 +1,73 @@
+//! `write_workspace_file`: one whole file, written atomically.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
+use toolmesh_kernel::{Role, SessionId, ToolError};
+
+use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use crate::confine::{self, WorkspacePath};
+
+pub const TOOL: Tool = Tool {
+    def: ToolDef {
+        name: "write_workspace_file",
+        group: ToolGroup::Workspace,
+        description:
+            "Write a whole file in the workspace, atomically, creating parent directories.",
+        risk_level: RiskLevel::Medium,
+        side_effects: &[SideEffect::WorkspaceWrite],
+        needs_session: true,
+        role: Role::Workspace,
+        schema: schema_of::<WriteWorkspaceFileArgs>,
+    },
+    run,
+};
+
+fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
+    Box::pin(async move {
+        service
+            .write(call.ctx, call.session, args(call.arguments)?)
+            .await
+    })
+}
+
+/// Write a whole file (creating parent directories).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteWorkspaceFileArgs {
+    pub path: String,
+    pub content: String,
+    #[serde(default = "super::yes")]
+    pub overwrite: bool,
+}
+
+impl WorkspaceService {
+    async fn write(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        a: WriteWorkspaceFileArgs,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        let sha = confine::sha256_of(a.content.as_bytes());
+        let p = path.clone();
+        self.locked(ctx, &session, std::slice::from_ref(&path), async {
+            let outcome = self
+                .blocking(ctx, session.clone(), move |ws| {
+                    confine::write_atomic(ws, &p, a.content.as_bytes(), a.overwrite)
+                })
+                .await?;
+            self.read_state
+                .record(&ctx.account, &session, path.display().as_str(), &sha)
+                .await?;
+            Ok(object(json!({
+                "path": path.display(),
+                "bytes_written": outcome.bytes,
+                "created": outcome.created,
+            })))
+        })
+        .await
+    }
+}
