@@ -21,7 +21,9 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
-use crate::output::{spool_dir_of, Cap, Captured, Quota, SpoolSettings};
+use crate::output::{
+    persisted_entry, spool_dir_of, Cap, Captured, Handover, Part, Quota, SpoolSettings,
+};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::tasks::TaskStatus;
 
@@ -330,17 +332,23 @@ impl SandboxService {
             preview_chars: self.budget_chars,
             max_bytes: self.output_max_bytes,
             quotas: Vec::new(),
+            handover: None,
         }
     }
 
     /// How a session's background tasks spool their unread output: within the session's
-    /// and the worker's caps too.
+    /// and the worker's caps too, handing it to the workspace when one of them fills up.
     fn task_spool_settings(&self, session: &Session) -> SpoolSettings {
         SpoolSettings {
             quotas: vec![
                 session.tasks.quota(self.session_output_max_bytes),
                 self.worker_output.clone(),
             ],
+            handover: Some(Handover::to_workspace(
+                self.pool.sync().clone(),
+                session.account.clone(),
+                session.session_id.clone(),
+            )),
             ..self.spool_settings(session)
         }
     }
@@ -357,6 +365,7 @@ impl SandboxService {
         output: Captured,
     ) {
         let stream_cap = output.cap == Some(Cap::Stream);
+        let truncated = output.dropped_bytes() > 0;
         let cut = budget::Cut {
             preview: output.preview,
             original_chars: usize::try_from(output.chars).unwrap_or(usize::MAX),
@@ -365,43 +374,40 @@ impl SandboxService {
         if !budget::insert_cut(fields, field, cut) {
             return;
         }
-        let Some(file) = output.file else {
-            return; // it could not be spooled (logged); the preview is all there is
-        };
-        let path = format!(
-            "{OUTPUTS_DIR}/{}-{field}.txt",
-            call.invocation.invocation_id
-        );
-        let persisted = self
-            .pool
-            .sync()
-            .put_from(
-                &session.account,
-                &session.session_id,
-                &path,
-                file.bytes,
-                file.handle(),
-            )
-            .await;
-        match persisted {
-            Ok(()) => {
-                let entry = fields
-                    .entry("persisted_outputs")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if let Value::Object(map) = entry {
-                    let mut persisted = object(
-                        json!({"path": path, "mime_type": "text/plain", "bytes": file.bytes}),
-                    );
-                    if file.capped {
-                        persisted.insert("truncated".into(), true.into());
-                        if stream_cap {
-                            persisted.insert("max_bytes".into(), self.output_max_bytes.into());
-                        }
-                    }
-                    map.insert(field.to_owned(), Value::Object(persisted));
-                }
+        let mut parts = output.parts; // a task's first parts, already in the workspace
+                                      // The text after the parts (all of it when there are none), unless that is nothing.
+        if let Some(file) = output.file.filter(|f| f.bytes > 0 || parts.is_empty()) {
+            let path = format!(
+                "{OUTPUTS_DIR}/{}-{field}.txt",
+                call.invocation.invocation_id
+            );
+            let persisted = self
+                .pool
+                .sync()
+                .put_from(
+                    &session.account,
+                    &session.session_id,
+                    &path,
+                    file.bytes,
+                    file.handle(),
+                )
+                .await;
+            match persisted {
+                Ok(()) => parts.push(Part {
+                    path,
+                    bytes: file.bytes,
+                }),
+                Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
             }
-            Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
+        }
+        let max_bytes = stream_cap.then_some(self.output_max_bytes);
+        if let Some(persisted) = persisted_entry(&parts, truncated, max_bytes) {
+            let entry = fields
+                .entry("persisted_outputs")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(map) = entry {
+                map.insert(field.to_owned(), persisted);
+            }
         }
     }
 
@@ -776,6 +782,7 @@ impl SandboxService {
         let mut fields = object(json!({"task_id": a.task_id}));
         let dropped_bytes = read.dropped_bytes();
         let dropped_cap = read.dropped_cap();
+        let persist_error = read.persist_error().map(ToolError::brief);
         self.put_output(call, session, &mut fields, "stdout", read.stdout)
             .await;
         self.put_output(call, session, &mut fields, "stderr", read.stderr)
@@ -789,8 +796,12 @@ impl SandboxService {
             // Unread output past the cap was counted (`_original_chars`), not kept.
             fields.insert("dropped_bytes".into(), dropped_bytes.into());
             if let Some(cap) = dropped_cap {
-                // Which cap: the stream's, the session's or the worker's.
+                // Which cap: the stream's, the session's or the worker's; or the workspace
+                // that did not take a part of it (`persist_error` says why).
                 fields.insert("dropped_by".into(), cap.as_str().into());
+            }
+            if let Some(error) = persist_error {
+                fields.insert("persist_error".into(), error);
             }
         }
         Ok(fields)
