@@ -69,6 +69,8 @@ pub struct Quota {
     cap: Cap,
     limit: u64,
     used: AtomicU64,
+    /// Told whenever a take leaves more than half of it taken.
+    pressed: tokio::sync::Notify,
 }
 
 impl Quota {
@@ -77,7 +79,13 @@ impl Quota {
             cap,
             limit,
             used: AtomicU64::new(0),
+            pressed: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Resolves at the next take that leaves more than half of it taken.
+    pub fn pressed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.pressed.notified()
     }
 
     /// Bytes held now.
@@ -108,7 +116,12 @@ impl Quota {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return got,
+                Ok(_) => {
+                    if used + got > self.limit / 2 {
+                        self.pressed.notify_waiters();
+                    }
+                    return got;
+                }
                 Err(now) => used = now,
             }
         }
@@ -200,6 +213,21 @@ impl Handover {
     /// Waits until no part of this task is on its way.
     pub async fn slot(&self) -> Option<OwnedSemaphorePermit> {
         self.slot.clone().acquire_owned().await.ok()
+    }
+}
+
+impl SpoolSettings {
+    /// Resolves when one of the shared caps is next pressed (never without any).
+    pub async fn pressed(&self) {
+        if self.quotas.is_empty() {
+            return std::future::pending().await;
+        }
+        futures::future::select_all(self.quotas.iter().map(|q| Box::pin(q.pressed()))).await;
+    }
+
+    /// Whether any shared cap is more than half taken.
+    pub fn is_pressed(&self) -> bool {
+        self.quotas.iter().any(|q| q.is_pressed())
     }
 }
 
@@ -564,6 +592,11 @@ impl Spool {
                 self.hand_over(permit).await;
             }
         }
+    }
+
+    /// Whether any text is spooled that a hand-over could take.
+    pub fn holds_spooled(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.bytes > 0) || self.pending.len() > 0
     }
 
     /// Whether the file should go to the workspace now: a shared cap is more than half

@@ -341,34 +341,57 @@ impl Task {
     }
 }
 
-/// Hands an ended task's unread spooled text to the workspace while a shared cap is more than
-/// half taken, one stream after the other (a task's parts go one at a time): what it keeps
-/// on the worker is then its previews. The task's slot is awaited without holding its
-/// unread output, so a read meanwhile is not held up.
-async fn hand_over_ended(task: &Task, handover: &Handover) {
-    for stdout in [true, false] {
-        let wants = |unread: &mut Unread| {
-            let spool = if stdout {
-                &mut unread.stdout
-            } else {
-                &mut unread.stderr
-            };
-            spool.wants_hand_over(true)
-        };
-        if !wants(&mut *task.unread.lock().await) {
-            continue;
-        }
-        let Some(permit) = handover.slot().await else {
+/// Hands an ended task's unread spooled text to the workspace whenever a shared cap is more
+/// than half taken, now or later, one stream after the other (a task's parts go one at a
+/// time): an ended task then keeps only its previews on the worker. Ends once the task holds
+/// no spooled text (read, handed over) or is gone; the task's slot is awaited without
+/// holding its unread output or the task itself.
+async fn hand_over_ended(task: Weak<Task>, settings: SpoolSettings) {
+    let Some(handover) = settings.handover.clone() else {
+        return;
+    };
+    loop {
+        // Interest first, so a take between the check and the wait is not missed.
+        let pressed = settings.pressed();
+        tokio::pin!(pressed);
+        let fired = futures::FutureExt::now_or_never(pressed.as_mut()).is_some();
+        let Some(strong) = task.upgrade() else {
             return;
         };
-        let mut unread = task.unread.lock().await;
-        if wants(&mut unread) {
+        let mut spooled = false;
+        for stdout in [true, false] {
+            let wants = {
+                let mut unread = strong.unread.lock().await;
+                let spool = if stdout {
+                    &mut unread.stdout
+                } else {
+                    &mut unread.stderr
+                };
+                spooled |= spool.holds_spooled();
+                spool.wants_hand_over(true)
+            };
+            if !wants {
+                continue;
+            }
+            let Some(permit) = handover.slot().await else {
+                return;
+            };
+            let mut unread = strong.unread.lock().await;
             let spool = if stdout {
                 &mut unread.stdout
             } else {
                 &mut unread.stderr
             };
-            spool.hand_over(permit).await;
+            if spool.wants_hand_over(true) {
+                spool.hand_over(permit).await;
+            }
+        }
+        drop(strong);
+        if !spooled {
+            return;
+        }
+        if !fired {
+            pressed.await;
         }
     }
 }
@@ -494,7 +517,7 @@ impl TaskTable {
             exit,
             kill,
         } = execution;
-        let handover = spool.handover.clone();
+        let ended = spool.clone();
         let task = Arc::new(Task {
             task_id: task_id.clone(),
             command,
@@ -519,7 +542,6 @@ impl TaskTable {
             .by_id
             .insert(task_id, task.clone());
         let pumped = task.clone();
-        let handover = handover;
         let table: Weak<Mutex<Tasks>> = Arc::downgrade(&self.tasks);
         tokio::spawn(async move {
             let mut out = Utf8Decoder::default();
@@ -561,9 +583,9 @@ impl TaskTable {
                 let gone = table.lock().expect("tasks lock").ended(&pumped.task_id);
                 drop(gone); // their spool files go off the async threads
             }
-            if let Some(handover) = &handover {
-                hand_over_ended(&pumped, handover).await;
-            }
+            let task = Arc::downgrade(&pumped);
+            drop(pumped);
+            hand_over_ended(task, ended).await;
         });
         Ok(task)
     }
@@ -773,24 +795,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_task_that_ends_while_its_session_s_cap_is_pressed_hands_its_output_over() {
+    async fn an_ended_task_hands_its_output_over_once_its_session_s_cap_is_pressed() {
         let dir = tempfile::tempdir().unwrap();
         let table = TaskTable::default();
         let session = table.quota(1000);
         let files = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
-        // Another task's unread output takes more than half of the session's cap …
-        let hog = table
-            .start(
-                "task-hog".into(),
-                "echo".into(),
-                finished(Box::leak("h".repeat(600).into_boxed_str())),
-                spool_in(dir.path(), vec![session.clone()]),
-            )
-            .unwrap();
-        until_ended(&hog).await;
-        assert_eq!(session.used(), 600);
-        // … so one that ends with 300 bytes unread hands them, too small a part while it
-        // ran, to the workspace and keeps only its preview.
+        // A task ends with 330 bytes unread, a third of the session's cap: it keeps them …
         let text = "0123456789\n".repeat(30);
         let task = table
             .start(
@@ -804,6 +814,18 @@ mod tests {
             )
             .unwrap();
         until_ended(&task).await;
+        assert_eq!(session.used(), 330);
+        // … until another task's output takes the session past half its cap: then the ended
+        // task hands its text to the workspace and keeps only its preview.
+        let hog = table
+            .start(
+                "task-hog".into(),
+                "echo".into(),
+                finished(Box::leak("h".repeat(600).into_boxed_str())),
+                spool_in(dir.path(), vec![session.clone()]),
+            )
+            .unwrap();
+        until_ended(&hog).await;
         for _ in 0..500 {
             if session.used() == 600 {
                 break;
