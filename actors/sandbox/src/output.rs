@@ -28,6 +28,10 @@ pub const WRITE_BATCH: usize = 64 * 1024;
 /// Files one stream's text of one read is handed to the workspace in, at most; past them
 /// the shared caps drop text as they do without a workspace.
 pub const MAX_PARTS: usize = 32;
+/// Parts on their way to workspaces at once, per worker: each holds a put's part in memory
+/// on a blocking thread, and concurrent ones multiply the allocator arenas the worker keeps
+/// (four at once grew a worker by over 100 MiB where one stays flat).
+pub const MAX_HANDOVERS: usize = 1;
 /// A running stream hands its file over once it holds at least this share of the pressed
 /// cap (1/`PART_SHARE`), so that the 16 tasks a session runs at once all fit in half of it.
 const PART_SHARE: u64 = 32;
@@ -202,11 +206,27 @@ impl Handover {
         }
     }
 
-    /// Parts go into the session's workspace through `put_from` (as over-budget outputs do).
-    pub fn to_workspace(sync: WorkspaceSync, account: Account, session: SessionId) -> Self {
+    /// The worker's [`MAX_HANDOVERS`] slots, shared by every task's `Handover`.
+    pub fn worker_slots() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(MAX_HANDOVERS))
+    }
+
+    /// Parts go into the session's workspace through `put_from` (as over-budget outputs do),
+    /// at most as many at once on the worker as `worker` has permits.
+    pub fn to_workspace(
+        sync: WorkspaceSync,
+        account: Account,
+        session: SessionId,
+        worker: Arc<Semaphore>,
+    ) -> Self {
         Self::new(Arc::new(move |path, bytes, file| {
             let (sync, account, session) = (sync.clone(), account.clone(), session.clone());
-            async move { sync.put_from(&account, &session, &path, bytes, file).await }.boxed()
+            let worker = worker.clone();
+            async move {
+                let _one_of_the_worker_s = worker.acquire_owned().await;
+                sync.put_from(&account, &session, &path, bytes, file).await
+            }
+            .boxed()
         }))
     }
 
@@ -596,7 +616,7 @@ impl Spool {
 
     /// Whether any text is spooled that a hand-over could take.
     pub fn holds_spooled(&self) -> bool {
-        self.file.as_ref().is_some_and(|f| f.bytes > 0) || self.pending.len() > 0
+        self.file.as_ref().is_some_and(|f| f.bytes > 0) || !self.pending.is_empty()
     }
 
     /// Whether the file should go to the workspace now: a shared cap is more than half

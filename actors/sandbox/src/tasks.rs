@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{Execution, KillSwitch, Output, StdinWriter};
-use crate::output::{Cap, Captured, Handover, Kept, Quota, Spool, SpoolSettings, Utf8Decoder};
+use crate::output::{Cap, Captured, Kept, Quota, Spool, SpoolSettings, Utf8Decoder};
 
 /// Background tasks running at once in one session.
 pub const MAX_RUNNING_TASKS: usize = 16;
@@ -600,6 +600,7 @@ impl TaskTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::Handover;
 
     fn scan(pattern: &str, pieces: &[&str]) -> bool {
         let pattern = regex::Regex::new(pattern).unwrap();

@@ -49,6 +49,8 @@ pub struct SandboxService {
     pub session_output_max_bytes: u64,
     /// `TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`: unread task output this worker keeps.
     pub worker_output: Arc<Quota>,
+    /// Task output handed to workspaces at once on this worker (`Handover::worker_slots`).
+    pub handovers: Arc<tokio::sync::Semaphore>,
     /// The image (`template_id` in `sandbox_status`).
     pub image: String,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
@@ -348,6 +350,7 @@ impl SandboxService {
                 self.pool.sync().clone(),
                 session.account.clone(),
                 session.session_id.clone(),
+                self.handovers.clone(),
             )),
             ..self.spool_settings(session)
         }
