@@ -1665,7 +1665,7 @@ async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &st
             arrived,
             "piece {k}: {} bytes spooled, {} in the workspace, of {expected}",
             spooled_bytes(&c),
-            handed_over_bytes(&c, "s1", &task)
+            handed_over_bytes(&c, "s1", task)
         );
     }
     let end = tool(
