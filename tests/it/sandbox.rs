@@ -1486,8 +1486,9 @@ fn spooled_bytes(c: &Cluster) -> u64 {
 }
 
 #[tokio::test]
-async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_is_capped() {
-    // 36 tasks of 3 MB unread output each: without the caps the worker would keep 108 MB.
+async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_the_workspace() {
+    // 36 tasks of 3 MB unread output each: without the caps the worker would keep 108 MB; with
+    // them it keeps at most the session's cap and hands the rest to the workspace.
     let session_cap: u64 = 16 * 1024 * 1024;
     let c = cluster_with(&[(
         "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
@@ -1557,24 +1558,180 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_is_capped
         growth < 64 * 1024 * 1024,
         "the worker's memory grew by {growth} bytes"
     );
-    // Every kept task's unread output was counted whole; what the cap dropped is said.
+    // Every kept task's unread output was counted whole, each of its parts in the workspace
+    // is what it says, and what the cap dropped (a producer faster than the workspace) is
+    // said; far more than the session's cap went to the workspace.
     let mut persisted = 0;
-    let mut capped = 0;
     for id in &listed {
         let out = tool(&c, "s1", "task_output", json!({"task_id": id})).await;
         let head: String = out.to_string().chars().take(600).collect();
         assert_eq!(out["ok"], true, "{head}");
         assert_eq!(out["stdout_original_chars"], 3_000_000, "{head}");
-        persisted += out["persisted_outputs"]["stdout"]["bytes"]
-            .as_u64()
-            .unwrap_or(0);
-        if out["dropped_bytes"].as_u64().unwrap_or(0) > 0 {
-            assert_eq!(out["dropped_by"], "session", "{head}");
-            capped += 1;
+        let entry = &out["persisted_outputs"]["stdout"];
+        let parts = match entry["parts"].as_array() {
+            Some(parts) => parts.clone(),
+            None if entry.is_object() => vec![entry.clone()],
+            None => Vec::new(),
+        };
+        let mut bytes = 0;
+        for part in &parts {
+            let path = workspace_file(&c, "s1", part["path"].as_str().unwrap());
+            let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(text.iter().all(|&b| b == b'x'), "{part}");
+            assert_eq!(part["bytes"], text.len(), "{part}");
+            bytes += text.len() as u64;
         }
+        let dropped = out["dropped_bytes"].as_u64().unwrap_or(0);
+        if dropped > 0 {
+            assert_eq!(out["dropped_by"], "session", "{head}");
+        }
+        if !parts.is_empty() {
+            assert_eq!(bytes + dropped, 3_000_000, "{head}");
+        }
+        persisted += bytes;
     }
-    assert!(persisted <= session_cap, "{persisted} bytes kept");
-    assert!(capped > 0, "no read said what the session's cap dropped");
+    // The worker keeps at most the cap, so what went past it went to the workspace: before
+    // the hand-over, reads could find at most the cap.
+    assert!(
+        persisted > session_cap,
+        "{persisted} bytes went to the workspace; the session's cap is {session_cap}"
+    );
+}
+
+/// Bytes of the parts of `task`'s output handed to the workspace of session `session`.
+fn handed_over_bytes(c: &Cluster, session: &str, task: &str) -> u64 {
+    let dir = workspace_file(c, session, ".toolmesh/outputs");
+    walk_files(&dir)
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with(task) && name.contains("-part-")
+        })
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// `seq 1 n` as text.
+fn seq_text(n: u64) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+/// A task writes 15 MB, in 20 pieces the test asks for, past a shared cap of 4 MiB set by
+/// `variable`: the worker never spools more than the cap, and the whole output is in the
+/// workspace files `persisted_outputs.stdout.parts` names. Each piece is asked for once the
+/// one before is on the worker's disk or in the workspace and no part is on its way, so
+/// nothing depends on how fast the workspace is.
+async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &str) {
+    let cap: u64 = 4 * 1024 * 1024;
+    let c = cluster_with(&[(variable, &cap.to_string())]).await;
+    let started = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({
+            "command": "i=0; while read n && [ \"$n\" != end ]; do seq $((i+1)) $((i+n)); i=$((i+n)); done",
+            "background": true,
+        }),
+    )
+    .await;
+    assert_eq!(started["ok"], true, "{started}");
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let piece: u64 = 100_000; // lines: at most 800 KB, under a quarter of the cap
+    for k in 1..=20u64 {
+        let input = tool(
+            &c,
+            "s1",
+            "task_input",
+            json!({"task_id": task, "input": format!("{piece}\n")}),
+        )
+        .await;
+        assert_eq!(input["ok"], true, "{input}");
+        let expected = seq_text(k * piece).len() as u64;
+        let (cluster, task): (&Cluster, &str) = (&c, &task);
+        let arrived = toolmesh_testkit::wait_until(Duration::from_secs(60), || async move {
+            let spooled = spooled_bytes(cluster);
+            assert!(
+                spooled <= cap,
+                "{spooled} bytes spooled, over the cap of {cap}"
+            );
+            // All but the last write batch (64 KiB, in memory) on disk here or there, and
+            // no part on its way (one holds more than half the cap).
+            let handed = handed_over_bytes(cluster, "s1", task);
+            spooled + handed + 64 * 1024 >= expected && spooled <= cap / 2
+        })
+        .await;
+        assert!(
+            arrived,
+            "piece {k}: {} bytes spooled, {} in the workspace, of {expected}",
+            spooled_bytes(&c),
+            handed_over_bytes(&c, "s1", task)
+        );
+    }
+    let end = tool(
+        &c,
+        "s1",
+        "task_input",
+        json!({"task_id": task, "input": "end\n"}),
+    )
+    .await;
+    assert_eq!(end["ok"], true, "{end}");
+    let cluster: &Cluster = &c;
+    let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
+        let list = tool(cluster, "s1", "list_tasks", json!({})).await;
+        list["tasks"][0]["status"] == "exited"
+    })
+    .await;
+    assert!(exited, "the task did not end");
+
+    let out = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
+    let head: String = out.to_string().chars().take(600).collect();
+    assert_eq!(out["ok"], true, "{head}");
+    let expected = seq_text(20 * piece);
+    assert_eq!(out["stdout_original_chars"], expected.len(), "{head}");
+    assert!(out.get("dropped_bytes").is_none(), "{head}");
+    let persisted = &out["persisted_outputs"]["stdout"];
+    let parts = persisted["parts"].as_array().expect("parts");
+    assert!(parts.len() >= 3, "{persisted}");
+    assert_eq!(
+        persisted["path"],
+        parts.last().unwrap()["path"],
+        "{persisted}"
+    );
+    let mut text = Vec::new();
+    for part in parts {
+        let path = workspace_file(&c, "s1", part["path"].as_str().unwrap());
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(part["bytes"], bytes.len(), "{part}");
+        text.extend_from_slice(&bytes);
+    }
+    assert!(
+        text == expected.as_bytes(),
+        "the parts are the whole output, in order"
+    );
+    // What the worker spooled goes once it is read.
+    let cluster: &Cluster = &c;
+    let freed = toolmesh_testkit::wait_until(Duration::from_secs(10), || async move {
+        spooled_bytes(cluster) == 0
+    })
+    .await;
+    assert!(freed, "{} bytes still spooled", spooled_bytes(&c));
+}
+
+#[tokio::test]
+async fn task_output_past_the_session_cap_goes_whole_to_the_workspace() {
+    task_output_past_a_shared_cap_goes_whole_to_the_workspace(
+        "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn task_output_past_the_worker_cap_goes_whole_to_the_workspace() {
+    task_output_past_a_shared_cap_goes_whole_to_the_workspace(
+        "TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES",
+    )
+    .await;
 }
 
 #[tokio::test]

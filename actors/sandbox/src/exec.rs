@@ -285,6 +285,7 @@ mod tests {
             preview_chars: 100_000,
             max_bytes: 1 << 20,
             quotas: Vec::new(),
+            handover: None,
         };
         let mut stream = Stream::new(settings, "t");
         let mut streamed = Vec::new();

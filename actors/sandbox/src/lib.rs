@@ -200,6 +200,7 @@ pub async fn spawn(
             crate::output::Cap::Worker,
             config.worker_output_max_bytes,
         ),
+        handovers: crate::output::Handover::worker_slots(),
         image: config.image.clone(),
         skill_runner: settings.skill_runner.clone(),
     });

@@ -102,6 +102,14 @@ impl TaskRead {
     pub fn dropped_cap(&self) -> Option<Cap> {
         self.stdout.cap.or(self.stderr.cap)
     }
+
+    /// Why the workspace did not take a part of the output, stdout's first.
+    pub fn persist_error(&self) -> Option<&ToolError> {
+        self.stdout
+            .persist_error
+            .as_ref()
+            .or(self.stderr.persist_error.as_ref())
+    }
 }
 
 /// `wait_for_pattern` over one stream, line by line: the pattern is matched against each line
@@ -156,8 +164,13 @@ impl LineScan {
     }
 
     /// Scans the kept text from where the last call stopped; true once a line matched.
-    /// Blocking when the text is on disk ([`Kept::on_disk`]).
+    /// Text handed to the workspace before the scan reached it is skipped (a line cut so
+    /// starts afresh). Blocking when the text is on disk ([`Kept::on_disk`]).
     fn scan(&mut self, kept: &Kept) -> bool {
+        if self.offset < kept.start() {
+            self.offset = kept.start();
+            self.line.clear();
+        }
         loop {
             match kept.read(self.offset, SCAN_PIECE) {
                 Ok(text) if text.is_empty() => return false,
@@ -328,6 +341,61 @@ impl Task {
     }
 }
 
+/// Hands an ended task's unread spooled text to the workspace whenever a shared cap is more
+/// than half taken, now or later, one stream after the other (a task's parts go one at a
+/// time): an ended task then keeps only its previews on the worker. Ends once the task holds
+/// no spooled text (read, handed over) or is gone; the task's slot is awaited without
+/// holding its unread output or the task itself.
+async fn hand_over_ended(task: Weak<Task>, settings: SpoolSettings) {
+    let Some(handover) = settings.handover.clone() else {
+        return;
+    };
+    loop {
+        // Interest first, so a take between the check and the wait is not missed.
+        let pressed = settings.pressed();
+        tokio::pin!(pressed);
+        let fired = futures::FutureExt::now_or_never(pressed.as_mut()).is_some();
+        let Some(strong) = task.upgrade() else {
+            return;
+        };
+        let mut spooled = false;
+        for stdout in [true, false] {
+            let wants = {
+                let mut unread = strong.unread.lock().await;
+                let spool = if stdout {
+                    &mut unread.stdout
+                } else {
+                    &mut unread.stderr
+                };
+                spooled |= spool.holds_spooled();
+                spool.wants_hand_over(true)
+            };
+            if !wants {
+                continue;
+            }
+            let Some(permit) = handover.slot().await else {
+                return;
+            };
+            let mut unread = strong.unread.lock().await;
+            let spool = if stdout {
+                &mut unread.stdout
+            } else {
+                &mut unread.stderr
+            };
+            if spool.wants_hand_over(true) {
+                spool.hand_over(permit).await;
+            }
+        }
+        drop(strong);
+        if !spooled {
+            return;
+        }
+        if !fired {
+            pressed.await;
+        }
+    }
+}
+
 /// The tasks of one session, with the ids of the ended ones in the order they ended.
 #[derive(Debug, Default)]
 struct Tasks {
@@ -449,6 +517,7 @@ impl TaskTable {
             exit,
             kill,
         } = execution;
+        let ended = spool.clone();
         let task = Arc::new(Task {
             task_id: task_id.clone(),
             command,
@@ -514,6 +583,9 @@ impl TaskTable {
                 let gone = table.lock().expect("tasks lock").ended(&pumped.task_id);
                 drop(gone); // their spool files go off the async threads
             }
+            let task = Arc::downgrade(&pumped);
+            drop(pumped);
+            hand_over_ended(task, ended).await;
         });
         Ok(task)
     }
@@ -528,6 +600,7 @@ impl TaskTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::Handover;
 
     fn scan(pattern: &str, pieces: &[&str]) -> bool {
         let pattern = regex::Regex::new(pattern).unwrap();
@@ -584,6 +657,7 @@ mod tests {
             preview_chars: 4,
             max_bytes: 1 << 20,
             quotas,
+            handover: None,
         }
     }
 
@@ -706,5 +780,73 @@ mod tests {
             assert!(scan.line.len() <= MAX_LINE + piece.len());
         }
         assert!(scan.feed("END"));
+    }
+
+    /// Puts into a map, at once.
+    fn handover_to_map(files: &Arc<Mutex<std::collections::BTreeMap<String, String>>>) -> Handover {
+        let files = files.clone();
+        Handover::new(Arc::new(move |path, bytes, file| {
+            use std::os::unix::fs::FileExt;
+            let mut text = vec![0u8; bytes as usize];
+            file.read_exact_at(&mut text, 0).unwrap();
+            let text = String::from_utf8(text).unwrap();
+            files.lock().unwrap().insert(path, text);
+            Box::pin(std::future::ready(Ok(())))
+        }))
+    }
+
+    #[tokio::test]
+    async fn an_ended_task_hands_its_output_over_once_its_session_s_cap_is_pressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = TaskTable::default();
+        let session = table.quota(1000);
+        let files = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
+        // A task ends with 330 bytes unread, a third of the session's cap: it keeps them …
+        let text = "0123456789\n".repeat(30);
+        let task = table
+            .start(
+                "task-t".into(),
+                "echo".into(),
+                finished(Box::leak(text.clone().into_boxed_str())),
+                SpoolSettings {
+                    handover: Some(handover_to_map(&files)),
+                    ..spool_in(dir.path(), vec![session.clone()])
+                },
+            )
+            .unwrap();
+        until_ended(&task).await;
+        assert_eq!(session.used(), 330);
+        // … until another task's output takes the session past half its cap: then the ended
+        // task hands its text to the workspace and keeps only its preview.
+        let hog = table
+            .start(
+                "task-hog".into(),
+                "echo".into(),
+                finished(Box::leak("h".repeat(600).into_boxed_str())),
+                spool_in(dir.path(), vec![session.clone()]),
+            )
+            .unwrap();
+        until_ended(&hog).await;
+        for _ in 0..500 {
+            if session.used() == 600 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(
+            session.used(),
+            600,
+            "the ended task holds nothing of the cap"
+        );
+        let read = task.read(None, Duration::ZERO).await;
+        assert_eq!(read.stdout.parts.len(), 1);
+        assert_eq!(
+            read.stdout.parts[0].path,
+            ".toolmesh/outputs/task-t-stdout-part-0.txt"
+        );
+        assert_eq!(files.lock().unwrap()[&read.stdout.parts[0].path], text);
+        assert_eq!(read.stdout.file.as_ref().map(|f| f.bytes), Some(0));
+        assert_eq!((read.dropped_bytes(), read.dropped_cap()), (0, None));
+        assert_eq!(read.stdout.preview, "0123");
     }
 }

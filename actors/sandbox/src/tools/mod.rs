@@ -29,7 +29,9 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
 use crate::exec::{run_to_end, CommandOutcome, EventSink};
-use crate::output::{spool_dir_of, Cap, Captured, Quota, SpoolSettings};
+use crate::output::{
+    persisted_entry, spool_dir_of, Cap, Captured, Handover, Part, Quota, SpoolSettings,
+};
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
@@ -113,6 +115,8 @@ pub struct SandboxService {
     pub session_output_max_bytes: u64,
     /// `TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`: unread task output this worker keeps.
     pub worker_output: Arc<Quota>,
+    /// Task output handed to workspaces at once on this worker (`Handover::worker_slots`).
+    pub handovers: Arc<tokio::sync::Semaphore>,
     /// The image (`template_id` in `sandbox_status`).
     pub image: String,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
@@ -265,17 +269,24 @@ impl SandboxService {
             preview_chars: self.budget_chars,
             max_bytes: self.output_max_bytes,
             quotas: Vec::new(),
+            handover: None,
         }
     }
 
     /// How a session's background tasks spool their unread output: within the session's
-    /// and the worker's caps too.
+    /// and the worker's caps too, handing it to the workspace when one of them fills up.
     fn task_spool_settings(&self, session: &Session) -> SpoolSettings {
         SpoolSettings {
             quotas: vec![
                 session.tasks.quota(self.session_output_max_bytes),
                 self.worker_output.clone(),
             ],
+            handover: Some(Handover::to_workspace(
+                self.pool.sync().clone(),
+                session.account.clone(),
+                session.session_id.clone(),
+                self.handovers.clone(),
+            )),
             ..self.spool_settings(session)
         }
     }
@@ -292,6 +303,7 @@ impl SandboxService {
         output: Captured,
     ) {
         let stream_cap = output.cap == Some(Cap::Stream);
+        let truncated = output.dropped_bytes() > 0;
         let cut = budget::Cut {
             preview: output.preview,
             original_chars: usize::try_from(output.chars).unwrap_or(usize::MAX),
@@ -300,43 +312,41 @@ impl SandboxService {
         if !budget::insert_cut(fields, field, cut) {
             return;
         }
-        let Some(file) = output.file else {
-            return; // it could not be spooled (logged); the preview is all there is
-        };
-        let path = format!(
-            "{OUTPUTS_DIR}/{}-{field}.txt",
-            call.invocation.invocation_id
-        );
-        let persisted = self
-            .pool
-            .sync()
-            .put_from(
-                &session.account,
-                &session.session_id,
-                &path,
-                file.bytes,
-                file.handle(),
-            )
-            .await;
-        match persisted {
-            Ok(()) => {
-                let entry = fields
-                    .entry("persisted_outputs")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if let Value::Object(map) = entry {
-                    let mut persisted = object(
-                        json!({"path": path, "mime_type": "text/plain", "bytes": file.bytes}),
-                    );
-                    if file.capped {
-                        persisted.insert("truncated".into(), true.into());
-                        if stream_cap {
-                            persisted.insert("max_bytes".into(), self.output_max_bytes.into());
-                        }
-                    }
-                    map.insert(field.to_owned(), Value::Object(persisted));
-                }
+        // A task's first parts are already in the workspace; the text after them (all of it
+        // when there are none) goes there now, unless that is nothing.
+        let mut parts = output.parts;
+        if let Some(file) = output.file.filter(|f| f.bytes > 0 || parts.is_empty()) {
+            let path = format!(
+                "{OUTPUTS_DIR}/{}-{field}.txt",
+                call.invocation.invocation_id
+            );
+            let persisted = self
+                .pool
+                .sync()
+                .put_from(
+                    &session.account,
+                    &session.session_id,
+                    &path,
+                    file.bytes,
+                    file.handle(),
+                )
+                .await;
+            match persisted {
+                Ok(()) => parts.push(Part {
+                    path,
+                    bytes: file.bytes,
+                }),
+                Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
             }
-            Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
+        }
+        let max_bytes = stream_cap.then_some(self.output_max_bytes);
+        if let Some(persisted) = persisted_entry(&parts, truncated, max_bytes) {
+            let entry = fields
+                .entry("persisted_outputs")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(map) = entry {
+                map.insert(field.to_owned(), persisted);
+            }
         }
     }
 

@@ -87,6 +87,7 @@ impl SandboxService {
         let mut fields = object(json!({"task_id": a.task_id}));
         let dropped_bytes = read.dropped_bytes();
         let dropped_cap = read.dropped_cap();
+        let persist_error = read.persist_error().map(ToolError::brief);
         self.put_output(call, session, &mut fields, "stdout", read.stdout)
             .await;
         self.put_output(call, session, &mut fields, "stderr", read.stderr)
@@ -100,8 +101,12 @@ impl SandboxService {
             // Unread output past the cap was counted (`_original_chars`), not kept.
             fields.insert("dropped_bytes".into(), dropped_bytes.into());
             if let Some(cap) = dropped_cap {
-                // Which cap: the stream's, the session's or the worker's.
+                // Which cap: the stream's, the session's or the worker's; or the workspace
+                // that did not take a part of it (`persist_error` says why).
                 fields.insert("dropped_by".into(), cap.as_str().into());
+            }
+            if let Some(error) = persist_error {
+                fields.insert("persist_error".into(), error);
             }
         }
         Ok(fields)
