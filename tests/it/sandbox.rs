@@ -1553,9 +1553,12 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_t
         spooled <= session_cap,
         "{spooled} bytes of unread output spooled, over the session's cap of {session_cap}"
     );
+    // Without the spool and the caps the worker would hold all 108 MB. Alone it grows by about
+    // 10 MB; beside other heavy tests up to 77 MB was seen (the allocator's caches of busy
+    // blocking-pool threads), hence the bound.
     let growth = rss(worker).saturating_sub(before);
     assert!(
-        growth < 64 * 1024 * 1024,
+        growth < 96 * 1024 * 1024,
         "the worker's memory grew by {growth} bytes"
     );
     // Every kept task's unread output was counted whole, each of its parts in the workspace
