@@ -82,6 +82,24 @@ pub mod public {
     }
     pub const CANCEL_ANY: &str = "toolmesh.v1.cancel.>";
 
+    /// `toolmesh.v1.providers.announce`: a provider (the bridge, for each MCP server) publishes
+    /// here when its tool set changes, so that gateways discover it at once.
+    pub const PROVIDERS_ANNOUNCE: &str = "toolmesh.v1.providers.announce";
+
+    /// `toolmesh.v1.providers.cancel.<service>`: `{"invocation_id"}` of a call the gateway
+    /// routed to that provider service. Every instance hears it (no queue group).
+    pub fn provider_cancel(service: &str) -> String {
+        format!("{PREFIX}.providers.cancel.{service}")
+    }
+    /// The cancels of every provider service.
+    pub const PROVIDERS_CANCEL_ANY: &str = "toolmesh.v1.providers.cancel.*";
+    /// The service name of a [`provider_cancel`] subject.
+    pub fn provider_cancel_service(subject: &str) -> Option<&str> {
+        subject
+            .strip_prefix("toolmesh.v1.providers.cancel.")
+            .filter(|s| !s.is_empty() && !s.contains('.'))
+    }
+
     /// `toolmesh.v1.status`: answered by any one node.
     pub const STATUS: &str = "toolmesh.v1.status";
     /// `toolmesh.v1.status.<node_id>`
@@ -149,6 +167,14 @@ pub mod internal {
         format!("{PREFIX}.cancel.{account}.{invocation}")
     }
 
+    /// The endpoint subject of one MCP tool the bridge serves: `…mcp.<server>.<endpoint>`
+    /// (both names are `[A-Za-z0-9_-]`, so each is one token). Gateways route provider calls
+    /// to the subject a service's `$SRV.INFO` names; the bridge's live under the internal
+    /// prefix, which callers cannot publish on (docker/nats.conf).
+    pub fn mcp_tool(server: &str, endpoint: &str) -> String {
+        format!("{PREFIX}.mcp.{server}.{endpoint}")
+    }
+
     /// Skill bundles: a sandbox worker asks the skill loader for the files of named skills
     /// (`kernel::skills`), queue group of the skills role.
     pub const SKILLS_BUNDLE: &str = "toolmesh.internal.v1.skills.bundle";
@@ -200,6 +226,25 @@ mod tests {
         assert_eq!(
             approvals(&acme, ApprovalVerb::Requested),
             "toolmesh.v1.approvals.acme.requested"
+        );
+    }
+
+    #[test]
+    fn provider_subjects_name_their_service() {
+        let cancel = provider_cancel("mcp-git");
+        assert_eq!(cancel, "toolmesh.v1.providers.cancel.mcp-git");
+        assert_eq!(provider_cancel_service(&cancel), Some("mcp-git"));
+        assert_eq!(
+            provider_cancel_service("toolmesh.v1.providers.cancel."),
+            None
+        );
+        assert_eq!(
+            provider_cancel_service("toolmesh.v1.providers.cancel.a.b"),
+            None
+        );
+        assert_eq!(
+            internal::mcp_tool("git", "git_status"),
+            "toolmesh.internal.v1.mcp.git.git_status"
         );
     }
 
