@@ -78,7 +78,8 @@ impl Bridge {
         let deadline = Instant::now() + SERVE_WITHIN;
         loop {
             let status = self.server_status(name).await;
-            if status["state"] == "running" && status["pid"].as_u64() != not {
+            let other_pid = not.is_none_or(|old| status["pid"].as_u64() != Some(old));
+            if status["state"] == "running" && other_pid {
                 return status;
             }
             assert!(

@@ -13,6 +13,7 @@ import os
 import pathlib
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 STATE = pathlib.Path(os.environ.get("FIXTURE_STATE_DIR", "."))
@@ -34,7 +35,7 @@ def echo(text: str) -> str:
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def fail(message: str) -> str:
     """Fail with the message given (an isError result)."""
-    raise ValueError(message)
+    raise ToolError(message)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
