@@ -125,6 +125,12 @@ fn services(node: &NodeId, roles: &[Role]) -> Vec<Service> {
                 "toolmesh web: web_fetch and web_search behind the egress policy",
                 vec![endpoint("run", internal::run(role), &group)],
             ),
+            // Its tools are services of their own (`mcp-<name>`, async-nats `service`); this
+            // one describes the cancel subject every bridge hears.
+            Role::Bridge => (
+                "toolmesh bridge: MCP servers served as tool providers (services mcp-<name>)",
+                vec![endpoint("cancel", public::PROVIDERS_CANCEL_ANY, "")],
+            ),
         };
         out.push(Service {
             name: format!("toolmesh-{role}"),
@@ -307,7 +313,8 @@ mod tests {
                 "toolmesh-workspace",
                 "toolmesh-skills",
                 "toolmesh-sandbox",
-                "toolmesh-web"
+                "toolmesh-web",
+                "toolmesh-bridge"
             ]
         );
         let sandbox = all.iter().find(|s| s.name == "toolmesh-sandbox").unwrap();

@@ -23,13 +23,14 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 6] = [
+pub const AVAILABLE_ROLES: [Role; 7] = [
     Role::Gateway,
     Role::Approval,
     Role::Workspace,
     Role::Skills,
     Role::Sandbox,
     Role::Web,
+    Role::Bridge,
 ];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
@@ -79,6 +80,8 @@ struct NodeState {
     in_flight: InFlight,
     /// Set once the sandbox actor runs on this node.
     sandbox: std::sync::OnceLock<toolmesh_sandbox::CapacityProbe>,
+    /// Set once the bridge runs on this node.
+    bridge: std::sync::OnceLock<toolmesh_bridge::BridgeProbe>,
 }
 
 impl NodeState {
@@ -90,6 +93,7 @@ impl NodeState {
             uptime_s: self.started.elapsed().as_secs(),
             in_flight: self.in_flight.get(),
             sandbox: self.sandbox.get().map(|probe| probe.capacity()),
+            bridge: self.bridge.get().map(|probe| probe.status()),
         }
     }
 
@@ -138,6 +142,15 @@ pub async fn run(
             tracing::info!(tool, "the policy file sets a risk level for a tool that is not built in; it applies to a provider tool of that name");
         }
     }
+    // The bridge's MCP servers file, validated before anything connects: a bad file stops the
+    // node with the server and field it names.
+    let mut bridge_config = if roles.contains(&Role::Bridge) {
+        Some(toolmesh_bridge::BridgeConfig::from_env(
+            &toolmesh_kernel::config::RawEnv::from_process(),
+        )?)
+    } else {
+        None
+    };
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -152,6 +165,7 @@ pub async fn run(
         started: Instant::now(),
         in_flight: InFlight::default(),
         sandbox: std::sync::OnceLock::new(),
+        bridge: std::sync::OnceLock::new(),
     });
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();
@@ -235,6 +249,20 @@ pub async fn run(
                 )
                 .await?;
                 let _ = state.sandbox.set(probe);
+                handle
+            }
+            Role::Bridge => {
+                let (handle, probe) = toolmesh_bridge::spawn(
+                    nats.clone(),
+                    toolmesh_bridge::BridgeSettings {
+                        node: id.clone(),
+                        config: bridge_config.take().unwrap_or_default(),
+                    },
+                    lifecycle.clone(),
+                    state.in_flight.clone(),
+                )
+                .await?;
+                let _ = state.bridge.set(probe);
                 handle
             }
             Role::Web => {

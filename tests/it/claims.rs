@@ -85,6 +85,7 @@ async fn beat(client: &Client, id: &str, leaving: bool) {
             uptime_s: 0,
             in_flight: 1,
             sandbox: None,
+            bridge: None,
         },
         leaving,
     };

@@ -146,6 +146,7 @@ mod tests {
                 uptime_s: 0,
                 in_flight: 0,
                 sandbox: None,
+                bridge: None,
             },
             leaving,
         }

@@ -15,16 +15,18 @@ pub enum Role {
     Skills,
     Sandbox,
     Web,
+    Bridge,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Gateway,
         Role::Approval,
         Role::Workspace,
         Role::Skills,
         Role::Sandbox,
         Role::Web,
+        Role::Bridge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +37,7 @@ impl Role {
             Role::Skills => "skills",
             Role::Sandbox => "sandbox",
             Role::Web => "web",
+            Role::Bridge => "bridge",
         }
     }
 
@@ -78,7 +81,7 @@ impl FromStr for Role {
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, all")
+                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, bridge, all")
             })
     }
 }

@@ -82,22 +82,31 @@ pub mod public {
     }
     pub const CANCEL_ANY: &str = "toolmesh.v1.cancel.>";
 
+    /// `toolmesh.v1.providers.announce`: a provider publishes any body here to be discovered
+    /// at once (the bridge does, whenever an MCP server's tool set changes); every gateway
+    /// listens (no queue group).
+    pub const PROVIDERS_ANNOUNCE: &str = "toolmesh.v1.providers.announce";
+
+    /// `toolmesh.v1.providers.cancel.<service>`: the gateway publishes
+    /// `{"invocation_id","account","tool"}` here when a call running in that provider is
+    /// cancelled. Every instance hears it (no queue group).
+    pub fn provider_cancel(service: &str) -> String {
+        format!("{PREFIX}.providers.cancel.{service}")
+    }
+    /// The cancels of every provider service.
+    pub const PROVIDERS_CANCEL_ANY: &str = "toolmesh.v1.providers.cancel.*";
+    /// The service name of a [`provider_cancel`] subject.
+    pub fn provider_cancel_service(subject: &str) -> Option<&str> {
+        subject
+            .strip_prefix("toolmesh.v1.providers.cancel.")
+            .filter(|s| !s.is_empty() && !s.contains('.'))
+    }
+
     /// `toolmesh.v1.status`: answered by any one node.
     pub const STATUS: &str = "toolmesh.v1.status";
     /// `toolmesh.v1.status.<node_id>`
     pub fn node_status(node: &NodeId) -> String {
         format!("{PREFIX}.status.{node}")
-    }
-
-    /// `toolmesh.v1.providers.announce`: a provider publishes any body here to be discovered
-    /// at once; every gateway listens (no queue group).
-    pub const PROVIDERS_ANNOUNCE: &str = "toolmesh.v1.providers.announce";
-
-    /// `toolmesh.v1.providers.cancel.<service>`: the gateway publishes
-    /// `{"invocation_id","account","tool"}` here when a call running in that provider is
-    /// cancelled; every instance of the service may listen.
-    pub fn provider_cancel(service: &str) -> String {
-        format!("{PREFIX}.providers.cancel.{service}")
     }
 
     /// What is after `toolmesh.v1.<kind>.` when it is exactly one token (the account);
@@ -158,6 +167,14 @@ pub mod internal {
     /// An actor running an invocation that can be cancelled listens here for its duration.
     pub fn cancel(account: &Account, invocation: &InvocationId) -> String {
         format!("{PREFIX}.cancel.{account}.{invocation}")
+    }
+
+    /// The endpoint subject of one MCP tool the bridge serves: `…mcp.<server>.<endpoint>`
+    /// (both names are `[A-Za-z0-9_-]`, so each is one token). Gateways route provider calls
+    /// to the subject a service's `$SRV.INFO` names; the bridge's live under the internal
+    /// prefix, which callers cannot publish on (docker/nats.conf).
+    pub fn mcp_tool(server: &str, endpoint: &str) -> String {
+        format!("{PREFIX}.mcp.{server}.{endpoint}")
     }
 
     /// Skill bundles: a sandbox worker asks the skill loader for the files of named skills
@@ -234,6 +251,25 @@ mod tests {
             "toolmesh.v1.providers.cancel.tickets"
         );
         assert_eq!(super::srv::ping_instance("a", "b"), "$SRV.PING.a.b");
+    }
+
+    #[test]
+    fn provider_subjects_name_their_service() {
+        let cancel = provider_cancel("mcp-git");
+        assert_eq!(cancel, "toolmesh.v1.providers.cancel.mcp-git");
+        assert_eq!(provider_cancel_service(&cancel), Some("mcp-git"));
+        assert_eq!(
+            provider_cancel_service("toolmesh.v1.providers.cancel."),
+            None
+        );
+        assert_eq!(
+            provider_cancel_service("toolmesh.v1.providers.cancel.a.b"),
+            None
+        );
+        assert_eq!(
+            internal::mcp_tool("git", "git_status"),
+            "toolmesh.internal.v1.mcp.git.git_status"
+        );
     }
 
     #[test]

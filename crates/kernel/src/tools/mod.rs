@@ -129,6 +129,7 @@ impl Runs {
             Runs::Actor(Role::Web) => Cow::Borrowed("web_actor"),
             Runs::Actor(Role::Approval) => Cow::Borrowed("approval_actor"),
             Runs::Actor(Role::Gateway) => Cow::Borrowed("gateway"),
+            Runs::Actor(Role::Bridge) => Cow::Borrowed("bridge"),
             Runs::Provider(route) => Cow::Owned(format!("provider:{}", route.service)),
         }
     }
