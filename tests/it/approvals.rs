@@ -672,6 +672,11 @@ async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing()
         .subscribe("toolmesh.v1.approvals.acme.requested")
         .await
         .unwrap();
+    let mut gate = c
+        .client
+        .subscribe(toolmesh_kernel::subjects::internal::APPROVAL_GATE)
+        .await
+        .unwrap();
     c.client.flush().await.unwrap();
     let command = format!("echo harmless{}; rm -rf /workspace/*", " ".repeat(600));
     let arguments = json!({
@@ -687,6 +692,10 @@ async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing()
     )
     .await;
     let id = a["id"].as_str().unwrap();
+    // The gateway hands the arguments over and leaves the preview to the approval actor.
+    let sent = collect(&mut gate, 1, Duration::from_secs(5)).await;
+    assert_eq!(sent[0]["arguments"], arguments, "{}", sent[0]);
+    assert!(sent[0].get("arguments_preview").is_none(), "{}", sent[0]);
 
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["ok"], true, "{got}");

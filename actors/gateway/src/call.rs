@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tracing::Instrument;
 
 use toolmesh_kernel::budget;
-use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
+use toolmesh_kernel::canonical::arguments_sha256;
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
@@ -42,8 +42,6 @@ pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A parked call re-reads its approval this often in case a `decided` event was missed.
 pub const PARKED_POLL: Duration = Duration::from_secs(2);
-/// Characters of `arguments_preview`.
-pub const PREVIEW_CHARS: usize = toolmesh_kernel::canonical::PREVIEW_MAX_CHARS;
 /// Bytes a gated call leaves under the reply limit besides its gate request: what the
 /// `approvals.<account>.get` reply carries around the arguments (the approval with its
 /// `decided_by` and `reason`), so the approver can always get the arguments in full.
@@ -355,15 +353,19 @@ impl<'a> Call<'a> {
             risk_level: risk,
             side_effects: target.spec.side_effects.to_vec(),
             arguments_sha256: arguments_sha256(arguments),
-            arguments_preview: arguments_preview(arguments, PREVIEW_CHARS),
+            arguments_preview: None,
             grant: request.approval.clone(),
             arguments: None,
         };
-        // A call that may create an approval hands its arguments over, for `get`.
+        // A call that may create an approval hands its arguments over, for `get` and for the
+        // preview the approval actor makes from them.
         let presents_id = request.approval.as_ref().is_some_and(|g| g.id.is_some());
         if !presents_id {
             gate.arguments = Some(arguments.clone());
-            let size = budget::json_len(&gate) + APPROVAL_GET_ROOM;
+        }
+        let body = encode_gate(&gate)?;
+        if !presents_id {
+            let size = body.len() + APPROVAL_GET_ROOM;
             let limit = budget::reply_limit(self.core.client.max_payload());
             if size > limit {
                 return Err(ToolError::new(
@@ -376,7 +378,7 @@ impl<'a> Call<'a> {
                 .with("limit_bytes", limit));
             }
         }
-        let outcome = self.ask_gate(&gate).await?;
+        let outcome = self.ask_gate(body).await?;
         let undecided = match &outcome {
             GateOutcome::Required { approval } => Some(approval.clone()),
             GateOutcome::Refused {
@@ -447,10 +449,10 @@ impl<'a> Call<'a> {
         }
     }
 
-    async fn ask_gate(&self, gate: &GateRequest) -> Result<GateOutcome, ToolError> {
-        let body = serde_json::to_vec(gate).map_err(|e| ToolError::internal(e.to_string()))?;
+    /// Sends an encoded [`GateRequest`] ([`encode_gate`]) to the approval actor.
+    async fn ask_gate(&self, body: Bytes) -> Result<GateOutcome, ToolError> {
         let request = async_nats::Request::new()
-            .payload(Bytes::from(body))
+            .payload(body)
             .timeout(Some(GATE_TIMEOUT));
         let reply = self
             .core
@@ -511,7 +513,7 @@ impl<'a> Call<'a> {
             match current.status {
                 ApprovalStatus::Pending => continue,
                 ApprovalStatus::Approved => {
-                    let outcome = self.ask_gate(&consume).await?;
+                    let outcome = self.ask_gate(encode_gate(&consume)?).await?;
                     return self.settle(outcome).await;
                 }
                 ApprovalStatus::Rejected => {
@@ -853,6 +855,13 @@ impl<'a> Call<'a> {
 enum Dispatch<'r> {
     Answered(Map<String, Value>),
     Call(&'r RegisteredTool, Value),
+}
+
+/// The body of a gate request, serialized once: what is measured is what is sent.
+fn encode_gate(gate: &GateRequest) -> Result<Bytes, ToolError> {
+    serde_json::to_vec(gate)
+        .map(Bytes::from)
+        .map_err(|e| ToolError::internal(format!("the gate request does not serialize: {e}")))
 }
 
 fn to_value(approval: &ApprovalRequest) -> Value {
