@@ -67,11 +67,7 @@ fn row(name: &str, mut samples: Vec<Duration>, bytes: u64) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {
