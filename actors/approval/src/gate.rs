@@ -3,6 +3,7 @@
 
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{is_approval_id, ApprovalRequest, GateOutcome, GateRequest};
 
 use crate::service::{store_error, ApprovalService};
@@ -25,7 +26,7 @@ impl ApprovalService {
         tracing::debug!(
             account = %request.invocation.account,
             invocation_id = %request.invocation.invocation_id,
-            tool = %request.tool_name,
+            tool = %DisplaySafe(&request.tool_name),
             "gate"
         );
         let grant = request.grant.clone().unwrap_or_default();
@@ -66,7 +67,7 @@ impl ApprovalService {
             Ok(approval) => approval,
             Err(e) => return refused(store_error(e), None),
         };
-        tracing::info!(id = %approval.id, account = %approval.account, tool = %approval.tool_name, ?birth, "approval created");
+        tracing::info!(id = %approval.id, account = %approval.account, tool = %DisplaySafe(&approval.tool_name), ?birth, "approval created");
         match birth {
             Birth::Pending => {
                 self.announce_requested(&approval).await;

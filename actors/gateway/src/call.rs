@@ -8,7 +8,7 @@ use async_nats::{Client, Message};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
-use tracing::Instrument;
+use tracing::{field, Instrument};
 
 use toolmesh_kernel::budget;
 use toolmesh_kernel::canonical::arguments_sha256;
@@ -16,6 +16,7 @@ use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
 use toolmesh_kernel::tools::args::{DispatcherAction, ToolDispatcherArgs, ToolSearchArgs};
 use toolmesh_kernel::tools::{
@@ -75,7 +76,7 @@ pub enum Answer {
 pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     let _held = core.in_flight.enter();
     let Some(reply_to) = msg.reply.clone() else {
-        tracing::warn!(subject = %msg.subject, "tool call published without a reply subject; send it as a request");
+        tracing::warn!(subject = %DisplaySafe(&msg.subject), "tool call published without a reply subject; send it as a request");
         return;
     };
     let request = match ToolRequest::parse(&msg.payload) {
@@ -98,10 +99,10 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
         "call",
         invocation_id = %request.invocation_id,
         account = %account,
-        tool = %request.tool,
+        tool = %DisplaySafe(&request.tool),
         session_id = request.session_id.as_ref().map(|s| s.as_str()),
-        user_id = request.user_id.as_deref(),
-        agent_id = request.agent_id.as_deref(),
+        user_id = request.user_id.as_deref().map(|u| field::display(DisplaySafe(u))),
+        agent_id = request.agent_id.as_deref().map(|a| field::display(DisplaySafe(a))),
     );
     async move {
         let ctx = request.context(account);

@@ -42,6 +42,7 @@ use toolmesh_kernel::sync::{
     FetchRequest, Fetched, FileStamp, Manifest, ManifestEntry, ManifestLimits, ManifestRequest,
     BODY_CONTENT_BUDGET, MANIFEST_REPLY_BUDGET, MAX_PUT_BYTES, STAGING_DIR,
 };
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 use crate::confine::{is_escape, Workspace, WorkspacePath};
@@ -375,7 +376,7 @@ fn io_error(ws: &Workspace, path: &WorkspacePath, op: &str, e: io::Error) -> Too
             )
         }
         _ => {
-            tracing::error!(path = %path, operation = op, error = %e, "workspace sync file operation failed");
+            tracing::error!(path = %DisplaySafe(path), operation = op, error = %e, "workspace sync file operation failed");
             ToolError::internal(format!("could not {op} '{path}' ({e})"))
         }
     }
@@ -838,7 +839,7 @@ fn staging_error(path: &WorkspacePath, e: io::Error) -> ToolError {
             ToolError::invalid_request(format!("upload of '{path}': {e}"))
         }
         _ => {
-            tracing::error!(path = %path, error = %e, "workspace sync staging failed");
+            tracing::error!(path = %DisplaySafe(path), error = %e, "workspace sync staging failed");
             ToolError::internal(format!("could not stage '{path}' ({e})"))
         }
     }
