@@ -149,11 +149,7 @@ fn sandbox_folder(data: &Path, node: &str, reply: &Value) -> PathBuf {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {

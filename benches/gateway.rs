@@ -138,25 +138,23 @@ async fn compare(
 }
 
 fn main() {
-    // One thread for the load: a multi-thread runtime's cross-thread wakeups halved the raw
-    // figure on 2 cores, which would flatter every ratio.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    support::block_on(async {
         let nats = NatsServer::start();
         let redis = RedisServer::start();
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
         let threads = std::env::var("TOOLMESH_WORKER_THREADS").unwrap_or_else(|_| "0".into());
-        let _node = NodeSpec::new(env!("CARGO_BIN_EXE_toolmesh"), "gateway,workspace", "bench-node")
-            .env("TOOLMESH_NATS_URL", nats.url())
-            .env("TOOLMESH_REDIS_URL", redis.url())
-            .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-            .env("TOOLMESH_WORKER_THREADS", threads.clone())
-            .start(&client)
-            .await;
+        let _node = NodeSpec::new(
+            env!("CARGO_BIN_EXE_toolmesh"),
+            "gateway,workspace",
+            "bench-node",
+        )
+        .env("TOOLMESH_NATS_URL", nats.url())
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+        .env("TOOLMESH_WORKER_THREADS", threads.clone())
+        .start(&client)
+        .await;
         println!("toolmesh gateway bench (node worker threads {threads})");
         compare(
             &client,

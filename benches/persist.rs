@@ -9,9 +9,7 @@
 //!   512 KiB, `fsync`s and renames it (the least the workspace actor does with the bytes);
 //! - **persist**: `WorkspaceSync::put_from` of the spool file, as `tools::put_output` does it:
 //!   parts of 512 KiB (`BODY_CONTENT_BUDGET`), each a NATS round trip to the workspace actor,
-//!   `DEFAULT_PUT_WINDOW` (one) in flight;
-//! - **in flight**: the same with `BENCH_PUT_WINDOW` (default 4) middle parts in flight at
-//!   once (`with_put_window`), which the workspace actor takes in any order.
+//!   one after the other.
 //!
 //! Each column runs `BENCH_SAMPLES` (default 12) times quiet and again with `BENCH_BUSY`
 //! (default 2) threads spinning on the cores beside it. Prints p50, p99 and MB/s of each.
@@ -22,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolmesh_kernel::sync::{WorkspaceSync, DEFAULT_PUT_WINDOW};
+use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
@@ -69,11 +67,7 @@ fn row(name: &str, mut samples: Vec<Duration>, bytes: u64) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {
@@ -99,8 +93,6 @@ async fn run() {
     let raw_dir = data.path().join("raw");
     std::fs::create_dir_all(&raw_dir).expect("raw dir");
     let sync = WorkspaceSync::new(client.clone());
-    let window = env_usize("BENCH_PUT_WINDOW", 4);
-    let in_flight = WorkspaceSync::new(client.clone()).with_put_window(window);
     let account = Account::parse("bench").expect("account");
     let session = SessionId::parse("persist").expect("session");
     let source = Arc::new(std::fs::File::open(&spool).expect("spool file"));
@@ -126,7 +118,6 @@ async fn run() {
             .collect();
         let mut raw = Vec::new();
         let mut persist = Vec::new();
-        let mut windowed = Vec::new();
         for i in 0..samples {
             let (from, to) = (spool.clone(), raw_dir.join(format!("copy-{i}.txt")));
             let started = Instant::now();
@@ -141,14 +132,6 @@ async fn run() {
                 .await
                 .expect("put_from");
             persist.push(started.elapsed());
-
-            let path = format!(".toolmesh/outputs/bench-window-{busy}-{i}.txt");
-            let started = Instant::now();
-            in_flight
-                .put_from(&account, &session, &path, total, source.clone())
-                .await
-                .expect("put_from, parts in flight");
-            windowed.push(started.elapsed());
         }
         stop.store(true, Ordering::Relaxed);
         for spinner in spinners {
@@ -160,15 +143,6 @@ async fn run() {
             format!("{busy} busy threads")
         };
         row(&format!("raw file copy, {label}"), raw, total);
-        row(
-            &format!("put_from ({DEFAULT_PUT_WINDOW} in flight), {label}"),
-            persist,
-            total,
-        );
-        row(
-            &format!("put_from ({window} in flight), {label}"),
-            windowed,
-            total,
-        );
+        row(&format!("put_from, {label}"), persist, total);
     }
 }

@@ -513,13 +513,7 @@ async fn raw_bwrap_true(workspace: &Path) {
 }
 
 fn main() {
-    // One thread for the load generator (as in benches/gateway.rs): the node under test gets
-    // the rest of the machine.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {

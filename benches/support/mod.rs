@@ -1,12 +1,25 @@
-//! What the root benchmarks share: percentiles, units, the machine's load, sequential
-//! request/reply timing, and a raw NATS responder to measure the tools against. Each bench
+//! What the root benchmarks share: their one-thread runtime, percentiles, units, the machine's
+//! load, sequential request/reply timing, and a raw NATS responder to measure the tools
+//! against. Each bench
 //! compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
+
+/// Runs a bench to its end on a one-thread runtime: the load generator takes one core and the
+/// node under test gets the rest. A multi-thread runtime's cross-thread wakeups halved the raw
+/// figure on 2 cores, which would flatter every ratio.
+pub fn block_on<F: Future>(bench: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench)
+}
 
 /// The `p` quantile (0..=1) of durations sorted ascending.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -35,12 +35,7 @@ async fn request_approval(c: &Cluster, account: &str, body: Value) -> Value {
 #[tokio::test]
 async fn the_envelope_is_exact_and_the_request_is_announced() {
     let (c, _policy) = gated(&[]).await;
-    let mut requested = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.requested")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
     let reply = c
         .call(
             "acme",
@@ -90,12 +85,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
         .await;
     assert_eq!(pending["error"], "approval_pending", "{pending}");
 
-    let mut decided = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.decided")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
     let d = c.decide("acme", id, true).await;
     assert_eq!(d["ok"], true, "{d}");
     assert_eq!(d["approval"]["status"], "approved");
@@ -105,12 +95,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
     let events = collect(&mut decided, 1, Duration::from_secs(5)).await;
     assert_eq!(events[0]["status"], "approved");
 
-    let mut run_events = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-run1")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut run_events = c.watch("toolmesh.v1.events.acme.inv-run1").await;
     let mut body = with_approval(status_call("s1"), json!({"id": id}));
     body["invocation_id"] = json!("inv-run1");
     let ran = c.call("acme", body).await;
@@ -337,18 +322,10 @@ async fn in_band_can_be_switched_off() {
 #[tokio::test]
 async fn a_parked_call_runs_when_approved_from_another_client() {
     let (c, _policy) = gated(&[]).await;
-    let mut requested = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.requested")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
     let mut body = status_call("s1");
     body["wait_for_approval_s"] = json!(60);
-    let parked = tokio::spawn({
-        let client = c.client.clone();
-        async move { toolmesh_testkit::request_json(&client, "toolmesh.v1.call.acme", body).await }
-    });
+    let parked = c.call_in_background("acme", body);
     let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
     let id = announced[0]["id"].as_str().unwrap().to_owned();
     // The approver is another connection.
@@ -373,19 +350,11 @@ async fn a_parked_call_runs_when_approved_from_another_client() {
 #[tokio::test]
 async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     let (c, _policy) = gated(&[]).await;
-    let mut requested = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.requested")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
     let park = |session: &str, wait: u64, inv: &str| {
-        let client = c.client.clone();
         let body = json!({"tool": "component_status", "session_id": session,
                           "wait_for_approval_s": wait, "invocation_id": inv});
-        tokio::spawn(async move {
-            toolmesh_testkit::request_json(&client, "toolmesh.v1.call.acme", body).await
-        })
+        c.call_in_background("acme", body)
     };
     // Rejected.
     let parked = park("s1", 60, "inv-p1");
@@ -451,12 +420,7 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
 #[tokio::test]
 async fn approvals_expire() {
     let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_TTL_S", "1")]).await;
-    let mut decided = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.decided")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
     let a = request_approval(&c, "acme", status_call("s1")).await;
     let id = a["id"].as_str().unwrap();
     let expired = wait_until(Duration::from_secs(10), || async {
@@ -592,12 +556,7 @@ async fn an_approval_is_given_back_when_no_actor_takes_the_call() {
     let a = request_approval(&c, "acme", run.clone()).await;
     let id = a["id"].as_str().unwrap();
     assert_eq!(c.decide("acme", id, true).await["ok"], true);
-    let mut decided = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.decided")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
 
     for attempt in 0..2 {
         let reply = c
@@ -667,12 +626,10 @@ async fn integers_past_2_pow_53_cannot_be_bound_to_an_approval() {
 #[tokio::test]
 async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing() {
     let c = Cluster::start().await; // strict: run_command needs approval
-    let mut requested = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.requested")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
+    let mut gate = c
+        .watch(toolmesh_kernel::subjects::internal::APPROVAL_GATE)
+        .await;
     let command = format!("echo harmless{}; rm -rf /workspace/*", " ".repeat(600));
     let arguments = json!({
         "command": command,
@@ -687,6 +644,10 @@ async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing()
     )
     .await;
     let id = a["id"].as_str().unwrap();
+    // The gateway hands the arguments over and leaves the preview to the approval actor.
+    let sent = collect(&mut gate, 1, Duration::from_secs(5)).await;
+    assert_eq!(sent[0]["arguments"], arguments, "{}", sent[0]);
+    assert!(sent[0].get("arguments_preview").is_none(), "{}", sent[0]);
 
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["ok"], true, "{got}");

@@ -181,12 +181,7 @@ async fn session_tools_need_a_session_and_unserved_roles_are_unavailable_fast() 
 #[tokio::test]
 async fn events_are_started_then_finished_with_gap_free_seq() {
     let c = Cluster::start().await;
-    let mut events = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-ev1")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut events = c.watch("toolmesh.v1.events.acme.inv-ev1").await;
     let reply = c
         .call(
             "acme",
@@ -212,12 +207,7 @@ async fn events_are_started_then_finished_with_gap_free_seq() {
     assert!(got[1]["duration_ms"].is_u64());
 
     // A call refused before validation publishes nothing; an invalid one neither.
-    let mut none = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-ev2")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut none = c.watch("toolmesh.v1.events.acme.inv-ev2").await;
     let reply = c
         .call(
             "acme",

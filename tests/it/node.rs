@@ -51,12 +51,7 @@ async fn every_call_is_answered_once_across_gateways() {
     let mut c = Cluster::servers().await;
     c.start_node("gateway,approval", &[]).await;
     c.start_node("gateway", &[]).await;
-    let mut finished = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.*")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+    let mut finished = c.watch("toolmesh.v1.events.acme.*").await;
     let replies = futures::future::join_all((0..50).map(|i| {
         c.call(
             "acme",
@@ -74,23 +69,11 @@ async fn every_call_is_answered_once_across_gateways() {
 async fn sigterm_drains_parked_calls_and_exits_zero() {
     let (_dir, path) = policy_file(GATED_STATUS);
     let mut c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
-    let mut requested = c
-        .client
-        .subscribe("toolmesh.v1.approvals.acme.requested")
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
-    let parked = tokio::spawn({
-        let client = c.client.clone();
-        async move {
-            request_json(
-                &client,
-                "toolmesh.v1.call.acme",
-                json!({"tool": "component_status", "session_id": "s1", "wait_for_approval_s": 120}),
-            )
-            .await
-        }
-    });
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
+    let parked = c.call_in_background(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s1", "wait_for_approval_s": 120}),
+    );
     let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
     assert_eq!(announced.len(), 1);
     c.nodes[0].terminate();

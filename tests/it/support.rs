@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+use async_nats::Subscriber;
 use futures::StreamExt;
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 use toolmesh_testkit::{request_json, NatsServer, Node, NodeSpec, RedisServer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
@@ -84,6 +86,21 @@ impl Cluster {
     /// A tool call on `toolmesh.v1.call.<account>`.
     pub async fn call(&self, account: &str, body: Value) -> Value {
         request_json(&self.client, format!("toolmesh.v1.call.{account}"), body).await
+    }
+
+    /// A tool call that waits in a task of its own (a parked call): its reply when it ends.
+    pub fn call_in_background(&self, account: &str, body: Value) -> JoinHandle<Value> {
+        let client = self.client.clone();
+        let subject = format!("toolmesh.v1.call.{account}");
+        tokio::spawn(async move { request_json(&client, subject, body).await })
+    }
+
+    /// A subscription of the test's client to `subject`, flushed: whatever the client sends
+    /// next (a call) reaches the server after it, so what that call publishes is seen.
+    pub async fn watch(&self, subject: impl async_nats::subject::ToSubject) -> Subscriber {
+        let sub = self.client.subscribe(subject).await.unwrap();
+        self.client.flush().await.unwrap();
+        sub
     }
 
     pub async fn approvals(&self, account: &str, verb: &str, body: Value) -> Value {

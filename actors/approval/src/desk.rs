@@ -93,7 +93,7 @@ impl ApprovalDesk {
     {
         let Some(reply) = message.reply.clone() else {
             // Our own `requested` / `decided` events land here too: nobody waits for an answer.
-            tracing::trace!(subject = %message.subject, "{kind} message without reply subject ignored");
+            tracing::trace!(subject = %toolmesh_kernel::text::DisplaySafe(&message.subject), "{kind} message without reply subject ignored");
             return;
         };
         let guard = self.in_flight.enter();

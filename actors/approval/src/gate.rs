@@ -3,6 +3,7 @@
 
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{is_approval_id, ApprovalRequest, GateOutcome, GateRequest};
 
 use crate::service::{store_error, ApprovalService};
@@ -25,7 +26,7 @@ impl ApprovalService {
         tracing::debug!(
             account = %request.invocation.account,
             invocation_id = %request.invocation.invocation_id,
-            tool = %request.tool_name,
+            tool = %DisplaySafe(&request.tool_name),
             "gate"
         );
         let grant = request.grant.clone().unwrap_or_default();
@@ -66,7 +67,7 @@ impl ApprovalService {
             Ok(approval) => approval,
             Err(e) => return refused(store_error(e), None),
         };
-        tracing::info!(id = %approval.id, account = %approval.account, tool = %approval.tool_name, ?birth, "approval created");
+        tracing::info!(id = %approval.id, account = %approval.account, tool = %DisplaySafe(&approval.tool_name), ?birth, "approval created");
         match birth {
             Birth::Pending => {
                 self.announce_requested(&approval).await;
@@ -182,12 +183,18 @@ fn parse(body: &[u8]) -> Result<GateRequest, ToolError> {
 }
 
 /// The arguments as stored (compact JSON text) and the preview. With `arguments`, the preview
-/// is made here from them, and they must hash to `arguments_sha256` (what an approver
-/// recomputes from what `get` shows). Without (a gateway that predates them), the preview sent
-/// is made display-safe and cut at [`MAX_PREVIEW_CHARS`].
+/// is made here, and only here, from them, and they must hash to `arguments_sha256` (what an
+/// approver recomputes from what `get` shows). Without (a gateway that predates them), the
+/// preview sent is made display-safe and cut at [`MAX_PREVIEW_CHARS`]; a request with neither
+/// has nothing to show an approver and is refused.
 fn stored_arguments(request: &GateRequest) -> Result<(Option<String>, String), ToolError> {
     let Some(arguments) = &request.arguments else {
-        return Ok((None, preview(&request.arguments_preview)));
+        return match &request.arguments_preview {
+            Some(sent) => Ok((None, preview(sent))),
+            None => Err(ToolError::invalid_request(
+                "a gate request without an approval id carries its arguments",
+            )),
+        };
     };
     if toolmesh_kernel::canonical::arguments_sha256(arguments) != request.arguments_sha256 {
         return Err(ToolError::invalid_request(
@@ -335,5 +342,13 @@ mod tests {
         assert_eq!(shown, r#"{"command":"ls","n\u202e":1}"#);
         let wrong = stored_arguments(&request_with(arguments, "a".repeat(64))).unwrap_err();
         assert_eq!(wrong.code, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn a_first_call_with_neither_arguments_nor_a_preview_is_refused() {
+        let mut request = parse(gate_body("t", &"a".repeat(64), "null").as_bytes()).unwrap();
+        request.arguments_preview = None;
+        let refused = stored_arguments(&request).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidRequest);
     }
 }

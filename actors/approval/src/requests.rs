@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
 use toolmesh_kernel::Account;
 
@@ -159,7 +160,7 @@ impl ApprovalService {
             .with("approval", to_value(&approval)?)),
             Decided::Unchanged(approval) => Ok(one(approval)),
             Decided::Changed(approval) => {
-                tracing::info!(id, account = %account, approved = body.approved, by = %decision.decided_by, "approval decided");
+                tracing::info!(id, account = %account, approved = body.approved, by = %DisplaySafe(&decision.decided_by), "approval decided");
                 self.announce_decided(&approval).await;
                 Ok(one(approval))
             }

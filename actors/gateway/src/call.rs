@@ -8,14 +8,15 @@ use async_nats::{Client, Message};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
-use tracing::Instrument;
+use tracing::{field, Instrument};
 
 use toolmesh_kernel::budget;
-use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256};
+use toolmesh_kernel::canonical::arguments_sha256;
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::subjects::{internal, public};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
 use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool, Runs, ToolRegistry, TOOL_DISPATCHER};
 use toolmesh_kernel::wire::{
@@ -41,8 +42,6 @@ pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A parked call re-reads its approval this often in case a `decided` event was missed.
 pub const PARKED_POLL: Duration = Duration::from_secs(2);
-/// Characters of `arguments_preview`.
-pub const PREVIEW_CHARS: usize = toolmesh_kernel::canonical::PREVIEW_MAX_CHARS;
 /// Bytes a gated call leaves under the reply limit besides its gate request: what the
 /// `approvals.<account>.get` reply carries around the arguments (the approval with its
 /// `decided_by` and `reason`), so the approver can always get the arguments in full.
@@ -77,7 +76,7 @@ pub enum Answer {
 pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     let _held = core.in_flight.enter();
     let Some(reply_to) = msg.reply.clone() else {
-        tracing::warn!(subject = %msg.subject, "tool call published without a reply subject; send it as a request");
+        tracing::warn!(subject = %DisplaySafe(&msg.subject), "tool call published without a reply subject; send it as a request");
         return;
     };
     let request = match ToolRequest::parse(&msg.payload) {
@@ -100,10 +99,10 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
         "call",
         invocation_id = %request.invocation_id,
         account = %account,
-        tool = %request.tool,
+        tool = %DisplaySafe(&request.tool),
         session_id = request.session_id.as_ref().map(|s| s.as_str()),
-        user_id = request.user_id.as_deref(),
-        agent_id = request.agent_id.as_deref(),
+        user_id = request.user_id.as_deref().map(|u| field::display(DisplaySafe(u))),
+        agent_id = request.agent_id.as_deref().map(|a| field::display(DisplaySafe(a))),
     );
     async move {
         let ctx = request.context(account);
@@ -356,15 +355,19 @@ impl<'a> Call<'a> {
             risk_level: risk,
             side_effects: target.spec.side_effects.to_vec(),
             arguments_sha256: arguments_sha256(arguments),
-            arguments_preview: arguments_preview(arguments, PREVIEW_CHARS),
+            arguments_preview: None,
             grant: request.approval.clone(),
             arguments: None,
         };
-        // A call that may create an approval hands its arguments over, for `get`.
+        // A call that may create an approval hands its arguments over, for `get` and for the
+        // preview the approval actor makes from them.
         let presents_id = request.approval.as_ref().is_some_and(|g| g.id.is_some());
         if !presents_id {
             gate.arguments = Some(arguments.clone());
-            let size = budget::json_len(&gate) + APPROVAL_GET_ROOM;
+        }
+        let body = encode_gate(&gate)?;
+        if !presents_id {
+            let size = body.len() + APPROVAL_GET_ROOM;
             let limit = budget::reply_limit(self.core.client.max_payload());
             if size > limit {
                 return Err(ToolError::new(
@@ -377,7 +380,7 @@ impl<'a> Call<'a> {
                 .with("limit_bytes", limit));
             }
         }
-        let outcome = self.ask_gate(&gate).await?;
+        let outcome = self.ask_gate(body).await?;
         let undecided = match &outcome {
             GateOutcome::Required { approval } => Some(approval.clone()),
             GateOutcome::Refused {
@@ -448,10 +451,10 @@ impl<'a> Call<'a> {
         }
     }
 
-    async fn ask_gate(&self, gate: &GateRequest) -> Result<GateOutcome, ToolError> {
-        let body = serde_json::to_vec(gate).map_err(|e| ToolError::internal(e.to_string()))?;
+    /// Sends an encoded [`GateRequest`] ([`encode_gate`]) to the approval actor.
+    async fn ask_gate(&self, body: Bytes) -> Result<GateOutcome, ToolError> {
         let request = async_nats::Request::new()
-            .payload(Bytes::from(body))
+            .payload(body)
             .timeout(Some(GATE_TIMEOUT));
         let reply = self
             .core
@@ -512,7 +515,7 @@ impl<'a> Call<'a> {
             match current.status {
                 ApprovalStatus::Pending => continue,
                 ApprovalStatus::Approved => {
-                    let outcome = self.ask_gate(&consume).await?;
+                    let outcome = self.ask_gate(encode_gate(&consume)?).await?;
                     return self.settle(outcome).await;
                 }
                 ApprovalStatus::Rejected => {
@@ -998,6 +1001,13 @@ impl<'a> Call<'a> {
 enum Dispatch<'r> {
     Answered(Map<String, Value>),
     Call(&'r RegisteredTool, Value),
+}
+
+/// The body of a gate request, serialized once: what is measured is what is sent.
+fn encode_gate(gate: &GateRequest) -> Result<Bytes, ToolError> {
+    serde_json::to_vec(gate)
+        .map(Bytes::from)
+        .map_err(|e| ToolError::internal(format!("the gate request does not serialize: {e}")))
 }
 
 fn to_value(approval: &ApprovalRequest) -> Value {

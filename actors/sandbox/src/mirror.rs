@@ -77,6 +77,7 @@ use toolmesh_kernel::sync::{
     FetchFile, FileStamp, Manifest, ManifestLimits, WorkspaceSync, BODY_CONTENT_BUDGET,
     MODE_PERMISSION_BITS,
 };
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 /// A file whose mtime is this close to the moment it was recorded may be rewritten within
@@ -325,7 +326,7 @@ impl Mirror {
                 if failure.error == ErrorCode::NotFound {
                     gone.push(failure.path);
                 } else {
-                    tracing::warn!(path = %failure.path, error = %failure.error_message, "workspace file not pulled");
+                    tracing::warn!(path = %DisplaySafe(&failure.path), error = %DisplaySafe(&failure.error_message), "workspace file not pulled");
                     report.skipped += 1;
                 }
             }
@@ -384,7 +385,7 @@ impl Mirror {
                         return Err(crate::disk::full_error(&chunk.path));
                     }
                     Err(e) => {
-                        tracing::warn!(path = %chunk.path, error = %e, "workspace file not written to the mirror");
+                        tracing::warn!(path = %DisplaySafe(&chunk.path), error = %e, "workspace file not written to the mirror");
                         self.known.remove(&chunk.path);
                         report.skipped += 1;
                     }
@@ -482,7 +483,7 @@ impl Mirror {
                     self.known_dirs.insert(dir);
                 }
                 Err(e) => {
-                    tracing::warn!(path = %dir, error = %e, "workspace directory not made in the mirror");
+                    tracing::warn!(path = %DisplaySafe(&dir), error = %e, "workspace directory not made in the mirror");
                     report.skipped += 1;
                 }
             }
@@ -578,7 +579,7 @@ impl Mirror {
             let (bytes, local, hash) = match read {
                 Ok(read) => read,
                 Err(why) => {
-                    tracing::debug!(path = %path, why = %why, "local file not pushed");
+                    tracing::debug!(path = %DisplaySafe(&path), why = %why, "local file not pushed");
                     report.skipped += 1;
                     continue;
                 }
@@ -668,7 +669,7 @@ impl Mirror {
                 Ok(outcomes) => outcomes,
                 Err(e) if e.code == ErrorCode::InvalidRequest => {
                     // A workspace of an older version: it knows no directory changes.
-                    tracing::warn!(error = %e.message, "the workspace refused directory changes");
+                    tracing::warn!(error = %DisplaySafe(&e.message), "the workspace refused directory changes");
                     report.skipped += batch.len();
                     continue;
                 }
@@ -692,7 +693,7 @@ impl Mirror {
                         report.conflicts.push(shown);
                     }
                     ChangeOutcome::Staged { .. } | ChangeOutcome::Rejected { .. } => {
-                        tracing::warn!(path = %change.path, outcome = ?outcome, "the workspace refused a mirrored directory change");
+                        tracing::warn!(path = %DisplaySafe(&change.path), outcome = ?outcome, "the workspace refused a mirrored directory change");
                         report.skipped += 1;
                     }
                 }
@@ -802,11 +803,11 @@ impl Mirror {
             }
             ChangeOutcome::Conflict { .. } => report.conflicts.push(path),
             ChangeOutcome::Staged { .. } => {
-                tracing::warn!(path = %path, "a put ended staged; the workspace did not take its last part");
+                tracing::warn!(path = %DisplaySafe(&path), "a put ended staged; the workspace did not take its last part");
                 report.skipped += 1;
             }
             ChangeOutcome::Rejected { error_message, .. } => {
-                tracing::warn!(path = %path, error = %error_message, "the workspace refused a mirrored change");
+                tracing::warn!(path = %DisplaySafe(&path), error = %DisplaySafe(&error_message), "the workspace refused a mirrored change");
                 report.skipped += 1;
             }
         }

@@ -578,11 +578,12 @@ impl TaskTable {
                 };
             }
             *pumped.stdin.lock().await = None;
-            pumped.changed.notify_waiters();
             if let Some(table) = table.upgrade() {
                 let gone = table.lock().expect("tasks lock").ended(&pumped.task_id);
                 drop(gone); // their spool files go off the async threads
             }
+            // After the table's record: whoever the end wakes finds it recorded there too.
+            pumped.changed.notify_waiters();
             let task = Arc::downgrade(&pumped);
             drop(pumped);
             hand_over_ended(task, ended).await;
@@ -641,14 +642,26 @@ mod tests {
         }
     }
 
-    async fn until_ended(task: &Task) {
-        for _ in 0..500 {
-            if task.status().0 != TaskStatus::Running {
-                return;
+    /// Waits until `done` holds, rechecked at each change notice of `task` (no sleep).
+    async fn until(task: &Task, done: impl Fn() -> bool) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let notified = task.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if done() {
+                    return;
+                }
+                notified.await;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        });
+        if waited.await.is_err() {
+            panic!("task {} never got there", task.task_id);
         }
-        panic!("task {} did not end", task.task_id);
+    }
+
+    async fn until_ended(task: &Task) {
+        until(task, || task.status().0 != TaskStatus::Running).await;
     }
 
     fn spool_in(dir: &std::path::Path, quotas: Vec<Arc<Quota>>) -> SpoolSettings {
@@ -680,14 +693,11 @@ mod tests {
                     spool_in(dir.path(), vec![quota.clone()]),
                 )
                 .unwrap();
-            until_ended(&task).await;
-            // Wait until the table has recorded the end (the pump's last step).
-            for _ in 0..500 {
-                if table.tasks.lock().unwrap().ended.back() == Some(&task.task_id) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            // The table has recorded the end (the pump's last step) before the next one ends.
+            until(&task, || {
+                table.tasks.lock().unwrap().ended.back() == Some(&task.task_id)
+            })
+            .await;
         }
         let listed: Vec<String> = table.list().iter().map(|t| t.task_id.clone()).collect();
         assert_eq!(listed.len(), MAX_ENDED_TASKS);
@@ -701,6 +711,7 @@ mod tests {
         assert!(!e.message.contains("dropped"), "{}", e.message);
         // The dropped tasks' spool files are gone and their bytes given back.
         let kept = table.get("task-03").unwrap();
+        // Their removal runs on the blocking pool, which gives no notice to wait on.
         for _ in 0..500 {
             if files_in(dir.path()) == MAX_ENDED_TASKS {
                 break;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::skills::LOCAL_SHA256;
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::archive::{self, Caps};
@@ -149,7 +150,7 @@ impl Loader {
         let (root, doc, times) = blocking(move || install(&cache_dir, &key, &bytes, caps)).await?;
         let us = |d: Duration| d.as_micros() as u64;
         tracing::debug!(
-            skill = %name,
+            skill = %DisplaySafe(name),
             archive_bytes,
             inflated_bytes = times.inflated_bytes,
             lookup_us = us(looked_up - started),

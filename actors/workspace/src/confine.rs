@@ -28,6 +28,7 @@ use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, Metadata, OpenOptions};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 /// `list_workspace_files` never returns more entries than this (PROTOCOL.md).
@@ -315,7 +316,7 @@ fn is_a_directory(path: &WorkspacePath) -> ToolError {
 }
 
 fn internal(op: &str, path: &WorkspacePath, err: &io::Error) -> ToolError {
-    tracing::error!(operation = op, path = %path, error = %err, "workspace file operation failed");
+    tracing::error!(operation = op, path = %DisplaySafe(path), error = %err, "workspace file operation failed");
     ToolError::internal(format!(
         "could not {op} '{path}' ({err}); the workspace actor's log has the details"
     ))
@@ -990,7 +991,7 @@ pub fn list(ws: &Workspace, args: &ListWorkspaceFilesArgs) -> Result<ListOutcome
             Ok(read) => read,
             Err(e) if rel.is_empty() => return Err(map_io("list", &here, e)),
             Err(e) => {
-                tracing::warn!(path = %here, error = %e, "directory unreadable while listing");
+                tracing::warn!(path = %DisplaySafe(&here), error = %e, "directory unreadable while listing");
                 unreadable.push(here.display());
                 continue;
             }
@@ -1000,7 +1001,7 @@ pub fn list(ws: &Workspace, args: &ListWorkspaceFilesArgs) -> Result<ListOutcome
                 Ok(item) => item,
                 Err(e) => {
                     unreadable.push(here.display());
-                    tracing::warn!(path = %here, error = %e, "directory entry unreadable while listing");
+                    tracing::warn!(path = %DisplaySafe(&here), error = %e, "directory entry unreadable while listing");
                     continue;
                 }
             };
@@ -1021,7 +1022,7 @@ pub fn list(ws: &Workspace, args: &ListWorkspaceFilesArgs) -> Result<ListOutcome
                 match dir.open_dir_nofollow(&os_name) {
                     Ok(child) => queue.push_back((child, entry_rel.clone(), depth + 1)),
                     Err(e) => {
-                        tracing::warn!(path = %listed.child_or_self(&entry_rel), error = %e, "directory unreadable while listing");
+                        tracing::warn!(path = %DisplaySafe(listed.child_or_self(&entry_rel)), error = %e, "directory unreadable while listing");
                         unreadable.push(listed.child_or_self(&entry_rel).display());
                     }
                 }
@@ -1245,5 +1246,25 @@ mod tests {
         assert_eq!(p.file_name(), Some("c"));
         assert_eq!(p.ancestors().collect::<Vec<_>>(), ["a", "a/b"]);
         assert_eq!(WorkspacePath::parse("x/..", "path").unwrap().display(), ".");
+    }
+}
+
+#[cfg(test)]
+mod logs {
+    //! What the workspace actor logs about a path a caller chose.
+
+    use super::*;
+
+    #[test]
+    fn a_failed_operation_logs_its_path_escaped_on_one_line() {
+        let path = WorkspacePath::parse("a.txt\n2026-12-01 INFO forged\u{1b}[2K", "path").unwrap();
+        let logs = toolmesh_testkit::captured_logs(false, || {
+            let _ = internal("read", &path, &io::Error::other("disk on fire"));
+        });
+        assert_eq!(logs.lines().count(), 1, "{logs}");
+        assert!(
+            logs.contains(r"a.txt\u000a2026-12-01 INFO forged\u001b[2K"),
+            "{logs}"
+        );
     }
 }

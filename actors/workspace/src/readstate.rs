@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use tokio::sync::OnceCell;
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 /// How long a session's read state lives after its last read or write.
@@ -142,13 +143,13 @@ impl ReadState {
         match futures::poll!(pending.as_mut()) {
             std::task::Poll::Ready(Ok(())) => true,
             std::task::Poll::Ready(Err(e)) => {
-                tracing::warn!(error = %e, path, "could not record a read; a later edit of it answers file_not_read until it is read again");
+                tracing::warn!(error = %e, path = %DisplaySafe(&path), "could not record a read; a later edit of it answers file_not_read until it is read again");
                 false
             }
             std::task::Poll::Pending => {
                 tokio::spawn(async move {
                     if let Err(e) = pending.await {
-                        tracing::warn!(error = %e, path, "could not record a read; a later edit of it answers file_not_read until it is read again");
+                        tracing::warn!(error = %e, path = %DisplaySafe(&path), "could not record a read; a later edit of it answers file_not_read until it is read again");
                     }
                 });
                 true

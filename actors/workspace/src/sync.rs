@@ -21,7 +21,7 @@
 //! Neither may name a skipped directory or lie beneath one.
 
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -42,6 +42,7 @@ use toolmesh_kernel::sync::{
     FetchRequest, Fetched, FileStamp, Manifest, ManifestEntry, ManifestLimits, ManifestRequest,
     BODY_CONTENT_BUDGET, MANIFEST_REPLY_BUDGET, MAX_PUT_BYTES, STAGING_DIR,
 };
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
 use crate::confine::{is_escape, Workspace, WorkspacePath};
@@ -375,7 +376,7 @@ fn io_error(ws: &Workspace, path: &WorkspacePath, op: &str, e: io::Error) -> Too
             )
         }
         _ => {
-            tracing::error!(path = %path, operation = op, error = %e, "workspace sync file operation failed");
+            tracing::error!(path = %DisplaySafe(path), operation = op, error = %e, "workspace sync file operation failed");
             ToolError::internal(format!("could not {op} '{path}' ({e})"))
         }
     }
@@ -688,7 +689,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             if offset == 0 && !single {
                 sweep_staging(&staging);
             }
-            let file = stage_part(&staging, &staging_name, offset, &content, last)
+            let file = stage_part(&staging, &staging_name, offset, &content)
                 .map_err(|e| staging_error(&path, e))?;
             if !last {
                 return Ok(ChangeOutcome::Staged {
@@ -800,20 +801,9 @@ fn open_staging(ws: &Workspace) -> Result<Dir, ToolError> {
     }
 }
 
-/// Writes one part to the staging file: the first part creates (or restarts) it. A sender
-/// keeps several middle parts in flight, so they may arrive in any order: each is written at
-/// its offset and noted in `<name>.parts` (one `offset len` line, appended). The last part is
-/// taken only once the parts noted cover every byte before it (the sender sends it once every
-/// other part is staged); the length is checked again before the rename.
-fn stage_part(
-    staging: &Dir,
-    name: &str,
-    offset: u64,
-    content: &[u8],
-    last: bool,
-) -> io::Result<File> {
-    let single = offset == 0 && last;
-    let parts = format!("{name}.parts");
+/// Writes one part to the staging file: the first part creates (or restarts) it, later ones
+/// must start where the file ends (a sender sends one part at a time, in order).
+fn stage_part(staging: &Dir, name: &str, offset: u64, content: &[u8]) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).follow(FollowSymlinks::No);
     if offset == 0 {
@@ -827,62 +817,17 @@ fn stage_part(
             "the staging entry is not a regular file",
         ));
     }
-    if last && !single {
-        let noted = read_parts(staging, &parts)?;
-        if !covers(noted, offset) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("part out of order: the parts before byte {offset} are not all staged"),
-            ));
-        }
+    if meta.len() != offset {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "part out of order: {} bytes are staged, the part starts at {offset}",
+                meta.len()
+            ),
+        ));
     }
     file.write_all_at(content, offset)?;
-    if single {
-        return Ok(file);
-    }
-    if last {
-        let _ = staging.remove_file(&parts);
-        return Ok(file);
-    }
-    let mut options = OpenOptions::new();
-    options.follow(FollowSymlinks::No);
-    if offset == 0 {
-        options.write(true).create(true).truncate(true);
-    } else {
-        options.append(true);
-    }
-    let mut noted = staging.open_with(&parts, &options)?;
-    // One short append: whole, whichever other part is noted beside it.
-    noted.write_all(format!("{offset} {}\n", content.len()).as_bytes())?;
     Ok(file)
-}
-
-/// The `(offset, len)` parts noted in a staging file's `.parts`.
-fn read_parts(staging: &Dir, parts: &str) -> io::Result<Vec<(u64, u64)>> {
-    let mut options = OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let mut text = String::new();
-    io::Read::read_to_string(&mut staging.open_with(parts, &options)?, &mut text)?;
-    Ok(text
-        .lines()
-        .filter_map(|line| {
-            let (offset, len) = line.split_once(' ')?;
-            Some((offset.parse().ok()?, len.parse().ok()?))
-        })
-        .collect())
-}
-
-/// Whether `parts` cover every byte of `0..end`.
-fn covers(mut parts: Vec<(u64, u64)>, end: u64) -> bool {
-    parts.sort_unstable();
-    let mut reached = 0u64;
-    for (offset, len) in parts {
-        if offset > reached {
-            break;
-        }
-        reached = reached.max(offset.saturating_add(len));
-    }
-    reached >= end
 }
 
 fn staging_error(path: &WorkspacePath, e: io::Error) -> ToolError {
@@ -894,7 +839,7 @@ fn staging_error(path: &WorkspacePath, e: io::Error) -> ToolError {
             ToolError::invalid_request(format!("upload of '{path}': {e}"))
         }
         _ => {
-            tracing::error!(path = %path, error = %e, "workspace sync staging failed");
+            tracing::error!(path = %DisplaySafe(path), error = %e, "workspace sync staging failed");
             ToolError::internal(format!("could not stage '{path}' ({e})"))
         }
     }

@@ -95,9 +95,11 @@ impl std::fmt::Display for ErrorCode {
 pub const MAX_MESSAGE_CHARS: usize = 2000;
 
 /// A refusal or failure that becomes the failure shape of a reply:
-/// `{"ok": false, "error": code, "error_message": message, …details}`.
+/// `{"ok": false, "error": code, "error_message": message, …details}`. Its `Display` (what a
+/// log field `error = %e` writes) is display-safe: a message quoting a name cannot forge a
+/// log line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{code}: {message}")]
+#[error("{code}: {}", crate::text::DisplaySafe(&.message))]
 pub struct ToolError {
     pub code: ErrorCode,
     pub message: String,

@@ -48,9 +48,8 @@
 //! regular file with exactly that stamp). A change whose precondition fails is not applied and
 //! comes back as [`ChangeOutcome::Conflict`] with the workspace's current state: the workspace
 //! version wins. A multi-part put checks its precondition at the first part (so a conflict
-//! costs no upload) and again at the last, just before the rename. Its middle parts may
-//! arrive in any order after the first; the last is sent (and taken) once all of them are
-//! staged.
+//! costs no upload) and again at the last, just before the rename. Its parts go one after the
+//! other, each taken only where the staged bytes end.
 //!
 //! **Read state.** A put is not a "read" for the workspace's read-before-edit rule: the sync
 //! path never touches the shared read state (Redis), so an agent still has to read a file a
@@ -85,13 +84,6 @@ pub const MANIFEST_REPLY_BUDGET: usize = 512 * 1024;
 pub const MAX_PUT_BYTES: u64 = 1 << 30;
 /// How long a client waits for one sync reply.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Middle parts of one multi-part put in flight at once (default of
-/// [`WorkspaceSync::with_put_window`]). One: a put is bound by copying bytes, not by round
-/// trips — four in flight persist a 30 MB output 2–10 % faster in a release build
-/// (benches/RESULTS.md "Persist") — while each part in flight holds about 1.5 MiB of the
-/// worker until its reply; four raised the worker's peak by 7–12 MiB in
-/// `sandbox::output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory`.
-pub const DEFAULT_PUT_WINDOW: usize = 1;
 /// Directories never synced, at any depth.
 pub const SKIPPED_DIRS: [&str; 5] = [
     ".git",
@@ -655,7 +647,6 @@ fn split_content<H>(
 pub struct WorkspaceSync {
     client: Client,
     timeout: Duration,
-    put_window: usize,
 }
 
 impl WorkspaceSync {
@@ -663,15 +654,7 @@ impl WorkspaceSync {
         Self {
             client,
             timeout: DEFAULT_TIMEOUT,
-            put_window: DEFAULT_PUT_WINDOW,
         }
-    }
-
-    /// How many middle parts of a multi-part put travel at once (default
-    /// [`DEFAULT_PUT_WINDOW`]; 1: one after the other).
-    pub fn with_put_window(mut self, parts: usize) -> Self {
-        self.put_window = parts.max(1);
-        self
     }
 
     /// How long to wait for each reply (default [`DEFAULT_TIMEOUT`]).
@@ -832,7 +815,7 @@ impl WorkspaceSync {
 
     /// [`WorkspaceSync::put_file`] of the first `total` bytes of `source` (a file on the
     /// worker). Each part is read on tokio's blocking pool, never on the async threads; one
-    /// part of [`BODY_CONTENT_BUDGET`] per part in flight is in memory.
+    /// part of [`BODY_CONTENT_BUDGET`] is in memory at a time.
     pub async fn put_from(
         &self,
         account: &Account,
@@ -860,11 +843,8 @@ impl WorkspaceSync {
         .await
     }
 
-    /// Puts `total` bytes in parts; `part(offset, len)` gives each. The first part goes alone
-    /// (it creates the staging file and checks the precondition), the middle ones with up to
-    /// `put_window` in flight (each read while others travel), the last once every other one
-    /// is staged. A workspace actor of an older version takes parts in order only: when it
-    /// refuses a part sent ahead, the put starts again one part at a time.
+    /// Puts `total` bytes in parts, one after the other; `part(offset, len)` gives each. The
+    /// first part creates the staging file, the last one lands the file.
     async fn put_parts<F, Fut>(
         &self,
         account: &Account,
@@ -877,88 +857,47 @@ impl WorkspaceSync {
         F: Fn(u64, usize) -> Fut,
         Fut: std::future::Future<Output = Result<Bytes, ToolError>>,
     {
-        let window = self.put_window;
-        match self
-            .put_parts_within(account, session, path, total, window, &part)
-            .await
-        {
-            Err(e) if window > 1 && e.code == ErrorCode::InvalidRequest => {
-                tracing::debug!(error = %e, "a put with parts in flight was refused; putting one part at a time");
-                self.put_parts_within(account, session, path, total, 1, &part)
-                    .await
-            }
-            done => done,
-        }
-    }
-
-    async fn put_parts_within<F, Fut>(
-        &self,
-        account: &Account,
-        session: &SessionId,
-        path: &str,
-        total: u64,
-        window: usize,
-        part: &F,
-    ) -> Result<(), ToolError>
-    where
-        F: Fn(u64, usize) -> Fut,
-        Fut: std::future::Future<Output = Result<Bytes, ToolError>>,
-    {
-        use futures::{StreamExt, TryStreamExt};
         let budget = BODY_CONTENT_BUDGET as u64;
         let upload = (total > budget).then(|| format!("put-{}", nuid::next()));
-        let parts = total.div_ceil(budget).max(1);
-        let len_at = |index: u64| ((index * budget + budget).min(total) - index * budget) as usize;
-        // One part: read it, apply it, and say what came back.
-        let put = |index: u64| {
-            let upload = upload.clone();
-            async move {
-                let offset = index * budget;
-                let content = part(offset, len_at(index)).await?;
-                let change = Change {
-                    path: path.to_owned(),
-                    expected: Expected::Any,
-                    op: ChangeOp::Put {
-                        upload,
-                        offset,
-                        total,
-                        content,
-                        mode: None,
-                    },
-                };
-                // The part's bytes go once they are in the body: one copy in memory per part.
-                let body = encode_apply(account, session, std::slice::from_ref(&change));
-                drop(change);
-                let outcome = self
-                    .apply_encoded(body, 1)
-                    .await?
-                    .pop()
-                    .expect("apply checked the outcome count");
-                let last = index + 1 == parts;
-                match outcome {
-                    ChangeOutcome::Applied { stamp: Some(_), .. } if last => Ok(()),
-                    ChangeOutcome::Staged { .. } if !last => Ok(()),
-                    ChangeOutcome::Rejected {
-                        error,
-                        error_message,
-                        ..
-                    } => Err(ToolError::new(error, error_message)),
-                    other => Err(ToolError::internal(format!(
+        let mut offset = 0u64;
+        loop {
+            let end = (offset + budget).min(total);
+            let content = part(offset, (end - offset) as usize).await?;
+            let change = Change {
+                path: path.to_owned(),
+                expected: Expected::Any,
+                op: ChangeOp::Put {
+                    upload: upload.clone(),
+                    offset,
+                    total,
+                    content,
+                    mode: None,
+                },
+            };
+            // The part's bytes go once they are in the body: one copy in memory per part.
+            let body = encode_apply(account, session, std::slice::from_ref(&change));
+            drop(change);
+            let outcome = self
+                .apply_encoded(body, 1)
+                .await?
+                .pop()
+                .expect("apply checked the outcome count");
+            let last = end == total;
+            match outcome {
+                ChangeOutcome::Applied { stamp: Some(_), .. } if last => return Ok(()),
+                ChangeOutcome::Staged { .. } if !last => offset = end,
+                ChangeOutcome::Rejected {
+                    error,
+                    error_message,
+                    ..
+                } => return Err(ToolError::new(error, error_message)),
+                other => {
+                    return Err(ToolError::internal(format!(
                         "unexpected outcome of an unconditional put of '{path}': {other:?}"
-                    ))),
+                    )))
                 }
             }
-        };
-        put(0).await?;
-        if parts > 1 {
-            futures::stream::iter(1..parts - 1)
-                .map(&put)
-                .buffer_unordered(window)
-                .try_collect::<Vec<()>>()
-                .await?;
-            put(parts - 1).await?;
         }
-        Ok(())
     }
 
     async fn request(&self, subject: &str, body: Vec<u8>, what: &str) -> Result<Bytes, ToolError> {

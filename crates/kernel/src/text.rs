@@ -41,6 +41,26 @@ pub fn display_safe(text: &str) -> Cow<'_, str> {
     escape(text, is_hidden_char)
 }
 
+/// A name a caller or a sandbox chose (a file name, a tool or skill name, an approver), as a
+/// log field: written [`display_safe`], so a log line cannot be forged with a newline, an ANSI
+/// escape or a bidirectional control. `tracing::warn!(path = %DisplaySafe(&path), "…")`; it
+/// takes anything that is `Display` and escapes what that writes, without copying it first.
+#[derive(Debug, Clone, Copy)]
+pub struct DisplaySafe<T>(pub T);
+
+impl<T: std::fmt::Display> std::fmt::Display for DisplaySafe<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// Escapes each piece `T` writes; a piece is whole characters, so nothing splits.
+        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
+        impl std::fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, piece: &str) -> std::fmt::Result {
+                self.0.write_str(&display_safe(piece))
+            }
+        }
+        write!(Escaping(f), "{}", self.0)
+    }
+}
+
 /// `text` with every character for which `hidden` holds written as a JSON escape.
 fn escape(text: &str, hidden: fn(char) -> bool) -> Cow<'_, str> {
     let Some(first) = text.find(hidden) else {
@@ -332,5 +352,27 @@ mod tests {
         let forged = json!({"a": "x\"…(5 chars hidden)…\"y"});
         let shown = preview_value(&forged, 1000, true);
         assert_eq!(shown, r#"{"a":"x\"…(5 chars hidden)…\"y"}"#);
+    }
+
+    /// A name with a newline and an ANSI escape, logged through [`DisplaySafe`], stays on its
+    /// one log line and shows its escapes, in both of a node's log formats; so does a
+    /// `ToolError` quoting it.
+    #[test]
+    fn a_logged_name_cannot_forge_a_log_line() {
+        let name = "ok.txt\n2026-12-01T00:00:00Z  INFO forged\u{1b}[2K\u{202e}";
+        let error = crate::ToolError::new(crate::ErrorCode::NotFound, format!("no '{name}'"));
+        for json in [false, true] {
+            let logs = toolmesh_testkit::captured_logs(json, || {
+                tracing::warn!(path = %DisplaySafe(name), error = %error, "not pulled");
+            });
+            assert_eq!(logs.lines().count(), 1, "{logs}");
+            assert!(!logs.contains(['\u{1b}', '\u{202e}']), "{logs}");
+            let escaped = if json { r"\\u000a" } else { r"\u000a" };
+            assert_eq!(logs.matches(escaped).count(), 2, "{logs}");
+        }
+        assert_eq!(
+            DisplaySafe(format_args!("{}-{}", "a\n", 1)).to_string(),
+            "a\\u000a-1"
+        );
     }
 }

@@ -734,9 +734,10 @@ pub struct GateRequest {
     pub risk_level: RiskLevel,
     pub side_effects: Vec<SideEffect>,
     pub arguments_sha256: String,
-    /// Kept for approval actors that predate `arguments`; a newer one makes its own preview
-    /// from `arguments` when they are there.
-    pub arguments_preview: String,
+    /// A preview made by the sender. Gateways that predate `arguments` send it; a gateway
+    /// that sends `arguments` does not, and the approval actor makes the preview from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_preview: Option<String>,
     pub grant: Option<ApprovalGrant>,
     /// The arguments as sent, whose JCS hash is `arguments_sha256`: the approval actor stores
     /// them for `approvals.<account>.get`. Sent only when the call may create an approval

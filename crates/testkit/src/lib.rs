@@ -7,6 +7,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// What `log` writes through `tracing` while it runs on this thread, every level, as a node
+/// writes it (`src/cli.rs`: the text format, or JSON lines with `json`), ANSI colours off.
+pub fn captured_logs(json: bool, log: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone());
+    if json {
+        tracing::subscriber::with_default(builder.json().finish(), log);
+    } else {
+        tracing::subscriber::with_default(builder.finish(), log);
+    }
+    let bytes = buffer.0.lock().unwrap().clone();
+    String::from_utf8(bytes).expect("logs are UTF-8")
+}
+
 /// A free TCP port on 127.0.0.1 (bound, then released for the child to take).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::unix::{pipe, OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
+use toolmesh_kernel::text::DisplaySafe;
 
 use super::docker::{EXEC_ID_VAR, OUTPUT_CHANNEL};
 use super::spawner::{self, Event, Request, SpawnRequest, KILLED};
@@ -284,7 +285,7 @@ async fn log_stderr(
 ) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::warn!(sandbox_id = %sandbox_id, "sandbox: {line}");
+        tracing::warn!(sandbox_id = %sandbox_id, "sandbox: {}", DisplaySafe(&line));
         *lock(&said) = line;
     }
 }

@@ -341,8 +341,10 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
     assert!(std::fs::read(rig.root().join(".toolmesh/outputs/o.txt")).unwrap() == big[..]);
 }
 
+/// Parts go one after the other: a part that does not start where the staged bytes end is
+/// refused and the upload goes on from where it was.
 #[actix_rt::test]
-async fn middle_parts_may_arrive_out_of_order_the_last_only_after_them() {
+async fn a_part_ahead_of_the_staged_bytes_is_refused_and_the_upload_goes_on() {
     let rig = Rig::start().await;
     let content: Bytes = (0..2_000_000u32)
         .map(|i| (i % 253) as u8)
@@ -362,12 +364,8 @@ async fn middle_parts_may_arrive_out_of_order_the_last_only_after_them() {
     };
     let staged = |outcome: ChangeOutcome| matches!(outcome, ChangeOutcome::Staged { .. });
     assert!(staged(rig.apply(&[part(0, 500_000)]).await.remove(0)));
-    // The third part before the second (several in flight) …
-    assert!(staged(
-        rig.apply(&[part(1_000_000, 1_500_000)]).await.remove(0)
-    ));
-    // … but the last before the part ahead of it is refused.
-    let early = rig.apply(&[part(1_500_000, 2_000_000)]).await.remove(0);
+    // The third part before the second is refused …
+    let early = rig.apply(&[part(1_000_000, 1_500_000)]).await.remove(0);
     assert!(
         matches!(
             early,
@@ -378,17 +376,24 @@ async fn middle_parts_may_arrive_out_of_order_the_last_only_after_them() {
         ),
         "{early:?}"
     );
-    assert!(staged(
-        rig.apply(&[part(500_000, 1_000_000)]).await.remove(0)
-    ));
+    assert!(!rig.root().join("big.bin").exists());
+    // … and the upload goes on in order.
+    for (offset, end) in [(500_000, 1_000_000), (1_000_000, 1_500_000)] {
+        assert!(staged(rig.apply(&[part(offset, end)]).await.remove(0)));
+    }
     let last = rig.apply(&[part(1_500_000, 2_000_000)]).await.remove(0);
     assert!(
         matches!(last, ChangeOutcome::Applied { stamp: Some(_), .. }),
         "{last:?}"
     );
     assert!(std::fs::read(rig.root().join("big.bin")).unwrap() == content[..]);
+    assert_eq!(
+        tree(&rig.root().join(".toolmesh/sync")),
+        Vec::<String>::new(),
+        "no staging file is left"
+    );
 
-    // put_file keeps several middle parts in flight and lands the whole file.
+    // put_file sends many parts and lands the whole file.
     let many: Bytes = (0..(9 * BODY_CONTENT_BUDGET + 17) as u32)
         .map(|i| (i % 241) as u8)
         .collect::<Vec<_>>()
