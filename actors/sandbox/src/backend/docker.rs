@@ -1161,7 +1161,8 @@ mod tests {
         }
         let (rest, came) = end_line.finish();
         pass(rest);
-        assert_eq!((passed.as_slice(), came), (expect, clean), "{chunks:?}");
+        let expect: Vec<String> = expect.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!((passed, came), (expect, clean), "{chunks:?}");
     }
 
     #[test]
