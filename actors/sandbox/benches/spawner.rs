@@ -126,7 +126,11 @@ async fn bench_backend(name: &str, backend: &dyn Backend, idle: &[usize], iterat
             "i=0; while [ $i -lt {n} ]; do sleep 100000 & i=$((i+1)); done; echo ready; wait"
         );
         let mut background = backend
-            .exec(&sandbox, spec(&script, format!("idle-{n}")), StartGate::open())
+            .exec(
+                &sandbox,
+                spec(&script, format!("idle-{n}")),
+                StartGate::open(),
+            )
             .await
             .expect("background exec");
         let mut seen = String::new();
@@ -144,7 +148,11 @@ async fn bench_backend(name: &str, backend: &dyn Backend, idle: &[usize], iterat
         for i in 0..WARMUP + iterations {
             let began = Instant::now();
             let exec = backend
-                .exec(&sandbox, spec("true", format!("true-{n}-{i}")), StartGate::open())
+                .exec(
+                    &sandbox,
+                    spec("true", format!("true-{n}-{i}")),
+                    StartGate::open(),
+                )
                 .await
                 .expect("exec");
             assert_eq!(finish(exec).await, 0);

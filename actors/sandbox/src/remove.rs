@@ -251,7 +251,9 @@ fn next_subdir(stream: &mut Dir) -> io::Result<Option<CString>> {
         let at = stream.fd()?;
         let kind = match entry.file_type() {
             FileType::Unknown => {
-                match in_own_dir(at, || rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)) {
+                match in_own_dir(at, || {
+                    rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)
+                }) {
                     Ok(stat) => FileType::from_raw_mode(stat.st_mode),
                     Err(Errno::NOENT) => continue,
                     Err(e) => return Err(e.into()),
@@ -434,7 +436,11 @@ mod tests {
         }
         assert!(!tree.exists());
         let meta = std::fs::metadata(&outside).unwrap();
-        assert_eq!(meta.mode() & 0o7777, 0o000, "the folder outside is untouched");
+        assert_eq!(
+            meta.mode() & 0o7777,
+            0o000,
+            "the folder outside is untouched"
+        );
         mode(&outside, 0o700);
         assert!(outside.join("kept").is_dir());
     }

@@ -1189,6 +1189,10 @@ mod tests {
             &["e:\0toolmesh-swept:n2\n"],
             false,
         );
-        check(&["e:\0toolmesh-swept:n1"], &["e:\0toolmesh-swept:n1"], false);
+        check(
+            &["e:\0toolmesh-swept:n1"],
+            &["e:\0toolmesh-swept:n1"],
+            false,
+        );
     }
 }

@@ -379,7 +379,9 @@ pub fn serve(listen: Option<&Path>) -> ExitCode {
             Some(read)
         }
         Err(e) => {
-            eprintln!("toolmesh sandbox-spawner: no leftovers pipe, sweeping after every command: {e}");
+            eprintln!(
+                "toolmesh sandbox-spawner: no leftovers pipe, sweeping after every command: {e}"
+            );
             None
         }
     };
