@@ -416,6 +416,20 @@ async fn check_escapees_end_with_their_command(sbx: &Sandbox) {
     assert_stopped(sbx, "ended").await;
 }
 
+/// A command that kills its own supervisor (its parent), so that it can tell the spawner
+/// nothing, still leaves nothing behind: the spawner sweeps after a supervisor killed by a
+/// signal as after one that told of leftovers.
+async fn check_leftovers_of_a_killed_supervisor_end(sbx: &Sandbox) {
+    let ran = sbx
+        .run(sh(&format!(
+            "{}; until [ -s /workspace/orphaned ]; do sleep 0.05; done; kill -9 $PPID; sleep 100",
+            escapee("orphaned")
+        )))
+        .await;
+    assert_eq!(ran.code, 137, "{ran:?}");
+    assert_stopped(sbx, "orphaned").await;
+}
+
 /// Neither the spawner nor a command's supervisor (its parent) can be traced or have its
 /// environment read by a command (the same uid).
 async fn check_spawner_cannot_be_traced(sbx: &Sandbox) {
@@ -529,6 +543,11 @@ async fn docker_escapees_end_with_their_command() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn docker_leftovers_of_a_killed_supervisor_end_too() {
+    check_leftovers_of_a_killed_supervisor_end(&Sandbox::docker().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn docker_spawner_cannot_be_traced() {
     check_spawner_cannot_be_traced(&Sandbox::docker().await).await;
 }
@@ -568,6 +587,73 @@ async fn docker_exec_dropped_receiver_does_not_block() {
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_exec_escapees_end_with_their_command() {
     check_escapees_end_with_their_command(&Sandbox::docker_exec().await).await;
+}
+
+/// `since`/`until` of the Docker events API: Unix seconds with nanoseconds.
+fn event_time(at: std::time::SystemTime) -> String {
+    let at = at.duration_since(std::time::UNIX_EPOCH).unwrap();
+    format!("{}.{:09}", at.as_secs(), at.subsec_nanos())
+}
+
+/// The execs that ended in `container` between `since` and `until`, once at least `least`
+/// did (the daemon logs an exec's end about when it reports it: asked again until then).
+async fn execs_ended(
+    container: &str,
+    since: std::time::SystemTime,
+    until: std::time::SystemTime,
+    least: usize,
+) -> usize {
+    let docker = docker_client().await;
+    let began = std::time::Instant::now();
+    loop {
+        let options = bollard::query_parameters::EventsOptions {
+            since: Some(event_time(since)),
+            until: Some(event_time(until)),
+            filters: Some(std::collections::HashMap::from([
+                ("container".to_owned(), vec![container.to_owned()]),
+                ("event".to_owned(), vec!["exec_die".to_owned()]),
+            ])),
+        };
+        let events: Vec<_> = docker.events(Some(options)).collect().await;
+        let ended = events.into_iter().map(|e| e.expect("an event")).count();
+        if ended >= least || began.elapsed() > TIMEOUT {
+            return ended;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// In exec mode a command that left nothing ends with its own exec (its wrapper swept and
+/// said so): no kill exec after it. One that killed its wrapper, leaving a process behind,
+/// gets a kill exec, and the process ends before the command's end is told.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_exec_kill_execs_run_only_when_the_wrapper_did_not_sweep() {
+    let sbx = Sandbox::docker_exec().await;
+    let container = sbx.sandbox.container_id.clone();
+    let since = std::time::SystemTime::now();
+    let ran = sbx.run(sh("echo out; echo err >&2")).await;
+    assert_eq!(
+        (ran.stdout.as_str(), ran.stderr.as_str(), ran.code),
+        ("out\n", "err\n", 0),
+        "the end line is not output: {ran:?}"
+    );
+    let between = std::time::SystemTime::now();
+    assert_eq!(execs_ended(&container, since, between, 1).await, 1);
+
+    let ran = sbx
+        .run(sh(&format!(
+            "{}; until [ -s /workspace/wrapper ]; do sleep 0.05; done; kill -9 $PPID",
+            escapee("wrapper")
+        )))
+        .await;
+    assert_eq!(ran.code, 137, "{ran:?}");
+    let until = std::time::SystemTime::now();
+    assert_eq!(
+        execs_ended(&container, between, until, 2).await,
+        2,
+        "the command's exec and a kill exec"
+    );
+    assert_stopped(&sbx, "wrapper").await;
 }
 
 async fn docker_client() -> Docker {
@@ -995,6 +1081,11 @@ async fn process_exec_waits_for_its_start_gate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn process_kill_ends_the_process_tree() {
     check_kill_tree(&Sandbox::process().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn process_leftovers_of_a_killed_supervisor_end_too() {
+    check_leftovers_of_a_killed_supervisor_end(&Sandbox::process().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,25 +18,45 @@
 //!   `exec_die` event ([`ExecExits`]), or from inspect_exec when the event does not come. For
 //!   images that cannot run the worker's binary (not glibc-based).
 //!
-//! Killing an execution (exec mode; the spawner kills by lineage itself, see
+//! Ending an execution's processes in exec mode (the spawner kills by lineage itself, see
 //! [`super::spawner`]): a `docker exec` process is its own session and process-group leader
-//! and its children may start their own, so the kill switch runs a second exec
-//! (`KILL_SCRIPT`) that SIGKILLs every process whose environment holds
-//! `TOOLMESH_EXEC_ID=<exec_id>`, and every *orphan* (a process re-parented to the container's
-//! init, so escaped from the tree of the exec that started it) that carries no marker of a
-//! command still running there, repeating until none is left (bounded), which also catches
-//! forks racing the kill. The same runs when an exec ends by itself, before its end is
-//! reported, so what a command left behind ends with it. The limit of exec mode: with no
-//! subreaper of its own (the image may not run the worker's binary), a background command's
-//! process that double forks *and* clears or forges its marker is taken for an orphan and
-//! killed when any command of the sandbox ends; one that keeps its marker lives as long as
-//! its command.
+//! and its children may start their own, so what ends them is a sweep of the container's
+//! `/proc` (`SWEEP`, a POSIX shell function). It SIGKILLs every process whose environment
+//! holds `TOOLMESH_EXEC_ID=<exec_id>`, and every *orphan* (a process re-parented to the
+//! container's init, so escaped from the tree of the exec that started it) that carries no
+//! marker of a command still running there, round after round until none is left (bounded),
+//! which also catches forks racing the kill. A command still running is an exec's own process
+//! (its parent is outside the container, so its parent pid reads 0) and the marker in its
+//! environment. The sweep runs in one of two places:
+//!
+//! - **in the command's own exec**, when it ends by itself: every command runs under a
+//!   wrapper shell (`WRAPPER`), the exec's process. It reads a nonce from the first line of its
+//!   stdin (so the nonce is in no argument or environment a command can read), runs the
+//!   command as its child, sweeps, and when the sweep left nothing ends its stderr with
+//!   `\0toolmesh-swept:<nonce>\n`, which the backend takes off the output ([`EndLine`]). A
+//!   command that left nothing pays one pass over `/proc/*/stat` with shell builtins; the
+//!   markers of orphans and running commands are read only when there are orphans.
+//! - **in a kill exec**, a second `docker exec` of the same sweep: when the kill switch is
+//!   used (a timeout, a cancel, `kill_task`), and when an exec ends without its end line (its
+//!   wrapper was killed, or the sweep gave up), before its end is reported. A kill exec that
+//!   cannot run or does not finish within `KILL_WAIT` restarts the container instead.
+//!
+//! The limits of exec mode: with no subreaper of its own (the image may not run the worker's
+//! binary) and every helper running as the sandbox user, dumpable,
+//! - a background command's process that double forks *and* clears or changes its marker is
+//!   taken for an orphan of an ended command, and killed when any other command of the
+//!   sandbox ends; one that keeps its marker lives as long as its command;
+//! - a leftover of an ended command that takes the marker of a command still running (execs
+//!   itself with it) lives until that command ends;
+//! - a command that reads its wrapper's memory or traces it (the same uid) can forge the end
+//!   line without the sweep, and a leftover can stop or trace a kill exec; what it left then
+//!   lives until a sweep it did not subvert: any other command's end, or a kill.
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -49,6 +69,7 @@ use bollard::query_parameters::{
     RestartContainerOptions, StartContainerOptions,
 };
 use bollard::Docker;
+use bytes::Bytes;
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, OnceCell};
@@ -84,98 +105,154 @@ const SPAWNED: CommandBase = CommandBase {
     inherit_env: true,
     cwd: WORKSPACE,
 };
-/// Rounds of "find and SIGKILL" before the kill switch gives up (forks racing the kill).
+/// Rounds of "find and SIGKILL" before a sweep gives up (forks racing the kill).
 const KILL_ROUNDS: u32 = 50;
-/// Runs of the kill script before the container is restarted instead.
+/// Runs of the kill exec before the container is restarted instead.
 const KILL_ATTEMPTS: u32 = 3;
+/// How long one kill exec may take before the container is restarted instead (a leftover
+/// may have stopped it: it is the sandbox user too).
+const KILL_WAIT: Duration = Duration::from_secs(10);
+/// What the wrapper writes last on its stderr once its sweep left nothing, before its nonce.
+const END_LINE: &[u8] = b"\0toolmesh-swept:";
 
-/// SIGKILLs every process whose environment holds `TOOLMESH_EXEC_ID=$1`, and every orphan (a
-/// process whose parent is the container's init, other than the container's own command,
-/// the oldest such) whose `TOOLMESH_EXEC_ID` is none of `$3…` (the commands still running),
-/// until none is found (at most `$2` rounds; exit 1 if some remain). An orphan's children
-/// become orphans when it dies, so the rounds take a whole escaped tree. Each round stops the
-/// whole set before killing it, so no parent sees a child die and exits on its own first, and
-/// no fork slips through. POSIX sh, GNU grep (`-z`: NUL-separated records) and shell builtins
-/// only; a `stat` line is read after its last `) `, as the name before it may hold anything.
-const KILL_SCRIPT: &str = r#"id=$1; rounds=$2; shift 2; live=" $* "; main=; oldest=
-for s in /proc/[0-9]*/stat; do
-  { read -r line < "$s"; } 2>/dev/null || continue
-  set -- ${line##*") "}
-  [ "$2" = 1 ] || continue
-  p=${s#/proc/}; p=${p%/stat}
-  if [ -z "$oldest" ] || [ "${20}" -lt "$oldest" ] || { [ "${20}" = "$oldest" ] && [ "$p" -lt "$main" ]; }; then
-    oldest=${20}; main=$p
-  fi
-done
-n=0
-while [ "$n" -lt "$rounds" ]; do
-  pids=
-  for f in $(grep -lzxF -e "TOOLMESH_EXEC_ID=$id" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; pids="$pids ${p%/environ}"
+/// `toolmesh_sweep ID ROUNDS MARKED`: SIGKILLs every process whose environment holds
+/// `TOOLMESH_EXEC_ID=ID`, and every orphan (a process whose parent is the container's init,
+/// other than the container's own command, the oldest such) whose `TOOLMESH_EXEC_ID` is not
+/// that of a command still running (a process whose parent pid reads 0, other than init,
+/// `ID` excluded), until none is found (at most `ROUNDS` rounds; returns 1 if some remain).
+/// The shell itself (`$$`) is spared. With `MARKED` 0 (the command `ID` has ended, so all that
+/// is left of it is below orphans) the environments are read only when orphans exist. An
+/// orphan's children become orphans when it dies, so the rounds take a whole escaped tree.
+/// Each round stops the whole set before killing it, so no parent sees a child die and exits
+/// on its own first, and no fork slips through. POSIX sh, GNU grep (`-z`: NUL-separated
+/// records) and shell builtins only; a `stat` line is read after its last `) `, as the name
+/// before it may hold anything. Whoever runs it must not carry `TOOLMESH_EXEC_ID` into the
+/// programs it starts.
+const SWEEP: &str = r#"toolmesh_sweep() {
+  id=$1; rounds=$2; marked=$3; n=0; main=; oldest=
+  while [ "$n" -lt "$rounds" ]; do
+    heads=; orphans=; cand=; pids=
+    for s in /proc/[0-9]*/stat; do
+      { read -r line < "$s"; } 2>/dev/null || continue
+      p=${s#/proc/}; p=${p%/stat}
+      set -- ${line##*") "}
+      case $2 in
+        0) [ "$p" = 1 ] || [ "$p" = "$$" ] || heads="$heads $p" ;;
+        1) [ "$1" = Z ] || orphans="$orphans $p"
+           if [ "$n" = 0 ] && { [ -z "$oldest" ] || [ "${20}" -lt "$oldest" ] || { [ "${20}" = "$oldest" ] && [ "$p" -lt "$main" ]; }; }; then
+             oldest=${20}; main=$p
+           fi ;;
+      esac
+    done
+    for p in $orphans; do [ "$p" = "$main" ] || cand="$cand $p"; done
+    if [ -n "$cand" ]; then
+      live=" "
+      for p in $heads; do
+        mark=$(grep -azm1 '^TOOLMESH_EXEC_ID=' "/proc/$p/environ" 2>/dev/null | tr -d '\0')
+        mark=${mark#TOOLMESH_EXEC_ID=}
+        [ -z "$mark" ] || [ "$mark" = "$id" ] || live="$live$mark "
+      done
+      for p in $cand; do
+        mark=$(grep -azm1 '^TOOLMESH_EXEC_ID=' "/proc/$p/environ" 2>/dev/null | tr -d '\0')
+        mark=${mark#TOOLMESH_EXEC_ID=}
+        if [ -n "$mark" ]; then case "$live" in *" $mark "*) continue ;; esac; fi
+        pids="$pids $p"
+      done
+    fi
+    if [ -n "$cand" ] || [ "$marked" = 1 ]; then
+      for f in $(grep -lzxF -e "TOOLMESH_EXEC_ID=$id" /proc/[0-9]*/environ 2>/dev/null); do
+        p=${f#/proc/}; p=${p%/environ}
+        [ "$p" = "$$" ] || pids="$pids $p"
+      done
+    fi
+    [ -n "$pids" ] || return 0
+    kill -STOP $pids 2>/dev/null
+    kill -KILL $pids 2>/dev/null
+    n=$((n+1))
   done
-  for s in /proc/[0-9]*/stat; do
-    { read -r line < "$s"; } 2>/dev/null || continue
-    set -- ${line##*") "}
-    [ "$2" = 1 ] && [ "$1" != Z ] || continue
-    p=${s#/proc/}; p=${p%/stat}
-    [ "$p" != "$main" ] || continue
-    mark=$(grep -azm1 '^TOOLMESH_EXEC_ID=' "/proc/$p/environ" 2>/dev/null | tr -d '\0')
-    mark=${mark#TOOLMESH_EXEC_ID=}
-    if [ -n "$mark" ]; then case "$live" in *" $mark "*) continue ;; esac; fi
-    pids="$pids $p"
-  done
-  [ -n "$pids" ] || exit 0
-  kill -STOP $pids 2>/dev/null
-  kill -KILL $pids 2>/dev/null
-  n=$((n+1))
-done
-exit 1"#;
+  return 1
+}"#;
 
-/// The execs running in each container (exec mode), by container: what [`KILL_SCRIPT`] spares.
-type Running = Arc<std::sync::Mutex<HashMap<String, Vec<String>>>>;
+/// The kill exec: `sh -c KILLER toolmesh-kill ID ROUNDS`, exit 0 when nothing of `ID` is left.
+static KILLER: LazyLock<String> =
+    LazyLock::new(|| format!("{SWEEP}\ntoolmesh_sweep \"$1\" \"$2\" 1"));
 
-/// One exec of [`Running`], removed when dropped.
-struct RunningExec {
-    running: Running,
-    container: String,
-    exec_id: String,
+/// Every command's exec: `sh -c WRAPPER toolmesh-exec ID ROUNDS ARGV…`. Reads the nonce line,
+/// runs `ARGV` (`exec` in a subshell: a program, never a shell builtin), drops the marker from
+/// what it starts next, sweeps, writes the end line if the sweep left nothing, and exits with
+/// the command's code (128 + the signal that killed it).
+static WRAPPER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"{SWEEP}
+toolmesh_id=$1; toolmesh_rounds=$2; shift 2
+IFS= read -r toolmesh_nonce || toolmesh_nonce=
+( exec "$@" )
+toolmesh_code=$?
+unset TOOLMESH_EXEC_ID
+if toolmesh_sweep "$toolmesh_id" "$toolmesh_rounds" 0 && [ -n "$toolmesh_nonce" ]; then
+  printf '\0toolmesh-swept:%s\n' "$toolmesh_nonce" >&2
+fi
+exit "$toolmesh_code""#
+    )
+});
+
+/// Takes the wrapper's end line (`END_LINE`, its nonce, a newline) off an exec's stderr. Output
+/// passes on as it comes, but for a tail of stderr that may be the start of the end line: held
+/// until more output shows it is not (then passed on, before that output), or until the
+/// stream ends (then it is the end line if it is all of it, else output).
+struct EndLine {
+    expected: Vec<u8>,
+    /// Stderr not passed on yet: a beginning of `expected`.
+    held: Vec<u8>,
 }
 
-impl RunningExec {
-    fn new(running: &Running, container: &str, exec_id: &str) -> Self {
-        lock(running)
-            .entry(container.to_owned())
-            .or_default()
-            .push(exec_id.to_owned());
+impl EndLine {
+    fn new(nonce: &str) -> Self {
+        let mut expected = END_LINE.to_vec();
+        expected.extend_from_slice(nonce.as_bytes());
+        expected.push(b'\n');
         Self {
-            running: Arc::clone(running),
-            container: container.to_owned(),
-            exec_id: exec_id.to_owned(),
+            expected,
+            held: Vec::new(),
         }
     }
-}
 
-impl Drop for RunningExec {
-    fn drop(&mut self) {
-        let mut running = lock(&self.running);
-        if let Some(ids) = running.get_mut(&self.container) {
-            ids.retain(|id| *id != self.exec_id);
-            if ids.is_empty() {
-                running.remove(&self.container);
+    /// What to pass on for a chunk of stdout.
+    fn stdout(&mut self, message: Bytes) -> [Option<Output>; 2] {
+        [self.release(), Some(Output::Stdout(message))]
+    }
+
+    /// What to pass on for a chunk of stderr.
+    fn stderr(&mut self, message: Bytes) -> [Option<Output>; 2] {
+        let data = match self.release() {
+            None => message,
+            Some(Output::Stderr(held) | Output::Stdout(held)) => {
+                let mut data = Vec::with_capacity(held.len() + message.len());
+                data.extend_from_slice(&held);
+                data.extend_from_slice(&message);
+                Bytes::from(data)
             }
-        }
+        };
+        let keep = (1..=data.len().min(self.expected.len()))
+            .rev()
+            .find(|k| data.ends_with(&self.expected[..*k]))
+            .unwrap_or(0);
+        let pass = data.len() - keep;
+        self.held = data[pass..].to_vec();
+        [(pass > 0).then(|| Output::Stderr(data.slice(..pass))), None]
     }
-}
 
-/// The execs still running in `container` but `exec_id`.
-fn others(running: &Running, container: &str, exec_id: &str) -> Vec<String> {
-    lock(running)
-        .get(container)
-        .into_iter()
-        .flatten()
-        .filter(|id| *id != exec_id)
-        .cloned()
-        .collect()
+    /// At the end of the stream: what is left to pass on, and whether the end line came.
+    fn finish(mut self) -> (Option<Output>, bool) {
+        if self.held == self.expected {
+            return (None, true);
+        }
+        (self.release(), false)
+    }
+
+    fn release(&mut self) -> Option<Output> {
+        (!self.held.is_empty()).then(|| Output::Stderr(std::mem::take(&mut self.held).into()))
+    }
 }
 
 /// Runs sandboxes as Docker containers of one image.
@@ -191,8 +268,6 @@ pub struct DockerBackend {
     spawner: Option<Spawner>,
     /// The spawner links of the containers this backend created, by sandbox id.
     links: std::sync::Mutex<HashMap<String, Arc<Link>>>,
-    /// Exec mode: the execs running in each container.
-    running: Running,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -227,7 +302,6 @@ impl DockerBackend {
             exits: std::sync::OnceLock::new(),
             spawner: None,
             links: std::sync::Mutex::new(HashMap::new()),
-            running: Running::default(),
         })
     }
 
@@ -582,16 +656,22 @@ impl Backend for DockerBackend {
         } else {
             spec.cwd
         };
+        let mut cmd = ["sh", "-c", WRAPPER.as_str(), "toolmesh-exec"]
+            .map(str::to_owned)
+            .to_vec();
+        cmd.extend([spec.exec_id.clone(), KILL_ROUNDS.to_string()]);
+        cmd.extend(spec.argv);
         let created = docker
             .create_exec(
                 &container,
                 CreateExecOptions {
-                    attach_stdin: Some(spec.stdin),
+                    // Always: the wrapper's nonce comes first on stdin.
+                    attach_stdin: Some(true),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     tty: Some(false),
                     env: Some(env),
-                    cmd: Some(spec.argv),
+                    cmd: Some(cmd),
                     user: Some(SANDBOX_USER.to_owned()),
                     working_dir: Some(cwd),
                     ..Default::default()
@@ -610,8 +690,7 @@ impl Backend for DockerBackend {
             .exits
             .get_or_init(|| ExecExits::watch(docker.clone()))
             .register(&created.id);
-        let running = RunningExec::new(&self.running, &container, &spec.exec_id);
-        let (mut stream, input) = match docker
+        let (mut stream, mut input) = match docker
             .start_exec(&created.id, Some(options))
             .await
             .map_err(|e| exec_error(e, &sandbox.sandbox_id))?
@@ -623,6 +702,19 @@ impl Backend for DockerBackend {
                 ))
             }
         };
+        // The nonce, then the caller's stdin or its end. Should this fail, the wrapper reads
+        // no nonce, writes no end line, and a kill exec sweeps after it.
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let told = async {
+            input.write_all(format!("{nonce}\n").as_bytes()).await?;
+            match spec.stdin {
+                true => input.flush().await,
+                false => input.shutdown().await,
+            }
+        };
+        if let Err(e) = told.await {
+            tracing::debug!(error = %e, "cannot send the exec wrapper its nonce");
+        }
 
         let (out_tx, out_rx) = mpsc::channel(OUTPUT_CHANNEL);
         let (exit_tx, exit_rx) = oneshot::channel();
@@ -631,40 +723,54 @@ impl Backend for DockerBackend {
         let waiter = docker.clone();
         let container_name = container.clone();
         let marker = spec.exec_id.clone();
-        let all_running = Arc::clone(&self.running);
+        let swept = Swept::default();
+        let kill = kill_switch(docker, container, spec.exec_id, Arc::clone(&swept));
         tokio::spawn(async move {
             let mut tx = Some(out_tx);
-            while let Some(item) = stream.next().await {
-                let chunk = match item {
-                    Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                        Output::Stdout(message)
+            let mut end_line = EndLine::new(&nonce);
+            // A dropped receiver: keep draining so the process never blocks on a full pipe.
+            let mut forward = async |chunk: Output| {
+                if let Some(sender) = &tx {
+                    if sender.send(chunk).await.is_err() {
+                        tx = None;
                     }
-                    Ok(LogOutput::StdErr { message }) => Output::Stderr(message),
+                }
+            };
+            while let Some(item) = stream.next().await {
+                let chunks = match item {
+                    Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                        end_line.stdout(message)
+                    }
+                    Ok(LogOutput::StdErr { message }) => end_line.stderr(message),
                     Ok(LogOutput::StdIn { .. }) => continue,
                     Err(e) => {
                         tracing::debug!(error = %e, "exec output stream ended with an error");
                         break;
                     }
                 };
-                // A dropped receiver: keep draining so the process never blocks on a full pipe.
-                if let Some(sender) = &tx {
-                    if sender.send(chunk).await.is_err() {
-                        tx = None;
-                    }
+                for chunk in chunks.into_iter().flatten() {
+                    forward(chunk).await;
                 }
             }
+            let (rest, clean) = end_line.finish();
+            if let Some(rest) = rest {
+                forward(rest).await;
+            }
+            drop(forward);
             drop(tx);
             // 126 may mean the container went away: inspect tells.
             let status = match exit_notice.wait(EVENT_WAIT).await {
                 Some(code) if code != 126 => Ok(ExitStatus { code }),
                 _ => exit_status(&waiter, &container_name, &exec_id, &sandbox_id).await,
             };
-            // What it left running (and what escaped it) ends before its end is told.
-            if status.is_ok() {
-                let spared = others(&all_running, &container_name, &marker);
-                kill_tree(&waiter, &container_name, &marker, &spared).await;
+            // What it left running (and what escaped it) ends before its end is told: its
+            // wrapper swept, or a kill exec does (unless the kill switch did, or does now).
+            let mut done = swept.lock().await;
+            if status.is_ok() && !clean && !*done {
+                kill_tree(&waiter, &container_name, &marker).await;
             }
-            drop(running);
+            *done = true;
+            drop(done);
             let _ = exit_tx.send(status);
         });
 
@@ -678,7 +784,7 @@ impl Backend for DockerBackend {
             output: out_rx,
             stdin,
             exit: exit_rx,
-            kill: kill_switch(docker, container, spec.exec_id, Arc::clone(&self.running)),
+            kill,
         })
     }
 
@@ -872,27 +978,42 @@ async fn container_running(docker: &Docker, container: &str) -> bool {
     inspect.ok().and_then(|c| c.state?.running).unwrap_or(false)
 }
 
-fn kill_switch(docker: Docker, container: String, exec_id: String, running: Running) -> KillSwitch {
+/// Whether an exec's processes were swept since its end or by a kill (then there is nothing
+/// left to kill); held while a kill exec runs, so its end waits for a kill in flight.
+type Swept = Arc<tokio::sync::Mutex<bool>>;
+
+fn kill_switch(docker: Docker, container: String, exec_id: String, swept: Swept) -> KillSwitch {
     KillSwitch(Arc::new(move || {
         let (docker, container, exec_id) = (docker.clone(), container.clone(), exec_id.clone());
-        let spared = others(&running, &container, &exec_id);
-        Box::pin(async move { kill_tree(&docker, &container, &exec_id, &spared).await })
+        let swept = Arc::clone(&swept);
+        Box::pin(async move {
+            let mut done = swept.lock().await;
+            if !*done {
+                kill_tree(&docker, &container, &exec_id).await;
+                *done = true;
+            }
+        })
     }))
 }
 
-/// Runs [`KILL_SCRIPT`] in the container as the sandbox user, a few times if it cannot start or
-/// finish (a fork bomb can hold every pid the container may have), sparing the orphans of the
-/// execs `spared`. As a last resort the container is restarted (`docker restart -t 0`: every
-/// process in it dies; the container id, its workspace and limits stay).
-async fn kill_tree(docker: &Docker, container: &str, exec_id: &str, spared: &[String]) {
+/// Runs the kill exec ([`SWEEP`] of `exec_id`) in the container as the sandbox user, a few
+/// times if it cannot start or finish (a fork bomb can hold every pid the container may
+/// have). As a last resort, or when one run does not end within [`KILL_WAIT`], the container
+/// is restarted (`docker restart -t 0`: every process in it dies; the container id, its
+/// workspace and limits stay).
+async fn kill_tree(docker: &Docker, container: &str, exec_id: &str) {
     for attempt in 1..=KILL_ATTEMPTS {
-        match run_killer(docker, container, exec_id, spared).await {
-            Ok(0) => return,
-            Ok(code) => {
-                tracing::debug!(attempt, code, exec_id, "kill script did not finish the job")
+        match tokio::time::timeout(KILL_WAIT, run_killer(docker, container, exec_id)).await {
+            Ok(Ok(0)) => return,
+            Ok(Ok(code)) => {
+                tracing::debug!(attempt, code, exec_id, "kill exec did not finish the job")
             }
-            Err(e) if matches!(status(&e), Some(404 | 409)) => return, // the container is gone
-            Err(e) => tracing::debug!(attempt, error = %e, exec_id, "kill script failed"),
+            Ok(Err(e)) if matches!(status(&e), Some(404 | 409)) => return, // the container is gone
+            Ok(Err(e)) => tracing::debug!(attempt, error = %e, exec_id, "kill exec failed"),
+            Err(_) => {
+                tracing::debug!(attempt, exec_id, "kill exec did not end in time");
+                break;
+            }
         }
     }
     tracing::warn!(
@@ -909,24 +1030,18 @@ async fn kill_tree(docker: &Docker, container: &str, exec_id: &str, spared: &[St
     }
 }
 
-/// One run of [`KILL_SCRIPT`]; its exit code (0: nothing of the tree is left).
-async fn run_killer(
-    docker: &Docker,
-    container: &str,
-    exec_id: &str,
-    spared: &[String],
-) -> Result<i64, DockerError> {
-    let mut cmd = [
+/// One kill exec; its exit code (0: nothing of the tree is left).
+async fn run_killer(docker: &Docker, container: &str, exec_id: &str) -> Result<i64, DockerError> {
+    let cmd = [
         "sh",
         "-c",
-        KILL_SCRIPT,
+        KILLER.as_str(),
         "toolmesh-kill",
         exec_id,
         &KILL_ROUNDS.to_string(),
     ]
     .map(str::to_owned)
     .to_vec();
-    cmd.extend(spared.iter().cloned());
     let created = docker
         .create_exec(
             container,
@@ -1019,5 +1134,65 @@ impl Drop for ExecStdin {
                 let _ = inner.shutdown().await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `chunks` (`o:` stdout, `e:` stderr) through an [`EndLine`] for nonce `n1`: what
+    /// passes on, in order (`o:`/`e:` again), and whether the end line came.
+    fn check(chunks: &[&str], expect: &[&str], clean: bool) {
+        let mut end_line = EndLine::new("n1");
+        let mut passed = Vec::new();
+        let mut pass = |out: Option<Output>| match out {
+            Some(Output::Stdout(b)) => passed.push(format!("o:{}", String::from_utf8_lossy(&b))),
+            Some(Output::Stderr(b)) => passed.push(format!("e:{}", String::from_utf8_lossy(&b))),
+            None => {}
+        };
+        for chunk in chunks {
+            let bytes = Bytes::from(chunk[2..].to_owned());
+            let outs = match &chunk[..2] {
+                "o:" => end_line.stdout(bytes),
+                _ => end_line.stderr(bytes),
+            };
+            outs.into_iter().for_each(&mut pass);
+        }
+        let (rest, came) = end_line.finish();
+        pass(rest);
+        let expect: Vec<String> = expect.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!((passed, came), (expect, clean), "{chunks:?}");
+    }
+
+    #[test]
+    fn the_end_line_is_taken_off_stderr_only_at_the_very_end() {
+        let end = "\0toolmesh-swept:n1\n";
+        check(&[], &[], false);
+        check(&["o:out", "e:err"], &["o:out", "e:err"], false);
+        check(&[&format!("e:err{end}")], &["e:err"], true);
+        check(&["o:out", &format!("e:{end}")], &["o:out"], true);
+        // In pieces, the first held back until the rest shows what it is.
+        check(&["e:a\0tool", "e:mesh-swept:", "e:n1\n"], &["e:a"], true);
+        // Output after it, on either stream: it was output.
+        check(
+            &[&format!("e:{end}"), "o:late"],
+            &[&format!("e:{end}"), "o:late"],
+            false,
+        );
+        check(&[&format!("e:{end}x")], &[&format!("e:{end}x")], false);
+        // A held tail is passed on before the stdout that follows it.
+        check(&["e:x\0too", "o:y"], &["e:x", "e:\0too", "o:y"], false);
+        // Another nonce, or a line cut short, is output.
+        check(
+            &["e:\0toolmesh-swept:n2\n"],
+            &["e:\0toolmesh-swept:n2\n"],
+            false,
+        );
+        check(
+            &["e:\0toolmesh-swept:n1"],
+            &["e:\0toolmesh-swept:n1"],
+            false,
+        );
     }
 }

@@ -30,6 +30,14 @@
 //!   is left (a tree that keeps forking included), and only then reports [`Event::Exited`]. So
 //!   by the time a command's end is reported (its timeout or kill answered), its whole tree is
 //!   gone, while a background command's children live as long as it does;
+//! - that sweep reads every process's `/proc/<pid>/stat`, so it runs only when something may
+//!   be left: a supervisor that exits by itself first reaps what has ended below it and, if
+//!   it still has a child, writes its pid into a pipe only supervisors hold (the *leftovers*
+//!   pipe) before it exits. The spawner sweeps after reaping a supervisor that told so, one
+//!   killed by a signal (by [`Request::Kill`], or by its command: it could tell nothing), or a
+//!   child that is no supervisor, and while a sweep gave up. A supervisor with no child has
+//!   nothing below it (an orphan is re-parented to it, never past it), so a command that left
+//!   nothing costs no scan however many processes the sandbox holds (`benches/spawner.rs`);
 //! - the spawner and every supervisor are not dumpable (`PR_SET_DUMPABLE 0`, kept across the
 //!   supervisor's fork, which execs nothing): a command, the same uid, cannot ptrace them or
 //!   read their `/proc` entries, so it cannot forge what they tell the worker.
@@ -48,6 +56,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -55,6 +64,7 @@ use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
+use rustix::pipe::PipeFlags;
 use rustix::process::{kill_process, Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -157,6 +167,10 @@ pub const MAX_FRAME: usize = 16 << 20;
 const SWEEP_ROUNDS: usize = 1000;
 /// Stack of the reaper thread (the sandbox's address-space limit counts every thread's stack).
 const REAPER_STACK: usize = 256 << 10;
+
+/// The write end of the leftovers pipe (see the module docs), for the supervisors; -1 when
+/// there is none (then the spawner sweeps after every end). Set before the first spawn.
+static LEFTOVERS: AtomicI32 = AtomicI32::new(-1);
 
 /// Worker → spawner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -357,12 +371,26 @@ pub fn serve(listen: Option<&Path>) -> ExitCode {
         table: Mutex::default(),
         started: Condvar::new(),
     });
+    // Without it every end is swept: slower, as safe.
+    let leftovers = match rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) {
+        Ok((read, write)) => {
+            // Kept open for the spawner's life: every supervisor's fork inherits it.
+            LEFTOVERS.store(std::os::fd::IntoRawFd::into_raw_fd(write), Ordering::SeqCst);
+            Some(read)
+        }
+        Err(e) => {
+            eprintln!(
+                "toolmesh sandbox-spawner: no leftovers pipe, sweeping after every command: {e}"
+            );
+            None
+        }
+    };
     let reaper = {
         let (shared, writer) = (Arc::clone(&shared), Arc::clone(&writer));
         std::thread::Builder::new()
             .name("reaper".to_owned())
             .stack_size(REAPER_STACK)
-            .spawn(move || reap(&shared, &writer))
+            .spawn(move || reap(&shared, &writer, leftovers))
     };
     if let Err(e) = reaper {
         eprintln!("toolmesh sandbox-spawner: no reaper thread: {e}");
@@ -511,23 +539,22 @@ fn fork_supervisor() -> io::Result<()> {
     }
 }
 
-/// The supervisor: holds no descriptor (the command's pipes end with the command's tree, and
-/// the spawn's exec report pipe with the command's exec), reaps whatever is re-parented to it,
-/// and exits with the command's status (128 + the signal that killed it) once it ends. What
-/// the command left running then falls to the spawner, which kills it. Async-signal-safe only
-/// (see [`fork_supervisor`]).
+/// The supervisor: holds no descriptor but the leftovers pipe's write end (the command's pipes
+/// end with the command's tree, and the spawn's exec report pipe with the command's exec),
+/// reaps whatever is re-parented to it, and exits with the command's status (128 + the signal
+/// that killed it) once it ends. What the command left running then falls to the spawner,
+/// which kills it; the supervisor tells it so through the leftovers pipe (its pid, 4 bytes,
+/// written whole) when it still has a child, and when it cannot write, it dies by SIGKILL,
+/// which makes the spawner sweep too. Async-signal-safe only (see [`fork_supervisor`]).
 ///
 /// # Safety
 /// Call only in a fresh child of a fork, with `command` its own child.
 #[allow(unsafe_code)]
 unsafe fn supervise(command: libc::pid_t) -> ! {
+    let leftovers = LEFTOVERS.load(Ordering::SeqCst);
     // SAFETY: system calls on this process's own descriptors and children.
     unsafe {
-        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
-            for fd in 0..1024 {
-                libc::close(fd);
-            }
-        }
+        close_all_but(leftovers);
         loop {
             let mut status = 0;
             let pid = libc::waitpid(-1, &mut status, 0);
@@ -537,6 +564,12 @@ unsafe fn supervise(command: libc::pid_t) -> ! {
                 } else {
                     libc::WEXITSTATUS(status)
                 };
+                if leftovers >= 0 && has_children() {
+                    let me = libc::getpid().to_ne_bytes();
+                    if libc::write(leftovers, me.as_ptr().cast(), me.len()) != me.len() as isize {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                }
                 libc::_exit(code);
             }
             if pid == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -547,9 +580,56 @@ unsafe fn supervise(command: libc::pid_t) -> ! {
     }
 }
 
+/// Closes every descriptor of this process but `keep` (none when negative).
+/// Async-signal-safe.
+#[allow(unsafe_code)]
+fn close_all_but(keep: libc::c_int) {
+    let close = |from: u32, to: u32| {
+        // SAFETY: closing descriptors of this process, which the supervisor never uses.
+        unsafe {
+            if libc::syscall(libc::SYS_close_range, from, to, 0u32) != 0 {
+                for fd in from..to.min(1023).saturating_add(1) {
+                    libc::close(fd as libc::c_int);
+                }
+            }
+        }
+    };
+    match u32::try_from(keep) {
+        Ok(keep) => {
+            if keep > 0 {
+                close(0, keep - 1);
+            }
+            close(keep + 1, u32::MAX);
+        }
+        Err(_) => close(0, u32::MAX),
+    }
+}
+
+/// Whether this process still has a child once every child that ended is reaped.
+/// Async-signal-safe.
+#[allow(unsafe_code)]
+fn has_children() -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: reaping this process's own children.
+        match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
+            0 => return true,
+            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+            -1 => return false,
+            _ => {}
+        }
+    }
+}
+
 /// The reaper thread: waits for any child of the spawner to end, reaps it (a supervisor: its
-/// command ended), kills whatever that left ([`sweep`]) and reports each ended command.
-fn reap(shared: &Shared, writer: &Mutex<UnixStream>) {
+/// command ended), kills whatever that left ([`sweep`]) when something may be left (see the
+/// module docs) and reports each ended command.
+fn reap(shared: &Shared, writer: &Mutex<UnixStream>, leftovers: Option<OwnedFd>) {
+    let mut reaper = Reaper {
+        leftovers,
+        told: HashSet::new(),
+        unfinished: false,
+    };
     loop {
         // Wait without reaping: the reaping happens under the table's lock.
         match rustix::process::waitid(WaitId::All, WaitIdOptions::EXITED | WaitIdOptions::NOWAIT) {
@@ -567,20 +647,39 @@ fn reap(shared: &Shared, writer: &Mutex<UnixStream>) {
             Err(_) => continue,
         }
         let mut ended = Vec::new();
-        reap_zombies(&mut lock(&shared.table), &mut ended);
-        sweep(shared, &mut ended);
+        let left = reaper.reap_zombies(&mut lock(&shared.table), &mut ended);
+        if left || reaper.unfinished {
+            reaper.unfinished = !reaper.sweep(shared, &mut ended);
+        }
         for (id, code) in ended {
             write_event(writer, &Event::Exited { id, code });
         }
     }
 }
 
-/// Reaps every ended child; the supervisors among them are removed from `table` and their
-/// commands added to `ended` with their exit codes.
-fn reap_zombies(table: &mut HashMap<u64, Pid>, ended: &mut Vec<(u64, i64)>) {
-    while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
-        let id = table.iter().find(|(_, p)| **p == pid).map(|(id, _)| *id);
-        if let Some(id) = id {
+/// The reaper thread's state.
+struct Reaper {
+    /// The leftovers pipe's read end; `None`: sweep after every end.
+    leftovers: Option<OwnedFd>,
+    /// Supervisors that told of leftovers and are not reaped yet.
+    told: HashSet<i32>,
+    /// The last sweep gave up with processes left.
+    unfinished: bool,
+}
+
+impl Reaper {
+    /// Reaps every ended child; the supervisors among them are removed from `table` and their
+    /// commands added to `ended` with their exit codes. Whether what was reaped may have left
+    /// processes behind: a supervisor that told so or was killed, a child that was no
+    /// supervisor.
+    fn reap_zombies(&mut self, table: &mut HashMap<u64, Pid>, ended: &mut Vec<(u64, i64)>) -> bool {
+        let mut reaped = Vec::new();
+        while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+            let id = table.iter().find(|(_, p)| **p == pid).map(|(id, _)| *id);
+            let Some(id) = id else {
+                reaped.push((pid, true));
+                continue;
+            };
             table.remove(&id);
             let code = match (status.exit_status(), status.terminating_signal()) {
                 (Some(code), _) => i64::from(code),
@@ -588,34 +687,62 @@ fn reap_zombies(table: &mut HashMap<u64, Pid>, ended: &mut Vec<(u64, i64)>) {
                 (None, None) => -1,
             };
             ended.push((id, code));
+            reaped.push((pid, status.exit_status().is_none()));
         }
-    }
-}
-
-/// Kills every process under the spawner that is not under one of its running supervisors (a
-/// command's leftovers, re-parented here when its supervisor ended), round after round until
-/// none is left, reaping as it goes. Commands whose supervisors end meanwhile join `ended`.
-fn sweep(shared: &Shared, ended: &mut Vec<(u64, i64)>) {
-    let me = rustix::process::getpid();
-    for round in 0..SWEEP_ROUNDS {
-        let found = {
-            let mut table = lock(&shared.table);
-            let supervisors: HashSet<Pid> = table.values().copied().collect();
-            let found = strays(me, &supervisors, &processes());
-            for pid in &found {
-                // A stray's pid cannot be reused while it is unreaped; one deeper down could
-                // only be if its parent reaped it and pid_max wrapped around since the scan.
-                let _ = kill_process(*pid, Signal::KILL);
-            }
-            reap_zombies(&mut table, ended);
-            !found.is_empty()
+        if reaped.is_empty() {
+            return false;
+        }
+        // Read after reaping: a supervisor writes before it exits.
+        let Some(pipe) = &self.leftovers else {
+            return true;
         };
-        if !found {
-            return;
+        let mut buf = [0u8; 4096];
+        loop {
+            match rustix::io::read(pipe, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => self.told.extend(
+                    buf[..n - n % 4]
+                        .chunks_exact(4)
+                        .map(|pid| i32::from_ne_bytes([pid[0], pid[1], pid[2], pid[3]])),
+                ),
+            }
         }
-        if round >= 3 {
-            std::thread::sleep(Duration::from_millis(1));
+        let mut left = false;
+        for (pid, unsure) in reaped {
+            left |= self.told.remove(&pid.as_raw_nonzero().get()) || unsure;
         }
+        left
+    }
+
+    /// Kills every process under the spawner that is not under one of its running
+    /// supervisors (a command's leftovers, re-parented here when its supervisor ended), round
+    /// after round until a round finds none and reaps nothing that may have left more,
+    /// reaping as it goes; whether it got there. Commands whose supervisors end meanwhile
+    /// join `ended`.
+    fn sweep(&mut self, shared: &Shared, ended: &mut Vec<(u64, i64)>) -> bool {
+        let me = rustix::process::getpid();
+        for round in 0..SWEEP_ROUNDS {
+            let more = {
+                let mut table = lock(&shared.table);
+                let supervisors: HashSet<Pid> = table.values().copied().collect();
+                let found = strays(me, &supervisors, &processes());
+                for pid in &found {
+                    // A stray's pid cannot be reused while it is unreaped; one deeper down
+                    // could only be if its parent reaped it and pid_max wrapped around since
+                    // the scan.
+                    let _ = kill_process(*pid, Signal::KILL);
+                }
+                let left = self.reap_zombies(&mut table, ended);
+                !found.is_empty() || left
+            };
+            if !more {
+                return true;
+            }
+            if round >= 3 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        false
     }
 }
 
