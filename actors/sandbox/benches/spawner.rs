@@ -121,9 +121,9 @@ async fn bench_backend(name: &str, backend: &dyn Backend, idle: &[usize], iterat
     );
     let mut base = None;
     for &n in idle {
-        // N idle processes under one background command.
+        // N idle processes under one background command (and its shell and its `sleep`).
         let script = format!(
-            "i=0; while [ $i -lt {n} ]; do sleep 100000 & i=$((i+1)); done; echo ready; wait"
+            "i=0; while [ $i -lt {n} ]; do sleep 100000 & i=$((i+1)); done; echo ready; sleep 100000"
         );
         let mut background = backend
             .exec(
