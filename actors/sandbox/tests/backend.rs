@@ -615,7 +615,10 @@ async fn execs_ended(
             ])),
         };
         let events: Vec<_> = docker.events(Some(options)).collect().await;
-        let ended = events.into_iter().map(|e| e.expect("an event")).count();
+        let ended = events.len();
+        for event in events {
+            event.expect("an event");
+        }
         if ended >= least || began.elapsed() > TIMEOUT {
             return ended;
         }

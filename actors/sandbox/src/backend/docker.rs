@@ -756,7 +756,6 @@ impl Backend for DockerBackend {
             if let Some(rest) = rest {
                 forward(rest).await;
             }
-            drop(forward);
             drop(tx);
             // 126 may mean the container went away: inspect tells.
             let status = match exit_notice.wait(EVENT_WAIT).await {
