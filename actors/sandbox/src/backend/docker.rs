@@ -33,7 +33,7 @@
 //!   wrapper shell (`WRAPPER`), the exec's process. It reads a nonce from the first line of its
 //!   stdin (so the nonce is in no argument or environment a command can read), runs the
 //!   command as its child, sweeps, and when the sweep left nothing ends its stderr with
-//!   `\0toolmesh-swept:<nonce>\n`, which the backend takes off the output ([`EndLine`]). A
+//!   `\0toolmesh-swept:<nonce>\n`, which the backend takes off the output (`EndLine`). A
 //!   command that left nothing pays one pass over `/proc/*/stat` with shell builtins; the
 //!   markers of orphans and running commands are read only when there are orphans.
 //! - **in a kill exec**, a second `docker exec` of the same sweep: when the kill switch is
