@@ -685,23 +685,16 @@ impl<'a> Call<'a> {
     ) {
         let sync = toolmesh_kernel::sync::WorkspaceSync::new(self.core.client.clone());
         for (field, text) in whole {
-            let path = format!(
-                "{}/{}-{field}.txt",
-                toolmesh_kernel::sync::OUTPUTS_DIR,
-                self.ctx.invocation_id
-            );
+            let path = toolmesh_kernel::sync::output_path(&self.ctx.invocation_id, &field);
             match sync
                 .put_file(&self.ctx.account, session, &path, Bytes::from(text))
                 .await
             {
-                Ok(()) => {
-                    let entry = fields
-                        .entry("persisted_outputs")
-                        .or_insert_with(|| Value::Object(Map::new()));
-                    if let Value::Object(map) = entry {
-                        map.insert(field, json!({"path": path, "mime_type": "text/plain"}));
-                    }
-                }
+                Ok(()) => toolmesh_kernel::budget::insert_persisted(
+                    fields,
+                    &field,
+                    json!({"path": path, "mime_type": "text/plain"}),
+                ),
                 Err(e) => {
                     tracing::warn!(error = %e, field, "cannot persist a provider's over-budget text")
                 }

@@ -174,6 +174,17 @@ pub fn insert_cut(fields: &mut Map<String, Value>, field: &str, cut: Cut) -> boo
     truncated
 }
 
+/// Names the file that holds the whole of `field` in `fields`' `persisted_outputs` (made when
+/// missing): `entry` is `{"path", "mime_type", …}`.
+pub fn insert_persisted(fields: &mut Map<String, Value>, field: &str, entry: Value) {
+    let persisted = fields
+        .entry("persisted_outputs")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(map) = persisted {
+        map.insert(field.to_owned(), entry);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

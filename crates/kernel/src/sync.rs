@@ -99,6 +99,12 @@ pub const STAGING_DIR: &str = ".toolmesh/sync";
 /// Where over-budget outputs are persisted, relative to the workspace root.
 pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
 
+/// The workspace-relative file under [`OUTPUTS_DIR`] that holds the whole text of `field` of
+/// the call `invocation_id` (PROTOCOL.md "Large data").
+pub fn output_path(invocation_id: impl std::fmt::Display, field: &str) -> String {
+    format!("{OUTPUTS_DIR}/{invocation_id}-{field}.txt")
+}
+
 /// The permission bits a put carries: read, write and execute for owner, group and others.
 pub const MODE_PERMISSION_BITS: u32 = 0o777;
 

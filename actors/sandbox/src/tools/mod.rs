@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
+use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::tools::ToolDef;
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
@@ -101,8 +102,6 @@ type Fields<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// Where inside the sandbox the session's workspace is.
 pub const WORKSPACE_MOUNT: &str = "/workspace";
-/// Where results over the budget are persisted, inside the workspace.
-pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
 
 pub struct SandboxService {
     pub pool: Arc<Pool>,
@@ -316,10 +315,7 @@ impl SandboxService {
         // when there are none) goes there now, unless that is nothing.
         let mut parts = output.parts;
         if let Some(file) = output.file.filter(|f| f.bytes > 0 || parts.is_empty()) {
-            let path = format!(
-                "{OUTPUTS_DIR}/{}-{field}.txt",
-                call.invocation.invocation_id
-            );
+            let path = output_path(&call.invocation.invocation_id, field);
             let persisted = self
                 .pool
                 .sync()
@@ -341,12 +337,7 @@ impl SandboxService {
         }
         let max_bytes = stream_cap.then_some(self.output_max_bytes);
         if let Some(persisted) = persisted_entry(&parts, truncated, max_bytes) {
-            let entry = fields
-                .entry("persisted_outputs")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(map) = entry {
-                map.insert(field.to_owned(), persisted);
-            }
+            budget::insert_persisted(fields, field, persisted);
         }
     }
 

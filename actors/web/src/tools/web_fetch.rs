@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::CancelWatch;
-use toolmesh_kernel::sync::OUTPUTS_DIR;
+use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
 use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
@@ -104,7 +104,7 @@ impl WebService {
         fields.insert("body_truncated".into(), Value::Bool(fetched.body_truncated));
         if cut.truncated {
             if let Some(session) = &call.invocation.session_id {
-                let path = format!("{OUTPUTS_DIR}/{}-text.txt", call.invocation.invocation_id);
+                let path = output_path(&call.invocation.invocation_id, "text");
                 match self
                     .sync
                     .put_file(

@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
+use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::tools::ToolDef;
 use toolmesh_kernel::wire::{ActorCall, InvocationContext};
 use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
@@ -36,8 +37,6 @@ pub const INLINE_READ_MAX_BYTES: u64 = 16 * 1024;
 pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
 /// `write_workspace_files` writes at most this many files per call.
 pub const BATCH_MAX_FILES: usize = 100;
-/// Where results over the budget are persisted, inside the workspace.
-pub const OUTPUTS_DIR: &str = ".toolmesh/outputs";
 
 /// The workspace actor's tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: &[Tool] = &[
@@ -297,18 +296,14 @@ fn budgeted(
 ) -> Result<bool, ToolError> {
     let cut = budget::insert_budgeted(fields, field, text, budget_chars);
     if cut {
-        let rel = format!("{OUTPUTS_DIR}/{invocation}-{field}.txt");
+        let rel = output_path(invocation, field);
         let path = WorkspacePath::parse(&rel, field)?;
         confine::write_atomic(ws, &path, text.as_bytes(), true)?;
-        let persisted = fields
-            .entry("persisted_outputs")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(map) = persisted {
-            map.insert(
-                field.to_owned(),
-                json!({"path": rel, "mime_type": "text/plain"}),
-            );
-        }
+        budget::insert_persisted(
+            fields,
+            field,
+            json!({"path": rel, "mime_type": "text/plain"}),
+        );
     }
     Ok(cut)
 }
