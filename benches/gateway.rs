@@ -12,15 +12,13 @@
 //! machine: on a shared 2-core box, noise from outside moves both figures, not one.
 #![allow(clippy::print_stdout)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{latencies, percentile};
+use support::{latencies, percentile, throughput};
 
 const WARMUP: usize = 2_000;
 const ROUNDS: usize = 10;
@@ -29,35 +27,6 @@ const IN_FLIGHT: usize = 64;
 const THROUGHPUT_ROUNDS: usize = 5;
 const THROUGHPUT_ROUND: Duration = Duration::from_secs(1);
 const GATEWAY: &str = "toolmesh.v1.call.bench";
-
-/// Calls completed with `IN_FLIGHT` requests outstanding during `window`, and the time taken.
-async fn throughput(
-    client: &async_nats::Client,
-    subject: &str,
-    body: &Bytes,
-    window: Duration,
-) -> (u64, Duration) {
-    let deadline = Instant::now() + window;
-    let done = Arc::new(AtomicU64::new(0));
-    let workers = (0..IN_FLIGHT).map(|_| {
-        let client = client.clone();
-        let subject = subject.to_owned();
-        let body = body.clone();
-        let done = done.clone();
-        tokio::spawn(async move {
-            while Instant::now() < deadline {
-                client
-                    .request(subject.clone(), body.clone())
-                    .await
-                    .expect("request");
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    });
-    let started = Instant::now();
-    futures::future::join_all(workers).await;
-    (done.load(Ordering::Relaxed), started.elapsed())
-}
 
 /// Measures `body` on the gateway subject against a raw responder on `raw_subject` that
 /// answers with the bytes the gateway answered, and prints one block of figures.
@@ -91,10 +60,10 @@ async fn compare(
     let (mut raw_calls, mut raw_time) = (0, Duration::ZERO);
     let (mut gw_calls, mut gw_time) = (0, Duration::ZERO);
     for _ in 0..THROUGHPUT_ROUNDS {
-        let (n, t) = throughput(client, raw_subject, &body, THROUGHPUT_ROUND).await;
+        let (n, t) = throughput(client, raw_subject, &body, IN_FLIGHT, THROUGHPUT_ROUND).await;
         raw_calls += n;
         raw_time += t;
-        let (n, t) = throughput(client, GATEWAY, &body, THROUGHPUT_ROUND).await;
+        let (n, t) = throughput(client, GATEWAY, &body, IN_FLIGHT, THROUGHPUT_ROUND).await;
         gw_calls += n;
         gw_time += t;
     }

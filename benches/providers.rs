@@ -11,8 +11,6 @@
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::service::ServiceExt;
@@ -21,7 +19,7 @@ use futures::StreamExt;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{latencies, percentile, us};
+use support::{block_on, latencies, percentile, throughput, us};
 
 const WARMUP: usize = 2_000;
 const ROUNDS: usize = 10;
@@ -31,31 +29,6 @@ const THROUGHPUT_ROUNDS: usize = 5;
 const THROUGHPUT_ROUND: Duration = Duration::from_secs(1);
 const GATEWAY: &str = "toolmesh.v1.call.bench";
 const ENDPOINT: &str = "bench.provider.echo";
-
-async fn throughput(client: &async_nats::Client, subject: &str, body: &Bytes) -> (u64, Duration) {
-    let deadline = Instant::now() + THROUGHPUT_ROUND;
-    let done = Arc::new(AtomicU64::new(0));
-    let workers = (0..IN_FLIGHT).map(|_| {
-        let (client, subject, body, done) = (
-            client.clone(),
-            subject.to_owned(),
-            body.clone(),
-            done.clone(),
-        );
-        tokio::spawn(async move {
-            while Instant::now() < deadline {
-                client
-                    .request(subject.clone(), body.clone())
-                    .await
-                    .expect("request");
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    });
-    let started = Instant::now();
-    futures::future::join_all(workers).await;
-    (done.load(Ordering::Relaxed), started.elapsed())
-}
 
 /// The provider: one endpoint with `toolmesh.tool` metadata, answering with the arguments.
 async fn start_provider(url: &str) -> async_nats::service::Service {
@@ -96,22 +69,22 @@ async fn start_provider(url: &str) -> async_nats::service::Service {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let nats = NatsServer::start();
         let redis = RedisServer::start();
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
-        let _node = NodeSpec::new(env!("CARGO_BIN_EXE_toolmesh"), "gateway,approval", "bench-node")
-            .env("TOOLMESH_NATS_URL", nats.url())
-            .env("TOOLMESH_REDIS_URL", redis.url())
-            .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-            .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-            .start(&client)
-            .await;
+        let _node = NodeSpec::new(
+            env!("CARGO_BIN_EXE_toolmesh"),
+            "gateway,approval",
+            "bench-node",
+        )
+        .env("TOOLMESH_NATS_URL", nats.url())
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+        .start(&client)
+        .await;
 
         let arguments = serde_json::json!({"text": "x".repeat(200)});
         let gateway_body = Bytes::from(
@@ -150,17 +123,26 @@ fn main() {
         latencies(&client, GATEWAY, &gateway_body, WARMUP, &mut warm).await;
         let (mut direct, mut gw) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            latencies(&client, ENDPOINT, &direct_body, SAMPLES_PER_ROUND, &mut direct).await;
+            latencies(
+                &client,
+                ENDPOINT,
+                &direct_body,
+                SAMPLES_PER_ROUND,
+                &mut direct,
+            )
+            .await;
             latencies(&client, GATEWAY, &gateway_body, SAMPLES_PER_ROUND, &mut gw).await;
         }
         direct.sort();
         gw.sort();
         let (mut dn, mut dt, mut gn, mut gt) = (0, Duration::ZERO, 0, Duration::ZERO);
         for _ in 0..THROUGHPUT_ROUNDS {
-            let (n, t) = throughput(&client, ENDPOINT, &direct_body).await;
+            let (n, t) =
+                throughput(&client, ENDPOINT, &direct_body, IN_FLIGHT, THROUGHPUT_ROUND).await;
             dn += n;
             dt += t;
-            let (n, t) = throughput(&client, GATEWAY, &gateway_body).await;
+            let (n, t) =
+                throughput(&client, GATEWAY, &gateway_body, IN_FLIGHT, THROUGHPUT_ROUND).await;
             gn += n;
             gt += t;
         }
@@ -171,11 +153,26 @@ fn main() {
             ROUNDS * SAMPLES_PER_ROUND,
             THROUGHPUT_ROUND.as_secs()
         );
-        println!("{:<30} {:>10} {:>10} {:>12}", "", "p50 µs", "p99 µs", "calls/s");
+        println!(
+            "{:<30} {:>10} {:>10} {:>12}",
+            "", "p50 µs", "p99 µs", "calls/s"
+        );
         let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
         let (g50, g99) = (percentile(&gw, 0.5), percentile(&gw, 0.99));
-        println!("{:<30} {:>10.1} {:>10.1} {:>12.0}", "direct to the endpoint", us(d50), us(d99), dtp);
-        println!("{:<30} {:>10.1} {:>10.1} {:>12.0}", "through the gateway", us(g50), us(g99), gtp);
+        println!(
+            "{:<30} {:>10.1} {:>10.1} {:>12.0}",
+            "direct to the endpoint",
+            us(d50),
+            us(d99),
+            dtp
+        );
+        println!(
+            "{:<30} {:>10.1} {:>10.1} {:>12.0}",
+            "through the gateway",
+            us(g50),
+            us(g99),
+            gtp
+        );
         println!(
             "{:<30} {:>10.2} {:>10.2} {:>12.2}",
             "ratio gateway / direct",

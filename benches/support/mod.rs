@@ -135,3 +135,38 @@ pub async fn start_raw_responder(
     .await;
     assert!(ready, "raw responder did not come up");
 }
+
+/// Requests completed with `in_flight` requests of `body` outstanding on `subject` during
+/// `window`, and the time taken.
+pub async fn throughput(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &Bytes,
+    in_flight: usize,
+    window: Duration,
+) -> (u64, Duration) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let deadline = Instant::now() + window;
+    let done = Arc::new(AtomicU64::new(0));
+    let workers = (0..in_flight).map(|_| {
+        let (client, subject, body, done) = (
+            client.clone(),
+            subject.to_owned(),
+            body.clone(),
+            done.clone(),
+        );
+        tokio::spawn(async move {
+            while Instant::now() < deadline {
+                client
+                    .request(subject.clone(), body.clone())
+                    .await
+                    .expect("request");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    });
+    let started = Instant::now();
+    futures::future::join_all(workers).await;
+    (done.load(Ordering::Relaxed), started.elapsed())
+}
