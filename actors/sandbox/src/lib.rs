@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod disk;
+pub mod egress;
 pub mod exec;
 pub mod mirror;
 pub mod output;

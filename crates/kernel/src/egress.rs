@@ -87,6 +87,15 @@ impl Egress {
         })
     }
 
+    /// A policy that also allows `allowed`, already parsed (a sandbox's egress proxy builds
+    /// one per target from the allow-list entries that name that target's port).
+    pub fn with_networks(allowed: Vec<IpNet>) -> Self {
+        Self {
+            allowed,
+            origins: Vec::new(),
+        }
+    }
+
     /// Exempts the origin of `url` (its host and port): it is reachable whatever it resolves
     /// to. Other ports of that host, and redirects away from it, are checked as usual.
     pub fn allow_origin(mut self, url: &Url) -> Self {

@@ -1,0 +1,216 @@
+//! What the egress proxy (`egress::proxy`) costs: a 100 MB download from an HTTP server on
+//! this host, direct against through the proxy (absolute-form HTTP relay and a `CONNECT`
+//! tunnel), interleaved in the same run; and a small request's round trip, direct against
+//! through the proxy (its added latency: a head parse, the allow-list check and a second
+//! connection). Prints p50 / p99, throughput and the ratio to direct.
+//!
+//! `cargo bench -p toolmesh-sandbox --bench egress`; `BENCH_MB` (default 100),
+//! `BENCH_DOWNLOADS` (default 10 per path), `BENCH_ITERATIONS` (small requests per path,
+//! default 500). Everything runs on loopback, so the proxy's copy competes with the client
+//! and the server for the same two cores: a real download, limited by the network, loses
+//! less.
+#![allow(clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use toolmesh_sandbox::egress::{AllowList, OnDecision, Proxy, ProxyLimits};
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Answers every request with `size` bytes (`/small`: 2 bytes), one request per connection.
+async fn server(size: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body: Arc<Vec<u8>> = Arc::new(vec![b'x'; size]);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.set_nodelay(true);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let small = head.windows(6).any(|w| w == b"/small");
+                let body: &[u8] = if small { b"ok" } else { &body };
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.write_all(body).await;
+            });
+        }
+    });
+    addr
+}
+
+#[derive(Clone, Copy)]
+enum Path {
+    Direct,
+    Relay,
+    Tunnel,
+}
+
+/// One GET to its last byte; the bytes read (head included).
+async fn fetch(path: Path, target: SocketAddr, proxy: SocketAddr, auth: &str, what: &str) -> usize {
+    let get = format!("GET /{what} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let mut s = match path {
+        Path::Direct => {
+            let mut s = TcpStream::connect(target).await.unwrap();
+            s.write_all(get.as_bytes()).await.unwrap();
+            s
+        }
+        Path::Relay => {
+            let mut s = TcpStream::connect(proxy).await.unwrap();
+            let req = format!(
+                "GET http://{target}/{what} HTTP/1.1\r\nHost: {target}\r\n\
+                 Proxy-Authorization: Basic {auth}\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            s
+        }
+        Path::Tunnel => {
+            let mut s = TcpStream::connect(proxy).await.unwrap();
+            let req =
+                format!("CONNECT {target} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"));
+            s.write_all(get.as_bytes()).await.unwrap();
+            s
+        }
+    };
+    let _ = s.set_nodelay(true);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0;
+    loop {
+        match s.read(&mut buf).await.unwrap() {
+            0 => return total,
+            n => total += n,
+        }
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let mb = env_num("BENCH_MB", 100);
+    let downloads = env_num("BENCH_DOWNLOADS", 10);
+    let iterations = env_num("BENCH_ITERATIONS", 500);
+    // The proxy and the server on a runtime of their own (two workers, as a worker node's),
+    // the client on this thread.
+    let serving = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (target, proxy, auth) = serving.block_on(async {
+        let target = server(mb * 1_000_000).await;
+        let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), ProxyLimits::default())
+            .await
+            .unwrap();
+        let on: OnDecision = Arc::new(|_| {});
+        let env = proxy.register(
+            "bench",
+            AllowList::parse(&[format!("127.0.0.1/32:{}", target.port())]).unwrap(),
+            on,
+        );
+        use base64::Engine as _;
+        let userinfo = env.url[7..].split('@').next().unwrap().to_owned();
+        let auth = base64::engine::general_purpose::STANDARD.encode(userinfo);
+        (target, proxy, auth)
+    });
+    let addr = proxy.local_addr();
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let paths = [
+        ("direct", Path::Direct),
+        ("proxy, HTTP relay", Path::Relay),
+        ("proxy, CONNECT tunnel", Path::Tunnel),
+    ];
+    eprintln!(
+        "egress bench: {mb} MB × {downloads} per path, {iterations} small requests per path, load {}",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+    client.block_on(async {
+        // Warm up every path once.
+        for (_, p) in paths {
+            fetch(p, target, addr, &auth, "big").await;
+        }
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
+        for _ in 0..downloads {
+            for (i, (_, p)) in paths.iter().enumerate() {
+                let t = Instant::now();
+                let n = fetch(*p, target, addr, &auth, "big").await;
+                times[i].push(t.elapsed());
+                assert!(n >= mb * 1_000_000);
+            }
+        }
+        let mbps = |d: Duration| mb as f64 / d.as_secs_f64();
+        let mut direct = 0.0;
+        for (i, (name, _)) in paths.iter().enumerate() {
+            times[i].sort();
+            let p50 = pct(&times[i], 0.5);
+            let rate = mbps(p50);
+            if i == 0 {
+                direct = rate;
+            }
+            eprintln!(
+                "download {name:<22} p50 {:>8.1} ms  p99 {:>8.1} ms  {:>7.0} MB/s  ratio {:.2}",
+                p50.as_secs_f64() * 1e3,
+                pct(&times[i], 0.99).as_secs_f64() * 1e3,
+                rate,
+                rate / direct
+            );
+        }
+        let mut small: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
+        for _ in 0..iterations {
+            for (i, (_, p)) in paths.iter().enumerate() {
+                let t = Instant::now();
+                fetch(*p, target, addr, &auth, "small").await;
+                small[i].push(t.elapsed());
+            }
+        }
+        let mut direct = Duration::ZERO;
+        for (i, (name, _)) in paths.iter().enumerate() {
+            small[i].sort();
+            let p50 = pct(&small[i], 0.5);
+            if i == 0 {
+                direct = p50;
+            }
+            let total: Duration = small[i].iter().sum();
+            eprintln!(
+                "small    {name:<22} p50 {:>8.1} µs  p99 {:>8.1} µs  {:>7.0} req/s  +{:.1} µs ({:.2}×)",
+                p50.as_secs_f64() * 1e6,
+                pct(&small[i], 0.99).as_secs_f64() * 1e6,
+                iterations as f64 / total.as_secs_f64(),
+                (p50.as_secs_f64() - direct.as_secs_f64()) * 1e6,
+                p50.as_secs_f64() / direct.as_secs_f64()
+            );
+        }
+    });
+    serving.block_on(proxy.shutdown());
+}

@@ -1,0 +1,284 @@
+//! The Docker network of a worker's egress sandboxes: an `internal` bridge (no route out, no
+//! DNS beyond the network's own names), on which the only thing a sandbox reaches is the
+//! worker's egress proxy.
+//!
+//! Where the proxy listens depends on where the worker runs:
+//!
+//! * **a host process** ([`Placement::Host`], the tests): the bridge's gateway address is the
+//!   host's own address on the network, and the proxy listens there. Inter-container traffic
+//!   is off (`enable_icc=false`), so sandboxes do not reach each other. The host would answer
+//!   on every address it has, so the worker puts two `iptables` rules before everything else
+//!   in `INPUT` for the bridge: accept TCP to the proxy's address and port, drop the rest.
+//!   The worker must be root with `iptables` at hand; without them the network is not made.
+//! * **a container** ([`Placement::Join`], compose's `sandbox` service): the bridge gets no
+//!   host address (`inhibit_ipv4`), so the host is not on it at all; the worker connects its
+//!   own container to the network and the proxy listens on that container's address there.
+//!   Inter-container traffic must stay on for sandboxes to reach the worker's container, so
+//!   sandboxes of one worker can reach each other on this network, and whatever else the
+//!   worker's container serves on all its addresses (the proxy should be the only thing).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use bollard::models::{EndpointSettings, NetworkConnectRequest, NetworkCreateRequest};
+use bollard::Docker;
+
+use crate::backend::{LABEL_MANAGED, LABEL_NODE, LABEL_SCOPE};
+
+/// Marks a network as a worker's egress network.
+pub const LABEL_EGRESS: &str = "io.toolmesh.egress";
+
+/// Where the worker (and so its proxy) runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In the host's network namespace.
+    Host,
+    /// In this Docker container (its name or id), which joins the network.
+    Join(String),
+}
+
+/// A created egress network.
+#[derive(Debug)]
+pub struct EgressNetwork {
+    docker: Docker,
+    /// The Docker network's name; sandboxes join it (`network_mode`).
+    pub name: String,
+    /// The address the proxy listens on, reachable from the network.
+    pub proxy_ip: IpAddr,
+    placement: Placement,
+    bridge: String,
+    /// The `INPUT` rules in place (host placement), as `iptables` arguments after `-I/-D INPUT`.
+    rules: Vec<Vec<String>>,
+}
+
+/// Why the network could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up the sandbox egress network {name}: {reason}")]
+pub struct NetworkError {
+    pub name: String,
+    pub reason: String,
+}
+
+/// A short name for the bridge device (at most 15 characters).
+fn bridge_name(name: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    format!("tme-{:010x}", hasher.finish() & 0xff_ffff_ffff)
+}
+
+impl EgressNetwork {
+    /// Creates the network `name` (removing a stale one of that name first) for the worker
+    /// `node` of deployment `scope`.
+    pub async fn create(
+        docker: &Docker,
+        name: &str,
+        node: &str,
+        scope: &str,
+        placement: Placement,
+    ) -> Result<Self, NetworkError> {
+        let error = |reason: String| NetworkError {
+            name: name.to_owned(),
+            reason,
+        };
+        let _ = docker.remove_network(name).await;
+        let bridge = bridge_name(name);
+        let mut options =
+            HashMap::from([("com.docker.network.bridge.name".to_owned(), bridge.clone())]);
+        match placement {
+            Placement::Host => {
+                options.insert(
+                    "com.docker.network.bridge.enable_icc".to_owned(),
+                    "false".to_owned(),
+                );
+            }
+            Placement::Join(_) => {
+                options.insert(
+                    "com.docker.network.bridge.inhibit_ipv4".to_owned(),
+                    "true".to_owned(),
+                );
+            }
+        }
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "1".to_owned()),
+            (LABEL_EGRESS.to_owned(), "1".to_owned()),
+            (LABEL_NODE.to_owned(), node.to_owned()),
+            (LABEL_SCOPE.to_owned(), scope.to_owned()),
+        ]);
+        docker
+            .create_network(NetworkCreateRequest {
+                name: name.to_owned(),
+                driver: Some("bridge".to_owned()),
+                internal: Some(true),
+                attachable: Some(true),
+                options: Some(options),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| error(format!("creating it: {e}")))?;
+        let mut network = Self {
+            docker: docker.clone(),
+            name: name.to_owned(),
+            proxy_ip: IpAddr::from([0, 0, 0, 0]),
+            placement: placement.clone(),
+            bridge,
+            rules: Vec::new(),
+        };
+        let found = match &placement {
+            Placement::Host => network.gateway().await,
+            Placement::Join(container) => network.join(container).await,
+        };
+        match found {
+            Ok(ip) => network.proxy_ip = ip,
+            Err(reason) => {
+                network.remove().await;
+                return Err(error(reason));
+            }
+        }
+        Ok(network)
+    }
+
+    async fn gateway(&self) -> Result<IpAddr, String> {
+        let inspected = self
+            .docker
+            .inspect_network(
+                &self.name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+            .map_err(|e| format!("inspecting it: {e}"))?;
+        inspected
+            .ipam
+            .and_then(|ipam| ipam.config)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.gateway)
+            .find_map(|g| g.parse::<IpAddr>().ok().filter(IpAddr::is_ipv4))
+            .ok_or_else(|| "it has no IPv4 gateway address".to_owned())
+    }
+
+    async fn join(&self, container: &str) -> Result<IpAddr, String> {
+        self.docker
+            .connect_network(
+                &self.name,
+                NetworkConnectRequest {
+                    container: Some(container.to_owned()),
+                    endpoint_config: Some(EndpointSettings::default()),
+                },
+            )
+            .await
+            .map_err(|e| format!("connecting this worker's container {container} to it: {e}"))?;
+        let inspected = self
+            .docker
+            .inspect_container(
+                container,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map_err(|e| format!("inspecting this worker's container {container}: {e}"))?;
+        inspected
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|mut n| n.remove(&self.name))
+            .and_then(|e| e.ip_address)
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+            .ok_or_else(|| format!("this worker's container {container} got no address on it"))
+    }
+
+    /// Host placement: lets the bridge reach the host only at `proxy` (TCP), nothing else.
+    pub async fn guard(&mut self, proxy: SocketAddr) -> Result<(), NetworkError> {
+        if self.placement != Placement::Host {
+            return Ok(());
+        }
+        let drop_rest = vec!["-i".into(), self.bridge.clone(), "-j".into(), "DROP".into()];
+        let accept_proxy = vec![
+            "-i".into(),
+            self.bridge.clone(),
+            "-p".into(),
+            "tcp".into(),
+            "-d".into(),
+            proxy.ip().to_string(),
+            "--dport".into(),
+            proxy.port().to_string(),
+            "-j".into(),
+            "ACCEPT".into(),
+        ];
+        // Inserted at the top in this order: the ACCEPT ends up first.
+        for rule in [drop_rest, accept_proxy] {
+            if let Err(reason) = iptables("-I", &rule).await {
+                return Err(NetworkError {
+                    name: self.name.clone(),
+                    reason: format!(
+                        "{reason} (a worker on the host needs root and iptables to keep \
+                         sandboxes off the host's other ports)"
+                    ),
+                });
+            }
+            self.rules.push(rule);
+        }
+        Ok(())
+    }
+
+    /// Removes the rules and the network (idempotent; errors are logged).
+    pub async fn remove(&mut self) {
+        for rule in std::mem::take(&mut self.rules).into_iter().rev() {
+            if let Err(reason) = iptables("-D", &rule).await {
+                tracing::warn!(network = %self.name, %reason, "egress network: removing a rule");
+            }
+        }
+        if let Placement::Join(container) = &self.placement {
+            let _ = self
+                .docker
+                .disconnect_network(
+                    &self.name,
+                    bollard::models::NetworkDisconnectRequest {
+                        container: Some(container.clone()),
+                        force: Some(true),
+                    },
+                )
+                .await;
+        }
+        match self.docker.remove_network(&self.name).await {
+            Ok(()) => {}
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(network = %self.name, error = %e, "egress network: removing it")
+            }
+        }
+    }
+}
+
+impl Drop for EgressNetwork {
+    /// A network dropped without [`EgressNetwork::remove`] (a panic, a worker that stopped
+    /// without draining) still takes its host rules along; the Docker network stays until the
+    /// next start of the same node removes it.
+    fn drop(&mut self) {
+        for rule in std::mem::take(&mut self.rules).into_iter().rev() {
+            let _ = std::process::Command::new("iptables")
+                .args(["-w", "-D", "INPUT"])
+                .args(&rule)
+                .output();
+        }
+    }
+}
+
+async fn iptables(op: &str, rule: &[String]) -> Result<(), String> {
+    let mut command = tokio::process::Command::new("iptables");
+    command.args(["-w", op, "INPUT"]).args(rule);
+    let out = command
+        .output()
+        .await
+        .map_err(|e| format!("running iptables: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {op} INPUT {}: {}",
+            rule.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
