@@ -472,6 +472,83 @@ async fn in_a_container() {
     rig.stop().await;
 }
 
+fn bridge_of(network: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["network", "inspect", network, "--format"])
+        .arg("{{index .Options \"com.docker.network.bridge.name\"}}")
+        .output()
+        .expect("docker network inspect");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn rules_of(bridge: &str) -> usize {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables -S");
+    let needle = format!("-i {bridge} ");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| format!("{l} ").contains(&needle))
+        .count()
+}
+
+#[tokio::test]
+async fn networks_of_dead_workers_are_reaped_with_their_host_rules() {
+    use toolmesh_sandbox::egress::{network_name, reap_orphans};
+    let docker = bollard::Docker::connect_with_local_defaults().expect("docker");
+    let folder = tempfile::tempdir().expect("tempdir");
+    let scope = folder.path().display().to_string();
+    let (dead, live) = (unique("egress-dead"), unique("egress-live"));
+    let _cleanup = [&dead, &live].map(|node| Cleanup {
+        container: String::new(),
+        network: network_name(node),
+    });
+    let start = |node: String| {
+        let (docker, scope) = (docker.clone(), scope.clone());
+        async move {
+            SandboxEgress::start(
+                &docker,
+                &node,
+                &scope,
+                Placement::Host,
+                ProxyLimits::default(),
+            )
+            .await
+            .expect("egress starts")
+        }
+    };
+    let killed = start(dead.clone()).await;
+    let running = start(live.clone()).await;
+    let (dead_bridge, live_bridge) = (bridge_of(killed.network()), bridge_of(running.network()));
+    assert_eq!((rules_of(&dead_bridge), rules_of(&live_bridge)), (2, 2));
+    // Killed: nothing of it runs its cleanup.
+    std::mem::forget(killed);
+    let reaped = reap_orphans(
+        &docker,
+        &scope,
+        "egress-new-node",
+        Some(std::slice::from_ref(&live)),
+    )
+    .await
+    .expect("reap");
+    assert_eq!(reaped, 1);
+    assert_eq!(
+        bridge_of(&network_name(&dead)),
+        "",
+        "the dead worker's network is gone"
+    );
+    assert_eq!(rules_of(&dead_bridge), 0, "and its host rules");
+    assert_eq!(
+        bridge_of(running.network()),
+        live_bridge,
+        "the live one stays"
+    );
+    assert_eq!(rules_of(&live_bridge), 2);
+    running.shutdown().await;
+    assert_eq!(rules_of(&live_bridge), 0);
+}
+
 // The proxy alone, from the host: credentials and bounds.
 
 async fn ask(proxy: SocketAddr, request: &str) -> String {

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use bollard::Docker;
 
 pub use allow::{AllowError, AllowList, DEFAULT_PORTS};
-pub use network::{EgressNetwork, NetworkError, Placement};
+pub use network::{reap_orphans, EgressNetwork, NetworkError, Placement};
 pub use proxy::{Decision, OnDecision, Proxy, ProxyEnv, ProxyLimits};
 
 /// What one sandbox needs to reach the outside through the proxy.

@@ -265,6 +265,71 @@ impl Drop for EgressNetwork {
     }
 }
 
+/// Removes the egress networks of deployment `scope` that a previous run of `this_node` left
+/// and, given `live_nodes`, those of every node not in it (workers that died without
+/// draining), with their host rules. Containers still on such a network keep it (Docker
+/// refuses); the container reaper removes them first. Returns how many went.
+pub async fn reap_orphans(
+    docker: &Docker,
+    scope: &str,
+    this_node: &str,
+    live_nodes: Option<&[String]>,
+) -> Result<usize, NetworkError> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![
+            format!("{LABEL_EGRESS}=1"),
+            format!("{LABEL_SCOPE}={scope}"),
+        ],
+    )]);
+    let networks = docker
+        .list_networks(Some(bollard::query_parameters::ListNetworksOptions {
+            filters: Some(filters),
+        }))
+        .await
+        .map_err(|e| NetworkError {
+            name: format!("of scope {scope}"),
+            reason: format!("listing them: {e}"),
+        })?;
+    let mut removed = 0;
+    for network in networks {
+        let (Some(name), labels) = (network.name, network.labels.unwrap_or_default()) else {
+            continue;
+        };
+        let node = labels.get(LABEL_NODE).map(String::as_str).unwrap_or("");
+        let orphan =
+            node == this_node || live_nodes.is_some_and(|live| !live.iter().any(|n| n == node));
+        if !orphan {
+            continue;
+        }
+        if docker.remove_network(&name).await.is_ok() {
+            removed += 1;
+            drop_bridge_rules(&bridge_name(&name)).await;
+        }
+    }
+    Ok(removed)
+}
+
+/// Deletes every `INPUT` rule that names `bridge` (rules a killed worker left).
+async fn drop_bridge_rules(bridge: &str) {
+    let Ok(out) = tokio::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .await
+    else {
+        return;
+    };
+    let needle = format!("-i {bridge} ");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rule) = line.strip_prefix("-A INPUT ") {
+            if format!("{rule} ").contains(&needle) {
+                let rule: Vec<String> = rule.split_whitespace().map(str::to_owned).collect();
+                let _ = iptables("-D", &rule).await;
+            }
+        }
+    }
+}
+
 async fn iptables(op: &str, rule: &[String]) -> Result<(), String> {
     let mut command = tokio::process::Command::new("iptables");
     command.args(["-w", op, "INPUT"]).args(rule);
