@@ -576,8 +576,8 @@ impl<'a> Call<'a> {
 
     /// Requests the call on the provider's endpoint subject (any instance: they share it as a
     /// queue group) and turns its answer into the reply. While it waits, the call watches
-    /// the provider's instances: once none that may run it answers its ping, the caller gets
-    /// `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
+    /// the provider's health ([`LiveTools::gone`], shared by its calls in flight): once every
+    /// instance is gone, the caller gets `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
     /// passed on to the provider on `toolmesh.v1.providers.cancel.<service>`.
     async fn call_provider(
         &mut self,
@@ -614,7 +614,7 @@ impl<'a> Call<'a> {
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
         let sent = core.client.send_request(route.subject.to_string(), request);
-        let gone = providers::all_instances_gone(&core.client, &core.tools, service);
+        let gone = core.tools.gone(&core.client, service);
         let reply = tokio::select! {
             reply = sent => reply,
             () = gone => {
