@@ -18,7 +18,9 @@ use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, Rep
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
-use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool, Runs, ToolRegistry, TOOL_DISPATCHER};
+use toolmesh_kernel::tools::{
+    ProviderRoute, RegisteredTool, Runs, ToolRegistry, ToolTable, TOOL_DISPATCHER,
+};
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
     ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
@@ -561,7 +563,8 @@ impl<'a> Call<'a> {
     ) -> Result<Answer, ToolError> {
         let core = self.core;
         match &target.spec.runs {
-            Runs::Gateway => tools::find(&target.spec.name)
+            Runs::Gateway => tools::TOOLS
+                .find(&target.spec.name)
                 .and_then(|tool| tool.answer(core, self.registry, &self.ctx, arguments))
                 .unwrap_or_else(|| {
                     Err(ToolError::internal(format!(
@@ -1192,7 +1195,7 @@ mod tests {
         let core = Arc::new(GatewayCore {
             client: client.clone(),
             tools: Arc::new(LiveTools::new(Arc::new(
-                ToolRegistry::new(tools::definitions()).expect("the gateway's tools"),
+                ToolRegistry::new(tools::TOOLS.definitions()).expect("the gateway's tools"),
             ))),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),

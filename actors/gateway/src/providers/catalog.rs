@@ -305,7 +305,8 @@ mod tests {
 
     /// The gateway's own tools stand for the built-ins (the gateway sees no actor's table).
     fn builtin() -> ToolRegistry {
-        ToolRegistry::new(crate::tools::definitions()).unwrap()
+        use toolmesh_kernel::tools::ToolTable;
+        ToolRegistry::new(crate::tools::TOOLS.definitions()).unwrap()
     }
 
     fn info(service: &str, id: &str, tools: &[&str]) -> Seen {
