@@ -508,8 +508,22 @@ async def check_disk_quota(c):
     expect(again.get("stdout") == "fine\n", "the session works after a full disk", again)
 
 
+async def check_bridge(c):
+    """An MCP server through the gateway: mcp-server-time in the bridge's image."""
+
+    async def ran():
+        r = await c["acme"].call("acme", "time_get_current_time", {"timezone": "UTC"}, timeout=30)
+        return r if r.get("error") != "unknown_tool" else None
+
+    # The bridge starts the server and announces its tools; the gateways find them then.
+    r = await eventually("the gateways know time_get_current_time", ran, 60)
+    # Read-only (readOnlyHint): low risk, so it runs without approval in strict mode.
+    expect(r.get("ok") is True and "UTC" in r.get("text", ""), "time_get_current_time runs through the gateway", r)
+
+
 CHECKS = {
     "status": check_status_and_micro,
+    "bridge": check_bridge,
     "spread": check_spread,
     "disk": check_disk_quota,
     "accounts": check_accounts,

@@ -1,15 +1,16 @@
 //! The built-in tools of a node: every actor's table in one registry, for the gateway. This
 //! crate links every actor crate, so it is the one place the whole set is known.
 
-use toolmesh_kernel::tools::{RegistryError, ToolDef, ToolRegistry};
+use toolmesh_kernel::tools::{RegistryError, ToolDef, ToolRegistry, ToolTable};
 
 /// Every built-in tool's definition, in the order of PROTOCOL.md's tool table.
 pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    toolmesh_gateway::tools::definitions()
-        .chain(toolmesh_workspace::tools::definitions())
-        .chain(toolmesh_skills::tools::definitions())
+    toolmesh_gateway::tools::TOOLS
+        .definitions()
+        .chain(toolmesh_workspace::tools::TOOLS.definitions())
+        .chain(toolmesh_skills::tools::TOOLS.definitions())
         .chain(toolmesh_sandbox::tools::definitions())
-        .chain(toolmesh_web::tools::definitions())
+        .chain(toolmesh_web::tools::TOOLS.definitions())
 }
 
 /// The registry of every built-in tool.
@@ -147,16 +148,18 @@ mod tests {
         type Has = fn(&str) -> bool;
         let tables: [(Role, Has); 5] = [
             (Role::Gateway, |n| {
-                toolmesh_gateway::tools::find(n).is_some()
+                toolmesh_gateway::tools::TOOLS.find(n).is_some()
             }),
             (Role::Workspace, |n| {
-                toolmesh_workspace::tools::find(n).is_some()
+                toolmesh_workspace::tools::TOOLS.find(n).is_some()
             }),
-            (Role::Skills, |n| toolmesh_skills::tools::find(n).is_some()),
+            (Role::Skills, |n| {
+                toolmesh_skills::tools::TOOLS.find(n).is_some()
+            }),
             (Role::Sandbox, |n| {
                 toolmesh_sandbox::tools::find(n).is_some()
             }),
-            (Role::Web, |n| toolmesh_web::tools::find(n).is_some()),
+            (Role::Web, |n| toolmesh_web::tools::TOOLS.find(n).is_some()),
         ];
         for def in definitions() {
             for (role, has) in tables {

@@ -41,16 +41,19 @@ struct Bridge {
 
 impl Bridge {
     async fn start(servers: Value) -> Bridge {
+        Self::start_with(servers, "bridge", &[]).await
+    }
+
+    /// One node of `roles` (which include `bridge`) serving `servers`, with `env` too.
+    async fn start_with(servers: Value, roles: &str, env: &[(&str, &str)]) -> Bridge {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("mcp-servers.json");
         std::fs::write(&file, json!({ "mcpServers": servers }).to_string()).unwrap();
         let mut cluster = Cluster::servers().await;
-        cluster
-            .start_node(
-                "bridge",
-                &[("TOOLMESH_MCP_SERVERS", file.display().to_string().as_str())],
-            )
-            .await;
+        let file = file.display().to_string();
+        let mut env = env.to_vec();
+        env.push(("TOOLMESH_MCP_SERVERS", &file));
+        cluster.start_node(roles, &env).await;
         Bridge { cluster, _dir: dir }
     }
 
@@ -186,24 +189,35 @@ async fn file_appears(path: &Path) -> bool {
 }
 
 fn git(repo: &Path, args: &[&str]) {
-    let status = Command::new("git")
+    git_output(repo, args);
+}
+
+/// What `git args` prints in `repo`; it must succeed.
+fn git_output(repo: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
         .args(args)
         .current_dir(repo)
-        .stdout(Stdio::null())
-        .status()
+        .output()
         .expect("git runs");
-    assert!(status.success(), "git {args:?}");
+    assert!(output.status.success(), "git {args:?}");
+    String::from_utf8(output.stdout).unwrap()
 }
 
-#[tokio::test]
-async fn pypi_servers_are_providers_with_their_schemas_risks_and_results() {
+/// A repository with one commit (`a.txt`) and one untracked file (`new.txt`).
+fn repo_with_an_untracked_file() -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     git(repo.path(), &["init", "-q"]);
     std::fs::write(repo.path().join("a.txt"), "a\n").unwrap();
     git(repo.path(), &["add", "a.txt"]);
     git(repo.path(), &["commit", "-q", "-m", "first"]);
     std::fs::write(repo.path().join("new.txt"), "new\n").unwrap();
+    repo
+}
+
+#[tokio::test]
+async fn pypi_servers_are_providers_with_their_schemas_risks_and_results() {
+    let repo = repo_with_an_untracked_file();
     let b = Bridge::start(json!({
         "time": {"command": venv_bin("mcp-server-time").display().to_string(),
                  "args": ["--local-timezone", "UTC"]},
@@ -409,6 +423,84 @@ async fn a_cancel_reaches_the_mcp_server_and_list_changes_are_served() {
         .unwrap();
     let announce: Value = serde_json::from_slice(&announce.payload).unwrap();
     assert_eq!(announce["service"], "mcp-fixture", "{announce}");
+}
+
+/// A tool call through the gateway (`toolmesh.v1.call.acme`).
+async fn through_gateway(b: &Bridge, body: Value) -> Value {
+    request_json_within(
+        b.client(),
+        "toolmesh.v1.call.acme",
+        body,
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// Repeats `body` through the gateway until its reply passes `done` (at most
+/// [`SERVE_WITHIN`]); that reply.
+async fn gateway_until(b: &Bridge, body: &Value, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SERVE_WITHIN;
+    loop {
+        let reply = through_gateway(b, body.clone()).await;
+        if done(&reply) {
+            return reply;
+        }
+        assert!(Instant::now() < deadline, "{body} still answers {reply}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn mcp_tools_run_through_the_gateway_gated_by_their_annotations_and_after_a_restart() {
+    let repo = repo_with_an_untracked_file();
+    let repo_path = repo.path().display().to_string();
+    let b = Bridge::start_with(
+        json!({"git": {"command": venv_bin("mcp-server-git").display().to_string()}}),
+        "gateway,approval,bridge",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "strict")],
+    )
+    .await;
+    let status_call = json!({"tool": "git_git_status", "arguments": {"repo_path": repo_path}});
+    // Found by the gateway (the bridge announces its tools): the read-only tool runs at once.
+    let first = gateway_until(&b, &status_call, |r| r["error"] != "unknown_tool").await;
+    assert_eq!(first["ok"], true, "{first}");
+    assert!(
+        first["text"].as_str().unwrap().contains("new.txt"),
+        "{first}"
+    );
+
+    // git_add (destructiveHint false: medium) is gated in strict mode.
+    let add = json!({"tool": "git_git_add", "session_id": "s1",
+                     "arguments": {"repo_path": repo_path, "files": ["new.txt"]}});
+    let gated = through_gateway(&b, add.clone()).await;
+    assert_eq!(gated["error"], "approval_required", "{gated}");
+    assert_eq!(gated["approval_request"]["risk_level"], "medium", "{gated}");
+    let id = gated["approval_request"]["id"].as_str().unwrap().to_owned();
+    let mut with_id = add.clone();
+    with_id["approval"] = json!({"id": id});
+    let pending = through_gateway(&b, with_id.clone()).await;
+    assert_eq!(pending["error"], "approval_pending", "{pending}");
+    assert_eq!(
+        git_output(repo.path(), &["diff", "--cached", "--name-only"]),
+        ""
+    );
+    assert_eq!(b.cluster.decide("acme", &id, true).await["ok"], true);
+    let added = through_gateway(&b, with_id).await;
+    assert_eq!(added["ok"], true, "{added}");
+    assert_eq!(
+        git_output(repo.path(), &["diff", "--cached", "--name-only"]),
+        "new.txt\n"
+    );
+
+    // The server killed: the bridge restarts it and the gateway's calls work again.
+    let pid = b.running("git", None).await["pid"].as_u64().unwrap();
+    kill(pid);
+    b.running("git", Some(pid)).await;
+    let again = gateway_until(&b, &status_call, |r| r["ok"] == true).await;
+    assert!(
+        again["text"].as_str().unwrap().contains("new.txt"),
+        "{again}"
+    );
 }
 
 /// A streamable-HTTP fixture server, killed on drop.

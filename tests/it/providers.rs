@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use toolmesh_testkit::{request_json, request_json_within, venv_bin, wait_until};
@@ -307,8 +308,15 @@ async fn a_provider_killed_mid_call_is_unavailable_and_its_tools_go() {
         .await
     );
     provider.kill().await;
+    let killed = Instant::now();
     let reply = pending.await.unwrap();
     assert_eq!(reply["error"], "unavailable", "{reply}");
+    // The health watch pings once a second: well before the 8 s expiry.
+    assert!(
+        killed.elapsed() < Duration::from_secs(4),
+        "unavailable came {:?} after the kill",
+        killed.elapsed()
+    );
 
     assert!(
         wait_known(&cluster, "slow", false, GONE_WITHIN).await,
@@ -317,6 +325,46 @@ async fn a_provider_killed_mid_call_is_unavailable_and_its_tools_go() {
     assert_eq!(provider_status(&cluster, "tests").await, Value::Null);
     let gone = cluster.call("acme", json!({"tool": "slow"})).await;
     assert_eq!(gone["error"], "unknown_tool", "{gone}");
+}
+
+#[tokio::test]
+async fn calls_in_flight_to_a_provider_share_one_health_watch() {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
+    const CALLS: usize = 12;
+    let pending: Vec<_> = (0..CALLS)
+        .map(|_| {
+            cluster.call_in_background(
+                "acme",
+                json!({"tool": "slow", "arguments": {"seconds": 100}}),
+            )
+        })
+        .collect();
+    // The provider runs one call at a time (nats-py awaits each handler); the others wait
+    // in its queue, and all are in flight at the gateway.
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            !provider.requests().is_empty()
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The gateway pings the provider's instance once a second for all of them, not once
+    // a second for each.
+    let mut pings = cluster
+        .watch(format!("$SRV.PING.tests.{}", provider.id))
+        .await;
+    let window = Duration::from_millis(3500);
+    let end = tokio::time::Instant::now() + window;
+    let mut count = 0;
+    while let Ok(Some(_)) = tokio::time::timeout_at(end, pings.next()).await {
+        count += 1;
+    }
+    assert!((2..=5).contains(&count), "{count} pings in {window:?}");
+    for call in pending {
+        call.abort();
+    }
 }
 
 #[tokio::test]

@@ -433,7 +433,9 @@ mod tests {
                 role: *role,
                 schema: schema_of::<NoArgs>,
             });
-        let defs: Vec<ToolDef> = crate::tools::definitions()
+        use toolmesh_kernel::tools::ToolTable;
+        let defs: Vec<ToolDef> = crate::tools::TOOLS
+            .definitions()
             .cloned()
             .chain(neighbours)
             .collect();

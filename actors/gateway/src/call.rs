@@ -18,7 +18,9 @@ use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, Rep
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
-use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool, Runs, ToolRegistry, TOOL_DISPATCHER};
+use toolmesh_kernel::tools::{
+    ProviderRoute, RegisteredTool, Runs, ToolRegistry, ToolTable, TOOL_DISPATCHER,
+};
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
     ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
@@ -561,7 +563,8 @@ impl<'a> Call<'a> {
     ) -> Result<Answer, ToolError> {
         let core = self.core;
         match &target.spec.runs {
-            Runs::Gateway => tools::find(&target.spec.name)
+            Runs::Gateway => tools::TOOLS
+                .find(&target.spec.name)
                 .and_then(|tool| tool.answer(core, self.registry, &self.ctx, arguments))
                 .unwrap_or_else(|| {
                     Err(ToolError::internal(format!(
@@ -576,8 +579,8 @@ impl<'a> Call<'a> {
 
     /// Requests the call on the provider's endpoint subject (any instance: they share it as a
     /// queue group) and turns its answer into the reply. While it waits, the call watches
-    /// the provider's instances: once none that may run it answers its ping, the caller gets
-    /// `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
+    /// the provider's health ([`LiveTools::gone`], shared by its calls in flight): once every
+    /// instance is gone, the caller gets `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
     /// passed on to the provider on `toolmesh.v1.providers.cancel.<service>`.
     async fn call_provider(
         &mut self,
@@ -614,7 +617,7 @@ impl<'a> Call<'a> {
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
         let sent = core.client.send_request(route.subject.to_string(), request);
-        let gone = providers::all_instances_gone(&core.client, &core.tools, service);
+        let gone = core.tools.gone(&core.client, service);
         let reply = tokio::select! {
             reply = sent => reply,
             () = gone => {
@@ -1192,7 +1195,7 @@ mod tests {
         let core = Arc::new(GatewayCore {
             client: client.clone(),
             tools: Arc::new(LiveTools::new(Arc::new(
-                ToolRegistry::new(tools::definitions()).expect("the gateway's tools"),
+                ToolRegistry::new(tools::TOOLS.definitions()).expect("the gateway's tools"),
             ))),
             config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
             cluster: Default::default(),

@@ -133,20 +133,45 @@ impl Cut {
     }
 }
 
-/// Cuts `text` to at most `budget_chars` characters.
+/// Cuts `text` to at most `budget_chars` characters (each counted once).
 pub fn cut(text: &str, budget_chars: usize) -> Cut {
-    let mut chars = text.char_indices();
-    match chars.nth(budget_chars) {
-        None => Cut {
+    match fits(text, budget_chars) {
+        Ok(chars) => Cut {
             preview: text.to_owned(),
-            original_chars: text.chars().count(),
+            original_chars: chars,
             truncated: false,
         },
-        Some((end, _)) => Cut {
-            preview: text[..end].to_owned(),
-            original_chars: budget_chars + 1 + chars.count(),
-            truncated: true,
-        },
+        Err(end) => cut_at(text, end, budget_chars),
+    }
+}
+
+/// The cut of `text` when it is over `budget_chars` characters; `None`, and nothing copied,
+/// when it fits.
+pub fn cut_over(text: &str, budget_chars: usize) -> Option<Cut> {
+    fits(text, budget_chars)
+        .err()
+        .map(|end| cut_at(text, end, budget_chars))
+}
+
+/// `Ok(its length in characters)` when `text` fits in `budget_chars`, else `Err(the byte
+/// offset of the first character past it)`: one pass over the text either way.
+fn fits(text: &str, budget_chars: usize) -> Result<usize, usize> {
+    let mut chars = 0;
+    for (at, _) in text.char_indices() {
+        if chars == budget_chars {
+            return Err(at);
+        }
+        chars += 1;
+    }
+    Ok(chars)
+}
+
+/// `text` cut at byte `end`, after its first `budget_chars` characters.
+fn cut_at(text: &str, end: usize, budget_chars: usize) -> Cut {
+    Cut {
+        preview: text[..end].to_owned(),
+        original_chars: budget_chars + text[end..].chars().count(),
+        truncated: true,
     }
 }
 
@@ -206,6 +231,12 @@ mod tests {
         check("héllo wörld", 3, "hél", 11, true);
         check("", 0, "", 0, false);
         check("ab", 0, "", 2, true);
+        // cut_over agrees where the text is over, and copies nothing where it fits.
+        for (text, budget) in [("hello", 4), ("héllo wörld", 3), ("ab", 0)] {
+            assert_eq!(cut_over(text, budget), Some(cut(text, budget)), "{text:?}");
+        }
+        assert_eq!(cut_over("hello", 5), None);
+        assert_eq!(cut_over("", 0), None);
     }
 
     fn list_of(n: usize) -> Map<String, Value> {

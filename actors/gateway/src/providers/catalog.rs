@@ -84,6 +84,10 @@ pub struct Health {
 #[derive(Debug, Default)]
 pub struct Catalog {
     services: BTreeMap<String, BTreeMap<String, Instance>>,
+    /// Instances found gone (their ping had no responders), with when: a `$SRV.INFO` reply
+    /// from before they went, still on its way, does not bring them back. Kept for
+    /// [`INSTANCE_EXPIRY`]; instance ids are never reused.
+    forgotten: HashMap<(String, String), Instant>,
     compiled: HashMap<(String, String), Compiled>,
     /// Tool name → the service that holds it (first come).
     holders: HashMap<String, String>,
@@ -113,6 +117,12 @@ impl Catalog {
             if endpoints.is_empty() || info.name.is_empty() || info.id.is_empty() {
                 continue;
             }
+            if self
+                .forgotten
+                .contains_key(&(info.name.clone(), info.id.clone()))
+            {
+                continue;
+            }
             self.services.entry(info.name).or_default().insert(
                 info.id,
                 Instance {
@@ -133,6 +143,26 @@ impl Catalog {
             instances.retain(|_, i| now.saturating_duration_since(i.last_seen) < INSTANCE_EXPIRY);
         }
         self.services.retain(|_, instances| !instances.is_empty());
+        self.forgotten
+            .retain(|_, at| now.saturating_duration_since(*at) < INSTANCE_EXPIRY);
+    }
+
+    /// Drops one instance found gone before its expiry, and its provider when it was the
+    /// last. Replies to `$SRV.INFO` from it are ignored from now on.
+    pub fn forget(&mut self, service: &str, id: &str, now: Instant) {
+        if let Some(instances) = self.services.get_mut(service) {
+            instances.remove(id);
+            if instances.is_empty() {
+                self.services.remove(service);
+            }
+        }
+        self.forgotten
+            .insert((service.to_owned(), id.to_owned()), now);
+    }
+
+    /// Whether `service` has an instance this gateway knows.
+    pub fn knows(&self, service: &str) -> bool {
+        self.services.contains_key(service)
     }
 
     /// The instance ids of `service` this gateway knows.
@@ -275,7 +305,8 @@ mod tests {
 
     /// The gateway's own tools stand for the built-ins (the gateway sees no actor's table).
     fn builtin() -> ToolRegistry {
-        ToolRegistry::new(crate::tools::definitions()).unwrap()
+        use toolmesh_kernel::tools::ToolTable;
+        ToolRegistry::new(crate::tools::TOOLS.definitions()).unwrap()
     }
 
     fn info(service: &str, id: &str, tools: &[&str]) -> Seen {
@@ -395,6 +426,29 @@ mod tests {
         let built = c.build(&builtin());
         assert_eq!(names(&built), pairs(&[("echo", "b")]));
         assert!(c.instances_of("a").is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_instance_stays_gone_until_its_expiry() {
+        let t0 = Instant::now();
+        let mut c = Catalog::default();
+        c.observe(
+            vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])],
+            t0,
+            0,
+        );
+        c.forget("a", "1", t0);
+        assert_eq!(c.instances_of("a"), ["2"]);
+        // A late reply of 1 (sent before it went) does not bring it back.
+        c.observe(vec![info("a", "1", &["echo"])], t0, 0);
+        assert_eq!(c.instances_of("a"), ["2"]);
+        c.forget("a", "2", t0);
+        assert!(!c.knows("a"));
+        assert!(c.build(&builtin()).tools.is_empty());
+        // Past the expiry the tombstone goes (ids are never reused; this only frees memory).
+        c.expire(t0 + INSTANCE_EXPIRY);
+        c.observe(vec![info("a", "1", &["echo"])], t0 + INSTANCE_EXPIRY, 0);
+        assert!(c.knows("a"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool, Runs, ToolGroup, ToolSpec};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
@@ -52,7 +53,7 @@ pub fn tool_of(
             shown(name)
         ));
     }
-    check_subject(subject)?;
+    check_subject(service, name, subject)?;
     let meta: ToolMetadata = serde_json::from_str(metadata)
         .map_err(|e| format!("{TOOL_KEY} is not the documented JSON object: {e}"))?;
     let risk_level: RiskLevel = serde_json::from_value(Value::from(meta.risk_level.as_str()))
@@ -111,8 +112,11 @@ pub fn tool_of(
 
 /// Calls are published on the subject: it must be one literal subject, and none of toolmesh's
 /// own or the server's (a provider naming `toolmesh.v1.call.<account>` would make the
-/// gateway send calls into another account).
-fn check_subject(subject: &str) -> Result<(), String> {
+/// gateway send calls into another account). One exception: the bridge's service
+/// `mcp-<server>` serves each tool on `toolmesh.internal.v1.mcp.<server>.<tool>`
+/// (`kernel::subjects::internal::mcp_tool`), where callers cannot publish; that exact subject,
+/// for that service and tool name, is accepted.
+fn check_subject(service: &str, name: &str, subject: &str) -> Result<(), String> {
     let literal = !subject.is_empty()
         && subject
             .split('.')
@@ -123,6 +127,12 @@ fn check_subject(subject: &str) -> Result<(), String> {
             "the endpoint subject {:?} is not one literal subject",
             shown(subject)
         ));
+    }
+    let bridged = service
+        .strip_prefix("mcp-")
+        .is_some_and(|server| subject == internal::mcp_tool(server, name));
+    if bridged {
+        return Ok(());
     }
     for reserved in ["toolmesh.", "_INBOX.", "$"] {
         if subject.starts_with(reserved) || subject == reserved.trim_end_matches('.') {
@@ -170,6 +180,26 @@ mod tests {
             (Ok(_), Some(part)) => panic!("{name} {subject} {metadata}: accepted, expected {part}"),
             (Err(reason), None) => panic!("{name} {subject} {metadata}: refused: {reason}"),
         }
+    }
+
+    #[test]
+    fn the_bridge_s_own_subject_is_accepted_for_its_service_and_tool_only() {
+        let m = meta(good());
+        let subject = "toolmesh.internal.v1.mcp.git.git_status";
+        assert!(tool_of("mcp-git", "git_status", subject, &m).is_ok());
+        for (service, name) in [
+            ("mcp-git", "git_add"),
+            ("mcp-time", "git_status"),
+            ("git", "git_status"),
+        ] {
+            let refused = tool_of(service, name, subject, &m).unwrap_err();
+            assert!(
+                refused.contains("under toolmesh."),
+                "{service} {name}: {refused}"
+            );
+        }
+        let other = "toolmesh.internal.v1.approval.release";
+        assert!(tool_of("mcp-git", "git_status", other, &m).is_err());
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub mod catalog;
 pub mod metadata;
 pub mod reply;
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use async_nats::service::Info;
 use async_nats::Client;
 use bytes::Bytes;
 use futures::StreamExt;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::subjects::srv;
@@ -34,7 +37,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(2500);
 pub const GATHER_QUIET: Duration = Duration::from_millis(300);
 /// ...or this long after it began, whichever is first.
 pub const GATHER_MAX: Duration = Duration::from_secs(2);
-/// How often a call waiting for a provider checks that an instance that may run it is alive.
+/// How often a provider with calls in flight has its instances pinged.
 pub const LIVENESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The gateway's live registry and what `component_status` shows of its providers.
@@ -44,6 +47,10 @@ pub struct LiveTools {
     registry: ArcSwap<ToolRegistry>,
     status: ArcSwap<Vec<ProviderStatus>>,
     catalog: Mutex<Catalog>,
+    /// One watch per provider with calls in flight: `true` once its last instance is gone.
+    /// Its sender lives here and in the provider's `watch_instances` loop; the calls hold
+    /// receivers. Locked after `catalog` when both are.
+    gone: Mutex<HashMap<String, watch::Sender<bool>>>,
 }
 
 impl LiveTools {
@@ -53,6 +60,7 @@ impl LiveTools {
             builtin,
             status: ArcSwap::from_pointee(Vec::new()),
             catalog: Mutex::default(),
+            gone: Mutex::default(),
         }
     }
 
@@ -74,16 +82,62 @@ impl LiveTools {
             .instances_of(service)
     }
 
-    /// Takes one round's replies, expires what is gone, and swaps the registry when the set
-    /// of provider tools changed.
+    /// Resolves once every instance of `service` is gone: the catalog dropped it (expired,
+    /// or each instance's ping had no responders). Calls in flight to one provider share one
+    /// watch and one `watch_instances` loop, started by the first of them; it ends at its
+    /// first tick without a call waiting. Never resolves while an instance is alive (the
+    /// gateway cannot tell which instance took the call).
+    pub fn gone(self: &Arc<Self>, client: &Client, service: &str) -> impl Future<Output = ()> {
+        let mut receiver = {
+            let mut gone = self.gone.lock().expect("gone lock");
+            match gone.get(service) {
+                Some(sender) => sender.subscribe(),
+                None => {
+                    let (sender, receiver) = watch::channel(false);
+                    gone.insert(service.to_owned(), sender.clone());
+                    tokio::spawn(watch_instances(
+                        client.clone(),
+                        self.clone(),
+                        service.to_owned(),
+                        sender,
+                    ));
+                    receiver
+                }
+            }
+        };
+        async move {
+            if receiver.wait_for(|gone| *gone).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Takes one round's replies, expires what is gone, and rebuilds.
     fn update(&self, seen: Vec<Seen>) {
         let now = Instant::now();
-        let built = {
-            let mut catalog = self.catalog.lock().expect("catalog lock");
-            catalog.observe(seen, now, toolmesh_kernel::time::now_ms());
-            catalog.expire(now);
-            catalog.build(&self.builtin)
-        };
+        let mut catalog = self.catalog.lock().expect("catalog lock");
+        catalog.observe(seen, now, toolmesh_kernel::time::now_ms());
+        catalog.expire(now);
+        self.rebuild(&mut catalog);
+    }
+
+    /// Drops an instance whose ping had no responders, and rebuilds.
+    fn forget(&self, service: &str, id: &str) {
+        let mut catalog = self.catalog.lock().expect("catalog lock");
+        catalog.forget(service, id, Instant::now());
+        tracing::info!(
+            provider = service,
+            instance = id,
+            "a provider instance is gone"
+        );
+        self.rebuild(&mut catalog);
+    }
+
+    /// Swaps the registry when the set of provider tools changed, stores the status, and
+    /// wakes the calls waiting on a provider the catalog no longer has. Runs under the
+    /// catalog lock, so two rebuilds never swap out of order.
+    fn rebuild(&self, catalog: &mut Catalog) {
+        let built = catalog.build(&self.builtin);
         let current = self.registry.load();
         let unchanged = {
             let mut old = current.iter().skip(self.builtin.iter().count());
@@ -112,6 +166,68 @@ impl LiveTools {
             }
         }
         self.status.store(Arc::new(built.status));
+        self.gone
+            .lock()
+            .expect("gone lock")
+            .retain(|service, sender| {
+                let known = catalog.knows(service);
+                if !known {
+                    sender.send_replace(true);
+                }
+                known
+            });
+    }
+}
+
+/// The health watch of one provider while calls to it are in flight: every
+/// [`LIVENESS_INTERVAL`] it pings each instance the catalog has (`$SRV.PING.<service>.<id>`)
+/// and has the catalog forget those with no responders, so that a provider killed mid-call is
+/// known gone within about a second rather than at its expiry. It ends when the provider is
+/// gone (the catalog's rebuild wakes the calls) or at a tick with no call waiting.
+async fn watch_instances(
+    client: Client,
+    live: Arc<LiveTools>,
+    service: String,
+    sender: watch::Sender<bool>,
+) {
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + LIVENESS_INTERVAL,
+        LIVENESS_INTERVAL,
+    );
+    loop {
+        tick.tick().await;
+        {
+            let mut gone = live.gone.lock().expect("gone lock");
+            let current = gone.get(&service).is_some_and(|s| s.same_channel(&sender));
+            if !current {
+                return; // the provider went; the rebuild woke its calls
+            }
+            if sender.receiver_count() == 0 {
+                gone.remove(&service);
+                return;
+            }
+        }
+        let ids = live.instances_of(&service);
+        if ids.is_empty() {
+            // Known to the registry the calls took, no longer to the catalog.
+            live.rebuild(&mut live.catalog.lock().expect("catalog lock"));
+            continue;
+        }
+        let pings = ids.iter().map(|id| {
+            let request = async_nats::Request::new().timeout(Some(LIVENESS_INTERVAL));
+            let subject = srv::ping_instance(&service, id);
+            let client = &client;
+            async move {
+                let reply = client.send_request(subject, request).await;
+                matches!(&reply, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders)
+            }
+        });
+        let answers = futures::future::join_all(pings).await;
+        for (id, gone) in ids.iter().zip(answers) {
+            if gone {
+                live.forget(&service, id);
+            }
+        }
     }
 }
 
@@ -183,41 +299,4 @@ async fn gather(client: &Client) -> Vec<Seen> {
     }
     let _ = sub.unsubscribe().await;
     seen
-}
-
-/// Resolves once no instance of `service` that may run a call answers its ping ("no
-/// responders" on `$SRV.PING.<service>.<id>`): checked every [`LIVENESS_INTERVAL`], over the
-/// instances known at the start and any the catalog learns of meanwhile. Never resolves
-/// while one of them is alive (the gateway cannot tell which instance took the call).
-pub async fn all_instances_gone(client: &Client, live: &LiveTools, service: &str) {
-    let mut watched: Vec<String> = live.instances_of(service);
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + LIVENESS_INTERVAL,
-        LIVENESS_INTERVAL,
-    );
-    loop {
-        tick.tick().await;
-        for id in live.instances_of(service) {
-            if !watched.contains(&id) {
-                watched.push(id);
-            }
-        }
-        if watched.is_empty() {
-            continue;
-        }
-        let pings = watched.iter().map(|id| async move {
-            let request = async_nats::Request::new().timeout(Some(LIVENESS_INTERVAL));
-            let reply = client
-                .send_request(srv::ping_instance(service, id), request)
-                .await;
-            let gone =
-                matches!(&reply, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders);
-            (id.clone(), gone)
-        });
-        let answers = futures::future::join_all(pings).await;
-        watched.retain(|id| !answers.iter().any(|(gone_id, gone)| *gone && gone_id == id));
-        if watched.is_empty() {
-            return;
-        }
-    }
 }

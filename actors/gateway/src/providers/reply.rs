@@ -111,26 +111,19 @@ pub fn cut_to_budget(
     fields: &mut Map<String, Value>,
     budget_chars: usize,
 ) -> Vec<(String, String)> {
-    let over: Vec<String> = fields
+    // Each text is counted once, and only those over the budget are copied (their preview).
+    let cuts: Vec<(String, budget::Cut)> = fields
         .iter()
-        .filter(|(_, v)| {
-            v.as_str()
-                .is_some_and(|s| s.chars().nth(budget_chars).is_some())
+        .filter_map(|(field, v)| {
+            Some((field.clone(), budget::cut_over(v.as_str()?, budget_chars)?))
         })
-        .map(|(k, _)| k.clone())
         .collect();
     let mut whole = Vec::new();
-    for field in over {
-        let Some(Value::String(text)) = fields.get(&field).cloned() else {
-            continue;
-        };
-        // Rebuilt in place: insert_budgeted puts the text first and its companions after.
-        let mut cut = Map::new();
-        budget::insert_budgeted(&mut cut, &field, &text, budget_chars);
-        for (k, v) in cut {
-            fields.insert(k, v);
-        }
-        if super::metadata::is_token(&field, 64) {
+    for (field, cut) in cuts {
+        let text = fields.get_mut(&field).map(Value::take);
+        // In place: the preview takes the text's position, its companions come after.
+        budget::insert_cut(fields, &field, cut);
+        if let (Some(Value::String(text)), true) = (text, super::metadata::is_token(&field, 64)) {
             whole.push((field, text));
         }
     }

@@ -6,7 +6,7 @@ pub mod tool_dispatcher;
 pub mod tool_search;
 
 use serde_json::Value;
-use toolmesh_kernel::tools::{ToolDef, ToolRegistry};
+use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
@@ -19,22 +19,18 @@ pub const TOOLS: &[Tool] = &[
     tool_search::TOOL,
 ];
 
-/// The definitions of [`TOOLS`], for the registry.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    TOOLS.iter().map(|tool| &tool.def)
-}
-
-/// The tool of this name, if the gateway has it.
-pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().find(|tool| tool.def.name == name)
-}
-
 /// One tool of the gateway: its definition and how it is answered.
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
     /// `None` for `tool_dispatcher`, which the call path runs before the approval gate.
     answer: Option<AnswerFn>,
+}
+
+impl TableEntry for Tool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
 }
 
 /// Answers with the registry the call took when it arrived (built-in and provider tools).

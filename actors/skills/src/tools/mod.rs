@@ -17,7 +17,7 @@ use toolmesh_kernel::skills::{
     BundleChunk, BundleChunkHeader, BundleCursor, BundlePage, BundleRequest, SkillHead,
     BUNDLE_CONTENT_BUDGET,
 };
-use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -33,22 +33,18 @@ const BUNDLE_HEADS_BUDGET: usize = 192 * 1024;
 /// The skill loader's tools.
 pub const TOOLS: &[Tool] = &[list_skills::TOOL, search_skills::TOOL, load_skill::TOOL];
 
-/// The definitions of [`TOOLS`], for the registry.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    TOOLS.iter().map(|tool| &tool.def)
-}
-
-/// The tool of this name, if the skill loader has it.
-pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().find(|tool| tool.def.name == name)
-}
-
 /// One skill tool: its definition and its handler (given the most bytes its result fields
 /// may take).
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
     run: for<'a> fn(&'a SkillsService, &'a ActorCall, usize) -> Reply<'a>,
+}
+
+impl TableEntry for Tool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
 }
 
 /// What a handler answers.
@@ -86,7 +82,7 @@ impl SkillsService {
         call: &ActorCall,
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
-        let tool = find(&call.tool).ok_or_else(|| {
+        let tool = TOOLS.find(&call.tool).ok_or_else(|| {
             ToolError::new(
                 ErrorCode::UnknownTool,
                 format!("the skills actor does not run '{}'", call.tool),

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use toolmesh_kernel::sync::WorkspaceSync;
-use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -25,21 +25,17 @@ use crate::search::SearchProvider;
 /// The web actor's tools.
 pub const TOOLS: &[Tool] = &[web_fetch::TOOL, web_search::TOOL];
 
-/// The definitions of [`TOOLS`], for the registry.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    TOOLS.iter().map(|tool| &tool.def)
-}
-
-/// The tool of this name, if the web actor has it.
-pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().find(|tool| tool.def.name == name)
-}
-
 /// One web tool: its definition and its handler.
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
     run: for<'a> fn(&'a WebService, &'a ActorCall) -> Reply<'a>,
+}
+
+impl TableEntry for Tool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
 }
 
 /// What a handler answers.
@@ -66,7 +62,7 @@ fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
 
 impl WebService {
     pub async fn run(&self, call: &ActorCall) -> Result<Map<String, Value>, ToolError> {
-        let tool = find(&call.tool).ok_or_else(|| {
+        let tool = TOOLS.find(&call.tool).ok_or_else(|| {
             ToolError::new(
                 ErrorCode::UnknownTool,
                 format!("the web actor does not serve {}", call.tool),

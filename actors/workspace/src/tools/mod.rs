@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
 use toolmesh_kernel::wire::{ActorCall, InvocationContext};
 use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
 
@@ -52,21 +52,17 @@ pub const TOOLS: &[Tool] = &[
     delete_file::TOOL,
 ];
 
-/// The definitions of [`TOOLS`], for the registry.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    TOOLS.iter().map(|tool| &tool.def)
-}
-
-/// The tool of this name, if the workspace actor has it.
-pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().find(|tool| tool.def.name == name)
-}
-
 /// One workspace tool: its definition and its handler.
 #[derive(Debug)]
 pub struct Tool {
     pub def: ToolDef,
     run: for<'a> fn(&'a WorkspaceService, Call<'a>) -> Reply<'a>,
+}
+
+impl TableEntry for Tool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
 }
 
 /// What a handler gets of its call.
@@ -139,7 +135,7 @@ impl WorkspaceService {
         call: &ActorCall,
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
-        let tool = find(&call.tool).ok_or_else(|| {
+        let tool = TOOLS.find(&call.tool).ok_or_else(|| {
             ToolError::new(
                 ErrorCode::UnknownTool,
                 format!("the workspace actor does not serve {}", call.tool),

@@ -348,6 +348,31 @@ impl ToolDef {
     }
 }
 
+/// One entry of an actor's tool table (`TOOLS` in `actors/<actor>/src/tools/mod.rs`): a
+/// definition and whatever the actor runs the tool with.
+pub trait TableEntry: Sync + 'static {
+    fn def(&self) -> &ToolDef;
+}
+
+/// The lookups every tool table answers, for any [`TableEntry`] type.
+pub trait ToolTable<T> {
+    /// The definitions, in the table's order, for the registry.
+    fn definitions(self) -> impl Iterator<Item = &'static ToolDef>;
+    /// The tool of this name, if the table has it: a name it lacks finds nothing, never
+    /// another tool.
+    fn find(self, name: &str) -> Option<&'static T>;
+}
+
+impl<T: TableEntry> ToolTable<T> for &'static [T] {
+    fn definitions(self) -> impl Iterator<Item = &'static ToolDef> {
+        self.iter().map(TableEntry::def)
+    }
+
+    fn find(self, name: &str) -> Option<&'static T> {
+        self.iter().find(|tool| tool.def().name == name)
+    }
+}
+
 /// The JSON Schema of an argument type, for [`ToolDef::schema`].
 pub fn schema_of<A: JsonSchema>() -> Value {
     schemars::schema_for!(A).to_value()
