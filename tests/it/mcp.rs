@@ -360,15 +360,9 @@ async fn progress_streams_and_cancellation_kills_the_command() {
 #[tokio::test]
 async fn a_provider_tool_appears_in_the_list() {
     let f = Front::start("gateway,approval,mcp", &[]).await;
-    let run = tokio::spawn(client(
-        f.http("tok-a", "v1"),
-        json!({"steps": [
-            {"list": true},
-            {"wait_list_has": "mcp_echo", "within": 60},
-            {"call": "mcp_echo", "args": {"text": "hi"}},
-        ]}),
-    ));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lines = client(f.http("tok-a", "v1"), json!({"steps": [{"list": true}]})).await;
+    let before = step(&lines, 0)["tools"].as_array().unwrap().clone();
+    assert!(tool(&before, "mcp_echo").is_none(), "{before:#?}");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
     let mut provider = tokio::process::Command::new(venv_bin("python"))
         .arg(script)
@@ -385,10 +379,16 @@ async fn a_provider_tool_appears_in_the_list() {
         .kill_on_drop(true)
         .spawn()
         .expect("start examples/provider.py");
-    let lines = run.await.unwrap();
+    let lines = client(
+        f.http("tok-a", "v1"),
+        json!({"steps": [
+            {"list": true},
+            {"wait_list_has": "mcp_echo", "within": 60},
+            {"call": "mcp_echo", "args": {"text": "hi"}},
+        ]}),
+    )
+    .await;
     let _ = provider.kill().await;
-    let before = step(&lines, 0)["tools"].as_array().unwrap().clone();
-    assert!(tool(&before, "mcp_echo").is_none(), "{before:#?}");
     assert_eq!(step(&lines, 1)["found"], true, "{lines:#?}");
     let echoed = reply(&lines, 2);
     assert_eq!(echoed["ok"], true, "{echoed:#}");
