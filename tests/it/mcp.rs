@@ -356,7 +356,7 @@ async fn progress_streams_and_cancellation_kills_the_command() {
 }
 
 /// A provider tool is listed once its provider starts (`examples/provider.py`, a NATS micro
-/// service), and calls go to it.
+/// service), and calls go to it; when it goes, a stdio client is told the list changed.
 #[tokio::test]
 async fn a_provider_tool_appears_in_the_list() {
     let f = Front::start("gateway,approval,mcp", &[]).await;
@@ -388,8 +388,18 @@ async fn a_provider_tool_appears_in_the_list() {
         ]}),
     )
     .await;
-    let _ = provider.kill().await;
     assert_eq!(step(&lines, 1)["found"], true, "{lines:#?}");
     let echoed = reply(&lines, 2);
     assert_eq!(echoed["ok"], true, "{echoed:#}");
+
+    // A stdio client hears notifications/tools/list_changed when the provider goes.
+    let stdio = tokio::spawn(client(
+        f.stdio("v2", "default", json!({})),
+        json!({"mode": "legacy", "steps": [{"sleep": 1}, {"wait_list_changed": 60}]}),
+    ));
+    // Its first check (at start) has seen the provider's tool.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = provider.kill().await;
+    let lines = stdio.await.unwrap();
+    assert_eq!(step(&lines, 1)["list_changed"], true, "{lines:#?}");
 }

@@ -7,7 +7,7 @@ SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http"
 "mode"?: "auto" (default: 2026-07-28 when the server has it) | "legacy" (initialize
 handshake); "elicit"?: "accept" | "decline" | "cancel" (without it the client declares no
 elicitation); "steps": [{"list": true} | {"call": NAME, "args"?: {...}, "progress"?: bool,
-"cancel_after_progress"?: N} | {"sleep": S} | {"wait_list_has": NAME, "within"?: S}].
+"cancel_after_progress"?: N} | {"sleep": S} | {"wait_list_changed": S} | {"wait_list_has": NAME, "within"?: S}].
 A step line is {"step": i, ...}: for a list {"tools": [...]}, for a call {"result": {...},
 "progress": [messages]} or {"cancelled": true, "progress": [...]}, for a failure {"error": text}.
 """
@@ -61,6 +61,16 @@ async def main(spec):
             return ElicitResult(action=elicit)
 
         kwargs["elicitation_callback"] = on_elicit
+    notices = []
+    changed = anyio.Event()
+
+    async def on_message(message):
+        name = type(message).__name__
+        notices.append(name)
+        if name == "ToolListChangedNotification":
+            changed.set()
+
+    kwargs["message_handler"] = on_message
     if "http" in spec:
         headers = {}
         if spec.get("token"):
@@ -79,6 +89,10 @@ async def main(spec):
                 if step.get("list"):
                     tools = await client.list_tools()
                     emit({"step": i, "tools": [dump(t) for t in tools.tools]})
+                elif "wait_list_changed" in step:
+                    with anyio.move_on_after(step["wait_list_changed"]):
+                        await changed.wait()
+                    emit({"step": i, "list_changed": changed.is_set(), "messages": notices})
                 elif "sleep" in step:
                     await anyio.sleep(step["sleep"])
                     emit({"step": i})
