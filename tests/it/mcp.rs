@@ -53,6 +53,23 @@ impl Front {
         json!({"http": self.url, "token": token, "session": session})
     }
 
+    /// Another node with only the role `mcp` (same tokens); its URL.
+    async fn another_front(&mut self) -> String {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let tokens = self._dir.path().join("tokens.json");
+        self.c
+            .start_node(
+                "mcp",
+                &[
+                    ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+                    ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+                ],
+            )
+            .await;
+        format!("http://127.0.0.1:{port}/mcp")
+    }
+
     fn stdio(&self, session: &str, profile: &str, env: Value) -> Value {
         json!({
             "stdio": [BIN, "--nats-url", self.c.nats.url(), "mcp", "--account", "acme",
@@ -253,6 +270,48 @@ async fn elicitation_approves_or_rejects_a_gated_call() {
         assert_eq!(got["approval"]["status"], "rejected");
         assert_eq!(got["approval"]["decided_by"], "mcp");
     }
+}
+
+/// Two front nodes: the approval question comes from one, the client's answer goes to the
+/// other, and the call runs. No front node holds the call between the two requests.
+#[tokio::test]
+async fn the_answer_to_an_elicitation_may_reach_another_front_node() {
+    let mut f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let other = f.another_front().await;
+    let args = json!({"path": "two-nodes.txt", "content": "both"});
+    let mut first = f.http("tok-c", "n1");
+    first["elicit"] = json!("accept");
+    let lines = client(
+        first,
+        json!({"steps": [{"call_once": "write_workspace_file", "args": args}]}),
+    )
+    .await;
+    let once = &step(&lines, 0)["once"];
+    assert_eq!(once["resultType"], "input_required", "{once:#}");
+    let question = &once["inputRequests"]["approval"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert_eq!(
+        question["params"]["requestedSchema"]["properties"]["approve"]["type"],
+        "boolean"
+    );
+    let state = once["requestState"].as_str().unwrap().to_owned();
+    assert!(!f.workspace_file("n1", "two-nodes.txt").exists());
+
+    let mut second = f.http("tok-c", "n1");
+    second["http"] = json!(other);
+    let lines = client(
+        second,
+        json!({"steps": [{"call": "write_workspace_file", "args": args,
+            "input_responses": {"approval": {"action": "accept", "content": {"approve": true}}},
+            "request_state": state}]}),
+    )
+    .await;
+    let ok = reply(&lines, 0);
+    assert_eq!(ok["ok"], true, "{ok:#}");
+    assert_eq!(
+        std::fs::read_to_string(f.workspace_file("n1", "two-nodes.txt")).unwrap(),
+        "both"
+    );
 }
 
 /// A client without elicitation waits; a decision from another NATS client lets the call run,

@@ -7,7 +7,8 @@ SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http"
 "mode"?: "auto" (default: 2026-07-28 when the server has it) | "legacy" (initialize
 handshake); "elicit"?: "accept" | "decline" | "cancel" (without it the client declares no
 elicitation); "steps": [{"list": true} | {"call": NAME, "args"?: {...}, "progress"?: bool,
-"cancel_after_progress"?: N} | {"sleep": S} | {"wait_list_changed": S} | {"wait_list_has": NAME, "within"?: S}].
+"cancel_after_progress"?: N, "input_responses"?, "request_state"?} |
+{"call_once": NAME, "args"?} (one round: an InputRequiredResult is printed as "once") | {"sleep": S} | {"wait_list_changed": S} | {"wait_list_has": NAME, "within"?: S}].
 A step line is {"step": i, ...}: for a list {"tools": [...]}, for a call {"result": {...},
 "progress": [messages]} or {"cancelled": true, "progress": [...]}, for a failure {"error": text}.
 """
@@ -89,6 +90,12 @@ async def main(spec):
                 if step.get("list"):
                     tools = await client.list_tools()
                     emit({"step": i, "tools": [dump(t) for t in tools.tools]})
+                elif "call_once" in step:
+                    # One round only: an InputRequiredResult comes back as it is.
+                    result = await client.session.call_tool(
+                        step["call_once"], step.get("args", {}), allow_input_required=True
+                    )
+                    emit({"step": i, "once": dump(result)})
                 elif "wait_list_changed" in step:
                     with anyio.move_on_after(step["wait_list_changed"]):
                         await changed.wait()
@@ -122,6 +129,8 @@ async def main(spec):
                                 step["call"],
                                 step.get("args", {}),
                                 progress_callback=on_progress if step.get("progress") else None,
+                                input_responses=step.get("input_responses"),
+                                request_state=step.get("request_state"),
                             )
                             outcome["result"] = dump(result)
                         finally:
