@@ -1,4 +1,5 @@
-//! The command line: `toolmesh node`, `skill-service`, `call`, `approvals`, `status`, `events`.
+//! The command line: `toolmesh node`, `skill-service`, `call`, `mcp`, `approvals`, `status`,
+//! `events`.
 //!
 //! Client commands print JSON replies on stdout (one document, or one line per event) and
 //! hints for a person on stderr; the exit code is 0 for `ok: true`, 1 for `ok: false`, 2 when
@@ -56,7 +57,8 @@ struct Cli {
 enum Command {
     /// Run a node with the given roles (configuration from TOOLMESH_* variables).
     Node {
-        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web) or `all`.
+        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web, bridge, mcp)
+        /// or `all`.
         #[arg(long, default_value = "all")]
         roles: String,
     },
@@ -118,6 +120,18 @@ enum Command {
         /// Seconds to wait for the reply (beyond --wait).
         #[arg(long, default_value_t = 150)]
         timeout: u64,
+    },
+    /// Speak MCP on standard input and output (for MCP clients that start a command): the
+    /// mesh's tools for one account, through the gateway (PROTOCOL.md "MCP front").
+    Mcp {
+        #[arg(long)]
+        account: String,
+        /// The toolmesh session of every call (default: one made for this process).
+        #[arg(long)]
+        session: Option<String>,
+        /// The tool profile listed: default, focused (core) or coding.
+        #[arg(long, default_value = "default")]
+        profile: String,
     },
     /// List, watch and decide approvals.
     Approvals {
@@ -386,6 +400,25 @@ async fn run_client(
                 hint(&approval_hint(id, &account, nats_url, approve || reject));
             }
             Ok(exit_for(&reply))
+        }
+        Command::Mcp {
+            account,
+            session,
+            profile,
+        } => {
+            let caller = toolmesh_mcp::Caller {
+                account: parse_account(&account)?,
+                profile: toolmesh_mcp::caller_profile(Some(&profile))
+                    .map_err(anyhow::Error::msg)?,
+                session: Some(session.unwrap_or_else(|| {
+                    format!("mcp-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+                })),
+            };
+            let settings = toolmesh_mcp::front_settings(&RawEnv::from_process())?;
+            toolmesh_mcp::serve_stdio(nats, settings, caller)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Approvals { action } => approvals(&nats, action).await,
         Command::Status { node } => {

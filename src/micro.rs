@@ -131,6 +131,8 @@ fn services(node: &NodeId, roles: &[Role]) -> Vec<Service> {
                 "toolmesh bridge: MCP servers served as tool providers (services mcp-<name>)",
                 vec![endpoint("cancel", public::PROVIDERS_CANCEL_ANY, "")],
             ),
+            // A client of the mesh: it serves HTTP (TOOLMESH_MCP_LISTEN), no NATS subject.
+            Role::Mcp => continue,
         };
         out.push(Service {
             name: format!("toolmesh-{role}"),

@@ -23,7 +23,7 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 7] = [
+pub const AVAILABLE_ROLES: [Role; 8] = [
     Role::Gateway,
     Role::Approval,
     Role::Workspace,
@@ -31,6 +31,7 @@ pub const AVAILABLE_ROLES: [Role; 7] = [
     Role::Sandbox,
     Role::Web,
     Role::Bridge,
+    Role::Mcp,
 ];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
@@ -151,6 +152,14 @@ pub async fn run(
     } else {
         None
     };
+    // The MCP front's settings and tokens file, read before anything connects.
+    let mut mcp_config = if roles.contains(&Role::Mcp) {
+        Some(toolmesh_mcp::McpConfig::from_env(
+            &toolmesh_kernel::config::RawEnv::from_process(),
+        )?)
+    } else {
+        None
+    };
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -263,6 +272,16 @@ pub async fn run(
                 )
                 .await?;
                 let _ = state.bridge.set(probe);
+                handle
+            }
+            Role::Mcp => {
+                let config = mcp_config.take().expect("read above");
+                let listen = config.listen;
+                let (handle, _addr) = toolmesh_mcp::spawn(nats.clone(), config, lifecycle.clone())
+                    .await
+                    .with_context(|| {
+                        format!("cannot serve MCP on {listen} (TOOLMESH_MCP_LISTEN)")
+                    })?;
                 handle
             }
             Role::Web => {

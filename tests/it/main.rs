@@ -8,6 +8,7 @@ mod cli;
 mod direct;
 mod docs;
 mod gateway;
+mod mcp;
 mod micro;
 mod node;
 mod providers;

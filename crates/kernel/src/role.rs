@@ -16,10 +16,11 @@ pub enum Role {
     Sandbox,
     Web,
     Bridge,
+    Mcp,
 }
 
 impl Role {
-    pub const ALL: [Role; 7] = [
+    pub const ALL: [Role; 8] = [
         Role::Gateway,
         Role::Approval,
         Role::Workspace,
@@ -27,6 +28,7 @@ impl Role {
         Role::Sandbox,
         Role::Web,
         Role::Bridge,
+        Role::Mcp,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +40,7 @@ impl Role {
             Role::Sandbox => "sandbox",
             Role::Web => "web",
             Role::Bridge => "bridge",
+            Role::Mcp => "mcp",
         }
     }
 
@@ -81,7 +84,7 @@ impl FromStr for Role {
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, bridge, all")
+                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, bridge, mcp, all")
             })
     }
 }

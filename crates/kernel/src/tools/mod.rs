@@ -130,6 +130,7 @@ impl Runs {
             Runs::Actor(Role::Approval) => Cow::Borrowed("approval_actor"),
             Runs::Actor(Role::Gateway) => Cow::Borrowed("gateway"),
             Runs::Actor(Role::Bridge) => Cow::Borrowed("bridge"),
+            Runs::Actor(Role::Mcp) => Cow::Borrowed("mcp_front"),
             Runs::Provider(route) => Cow::Owned(format!("provider:{}", route.service)),
         }
     }

@@ -1,0 +1,558 @@
+//! The MCP server: an rmcp `ServerHandler` that answers `tools/list` from the gateway's
+//! dispatcher and sends each `tools/call` to the gateway as an ordinary ToolRequest.
+//!
+//! It holds no call state between requests: an approval waiting for the client's answer is an
+//! approval in the approval actor, named in the `requestState` the client echoes, so the retry
+//! may reach any front node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, InputRequest, InputRequests, InputRequiredResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Map, Value};
+
+use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::{Account, VERSION};
+
+/// The key of the approval question in an `InputRequiredResult`'s `inputRequests`.
+const APPROVAL_INPUT: &str = "approval";
+
+/// How often a call waiting for an out-of-band decision says so (a progress notification).
+const WAIT_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a call's reply may take beyond its approval wait.
+const CALL_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// After an MCP cancellation: how long the gateway's `cancelled` reply may take.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// Who calls: the account (from the bearer token or `--account`), the profile and the session.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account: Account,
+    pub profile: String,
+    pub session: Option<String>,
+}
+
+/// Settings every front shares.
+#[derive(Debug, Clone)]
+pub struct FrontSettings {
+    /// `TOOLMESH_APPROVAL_IN_BAND`: an elicitation answer may decide an approval.
+    pub in_band: bool,
+    /// `TOOLMESH_MCP_APPROVAL_WAIT_S`: how long a call waits for an out-of-band decision.
+    pub approval_wait_s: u64,
+}
+
+/// The handler. Over stdio it serves one fixed caller; over HTTP the caller comes with each
+/// request (the bearer token's account, put in the request's extensions by the HTTP layer).
+#[derive(Clone)]
+pub struct Front {
+    nats: async_nats::Client,
+    settings: Arc<FrontSettings>,
+    fixed: Option<Arc<Caller>>,
+    /// Over HTTP, server-to-client requests of a legacy (handshake) client cannot be answered:
+    /// each POST is served on its own, so no node waits for the answer's POST.
+    http: bool,
+}
+
+impl Front {
+    pub fn stdio(nats: async_nats::Client, settings: FrontSettings, caller: Caller) -> Front {
+        Front {
+            nats,
+            settings: Arc::new(settings),
+            fixed: Some(Arc::new(caller)),
+            http: false,
+        }
+    }
+
+    pub fn http(nats: async_nats::Client, settings: Arc<FrontSettings>) -> Front {
+        Front {
+            nats,
+            settings,
+            fixed: None,
+            http: true,
+        }
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Caller>, McpError> {
+        if let Some(caller) = &self.fixed {
+            return Ok(caller.clone());
+        }
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Arc<Caller>>())
+            .cloned()
+            .ok_or_else(|| McpError::internal_error("the request carries no caller", None))
+    }
+
+    async fn request(&self, subject: String, body: Value, timeout: Duration) -> Value {
+        let payload = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        let request = async_nats::Request::new()
+            .payload(payload)
+            .timeout(Some(timeout));
+        match self.nats.send_request(subject, request).await {
+            Ok(reply) => serde_json::from_slice(&reply.payload).unwrap_or_else(|_| {
+                failure("internal", "the gateway's reply is not JSON; see its log")
+            }),
+            Err(e) => match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => failure(
+                    "unavailable",
+                    "no gateway answers; is a node with the role gateway running?",
+                ),
+                async_nats::RequestErrorKind::TimedOut => {
+                    failure("timeout", "the gateway did not answer in time")
+                }
+                _ => failure(
+                    "unavailable",
+                    &format!("the request to the gateway failed: {e}"),
+                ),
+            },
+        }
+    }
+
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.nats
+    }
+
+    /// The names of the profile's tools (one dispatcher `list`).
+    pub async fn tool_names(&self, caller: &Caller) -> Result<Vec<String>, Value> {
+        let list = self
+            .request(
+                public::call(&caller.account),
+                json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "profile": caller.profile}}),
+                Duration::from_secs(30),
+            )
+            .await;
+        if list.get("ok") != Some(&Value::Bool(true)) {
+            return Err(list);
+        }
+        Ok(list["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The profile's tools, each with its schema and annotations.
+    pub async fn tools(&self, caller: &Caller) -> Result<Vec<Value>, Value> {
+        let subject = public::call(&caller.account);
+        let names = self.tool_names(caller).await?;
+        let described = futures::future::join_all(names.iter().map(|name| {
+            self.request(
+                subject.clone(),
+                json!({"tool": "tool_dispatcher", "arguments": {"action": "describe", "tool_name": name, "profile": caller.profile}}),
+                Duration::from_secs(30),
+            )
+        }))
+        .await;
+        // A tool that went between list and describe is left out.
+        Ok(described
+            .into_iter()
+            .filter(|d| d.get("ok") == Some(&Value::Bool(true)))
+            .map(|d| mcp_tool(&d["tool"]))
+            .collect())
+    }
+
+    async fn call(
+        &self,
+        caller: &Caller,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        let tool = params.name.to_string();
+        // A retry after the approval question: decide, then run with the approval.
+        if let Some(state) = params.request_state.as_deref() {
+            let Some(id) = state
+                .strip_prefix("approval:")
+                .filter(|id| toolmesh_kernel::wire::is_approval_id(id))
+            else {
+                return Err(McpError::invalid_params(
+                    "requestState is not one this server made",
+                    None,
+                ));
+            };
+            let answer = params
+                .input_responses
+                .as_ref()
+                .and_then(|r| r.get(APPROVAL_INPUT))
+                .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok());
+            self.decide(caller, id, answer.as_ref()).await;
+            let reply = self.run(caller, &tool, &arguments, Some(id), 0, &ctx).await;
+            return Ok(reply_result(reply).into());
+        }
+        let capabilities = ctx.client_capabilities();
+        let can_elicit =
+            self.settings.in_band && capabilities.is_some_and(|c| c.elicitation.is_some());
+        let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        if can_elicit && (modern || !self.http) {
+            let reply = self.run(caller, &tool, &arguments, None, 0, &ctx).await;
+            let Some(approval) = approval_required(&reply) else {
+                return Ok(reply_result(reply).into());
+            };
+            let question = elicitation(&approval);
+            if modern {
+                let mut requests = InputRequests::new();
+                let request: InputRequest = serde_json::from_value(json!({
+                    "method": "elicitation/create",
+                    "params": question,
+                }))
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                requests.insert(APPROVAL_INPUT.to_owned(), request);
+                return Ok(InputRequiredResult::new(
+                    Some(requests),
+                    Some(format!("approval:{}", approval.id)),
+                )
+                .into());
+            }
+            let params: ElicitRequestParams = serde_json::from_value(question)
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let answer = ctx.peer.create_elicitation(params).await;
+            if let Err(e) = &answer {
+                tracing::info!(error = %e, "the elicitation failed; the call counts as rejected");
+            }
+            self.decide(caller, &approval.id, answer.as_ref().ok())
+                .await;
+            let reply = self
+                .run(caller, &tool, &arguments, Some(&approval.id), 0, &ctx)
+                .await;
+            return Ok(reply_result(reply).into());
+        }
+        let reply = self
+            .run(
+                caller,
+                &tool,
+                &arguments,
+                None,
+                self.settings.approval_wait_s,
+                &ctx,
+            )
+            .await;
+        Ok(reply_result(reply).into())
+    }
+
+    /// Records the client's answer: `accept` with `approve: true` approves, anything else
+    /// (also a failed elicitation) rejects. Without in-band decisions nothing is recorded.
+    async fn decide(&self, caller: &Caller, id: &str, answer: Option<&ElicitResult>) {
+        if !self.settings.in_band {
+            return;
+        }
+        let approved = answer.is_some_and(|a| {
+            a.action == ElicitationAction::Accept
+                && a.content
+                    .as_ref()
+                    .and_then(|c| c.get("approve"))
+                    .and_then(Value::as_bool)
+                    == Some(true)
+        });
+        let mut body = json!({"id": id, "approved": approved, "approver": "mcp"});
+        if !approved {
+            body["reason"] = json!("not approved at the MCP client");
+        }
+        let reply = self
+            .request(
+                public::approvals(&caller.account, ApprovalVerb::Decide),
+                body,
+                Duration::from_secs(30),
+            )
+            .await;
+        if reply.get("ok") != Some(&Value::Bool(true)) {
+            // `conflict` (decided the other way first) or gone: the call's reply says so.
+            tracing::info!(approval = id, reply = %reply, "the MCP decision was not recorded");
+        }
+    }
+
+    /// One ToolRequest to the gateway. RunEvents `stdout`/`stderr` become progress
+    /// notifications (when the request has a progress token), and so does waiting for an
+    /// approval; an MCP cancellation cancels the invocation.
+    async fn run(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &Value,
+        approval: Option<&str>,
+        wait_s: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Value {
+        let invocation = format!("mcp-{}", uuid::Uuid::new_v4().simple());
+        let mut request = if caller.profile == "default" {
+            json!({"tool": tool, "arguments": arguments})
+        } else {
+            // The dispatcher keeps the call inside the profile.
+            json!({"tool": "tool_dispatcher", "arguments": {
+                "action": "call", "tool_name": tool, "arguments": arguments,
+                "profile": caller.profile,
+            }})
+        };
+        request["invocation_id"] = json!(invocation);
+        if let Some(session) = &caller.session {
+            request["session_id"] = json!(session);
+        }
+        if let Some(id) = approval {
+            request["approval"] = json!({"id": id});
+        }
+        request["wait_for_approval_s"] = json!(wait_s);
+        let token = ctx.meta.get_progress_token();
+        let mut events = match token {
+            Some(_) => self
+                .nats
+                .subscribe(public::events(
+                    &caller.account,
+                    &toolmesh_kernel::InvocationId::parse(invocation.clone())
+                        .expect("a generated invocation id is valid"),
+                ))
+                .await
+                .ok(),
+            None => None,
+        };
+        let timeout = CALL_TIMEOUT + Duration::from_secs(wait_s);
+        let subject = public::call(&caller.account);
+        let reply = self.request(subject, request, timeout);
+        tokio::pin!(reply);
+        let mut progress = 0.0_f64;
+        let mut waiting: Option<String> = None;
+        let mut ticker = tokio::time::interval(WAIT_PROGRESS_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                reply = &mut reply => return reply,
+                _ = ctx.ct.cancelled() => {
+                    let cancel = self.request(
+                        public::cancel(&caller.account),
+                        json!({"invocation_id": invocation}),
+                        Duration::from_secs(10),
+                    );
+                    let _ = cancel.await;
+                    return tokio::time::timeout(CANCEL_GRACE, &mut reply)
+                        .await
+                        .unwrap_or_else(|_| failure("cancelled", "the call was cancelled"));
+                }
+                event = next_event(&mut events) => {
+                    let Some(event) = event else {
+                        events = None;
+                        continue;
+                    };
+                    let kind = event["kind"].as_str().unwrap_or_default();
+                    let message = match kind {
+                        "stdout" | "stderr" => event["data"].as_str().map(str::to_owned),
+                        "approval_required" => {
+                            let id = event["approval_request"]["id"].as_str()
+                                .or_else(|| event["approval_id"].as_str())
+                                .unwrap_or("?").to_owned();
+                            let text = format!("waiting for approval {id}");
+                            waiting = Some(text.clone());
+                            Some(text)
+                        }
+                        "approved" | "rejected" => {
+                            waiting = None;
+                            None
+                        }
+                        _ => None,
+                    };
+                    if let (Some(message), Some(token)) = (message, &token) {
+                        progress += 1.0;
+                        self.progress(ctx, token, progress, message).await;
+                    }
+                }
+                _ = ticker.tick(), if waiting.is_some() && token.is_some() => {
+                    if let (Some(message), Some(token)) = (&waiting, &token) {
+                        progress += 1.0;
+                        self.progress(ctx, token, progress, message.clone()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn progress(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        token: &ProgressToken,
+        progress: f64,
+        message: String,
+    ) {
+        let param: Result<ProgressNotificationParam, _> = serde_json::from_value(json!({
+            "progressToken": token,
+            "progress": progress,
+            "message": message,
+        }));
+        if let Ok(param) = param {
+            let _ = ctx.peer.notify_progress(param).await;
+        }
+    }
+}
+
+async fn next_event(events: &mut Option<async_nats::Subscriber>) -> Option<Value> {
+    match events {
+        Some(sub) => loop {
+            let msg = sub.next().await?;
+            if let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) {
+                return Some(v);
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// A reply of the call subject's failure shape made here.
+fn failure(code: &str, message: &str) -> Value {
+    json!({"ok": false, "error": code, "error_message": message})
+}
+
+struct Pending {
+    id: String,
+    request: Value,
+}
+
+fn approval_required(reply: &Value) -> Option<Pending> {
+    if reply["error"].as_str() != Some("approval_required") {
+        return None;
+    }
+    let request = reply["approval_request"].clone();
+    let id = request["id"].as_str()?.to_owned();
+    Some(Pending { id, request })
+}
+
+/// The form asking the person at the client: the tool, its risk and its arguments, and one
+/// boolean `approve`.
+fn elicitation(approval: &Pending) -> Value {
+    let r = &approval.request;
+    let message = format!(
+        "Approve {} (risk {}{})? Arguments: {}",
+        r["tool_name"].as_str().unwrap_or("?"),
+        r["risk_level"].as_str().unwrap_or("?"),
+        match r["side_effects"].as_array() {
+            Some(s) if !s.is_empty() => format!(
+                ", {}",
+                s.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => String::new(),
+        },
+        r["arguments_preview"].as_str().unwrap_or("{}"),
+    );
+    json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "approve": {
+                    "type": "boolean",
+                    "title": "Approve",
+                    "description": format!("Run this call (approval {})", approval.id),
+                },
+            },
+            "required": ["approve"],
+        },
+    })
+}
+
+/// A ToolReply as an MCP tool result: the reply as structured content and as JSON text,
+/// `isError` for `ok: false`.
+pub fn reply_result(reply: Value) -> CallToolResult {
+    let ok = reply.get("ok") == Some(&Value::Bool(true));
+    let text = serde_json::to_string(&reply).unwrap_or_default();
+    serde_json::from_value(json!({
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": reply,
+        "isError": !ok,
+    }))
+    .expect("a CallToolResult of this shape parses")
+}
+
+/// A described tool as MCP lists it. Annotations from the policy (PROTOCOL.md "MCP front").
+pub fn mcp_tool(described: &Value) -> Value {
+    let risk = described["risk_level"].as_str().unwrap_or("high");
+    let effects: Vec<&str> = described["side_effects"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let read_only = risk == "low" && effects.is_empty();
+    let destructive = matches!(risk, "high" | "critical") || effects.contains(&"workspace_delete");
+    let open_world = effects.contains(&"network_egress");
+    let mut schema = match &described["input_schema"] {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    schema
+        .entry("type")
+        .or_insert_with(|| Value::String("object".into()));
+    json!({
+        "name": described["name"],
+        "description": described["description"],
+        "inputSchema": schema,
+        "annotations": {
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+            "idempotentHint": read_only,
+            "openWorldHint": open_world,
+        },
+        "_meta": {"io.toolmesh/risk_level": risk, "io.toolmesh/group": described["group"]},
+    })
+}
+
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let mut info = Implementation::from_build_env();
+        info.name = "toolmesh".into();
+        info.version = VERSION.into();
+        ServerConfig::new(capabilities)
+            .with_server_info(info)
+            .with_instructions(
+                "toolmesh: workspace, sandbox, skills, web and provider tools behind the mesh's approvals",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let caller = self.caller(&ctx)?;
+        let tools = self.tools(&caller).await.map_err(|reply| {
+            McpError::internal_error(
+                format!(
+                    "the gateway did not list the tools: {}",
+                    reply["error_message"].as_str().unwrap_or("no reason given")
+                ),
+                Some(reply),
+            )
+        })?;
+        let tools: Vec<Tool> = tools
+            .into_iter()
+            .filter_map(|t| serde_json::from_value(t).ok())
+            .collect();
+        serde_json::from_value(json!({ "resultType": "complete", "tools": tools }))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let caller = self.caller(&ctx)?;
+        self.call(&caller, request, ctx).await
+    }
+}

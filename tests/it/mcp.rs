@@ -1,0 +1,464 @@
+//! The MCP front (PROTOCOL.md "MCP front"): the official Python MCP client
+//! (`tests/python/mcp_client.py`) against a real `toolmesh node --roles …,mcp` over
+//! streamable HTTP and against `toolmesh mcp` over stdio.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolmesh_testkit::{free_port, venv_bin};
+
+use crate::support::{Cluster, BIN};
+
+/// How long one client script may run (Python start-up on a busy machine included).
+const CLIENT_WITHIN: Duration = Duration::from_secs(120);
+
+/// A cluster with one node running the MCP front on a free port, and its tokens file:
+/// `tok-a` → acme (profile default), `tok-c` → acme (profile coding).
+struct Front {
+    c: Cluster,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Front {
+    async fn start(roles: &str, env: &[(&str, &str)]) -> Front {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.json");
+        std::fs::write(
+            &tokens,
+            json!({"tok-a": {"account": "acme"}, "tok-c": {"account": "acme", "profile": "coding"}})
+                .to_string(),
+        )
+        .unwrap();
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut all: Vec<(&str, &str)> = vec![
+            ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+            ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+        ];
+        all.extend_from_slice(env);
+        let mut c = Cluster::servers().await;
+        c.start_node(roles, &all).await;
+        Front {
+            c,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            _dir: dir,
+        }
+    }
+
+    fn http(&self, token: &str, session: &str) -> Value {
+        json!({"http": self.url, "token": token, "session": session})
+    }
+
+    /// Another node with only the role `mcp` (same tokens); its URL.
+    async fn another_front(&mut self) -> String {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let tokens = self._dir.path().join("tokens.json");
+        self.c
+            .start_node(
+                "mcp",
+                &[
+                    ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+                    ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+                ],
+            )
+            .await;
+        format!("http://127.0.0.1:{port}/mcp")
+    }
+
+    fn stdio(&self, session: &str, profile: &str, env: Value) -> Value {
+        json!({
+            "stdio": [BIN, "--nats-url", self.c.nats.url(), "mcp", "--account", "acme",
+                      "--session", session, "--profile", profile],
+            "env": env,
+        })
+    }
+
+    fn workspace_file(&self, session: &str, path: &str) -> std::path::PathBuf {
+        self.c
+            .data_dir
+            .path()
+            .join(format!("accounts/acme/sessions/{session}/workspace/{path}"))
+    }
+}
+
+/// Runs the client script with `spec` (plus `extra` members); its output lines.
+async fn client(mut spec: Value, extra: Value) -> Vec<Value> {
+    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_client.py");
+    let child = tokio::process::Command::new(venv_bin("python"))
+        .arg(script)
+        .arg(spec.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the venv's python starts");
+    let out = tokio::time::timeout(CLIENT_WITHIN, child.wait_with_output())
+        .await
+        .expect("the MCP client finishes in time")
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!({"unparsed": l})))
+        .collect();
+    assert!(
+        !lines.iter().any(|l| l.get("fatal").is_some()),
+        "the client failed: {lines:#?}"
+    );
+    lines
+}
+
+/// The line of step `i`.
+fn step(lines: &[Value], i: usize) -> &Value {
+    lines
+        .iter()
+        .find(|l| l["step"] == i)
+        .unwrap_or_else(|| panic!("no line for step {i}: {lines:#?}"))
+}
+
+/// The ToolReply a call step got (its structured content), checked against its text content
+/// and `isError`.
+fn reply(lines: &[Value], i: usize) -> Value {
+    let line = step(lines, i);
+    let result = &line["result"];
+    assert!(result.is_object(), "step {i} has no result: {line:#}");
+    let structured = result["structuredContent"].clone();
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, structured, "the text content is the reply's JSON");
+    assert_eq!(
+        result["isError"].as_bool().unwrap_or(false),
+        structured["ok"] != true,
+        "isError is !ok: {result:#}"
+    );
+    structured
+}
+
+fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {
+    tools.iter().find(|t| t["name"] == name)
+}
+
+/// The approval id an elicitation named (its schema's description says it).
+fn asked_approval(line: &Value) -> String {
+    let text = line["asked"][0]["requestedSchema"]["properties"]["approve"]["description"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no elicitation: {line:#}"));
+    let at = text.find("appr_").expect("the question names the approval");
+    text[at..].trim_end_matches(')').to_owned()
+}
+
+#[tokio::test]
+async fn http_lists_per_profile_calls_and_refuses_unknown_tokens() {
+    let f = Front::start("gateway,approval,workspace,web,mcp", &[]).await;
+    // A file to read, written in band on NATS.
+    let written =
+        f.c.call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "s1",
+                   "arguments": {"path": "notes.md", "content": "hello mcp"},
+                   "approval": {"approved": true}}),
+        )
+        .await;
+    assert_eq!(written["ok"], true, "{written}");
+
+    let lines = client(
+        f.http("tok-a", "s1"),
+        json!({"steps": [
+            {"list": true},
+            {"call": "read_workspace_file", "args": {"path": "notes.md"}},
+            {"call": "read_workspace_file", "args": {"path": 7}},
+        ]}),
+    )
+    .await;
+    assert_eq!(lines[0]["protocol_version"], "2026-07-28", "{lines:#?}");
+    let tools = step(&lines, 0)["tools"].as_array().unwrap().clone();
+    let read = tool(&tools, "read_workspace_file").expect("read_workspace_file is listed");
+    assert_eq!(read["inputSchema"]["properties"]["path"]["type"], "string");
+    assert_eq!(read["annotations"]["readOnlyHint"], true);
+    assert_eq!(read["annotations"]["destructiveHint"], false);
+    let delete = tool(&tools, "delete_workspace_file").unwrap();
+    assert_eq!(delete["annotations"]["destructiveHint"], true);
+    assert_eq!(delete["annotations"]["readOnlyHint"], false);
+    let write = tool(&tools, "write_workspace_file").unwrap();
+    assert_eq!(write["annotations"]["readOnlyHint"], false);
+    assert_eq!(write["annotations"]["destructiveHint"], false);
+    let fetch = tool(&tools, "web_fetch").expect("the default profile has web_fetch");
+    assert_eq!(fetch["annotations"]["openWorldHint"], true);
+    assert!(tool(&tools, "tool_dispatcher").is_none());
+
+    let read = reply(&lines, 1);
+    assert_eq!(read["ok"], true, "{read:#}");
+    assert!(read["content"].as_str().unwrap().contains("hello mcp"));
+    let bad = reply(&lines, 2);
+    assert_eq!(bad["error"], "invalid_arguments", "{bad:#}");
+    assert_eq!(bad["details"][0]["path"], "/path");
+
+    // The coding profile: workspace, sandbox and skills, no web.
+    let lines = client(f.http("tok-c", "s1"), json!({"steps": [{"list": true}]})).await;
+    let coding = step(&lines, 0)["tools"].as_array().unwrap().clone();
+    assert!(tool(&coding, "read_workspace_file").is_some());
+    assert!(tool(&coding, "run_command").is_some());
+    assert!(tool(&coding, "web_fetch").is_none(), "{coding:#?}");
+    assert!(tool(&coding, "component_status").is_none());
+
+    // A handshake-era client over HTTP works too.
+    let lines = client(
+        f.http("tok-a", "s1"),
+        json!({"mode": "legacy", "steps": [{"call": "read_workspace_file", "args": {"path": "notes.md"}}]}),
+    )
+    .await;
+    assert_eq!(lines[0]["protocol_version"], "2025-11-25");
+    assert_eq!(reply(&lines, 0)["ok"], true);
+
+    for token in [json!(null), json!("nope"), json!("tok-a")] {
+        let lines = client(json!({"raw_post": f.url, "token": token}), json!({})).await;
+        let expect = if token == "tok-a" { 200 } else { 401 };
+        assert_eq!(lines[0]["status"], expect, "token {token}: {lines:?}");
+    }
+}
+
+/// Elicitation accepted (file written, `decided_by: mcp`) and declined (nothing written,
+/// `approval_rejected`), over HTTP (an `InputRequiredResult`, 2026-07-28) and over stdio
+/// (an `elicitation/create` request, 2025-11-25).
+#[tokio::test]
+async fn elicitation_approves_or_rejects_a_gated_call() {
+    let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let cases = [
+        ("http", f.http("tok-c", "h1"), "h1"),
+        (
+            "stdio",
+            {
+                let mut s = f.stdio("i1", "coding", json!({}));
+                s["mode"] = json!("legacy");
+                s
+            },
+            "i1",
+        ),
+    ];
+    for (name, spec, session) in cases {
+        let write = |path: &str| json!({"call": "write_workspace_file", "args": {"path": path, "content": "yes"}});
+        let mut accepted = spec.clone();
+        accepted["elicit"] = json!("accept");
+        accepted["steps"] = json!([write("yes.txt")]);
+        let lines = client(accepted, json!({})).await;
+        let ok = reply(&lines, 0);
+        assert_eq!(ok["ok"], true, "{name}: {ok:#}");
+        assert_eq!(
+            std::fs::read_to_string(f.workspace_file(session, "yes.txt")).unwrap(),
+            "yes"
+        );
+        let id = asked_approval(step(&lines, 0));
+        let got = f.c.approvals("acme", "get", json!({"id": id})).await;
+        assert_eq!(got["approval"]["decided_by"], "mcp", "{name}: {got:#}");
+        assert_eq!(got["approval"]["status"], "used");
+
+        let mut declined = spec.clone();
+        declined["elicit"] = json!("decline");
+        declined["steps"] = json!([write("no.txt")]);
+        let lines = client(declined, json!({})).await;
+        let no = reply(&lines, 0);
+        assert_eq!(no["error"], "approval_rejected", "{name}: {no:#}");
+        assert!(!f.workspace_file(session, "no.txt").exists());
+        let id = asked_approval(step(&lines, 0));
+        let got = f.c.approvals("acme", "get", json!({"id": id})).await;
+        assert_eq!(got["approval"]["status"], "rejected");
+        assert_eq!(got["approval"]["decided_by"], "mcp");
+    }
+}
+
+/// Two front nodes: the approval question comes from one, the client's answer goes to the
+/// other, and the call runs. No front node holds the call between the two requests.
+#[tokio::test]
+async fn the_answer_to_an_elicitation_may_reach_another_front_node() {
+    let mut f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let other = f.another_front().await;
+    let args = json!({"path": "two-nodes.txt", "content": "both"});
+    let mut first = f.http("tok-c", "n1");
+    first["elicit"] = json!("accept");
+    let lines = client(
+        first,
+        json!({"steps": [{"call_once": "write_workspace_file", "args": args}]}),
+    )
+    .await;
+    let once = &step(&lines, 0)["once"];
+    assert_eq!(once["resultType"], "input_required", "{once:#}");
+    let question = &once["inputRequests"]["approval"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert_eq!(
+        question["params"]["requestedSchema"]["properties"]["approve"]["type"],
+        "boolean"
+    );
+    let state = once["requestState"].as_str().unwrap().to_owned();
+    assert!(!f.workspace_file("n1", "two-nodes.txt").exists());
+
+    let mut second = f.http("tok-c", "n1");
+    second["http"] = json!(other);
+    let lines = client(
+        second,
+        json!({"steps": [{"call": "write_workspace_file", "args": args,
+            "input_responses": {"approval": {"action": "accept", "content": {"approve": true}}},
+            "request_state": state}]}),
+    )
+    .await;
+    let ok = reply(&lines, 0);
+    assert_eq!(ok["ok"], true, "{ok:#}");
+    assert_eq!(
+        std::fs::read_to_string(f.workspace_file("n1", "two-nodes.txt")).unwrap(),
+        "both"
+    );
+}
+
+/// A client without elicitation waits; a decision from another NATS client lets the call run,
+/// and progress notifications said it was waiting.
+#[tokio::test]
+async fn a_client_without_elicitation_waits_for_an_out_of_band_decision() {
+    let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let mut requested = f.c.watch("toolmesh.v1.approvals.acme.requested").await;
+    let spec = f.http("tok-c", "w1");
+    let run = tokio::spawn(client(
+        spec,
+        json!({"steps": [{"call": "write_workspace_file", "progress": true,
+                           "args": {"path": "later.txt", "content": "approved"}}]}),
+    ));
+    let msg = tokio::time::timeout(Duration::from_secs(60), requested.next())
+        .await
+        .expect("an approval is requested")
+        .unwrap();
+    let approval: Value = serde_json::from_slice(&msg.payload).unwrap();
+    let id = approval["id"].as_str().unwrap();
+    // Let the client see a progress notification or two first.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!f.workspace_file("w1", "later.txt").exists());
+    let decided = f.c.decide("acme", id, true).await;
+    assert_eq!(decided["ok"], true, "{decided}");
+    let lines = run.await.unwrap();
+    let ok = reply(&lines, 0);
+    assert_eq!(ok["ok"], true, "{ok:#}");
+    assert_eq!(
+        std::fs::read_to_string(f.workspace_file("w1", "later.txt")).unwrap(),
+        "approved"
+    );
+    let progress = step(&lines, 0)["progress"].as_array().unwrap().clone();
+    assert!(
+        progress
+            .iter()
+            .any(|p| p.as_str().unwrap_or_default().contains(id)),
+        "progress names the approval waited for: {progress:?}"
+    );
+}
+
+/// stdout of a long command arrives as progress; cancelling the request (stdio:
+/// notifications/cancelled; HTTP: the stream closes) cancels the invocation.
+#[tokio::test]
+async fn progress_streams_and_cancellation_kills_the_command() {
+    let f = Front::start(
+        "gateway,approval,workspace,sandbox,mcp",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+            ("TOOLMESH_SANDBOX_DISK_MB", "0"),
+        ],
+    )
+    .await;
+    let lines = client(
+        f.http("tok-c", "p1"),
+        json!({"steps": [{"call": "run_command", "progress": true,
+            "args": {"command": "for i in 1 2 3; do echo line$i; sleep 0.3; done"}}]}),
+    )
+    .await;
+    let done = reply(&lines, 0);
+    assert_eq!(done["ok"], true, "{done:#}");
+    let progress: String = step(&lines, 0)["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for line in ["line1", "line2", "line3"] {
+        assert!(progress.contains(line), "{line} in progress: {progress:?}");
+    }
+
+    for (name, spec) in [
+        ("http", f.http("tok-c", "p2")),
+        ("stdio", f.stdio("p3", "coding", json!({}))),
+    ] {
+        let mut finished = f.c.watch("toolmesh.v1.events.acme.>").await;
+        let started = std::time::Instant::now();
+        let lines = client(
+            spec,
+            json!({"steps": [{"call": "run_command", "progress": true, "cancel_after_progress": 1,
+                "args": {"command": "echo started; sleep 60; echo never"}}]}),
+        )
+        .await;
+        assert_eq!(step(&lines, 0)["cancelled"], true, "{name}: {lines:#?}");
+        // The invocation ends cancelled, long before the command's 60 s.
+        let end = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(msg) = finished.next().await {
+                let event: Value = serde_json::from_slice(&msg.payload).unwrap();
+                if event["kind"] == "finished" && event["dispatched_tool_name"] == "run_command" {
+                    return event;
+                }
+            }
+            Value::Null
+        })
+        .await
+        .expect("the cancelled command finishes");
+        assert_eq!(end["error"], "cancelled", "{name}: {end:#}");
+        assert!(started.elapsed() < Duration::from_secs(45));
+    }
+}
+
+/// A provider tool is listed once its provider starts (`examples/provider.py`, a NATS micro
+/// service), and calls go to it; when it goes, a stdio client is told the list changed.
+#[tokio::test]
+async fn a_provider_tool_appears_in_the_list() {
+    let f = Front::start("gateway,approval,mcp", &[]).await;
+    let lines = client(f.http("tok-a", "v1"), json!({"steps": [{"list": true}]})).await;
+    let before = step(&lines, 0)["tools"].as_array().unwrap().clone();
+    assert!(tool(&before, "mcp_echo").is_none(), "{before:#?}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
+    let mut provider = tokio::process::Command::new(venv_bin("python"))
+        .arg(script)
+        .args([
+            "--nats",
+            &f.c.nats.url(),
+            "--name",
+            "mcpfront",
+            "--no-ticket",
+            "--echo",
+            "mcp_echo",
+        ])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start examples/provider.py");
+    let lines = client(
+        f.http("tok-a", "v1"),
+        json!({"steps": [
+            {"list": true},
+            {"wait_list_has": "mcp_echo", "within": 60},
+            {"call": "mcp_echo", "args": {"text": "hi"}},
+        ]}),
+    )
+    .await;
+    assert_eq!(step(&lines, 1)["found"], true, "{lines:#?}");
+    let echoed = reply(&lines, 2);
+    assert_eq!(echoed["ok"], true, "{echoed:#}");
+
+    // A stdio client hears notifications/tools/list_changed when the provider goes.
+    let stdio = tokio::spawn(client(
+        f.stdio("v2", "default", json!({})),
+        json!({"mode": "legacy", "steps": [{"sleep": 1}, {"wait_list_changed": 60}]}),
+    ));
+    // Its first check (at start) has seen the provider's tool.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = provider.kill().await;
+    let lines = stdio.await.unwrap();
+    assert_eq!(step(&lines, 1)["list_changed"], true, "{lines:#?}");
+}
