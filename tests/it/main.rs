@@ -15,5 +15,6 @@ mod reply_size;
 mod sandbox;
 mod skills;
 mod support;
+mod templates;
 mod web;
 mod workspace;
