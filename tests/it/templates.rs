@@ -363,6 +363,15 @@ async fn check_gvisor(c: &Cluster, session: &str) {
         status["boundary"].as_str().unwrap().contains("gVisor"),
         "{status}"
     );
+    // The sandbox's own disk (TOOLMESH_SANDBOX_DISK_MB=64) holds under gVisor too.
+    let r = tool(
+        c,
+        session,
+        "run_command",
+        json!({"command": "dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; rm -f /workspace/big"}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "No space left on device\n", "{r}");
     // The file written there came back to the workspace.
     let read = tool(c, session, "read_workspace_file", json!({"path": "f.txt"})).await;
     assert_eq!(read["content"], "     1\ton-disk\n", "{read}");
