@@ -181,6 +181,7 @@ async fn a_session_is_bound_to_its_first_template() {
     assert_eq!(status["template_id"], "small", "{status}");
     assert_eq!(status["template_bound"], true);
     assert_eq!(status["runtime"], "runc");
+    assert_eq!(status["commands"], "spawner");
     assert_eq!(status["network"], "none");
     assert_eq!(status["limits"]["memory_mb"], 300);
     assert_eq!(status["idle_ttl_seconds"], 120);
@@ -359,6 +360,8 @@ async fn check_gvisor(c: &Cluster, session: &str) {
     assert_eq!(host["Memory"], 512 * 1024 * 1024, "{host}");
     let status = tool(c, session, "sandbox_status", json!({})).await;
     assert_eq!(status["runtime"], "runsc", "{status}");
+    // The spawner cannot run under gVisor: the status says its commands are docker execs.
+    assert_eq!(status["commands"], "exec", "{status}");
     assert!(
         status["boundary"].as_str().unwrap().contains("gVisor"),
         "{status}"

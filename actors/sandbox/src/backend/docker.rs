@@ -578,6 +578,14 @@ impl Backend for DockerBackend {
          shell; shares the host kernel"
     }
 
+    fn commands(&self, runtime: Option<&str>) -> &'static str {
+        if self.spawner.is_some() && runs_spawner(runtime) {
+            "spawner"
+        } else {
+            "exec"
+        }
+    }
+
     async fn check(&self) -> Result<(), BackendError> {
         let docker = self.client().await?;
         let mut runtimes_checked: Vec<&str> = Vec::new();

@@ -248,6 +248,12 @@ pub trait Backend: Send + Sync + 'static {
     fn sandbox_group(&self) -> Option<u32> {
         None
     }
+    /// How a sandbox of `runtime` runs its commands: `spawner` (a fork by the spawner inside
+    /// it) or `exec` (a `docker exec` each), as `sandbox_status` says.
+    fn commands(&self, runtime: Option<&str>) -> &'static str {
+        let _ = runtime;
+        "spawner"
+    }
     /// Can this backend run here (image present, Docker reachable, bwrap installed)?
     async fn check(&self) -> Result<(), BackendError>;
     /// Creates and starts a sandbox; returns once a command can run in it.

@@ -74,6 +74,7 @@ impl SandboxService {
             "template_id": template.name,
             "image": template.image,
             "runtime": template.runtime_name(),
+            "commands": self.pool.backend.commands(template.limits.runtime.as_deref()),
             "network": template.network.wire_name(),
             "timeout_seconds": self.default_timeout.as_secs(),
             "ttl_seconds": Value::Null,
