@@ -366,7 +366,10 @@ fn raw_spec(run_id: u32, scope: &str, data: &Path, name: &str) -> SandboxSpec {
             cpus: 1.0,
             network: "none".into(),
             tmpfs_mb: 256,
+            runtime: None,
         },
+        image: None,
+        env: Vec::new(),
     }
 }
 

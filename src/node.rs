@@ -160,6 +160,15 @@ pub async fn run(
     } else {
         None
     };
+    // The sandbox templates, validated before anything connects the same way.
+    let templates = if roles.contains(&Role::Sandbox) {
+        Some(toolmesh_sandbox::templates::Templates::from_env(
+            &toolmesh_kernel::config::RawEnv::from_process(),
+            &config.sandbox,
+        )?)
+    } else {
+        None
+    };
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -251,6 +260,9 @@ pub async fn run(
                         redis_url: config.redis_url.clone(),
                         budget_chars: config.result_budget_chars,
                         skill_runner: config.skills.runner_command.clone(),
+                        templates: templates.clone().unwrap_or_else(|| {
+                            toolmesh_sandbox::templates::Templates::only_default(&config.sandbox)
+                        }),
                     },
                     cluster.clone(),
                     lifecycle.clone(),

@@ -16,5 +16,6 @@ mod reply_size;
 mod sandbox;
 mod skills;
 mod support;
+mod templates;
 mod web;
 mod workspace;

@@ -15,8 +15,8 @@ use crate::support::Cluster;
 const IMAGE: &str = "toolmesh/sandbox:latest";
 
 /// A cluster whose sandbox containers are removed on drop, whatever happened.
-struct SandboxCluster {
-    c: Cluster,
+pub(crate) struct SandboxCluster {
+    pub(crate) c: Cluster,
 }
 
 impl std::ops::Deref for SandboxCluster {
@@ -66,18 +66,18 @@ fn containers_of(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn unique_prefix() -> String {
+pub(crate) fn unique_prefix() -> String {
     format!("sbxt{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
 }
 
-const BASE_ENV: [(&str, &str); 3] = [
+pub(crate) const BASE_ENV: [(&str, &str); 3] = [
     ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
     ("TOOLMESH_SANDBOX_WARM", "1"),
     ("TOOLMESH_SANDBOX_MEMORY_MB", "256"),
 ];
 
 /// One node with every role this test needs, Docker backend.
-async fn cluster_with(extra: &[(&str, &str)]) -> SandboxCluster {
+pub(crate) async fn cluster_with(extra: &[(&str, &str)]) -> SandboxCluster {
     let mut c = Cluster::servers().await;
     c.node_prefix = unique_prefix();
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
@@ -91,7 +91,7 @@ async fn cluster() -> SandboxCluster {
     cluster_with(&[]).await
 }
 
-async fn tool(c: &Cluster, session: &str, name: &str, args: Value) -> Value {
+pub(crate) async fn tool(c: &Cluster, session: &str, name: &str, args: Value) -> Value {
     tool_as(c, "acme", session, name, args).await
 }
 
@@ -103,7 +103,7 @@ async fn tool_as(c: &Cluster, account: &str, session: &str, name: &str, args: Va
     .await
 }
 
-fn docker_inspect(sandbox_id: &str) -> Value {
+pub(crate) fn docker_inspect(sandbox_id: &str) -> Value {
     let out = Command::new("docker")
         .args(["inspect", &format!("toolmesh-{sandbox_id}")])
         .output()
@@ -230,7 +230,10 @@ async fn sessions_reuse_their_sandbox_and_are_separated() {
             "sandbox_status lacks {field}: {status}"
         );
     }
-    assert_eq!(status["template_id"], IMAGE);
+    // PROTOCOL.md "Sandbox templates": the template's name, and its image beside it.
+    assert_eq!(status["template_id"], "default");
+    assert_eq!(status["template_bound"], true);
+    assert_eq!(status["image"], IMAGE);
     let fresh = tool(&c, "s9", "sandbox_status", json!({})).await;
     assert_eq!(fresh["ok"], true, "{fresh}");
     assert_eq!(

@@ -173,6 +173,7 @@ pub fn component_status(
             "workers": workers.len(),
             "capacity": workers.iter().map(|s| s.capacity).sum::<u64>(),
             "in_use": workers.iter().map(|s| s.in_use).sum::<u64>(),
+            "templates": templates_of(&workers),
             "tools": names_of(registry, ToolGroup::Sandbox),
         },
         "workspace": {
@@ -197,6 +198,42 @@ pub fn component_status(
         // Tool providers this gateway discovered (PROTOCOL.md "Tool providers").
         "providers": providers,
     }))
+}
+
+/// The sandbox templates of the live workers, by name (the first worker's settings of each),
+/// with their warm sandboxes and sessions summed and how many workers have each.
+fn templates_of(workers: &[&toolmesh_kernel::wire::SandboxCapacity]) -> Vec<Value> {
+    let mut by_name: BTreeMap<&str, (Value, u64, u64, u64)> = BTreeMap::new();
+    for template in workers.iter().flat_map(|w| &w.templates) {
+        let entry = by_name.entry(template.name.as_str()).or_insert_with(|| {
+            (
+                json!({
+                    "name": template.name,
+                    "image": template.image,
+                    "runtime": template.runtime,
+                    "network": template.network,
+                    "memory_mb": template.memory_mb,
+                    "cpus": template.cpus,
+                    "pids": template.pids,
+                }),
+                0,
+                0,
+                0,
+            )
+        });
+        entry.1 += template.warm;
+        entry.2 += template.in_use;
+        entry.3 += 1;
+    }
+    by_name
+        .into_values()
+        .map(|(mut value, warm, in_use, workers)| {
+            value["warm"] = warm.into();
+            value["in_use"] = in_use.into();
+            value["workers"] = workers.into();
+            value
+        })
+        .collect()
 }
 
 /// Whether some live node runs the actor of this tool; a provider tool is in the registry

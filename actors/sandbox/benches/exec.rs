@@ -41,7 +41,10 @@ async fn main() {
             cpus: 1.0,
             network: "none".into(),
             tmpfs_mb: 64,
+            runtime: None,
         },
+        image: None,
+        env: Vec::new(),
     };
     let sandbox = backend.create(&spec).await.expect("create sandbox");
     let docker = Docker::connect_with_local_defaults()

@@ -111,7 +111,10 @@ async fn bench_backend(name: &str, backend: &dyn Backend, idle: &[usize], iterat
             cpus: 1.0,
             network: "none".into(),
             tmpfs_mb: 64,
+            runtime: None,
         },
+        image: None,
+        env: Vec::new(),
     };
     let sandbox = backend.create(&spec_).await.expect("create sandbox");
     eprintln!("{name} backend, {iterations} commands per row:");

@@ -14,12 +14,14 @@ pub mod disk;
 pub mod egress;
 pub mod exec;
 pub mod mirror;
+pub mod network;
 pub mod output;
 pub mod pool;
 pub mod registry;
 pub mod remove;
 pub mod skills;
 pub mod tasks;
+pub mod templates;
 pub mod tools;
 mod worker;
 
@@ -32,13 +34,14 @@ use toolmesh_kernel::config::{DockerCommands, SandboxBackend, SandboxConfig};
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
-use toolmesh_kernel::wire::SandboxCapacity;
+use toolmesh_kernel::wire::{SandboxCapacity, SandboxTemplateStatus};
 use toolmesh_kernel::{NodeId, Role};
 
 use crate::backend::spawner::Spawner;
-use crate::backend::{Backend, SandboxLimits};
+use crate::backend::Backend;
 use crate::mirror::SyncLimits;
 use crate::pool::{Pool, PoolSettings};
+use crate::templates::Templates;
 
 /// What the sandbox actor needs besides NATS.
 #[derive(Debug, Clone)]
@@ -51,6 +54,8 @@ pub struct SandboxSettings {
     pub budget_chars: usize,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`: what `execute_skills` runs (`sh -c`), if anything.
     pub skill_runner: Option<String>,
+    /// `TOOLMESH_SANDBOX_TEMPLATES` (read before the node connects), or only `default`.
+    pub templates: Templates,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +67,9 @@ pub enum SandboxStartError {
     /// `TOOLMESH_SANDBOX_DISK_MB` asks for a disk per sandbox that this worker cannot make.
     #[error("the sandbox role cannot start: {0}")]
     Disk(String),
+    /// A template this worker cannot make sandboxes of.
+    #[error("the sandbox role cannot start: {0}")]
+    Template(String),
     #[error("cannot subscribe to the sandbox subjects: {0}")]
     Subscribe(#[from] async_nats::SubscribeError),
     #[error("the NATS server did not confirm the subscription: {0}")]
@@ -74,22 +82,48 @@ pub struct CapacityProbe(Arc<Pool>);
 
 impl CapacityProbe {
     pub fn capacity(&self) -> SandboxCapacity {
+        let pool = &self.0;
+        let in_use = pool.in_use_by_template();
         SandboxCapacity {
-            backend: self.0.backend.wire_name().to_owned(),
-            capacity: self.0.settings.max_sessions as u64,
-            in_use: self.0.in_use() as u64,
+            backend: pool.backend.wire_name().to_owned(),
+            capacity: pool.settings.max_sessions as u64,
+            in_use: pool.in_use() as u64,
+            templates: pool
+                .settings
+                .templates
+                .iter()
+                .map(|t| SandboxTemplateStatus {
+                    name: t.name.clone(),
+                    image: t.image.clone(),
+                    runtime: t.runtime_name().to_owned(),
+                    network: t.network.wire_name().to_owned(),
+                    memory_mb: t.limits.memory_mb,
+                    cpus: t.limits.cpus,
+                    pids: t.limits.pids,
+                    warm: pool.warm_ready(&t.name) as u64,
+                    in_use: in_use.get(&t.name).copied().unwrap_or(0) as u64,
+                })
+                .collect(),
         }
     }
 }
 
-async fn make_backend(config: &SandboxConfig) -> Result<Arc<dyn Backend>, SandboxStartError> {
+async fn make_backend(
+    config: &SandboxConfig,
+    templates: &Templates,
+) -> Result<Arc<dyn Backend>, SandboxStartError> {
     Ok(match config.backend {
         SandboxBackend::Docker => {
             let docker = backend::docker::DockerBackend::new(
                 config.image.clone(),
                 config.allowed_images.clone(),
             )
-            .map_err(SandboxStartError::Backend)?;
+            .map_err(SandboxStartError::Backend)?
+            .with_needs(
+                templates
+                    .iter()
+                    .map(|t| (t.image.clone(), t.limits.runtime.clone())),
+            );
             Arc::new(match config.docker_commands {
                 DockerCommands::Spawner => docker.with_spawner(stage_spawner(&config.dir).await?),
                 DockerCommands::Exec => docker,
@@ -143,7 +177,8 @@ pub async fn spawn(
             .map_err(|e| SandboxStartError::Disk(e.to_string()))?
             .map_err(SandboxStartError::Disk)?;
     }
-    let backend = make_backend(config).await?;
+    let templates = checked_templates(&settings)?;
+    let backend = make_backend(config, &templates).await?;
     let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
     let pool = Arc::new(Pool::new(
@@ -151,20 +186,9 @@ pub async fn spawn(
         PoolSettings {
             node: settings.node.clone(),
             dir: config.dir.clone(),
-            limits: SandboxLimits {
-                memory_mb: config.memory_mb,
-                pids: config.pids,
-                cpus: config.cpus,
-                network: config.network.clone(),
-                tmpfs_mb: config.tmpfs_mb,
-            },
+            templates,
             max_sessions: config.max_sessions,
             idle_ttl: config.idle_ttl,
-            warm: if config.backend == SandboxBackend::Docker {
-                config.warm
-            } else {
-                0
-            },
             concurrency: config.concurrency,
             sync_limits: SyncLimits {
                 max_files: config.sync_max_files,
@@ -202,7 +226,6 @@ pub async fn spawn(
             config.worker_output_max_bytes,
         ),
         handovers: crate::output::Handover::worker_slots(),
-        image: config.image.clone(),
         skill_runner: settings.skill_runner.clone(),
     });
     let shared = client
@@ -245,6 +268,37 @@ pub async fn spawn(
     Ok((handle, CapacityProbe(pool)))
 }
 
+/// The worker's templates, checked against its backend: each one's network can be given
+/// ([`network::check`]), and only Docker runs a runtime of a template's choosing. The process
+/// backend keeps no warm sandboxes.
+fn checked_templates(settings: &SandboxSettings) -> Result<Templates, SandboxStartError> {
+    let templates = settings.templates.clone();
+    for template in templates.iter() {
+        network::check(template).map_err(|e| SandboxStartError::Template(e.to_string()))?;
+        let runtime = template.limits.runtime.as_deref();
+        if settings.config.docker_commands == DockerCommands::Spawner
+            && !backend::docker::runs_spawner(runtime)
+        {
+            tracing::info!(
+                template = %template.name,
+                runtime = template.runtime_name(),
+                "this runtime cannot run the sandbox spawner (no child subreaper); the template's sandboxes run commands by docker exec"
+            );
+        }
+        if settings.config.backend != SandboxBackend::Docker && template.limits.runtime.is_some() {
+            return Err(SandboxStartError::Template(format!(
+                "sandbox template {:?} names the runtime {:?}, which only the docker backend runs (TOOLMESH_SANDBOX_BACKEND=docker)",
+                template.name,
+                template.runtime_name()
+            )));
+        }
+    }
+    Ok(match settings.config.backend {
+        SandboxBackend::Docker => templates,
+        SandboxBackend::Process => templates.without_warm(),
+    })
+}
+
 /// Reclaims idle sessions, keeps registry entries alive, and removes sandboxes that dead
 /// workers on this Docker host left behind.
 async fn housekeeping(
@@ -252,8 +306,14 @@ async fn housekeeping(
     cluster: Arc<ClusterView>,
     drain: tokio_util::sync::CancellationToken,
 ) {
-    let sweep_every =
-        (pool.settings.idle_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    let shortest = pool
+        .settings
+        .templates
+        .iter()
+        .map(|t| t.idle_ttl)
+        .min()
+        .unwrap_or(pool.settings.idle_ttl);
+    let sweep_every = (shortest / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
     // Wait until the cluster view has heard every live node before judging orphans.
     let mut next_reap = tokio::time::Instant::now() + HEARTBEAT_EXPIRY + Duration::from_secs(2);
     loop {

@@ -1,8 +1,14 @@
 //! The pool of one worker: the sandboxes of the sessions it holds, a few started ones kept
 //! warm for new sessions, and the cap on commands running at once.
 //!
+//! Each sandbox is made from a template ([`crate::templates`]); each template has a warm pool
+//! of its own, filled only when the template declares `warm > 0` or once it has been used on
+//! this worker ([`LAZY_WARM`] then, unless it declares `warm = 0`).
+//!
 //! Invariants:
 //! * one sandbox per `(account, session)` on this worker; the registry says which worker;
+//! * a session's sandbox is of one template for its whole life (a call naming another is
+//!   refused `conflict` before it reaches the pool);
 //! * a session's sandbox is created at most once at a time (a per-session `OnceCell`), so two
 //!   first calls of one session racing each other share one sandbox;
 //! * a sandbox leaves the pool only when no call and no background task uses it;
@@ -24,10 +30,11 @@ use tokio::sync::{OnceCell, Semaphore};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
 
-use crate::backend::{Backend, BackendError, SandboxLimits, SandboxRef, SandboxSpec};
+use crate::backend::{Backend, BackendError, SandboxRef, SandboxSpec};
 use crate::mirror::{Mirror, SyncLimits};
 use crate::registry::{Claim, SessionRegistry};
 use crate::tasks::TaskTable;
+use crate::templates::{Template, Templates, LAZY_WARM};
 
 /// `(account, session)`.
 pub type SessionKey = (Account, SessionId);
@@ -38,10 +45,11 @@ pub struct PoolSettings {
     pub node: NodeId,
     /// This worker's sandboxes live under `<dir>/<node>/<sandbox_id>/workspace`.
     pub dir: PathBuf,
-    pub limits: SandboxLimits,
+    /// What sandboxes are made from: limits, image, runtime, network, warm pool, idle TTL.
+    pub templates: Templates,
     pub max_sessions: usize,
+    /// The default template's idle TTL: the housekeeping's pace and the registry's lease.
     pub idle_ttl: Duration,
-    pub warm: usize,
     pub concurrency: usize,
     pub sync_limits: SyncLimits,
     /// Each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`, [`crate::disk`]): its folder
@@ -54,6 +62,8 @@ pub struct Session {
     pub account: Account,
     pub session_id: SessionId,
     pub sandbox: SandboxRef,
+    /// What the sandbox was made from; the session is bound to it.
+    pub template: Arc<Template>,
     pub created_at_ms: u64,
     last_used: Mutex<(Instant, u64)>,
     /// Pull before a command, push after; one sync at a time per session.
@@ -155,9 +165,12 @@ pub struct Pool {
     registry: SessionRegistry,
     sync: WorkspaceSync,
     sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
-    warm: Mutex<VecDeque<SandboxRef>>,
-    /// Warm sandboxes being created (they count towards the warm pool's size).
-    warming: AtomicUsize,
+    /// Started sandboxes ready for new sessions, by template.
+    warm: Mutex<HashMap<String, VecDeque<SandboxRef>>>,
+    /// Warm sandboxes being created, by template (they count towards its warm pool's size).
+    warming: Mutex<HashMap<String, usize>>,
+    /// Templates a session of this worker has used: their warm pools are kept filled.
+    used: Mutex<HashSet<String>>,
     /// Sandbox creations and evictions in flight ([`Busy`]); shutdown waits until none is
     /// left, told by `idle`.
     busy: AtomicUsize,
@@ -239,8 +252,9 @@ impl Pool {
             registry,
             sync,
             sessions: Mutex::new(HashMap::new()),
-            warm: Mutex::new(VecDeque::new()),
-            warming: AtomicUsize::new(0),
+            warm: Mutex::new(HashMap::new()),
+            warming: Mutex::new(HashMap::new()),
+            used: Mutex::new(HashSet::new()),
             busy: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -309,7 +323,8 @@ impl Pool {
             .warm
             .lock()
             .expect("warm lock")
-            .iter()
+            .values()
+            .flatten()
             .map(|s| s.sandbox_id.clone())
             .collect();
         held.extend(
@@ -401,6 +416,17 @@ impl Pool {
             .count()
     }
 
+    /// Sessions held here, by template.
+    pub fn in_use_by_template(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for cell in self.sessions.lock().expect("sessions lock").values() {
+            if let Some(session) = cell.get() {
+                *counts.entry(session.template.name.clone()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
     /// The session's sandbox if this worker holds it.
     pub fn local(&self, key: &SessionKey) -> Option<SessionUse> {
         let sessions = self.sessions.lock().expect("sessions lock");
@@ -409,22 +435,27 @@ impl Pool {
         Some(SessionUse(session))
     }
 
-    /// Opens the session's sandbox here: the local one, or a new one (warm if one is ready)
-    /// claimed in the registry. `replacing`: the holder the caller found gone.
+    /// Opens the session's sandbox here: the local one, or a new one of `template` (warm if
+    /// one is ready) claimed in the registry. `replacing`: the holder the caller found gone.
+    /// A local one of another template (two first calls racing) is `conflict`.
     pub async fn open(
         self: &Arc<Self>,
         key: &SessionKey,
         replacing: Option<&NodeId>,
+        template: &Arc<Template>,
     ) -> Result<SessionUse, OpenError> {
         let cell = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             sessions.entry(key.clone()).or_default().clone()
         };
         let result = cell
-            .get_or_try_init(|| self.create_session(key, replacing, &cell))
+            .get_or_try_init(|| self.create_session(key, replacing, &cell, template))
             .await
             .cloned();
         match result {
+            Ok(session) if session.template.name != template.name => Err(OpenError::Failed(
+                crate::templates::bound_elsewhere(&session.template.name, &template.name),
+            )),
             Ok(session) => {
                 session.active.fetch_add(1, Ordering::AcqRel);
                 Ok(SessionUse(session))
@@ -445,6 +476,7 @@ impl Pool {
         key: &SessionKey,
         replacing: Option<&NodeId>,
         cell: &Arc<OnceCell<Arc<Session>>>,
+        template: &Arc<Template>,
     ) -> Result<Arc<Session>, OpenError> {
         if self.in_use() >= self.settings.max_sessions && !self.evict_idle() {
             return Err(OpenError::Failed(
@@ -461,18 +493,27 @@ impl Pool {
         // The claim names the warm sandbox this session gets or the id of the one created
         // for it once the claim holds (callers skip the registry lookup for a new session, so
         // it may find the session held elsewhere).
-        let warm = self.warm.lock().expect("warm lock").pop_front();
+        self.used
+            .lock()
+            .expect("used lock")
+            .insert(template.name.clone());
+        let warm = self
+            .warm
+            .lock()
+            .expect("warm lock")
+            .get_mut(&template.name)
+            .and_then(VecDeque::pop_front);
         let (sandbox, claim) = match warm {
             // The session gets the started sandbox at once and its claim settles meanwhile
             // (a Redis round trip beside the first command's exec creation, not before it).
             Some(sandbox) => {
-                let claim = self.claim_in_background(key, replacing, &sandbox, cell);
+                let claim = self.claim_in_background(key, replacing, &sandbox, cell, template);
                 (sandbox, claim)
             }
             None => {
                 let sandbox_id = new_sandbox_id();
                 self.claim(key, replacing, &sandbox_id).await?;
-                let sandbox = match self.create_sandbox(sandbox_id).await {
+                let sandbox = match self.create_sandbox(sandbox_id, template).await {
                     // Shutdown runs once every call has been answered: this session is in
                     // the pool by then.
                     Ok((sandbox, _busy)) => sandbox,
@@ -499,6 +540,7 @@ impl Pool {
             account = %account,
             session = %session_id,
             sandbox = %sandbox.sandbox_id,
+            template = %template.name,
             "session sandbox ready"
         );
         let now = toolmesh_kernel::time::now_ms();
@@ -506,6 +548,7 @@ impl Pool {
             account: account.clone(),
             session_id: session_id.clone(),
             sandbox,
+            template: template.clone(),
             created_at_ms: now,
             last_used: Mutex::new((Instant::now(), now)),
             mirror: tokio::sync::Mutex::new(mirror),
@@ -544,8 +587,10 @@ impl Pool {
         replacing: Option<&NodeId>,
         sandbox: &SandboxRef,
         cell: &Arc<OnceCell<Arc<Session>>>,
+        template: &Template,
     ) -> SessionClaim {
         let (pool, key, replacing) = (self.clone(), key.clone(), replacing.cloned());
+        let template = template.name.clone();
         let (sandbox, cell) = (sandbox.clone(), cell.clone());
         let task = tokio::spawn(async move {
             let claimed = pool
@@ -558,7 +603,7 @@ impl Pool {
                         sessions.remove(&key);
                     }
                 }
-                pool.give_back(sandbox).await;
+                pool.give_back(sandbox, &template).await;
             }
             claimed
         });
@@ -575,15 +620,22 @@ impl Pool {
 
     /// A sandbox taken for a claim that failed goes back to the warm pool (nothing ran in
     /// it), or away once the pool has shut down.
-    async fn give_back(&self, sandbox: SandboxRef) {
+    async fn give_back(&self, sandbox: SandboxRef, template: &str) {
         let id = sandbox.sandbox_id.clone();
-        self.warm.lock().expect("warm lock").push_front(sandbox);
+        self.warm
+            .lock()
+            .expect("warm lock")
+            .entry(template.to_owned())
+            .or_default()
+            .push_front(sandbox);
         if self.closed.load(Ordering::Acquire) {
             // Shut down meanwhile: take it out again unless the shutdown's drain did.
             let taken = {
                 let mut warm = self.warm.lock().expect("warm lock");
-                let at = warm.iter().position(|s| s.sandbox_id == id);
-                at.and_then(|i| warm.remove(i))
+                warm.get_mut(template).and_then(|warm| {
+                    let at = warm.iter().position(|s| s.sandbox_id == id);
+                    at.and_then(|i| warm.remove(i))
+                })
             };
             if let Some(sandbox) = taken {
                 self.discard(&sandbox).await;
@@ -596,8 +648,11 @@ impl Pool {
     async fn create_sandbox(
         &self,
         sandbox_id: String,
+        template: &Template,
     ) -> Result<(SandboxRef, Busy<'_>), ToolError> {
         let busy = self.begin().ok_or_else(shutting_down)?;
+        let network = crate::network::network_of(template)
+            .map_err(|e| ToolError::new(ErrorCode::Unavailable, e.to_string()))?;
         self.node_dir_ready().await?;
         let folder = self.node_dir().join(&sandbox_id);
         self.attach_disk(&folder).await?;
@@ -606,7 +661,12 @@ impl Pool {
             sandbox_id,
             node_id: self.settings.node.as_str().to_owned(),
             scope: self.scope(),
-            limits: self.settings.limits.clone(),
+            limits: crate::backend::SandboxLimits {
+                network: network.mode,
+                ..template.limits.clone()
+            },
+            image: Some(template.image.clone()),
+            env: network.env,
         };
         let sandbox = match self.backend.create(&spec).await {
             Ok(sandbox) => sandbox,
@@ -651,28 +711,77 @@ impl Pool {
         remove_folder_of(sandbox).await;
     }
 
-    /// Tops the warm pool up to its size (sandboxes being created count).
-    pub async fn fill_warm(self: &Arc<Self>) {
-        loop {
-            let have =
-                self.warm.lock().expect("warm lock").len() + self.warming.load(Ordering::Acquire);
-            if have >= self.settings.warm {
-                return;
+    /// How many warm sandboxes of `template` this worker keeps: what it declares, else
+    /// [`LAZY_WARM`] once a session here has used it (none before).
+    pub fn warm_target(&self, template: &Template) -> usize {
+        template.warm.unwrap_or_else(|| {
+            if self
+                .used
+                .lock()
+                .expect("used lock")
+                .contains(&template.name)
+            {
+                LAZY_WARM
+            } else {
+                0
             }
-            self.warming.fetch_add(1, Ordering::AcqRel);
+        })
+    }
+
+    /// Warm sandboxes of `template` ready now.
+    pub fn warm_ready(&self, template: &str) -> usize {
+        self.warm
+            .lock()
+            .expect("warm lock")
+            .get(template)
+            .map_or(0, VecDeque::len)
+    }
+
+    /// Tops every template's warm pool up to its size (sandboxes being created count), one
+    /// template after the other.
+    pub async fn fill_warm(self: &Arc<Self>) {
+        let templates: Vec<Arc<Template>> = self.settings.templates.iter().cloned().collect();
+        for template in templates {
+            self.fill_warm_of(&template).await;
+        }
+    }
+
+    async fn fill_warm_of(self: &Arc<Self>, template: &Template) {
+        let name = &template.name;
+        loop {
+            {
+                let warming = self.warming.lock().expect("warming lock");
+                let have = self.warm_ready(name) + warming.get(name.as_str()).copied().unwrap_or(0);
+                if have >= self.warm_target(template) {
+                    return;
+                }
+            }
+            *self
+                .warming
+                .lock()
+                .expect("warming lock")
+                .entry(name.clone())
+                .or_default() += 1;
             // Busy until it is in the warm pool, so that shutdown waits for it and then finds
             // it there (one finished after shutdown began is removed by `create_sandbox`).
-            let created = match self.create_sandbox(new_sandbox_id()).await {
+            let created = match self.create_sandbox(new_sandbox_id(), template).await {
                 Ok((sandbox, busy)) => {
-                    self.warm.lock().expect("warm lock").push_back(sandbox);
+                    self.warm
+                        .lock()
+                        .expect("warm lock")
+                        .entry(name.clone())
+                        .or_default()
+                        .push_back(sandbox);
                     drop(busy);
                     Ok(())
                 }
                 Err(e) => Err(e),
             };
-            self.warming.fetch_sub(1, Ordering::AcqRel);
+            if let Some(n) = self.warming.lock().expect("warming lock").get_mut(name) {
+                *n -= 1;
+            }
             if let Err(e) = created {
-                tracing::warn!(error = %e, "cannot create a warm sandbox");
+                tracing::warn!(error = %e, template = %name, "cannot create a warm sandbox");
                 return;
             }
         }
@@ -772,7 +881,7 @@ impl Pool {
                 Some(Ok(())) => {}
             }
             let idle = session.last_used().0.elapsed();
-            if idle >= self.settings.idle_ttl && !session.busy() {
+            if idle >= session.template.idle_ttl && !session.busy() {
                 self.remove(&key, &session).await;
                 continue;
             }
@@ -808,7 +917,13 @@ impl Pool {
         for (key, session) in all {
             self.remove(&key, &session).await;
         }
-        let warm: Vec<SandboxRef> = self.warm.lock().expect("warm lock").drain(..).collect();
+        let warm: Vec<SandboxRef> = self
+            .warm
+            .lock()
+            .expect("warm lock")
+            .drain()
+            .flat_map(|(_, warm)| warm)
+            .collect();
         for sandbox in warm {
             self.discard(&sandbox).await;
         }

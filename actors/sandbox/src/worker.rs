@@ -31,6 +31,7 @@ use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 use tracing::Instrument;
 
 use crate::pool::{OpenError, SessionKey, SessionUse};
+use crate::templates::{bound_elsewhere, Template};
 use crate::tools::{creates_sandbox, Answer, SandboxService};
 
 /// A routed call; `forwarded` when another worker handed it to this one.
@@ -235,8 +236,12 @@ impl SandboxWorker {
         self.service.precheck(call)?;
         self.check_health().await?;
         let key = session_key(call)?;
+        let named = self.service.named_template(call).await?;
         let pool = &self.service.pool;
         if let Some(session) = pool.local(&key) {
+            if let Some(named) = named.as_ref().filter(|t| t.name != session.template.name) {
+                return Err(bound_elsewhere(&session.template.name, &named.name).into());
+            }
             // A session whose claim is still on its way (its first call is running) is used
             // once the claim holds; a lost one has left the pool, so look again.
             if session.claimed().await.is_ok() {
@@ -259,15 +264,29 @@ impl SandboxWorker {
         }
         // Claim without looking first: a new session (the usual case here) costs one registry
         // round trip, not two; a claim that finds the session held goes to `place_refused`.
-        pool.open(&key, None).await.map(Target::opened)
+        let template = self.template_or_default(named);
+        pool.open(&key, None, &template).await.map(Target::opened)
+    }
+
+    /// The template a new sandbox of the call is made from.
+    fn template_or_default(&self, named: Option<Arc<Template>>) -> Arc<Template> {
+        named.unwrap_or_else(|| {
+            self.service
+                .pool
+                .settings
+                .templates
+                .default_template()
+                .clone()
+        })
     }
 
     /// Opens the call's session here in place of `gone`, its holder that is no longer live.
     async fn take_over(&self, call: &ActorCall, gone: &NodeId) -> Result<Target, OpenError> {
         let key = session_key(call)?;
+        let template = self.template_or_default(self.service.named_template(call).await?);
         self.service
             .pool
-            .open(&key, Some(gone))
+            .open(&key, Some(gone), &template)
             .await
             .map(Target::opened)
     }

@@ -33,6 +33,7 @@ fn limits() -> SandboxLimits {
         cpus: 1.0,
         network: "none".into(),
         tmpfs_mb: 64,
+        runtime: None,
     }
 }
 
@@ -147,6 +148,8 @@ impl Sandbox {
             scope: scope.into(),
             workspace_dir: workspace.path().join("ws"),
             limits,
+            image: None,
+            env: Vec::new(),
         };
         let sandbox = backend.create(&spec).await.expect("create sandbox");
         Self {
@@ -675,6 +678,7 @@ async fn docker_container_is_hardened() {
         cpus: 0.5,
         network: "none".into(),
         tmpfs_mb: 32,
+        runtime: None,
     };
     let sbx = Sandbox::docker_with(limits, "node-hard").await;
     let inspect = sbx.inspect().await;
@@ -818,6 +822,8 @@ async fn docker_spawner_that_cannot_start_names_the_way_out() {
         scope: unique("scope"),
         workspace_dir: workspace.path().join("ws"),
         limits: limits(),
+        image: None,
+        env: Vec::new(),
     };
     let err = backend.create(&spec).await.unwrap_err();
     let BackendError::Failed(message) = &err else {
@@ -1244,6 +1250,8 @@ async fn process_sandbox_that_cannot_start_is_unavailable_at_once() {
         scope: "process".into(),
         workspace_dir: workspace.path().join("ws"),
         limits: limits(),
+        image: None,
+        env: Vec::new(),
     };
     let began = std::time::Instant::now();
     let err = backend.create(&spec).await.unwrap_err();

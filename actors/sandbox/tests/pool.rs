@@ -17,7 +17,13 @@ use toolmesh_sandbox::backend::{Backend, SandboxLimits, LABEL_NODE};
 use toolmesh_sandbox::mirror::SyncLimits;
 use toolmesh_sandbox::pool::{OpenError, Pool, PoolSettings, SessionKey};
 use toolmesh_sandbox::registry::{Claim, SessionRegistry};
+use toolmesh_sandbox::templates::{Network, Template, Templates};
 use toolmesh_testkit::{NatsServer, RedisServer};
+
+/// The pool's only template.
+fn dflt(pool: &Pool) -> Arc<Template> {
+    pool.settings.templates.default_template().clone()
+}
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -100,16 +106,23 @@ impl Rig {
             PoolSettings {
                 node: node.clone(),
                 dir: dir.path().to_owned(),
-                limits: SandboxLimits {
-                    memory_mb: 256,
-                    pids: 64,
-                    cpus: 1.0,
-                    network: "none".into(),
-                    tmpfs_mb: 16,
-                },
+                templates: Templates::of_default(Template {
+                    name: "default".into(),
+                    image: toolmesh_kernel::config::DEFAULT_SANDBOX_IMAGE.into(),
+                    limits: SandboxLimits {
+                        memory_mb: 256,
+                        pids: 64,
+                        cpus: 1.0,
+                        network: "none".into(),
+                        tmpfs_mb: 16,
+                        runtime: None,
+                    },
+                    network: Network::None,
+                    warm: Some(warm),
+                    idle_ttl: TTL,
+                }),
                 max_sessions,
                 idle_ttl: TTL,
-                warm,
                 concurrency: 2,
                 sync_limits: SyncLimits::default(),
                 disk_mb: 64,
@@ -154,7 +167,7 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
     assert_eq!(held.await.unwrap(), Claim::Taken);
 
     let session = pool
-        .open(&key("s1"), None)
+        .open(&key("s1"), None, &dflt(pool))
         .await
         .expect("handed out at once");
     let warm_id = session.sandbox.sandbox_id.clone();
@@ -172,7 +185,10 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
     assert_eq!(placement.node, other, "the holder keeps its session");
 
     // The same started sandbox serves the next new session, once its claim holds.
-    let next = pool.open(&key("s2"), None).await.expect("opened");
+    let next = pool
+        .open(&key("s2"), None, &dflt(pool))
+        .await
+        .expect("opened");
     assert_eq!(next.sandbox.sandbox_id, warm_id);
     next.claimed().await.expect("s2 is nobody else's");
     let (_, s2) = key("s2");
@@ -190,7 +206,10 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     let (pool, registry) = (&rig.pool, rig.registry());
     let mut sandboxes = Vec::new();
     for name in ["s1", "s2"] {
-        let session = pool.open(&key(name), None).await.expect("opened");
+        let session = pool
+            .open(&key(name), None, &dflt(pool))
+            .await
+            .expect("opened");
         session.claimed().await.expect("claimed");
         sandboxes.push(session.sandbox.sandbox_id.clone());
         pool.fill_warm().await;
@@ -198,7 +217,10 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     assert_eq!(pool.in_use(), 2);
 
     // s1 is the least recently used: s3 takes its room.
-    let s3 = pool.open(&key("s3"), None).await.expect("room is made");
+    let s3 = pool
+        .open(&key("s3"), None, &dflt(pool))
+        .await
+        .expect("room is made");
     s3.claimed().await.expect("claimed");
     assert!(pool.local(&key("s1")).is_none(), "s1 was evicted");
     assert!(pool.local(&key("s2")).is_some(), "s2 stays");
@@ -217,7 +239,7 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
 
     // Both held sessions busy (s3's use is still alive, s2 in use now): no room.
     let s2 = pool.local(&key("s2")).expect("s2");
-    match pool.open(&key("s4"), None).await {
+    match pool.open(&key("s4"), None, &dflt(pool)).await {
         Err(OpenError::Failed(e)) => assert_eq!(e.code, ErrorCode::Unavailable, "{e}"),
         opened => panic!("every session is busy, yet: {opened:?}"),
     }
@@ -324,7 +346,11 @@ async fn a_dead_workers_folder_is_reaped_by_a_live_one() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_folder_left_behind_is_reaped_by_its_own_worker() {
     let rig = Rig::new(&format!("poolleft{}", std::process::id()), 4, 0, false).await;
-    let session = rig.pool.open(&key("s1"), None).await.expect("opened");
+    let session = rig
+        .pool
+        .open(&key("s1"), None, &dflt(&rig.pool))
+        .await
+        .expect("opened");
     session.claimed().await.expect("claimed");
     let held = session.sandbox.workspace_dir.parent().unwrap().to_owned();
     let own = rig.dir.path().join(rig.node.as_str());

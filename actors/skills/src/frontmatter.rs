@@ -28,6 +28,9 @@ pub struct SkillDoc {
     pub examples: Vec<String>,
     pub status: Option<String>,
     pub requires_sandbox: bool,
+    /// The sandbox template `requires_sandbox` names (`requires_sandbox: py-net`), if it names
+    /// one rather than saying `true`.
+    pub sandbox_template: Option<String>,
     /// The body after the front matter.
     pub instructions: String,
 }
@@ -74,18 +77,28 @@ pub fn parse(text: &str) -> Result<SkillDoc, String> {
             .collect(),
         _ => Vec::new(),
     };
-    let requires_sandbox = match map.get("requires_sandbox") {
-        None => false,
+    let (requires_sandbox, sandbox_template) = match map.get("requires_sandbox") {
+        None => (false, None),
         Some(FrontValue::Scalar(s)) => match s.as_str() {
-            "true" | "yes" | "on" | "1" => true,
-            "false" | "no" | "off" | "0" | "" => false,
+            "true" | "yes" | "on" | "1" => (true, None),
+            "false" | "no" | "off" | "0" | "" => (false, None),
+            // A template's name: `[A-Za-z0-9_-]{1,64}` (PROTOCOL.md "Sandbox templates").
+            name if name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')) =>
+            {
+                (true, Some(name.to_owned()))
+            }
             other => {
                 return Err(format!(
-                    "requires_sandbox must be true or false, got {other:?}"
-                ))
+                "requires_sandbox must be true, false or a sandbox template's name, got {other:?}"
+            ))
             }
         },
-        Some(FrontValue::List(_)) => return Err("requires_sandbox must be true or false".into()),
+        Some(FrontValue::List(_)) => {
+            return Err("requires_sandbox must be true, false or a sandbox template's name".into())
+        }
     };
     let body = &text[consumed.min(text.len())..];
     Ok(SkillDoc {
@@ -97,6 +110,7 @@ pub fn parse(text: &str) -> Result<SkillDoc, String> {
         examples: list("examples"),
         status: scalar("status"),
         requires_sandbox,
+        sandbox_template,
         instructions: body.trim_start_matches(['\r', '\n']).to_owned(),
     })
 }
@@ -215,7 +229,17 @@ mod tests {
         assert_eq!(doc.tags, ["draw", "svg"]);
         assert_eq!(doc.aliases, ["chart", "graph"]);
         assert!(doc.requires_sandbox);
+        assert_eq!(doc.sandbox_template, None);
         assert_eq!(doc.instructions, "# Diagram\nDo it.\n");
+    }
+
+    #[test]
+    fn requires_sandbox_may_name_a_template() {
+        let doc = parse("---\nrequires_sandbox: py-net\n---\nbody\n").unwrap();
+        assert!(doc.requires_sandbox);
+        assert_eq!(doc.sandbox_template.as_deref(), Some("py-net"));
+        let doc = parse("---\nrequires_sandbox: false\n---\n").unwrap();
+        assert_eq!((doc.requires_sandbox, doc.sandbox_template), (false, None));
     }
 
     #[test]
@@ -231,7 +255,7 @@ mod tests {
             "---\nname: x\n",
             "---\njust words\n---\n",
             "---\n- item\n---\n",
-            "---\nrequires_sandbox: maybe\n---\n",
+            "---\nrequires_sandbox: maybe not\n---\n",
             "---\ntags: [a, b\n---\n",
         ] {
             assert!(parse(text).is_err(), "{text:?}");

@@ -80,6 +80,9 @@ pub struct BundleRequest {
     /// Absent on the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_from: Option<BundleCursor>,
+    /// Only the skill heads, no files ([`SkillBundles::heads`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub heads_only: bool,
 }
 
 /// One skill of a bundle reply (repeated on every page).
@@ -99,6 +102,10 @@ pub struct SkillHead {
     pub file_count: u64,
     /// Their total size.
     pub total_bytes: u64,
+    /// The sandbox template the skill's `requires_sandbox` names (PROTOCOL.md "Sandbox
+    /// templates"); `None`: any (the session's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_template: Option<String>,
 }
 
 /// One chunk of a file; `len` bytes of content follow in the frame.
@@ -247,6 +254,25 @@ impl SkillBundles {
         ))
     }
 
+    /// The heads of the named skills (what they are, which sandbox template they need), without
+    /// their files: one request.
+    pub async fn heads(client: &Client, names: &[String]) -> Result<Vec<SkillHead>, ToolError> {
+        let body = serde_json::to_vec(&BundleRequest {
+            names: names.to_vec(),
+            continue_from: None,
+            heads_only: true,
+        })
+        .expect("a bundle request serializes");
+        let request = Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(DEFAULT_BUNDLE_TIMEOUT));
+        let reply = client
+            .send_request(BUNDLE_SUBJECT.to_owned(), request)
+            .await
+            .map_err(|e| request_failed(&e))?;
+        Ok(decode_page(&reply.payload)?.skills)
+    }
+
     /// `None` when a fingerprint changed between pages.
     async fn fetch_once(
         client: &Client,
@@ -262,6 +288,7 @@ impl SkillBundles {
             let body = serde_json::to_vec(&BundleRequest {
                 names: names.to_vec(),
                 continue_from: cursor,
+                heads_only: false,
             })
             .expect("a bundle request serializes");
             let request = Request::new()
@@ -403,6 +430,7 @@ mod tests {
                 instructions: Some("do".into()),
                 file_count: 2,
                 total_bytes: 5,
+                sandbox_template: None,
             }],
             chunks: vec![
                 BundleChunk {

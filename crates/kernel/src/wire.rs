@@ -476,6 +476,27 @@ pub struct SandboxCapacity {
     pub backend: String,
     pub capacity: u64,
     pub in_use: u64,
+    /// The worker's sandbox templates (PROTOCOL.md "Sandbox templates").
+    #[serde(default)]
+    pub templates: Vec<SandboxTemplateStatus>,
+}
+
+/// One sandbox template of a worker, in NodeStatus and `component_status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxTemplateStatus {
+    pub name: String,
+    pub image: String,
+    /// `runc` or `runsc`.
+    pub runtime: String,
+    /// `none`, `allow`, or a Docker network's name.
+    pub network: String,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids: u64,
+    /// Started sandboxes ready for new sessions now.
+    pub warm: u64,
+    /// Sessions whose sandbox is of this template.
+    pub in_use: u64,
 }
 
 /// The MCP servers a bridge node serves, in NodeStatus (only on nodes with the `bridge` role).

@@ -18,6 +18,9 @@
 //!   `exec_die` event ([`ExecExits`]), or from inspect_exec when the event does not come. For
 //!   images that cannot run the worker's binary (not glibc-based).
 //!
+//! A sandbox whose runtime cannot run the spawner ([`NO_SPAWNER_RUNTIMES`]: gVisor) runs its
+//! commands in exec mode although the worker is in spawner mode.
+//!
 //! Ending an execution's processes in exec mode (the spawner kills by lineage itself, see
 //! [`super::spawner`]): a `docker exec` process is its own session and process-group leader
 //! and its children may start their own, so what ends them is a sweep of the container's
@@ -255,10 +258,13 @@ impl EndLine {
     }
 }
 
-/// Runs sandboxes as Docker containers of one image.
+/// Runs sandboxes as Docker containers of one image, or of the image a sandbox's template
+/// names.
 pub struct DockerBackend {
     docker: Docker,
     image: String,
+    /// Every image and runtime the worker's templates name, checked by [`Backend::check`].
+    needs: Vec<(String, Option<String>)>,
     /// The API version is negotiated once (the daemon may be older than bollard's default).
     negotiated: OnceCell<()>,
     /// Exit codes announced by the daemon; watched from the first exec on.
@@ -268,6 +274,19 @@ pub struct DockerBackend {
     spawner: Option<Spawner>,
     /// The spawner links of the containers this backend created, by sandbox id.
     links: std::sync::Mutex<HashMap<String, Arc<Link>>>,
+    /// Sandboxes whose commands are `docker exec`s although a spawner is configured: their
+    /// runtime cannot run it ([`runs_spawner`]).
+    by_exec: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Runtimes that cannot run the sandbox spawner: gVisor (`runsc`, as Debian 12 ships it) has
+/// no `PR_SET_CHILD_SUBREAPER`, which the spawner needs to end what a command leaves behind.
+/// Their sandboxes run commands by `docker exec` (exec mode, see the module docs).
+pub const NO_SPAWNER_RUNTIMES: &[&str] = &["runsc"];
+
+/// Whether a sandbox of `runtime` can run its commands through the spawner.
+pub fn runs_spawner(runtime: Option<&str>) -> bool {
+    !runtime.is_some_and(|r| NO_SPAWNER_RUNTIMES.contains(&r))
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -297,11 +316,13 @@ impl DockerBackend {
         })?;
         Ok(Self {
             docker,
+            needs: vec![(image.clone(), None)],
             image,
             negotiated: OnceCell::new(),
             exits: std::sync::OnceLock::new(),
             spawner: None,
             links: std::sync::Mutex::new(HashMap::new()),
+            by_exec: std::sync::Mutex::new(Default::default()),
         })
     }
 
@@ -309,6 +330,17 @@ impl DockerBackend {
     /// docs); its program must be a path on the Docker daemon's host.
     pub fn with_spawner(mut self, spawner: Spawner) -> Self {
         self.spawner = Some(spawner);
+        self
+    }
+
+    /// The images and runtimes (besides the default image) the worker's templates name:
+    /// [`Backend::check`] finds each present, or says which is missing.
+    pub fn with_needs(mut self, needs: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+        for need in needs {
+            if !self.needs.contains(&need) {
+                self.needs.push(need);
+            }
+        }
         self
     }
 
@@ -337,12 +369,29 @@ impl DockerBackend {
         Ok(&self.docker)
     }
 
-    fn missing_image(&self) -> BackendError {
+    fn missing_image(image: &str) -> BackendError {
         BackendError::Unavailable(format!(
             "the sandbox image {image} is missing on this worker: run scripts/build-images (or \
-             docker build -f docker/sandbox.Dockerfile -t {image} docker/)",
-            image = self.image
+             docker build -f docker/sandbox.Dockerfile -t {image} docker/)"
         ))
+    }
+
+    /// Whether the engine has the runtime `name` (it learns runtimes from its daemon.json).
+    async fn check_runtime(docker: &Docker, name: &str) -> Result<(), BackendError> {
+        let info = docker.info().await.map_err(|e| {
+            BackendError::Unavailable(format!("cannot ask Docker for its runtimes: {e}"))
+        })?;
+        let known = info.runtimes.unwrap_or_default();
+        if known.contains_key(name) {
+            return Ok(());
+        }
+        let mut names: Vec<&String> = known.keys().collect();
+        names.sort();
+        Err(BackendError::Unavailable(format!(
+            "a sandbox template names the runtime {name:?}, which the Docker engine does not have \
+             (it has {names:?}): run scripts/gvisor to register gVisor's runsc (it reloads the \
+             engine with SIGHUP)"
+        )))
     }
 
     fn container_body(
@@ -388,11 +437,17 @@ impl DockerBackend {
             }
             _ => vec!["sleep".to_owned(), "infinity".to_owned()],
         };
+        let mut env = vec![format!("HOME={HOME}")];
+        env.extend(
+            spec.env
+                .iter()
+                .map(|(name, value)| format!("{name}={value}")),
+        );
         ContainerCreateBody {
-            image: Some(self.image.clone()),
+            image: Some(spec.image.clone().unwrap_or_else(|| self.image.clone())),
             user: Some(SANDBOX_USER.to_owned()),
             cmd: Some(cmd),
-            env: Some(vec![format!("HOME={HOME}")]),
+            env: Some(env),
             working_dir: Some(WORKSPACE.to_owned()),
             hostname: Some("sandbox".to_owned()),
             labels: Some(labels),
@@ -416,6 +471,7 @@ impl DockerBackend {
                 nano_cpus: Some((limits.cpus * 1e9).round() as i64),
                 pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
                 init: Some(true),
+                runtime: limits.runtime.clone(),
                 ipc_mode: Some("private".to_owned()),
                 auto_remove: Some(false),
                 restart_policy: Some(RestartPolicy {
@@ -522,21 +578,42 @@ impl Backend for DockerBackend {
          shell; shares the host kernel"
     }
 
+    fn commands(&self, runtime: Option<&str>) -> &'static str {
+        if self.spawner.is_some() && runs_spawner(runtime) {
+            "spawner"
+        } else {
+            "exec"
+        }
+    }
+
     async fn check(&self) -> Result<(), BackendError> {
         let docker = self.client().await?;
-        match docker.inspect_image(&self.image).await {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(status(&e), Some(404)) => Err(self.missing_image()),
-            Err(e) => Err(BackendError::Unavailable(format!(
-                "cannot inspect the sandbox image {}: {e}: {NO_DOCKER_HINT}",
-                self.image
-            ))),
+        let mut runtimes_checked: Vec<&str> = Vec::new();
+        for (image, runtime) in &self.needs {
+            match docker.inspect_image(image).await {
+                Ok(_) => {}
+                Err(e) if matches!(status(&e), Some(404)) => {
+                    return Err(Self::missing_image(image))
+                }
+                Err(e) => {
+                    return Err(BackendError::Unavailable(format!(
+                        "cannot inspect the sandbox image {image}: {e}: {NO_DOCKER_HINT}"
+                    )))
+                }
+            }
+            if let Some(runtime) = runtime.as_deref() {
+                if !runtimes_checked.contains(&runtime) {
+                    Self::check_runtime(docker, runtime).await?;
+                    runtimes_checked.push(runtime);
+                }
+            }
         }
+        Ok(())
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<SandboxRef, BackendError> {
         let dir = spec.workspace_dir.clone();
-        let spawned = self.spawner.is_some();
+        let spawned = self.spawner.is_some() && runs_spawner(spec.limits.runtime.as_deref());
         let (workspace, run_dir) = tokio::task::spawn_blocking(move || {
             // The sandbox's folder (its workspace, skills and run directory) is the worker's
             // alone: the container reaches them through its bind mounts.
@@ -560,7 +637,11 @@ impl Backend for DockerBackend {
         .map_err(|e| BackendError::Failed(format!("preparing workspace: {e}")))??;
         let bound = [Some(workspace.as_path()), run_dir.as_deref()]
             .into_iter()
-            .chain([self.spawner.as_ref().map(|s| s.program.as_path())])
+            .chain([self
+                .spawner
+                .as_ref()
+                .filter(|_| spawned)
+                .map(|s| s.program.as_path())])
             .flatten();
         for path in bound {
             if path.to_str().is_none_or(|p| p.contains([':', ','])) {
@@ -586,7 +667,7 @@ impl Backend for DockerBackend {
             other => other,
         };
         let created = created.map_err(|e| match status(&e) {
-            Some(404) => self.missing_image(),
+            Some(404) => Self::missing_image(spec.image.as_deref().unwrap_or(&self.image)),
             _ => BackendError::Failed(format!("creating container {name}: {e}")),
         })?;
         if let Err(e) = docker
@@ -612,6 +693,9 @@ impl Backend for DockerBackend {
                 }
             }
         }
+        if self.spawner.is_some() && !spawned {
+            lock(&self.by_exec).insert(spec.sandbox_id.clone());
+        }
         tracing::debug!(container = %name, id = %created.id, "sandbox container started");
         Ok(SandboxRef {
             sandbox_id: spec.sandbox_id.clone(),
@@ -623,6 +707,7 @@ impl Backend for DockerBackend {
     async fn destroy(&self, sandbox: &SandboxRef) -> Result<(), BackendError> {
         // The spawner exits when its socket closes; the removal kills whatever is left.
         lock(&self.links).remove(&sandbox.sandbox_id);
+        lock(&self.by_exec).remove(&sandbox.sandbox_id);
         self.remove(&container_ref(sandbox)).await.map(drop)
     }
 
@@ -635,7 +720,7 @@ impl Backend for DockerBackend {
         if spec.argv.is_empty() {
             return Err(BackendError::Failed("empty command".to_owned()));
         }
-        if self.spawner.is_some() {
+        if self.spawner.is_some() && !lock(&self.by_exec).contains(&sandbox.sandbox_id) {
             // Nothing to prepare: a spawn is all of it.
             gate.pass().await?;
             let link = lock(&self.links).get(&sandbox.sandbox_id).cloned();

@@ -72,7 +72,8 @@ pub fn make_private(dir: &Path, group: Option<u32>) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }
 
-/// Resource limits and network of one sandbox (PROTOCOL.md's `TOOLMESH_SANDBOX_*`).
+/// Resource limits, runtime and network of one sandbox (PROTOCOL.md's `TOOLMESH_SANDBOX_*`,
+/// or a template's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxLimits {
     pub memory_mb: u64,
@@ -82,6 +83,8 @@ pub struct SandboxLimits {
     pub network: String,
     /// Size of the private `/tmp` (and home) tmpfs, MiB.
     pub tmpfs_mb: u64,
+    /// The Docker runtime (`runc`, `runsc` for gVisor); `None`: the engine's default.
+    pub runtime: Option<String>,
 }
 
 /// What to create.
@@ -96,6 +99,10 @@ pub struct SandboxSpec {
     /// A host directory of this worker, shown as `/workspace` (read-write).
     pub workspace_dir: PathBuf,
     pub limits: SandboxLimits,
+    /// The image (Docker); `None`: the backend's own.
+    pub image: Option<String>,
+    /// Variables every command of the sandbox sees (a template's proxy settings).
+    pub env: Vec<(String, String)>,
 }
 
 /// A created, started sandbox.
@@ -240,6 +247,12 @@ pub trait Backend: Send + Sync + 'static {
     /// worker ([`make_private`]): none for Docker (the daemon binds as root).
     fn sandbox_group(&self) -> Option<u32> {
         None
+    }
+    /// How a sandbox of `runtime` runs its commands: `spawner` (a fork by the spawner inside
+    /// it) or `exec` (a `docker exec` each), as `sandbox_status` says.
+    fn commands(&self, runtime: Option<&str>) -> &'static str {
+        let _ = runtime;
+        "spawner"
     }
     /// Can this backend run here (image present, Docker reachable, bwrap installed)?
     async fn check(&self) -> Result<(), BackendError>;

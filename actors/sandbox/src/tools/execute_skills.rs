@@ -2,6 +2,7 @@
 //! the named skills under `/skills`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,9 +16,10 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
-use super::{args, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use super::{args, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT};
 use crate::backend::ExecSpec;
 use crate::pool::Session;
+use crate::templates::Template;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -31,6 +33,7 @@ pub const TOOL: Tool = Tool {
         schema: schema_of::<ExecuteSkillsArgs>,
     },
     precheck: Some(precheck),
+    template: TemplateOf::Skills,
     run: Run::InSandbox(run),
 };
 
@@ -55,6 +58,55 @@ fn precheck(service: &SandboxService) -> Result<(), ToolError> {
         ));
     }
     Ok(())
+}
+
+/// The template the named skills' `requires_sandbox` names; `None` when none names one. Two
+/// skills naming different templates, or one naming a template the workers do not have, are
+/// `invalid_arguments`.
+pub(super) async fn template_of(
+    service: &SandboxService,
+    call: &ActorCall,
+) -> Result<Option<Arc<Template>>, ToolError> {
+    let a: ExecuteSkillsArgs = args(call)?;
+    let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let heads = SkillBundles::heads(&service.client, &names).await?;
+    let mut chosen: Option<(String, String)> = None;
+    for head in heads {
+        let Some(wanted) = head.sandbox_template else {
+            continue;
+        };
+        match &chosen {
+            Some((template, skill)) if *template != wanted => {
+                return Err(ToolError::invalid_argument(
+                    "/skill_names",
+                    format!(
+                        "skill {skill:?} needs the sandbox template {template:?} and skill {:?} needs {wanted:?}; run them in separate calls",
+                        head.name
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => chosen = Some((wanted, head.name)),
+        }
+    }
+    let Some((template, skill)) = chosen else {
+        return Ok(None);
+    };
+    let templates = &service.pool.settings.templates;
+    match templates.get(&template) {
+        Some(found) => Ok(Some(found.clone())),
+        None => Err(ToolError::invalid_argument(
+            "/skill_names",
+            format!(
+                "skill {skill:?} requires the sandbox template {template:?}, which the sandbox workers do not have ({})",
+                templates.names().join(", ")
+            ),
+        )
+        .with("available_templates", templates.names())),
+    }
 }
 
 /// The workflow prompt goes into the environment only up to this size (stdin always has it).

@@ -3,13 +3,14 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel};
 use toolmesh_kernel::{budget, Role, ToolError};
 
-use super::{object, Run, SandboxService, Tool};
+use super::{args, object, Run, SandboxService, TemplateOf, Tool};
 use crate::pool::{Session, SessionUse};
 
 pub const TOOL: Tool = Tool {
@@ -21,18 +22,32 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<NoArgs>,
+        schema: schema_of::<ListTasksArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::Quick(run),
 };
 
 fn run<'a>(
     service: &'a SandboxService,
-    _call: &'a ActorCall,
+    call: &'a ActorCall,
     session: Option<SessionUse>,
 ) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { Ok(service.list_tasks(session.as_deref().map(Arc::as_ref))) })
+    Box::pin(async move {
+        let _: ListTasksArgs = args(call)?;
+        Ok(service.list_tasks(session.as_deref().map(Arc::as_ref)))
+    })
+}
+
+/// List the session's background tasks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasksArgs {
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 impl SandboxService {

@@ -34,6 +34,7 @@ use crate::output::{
     persisted_entry, spool_dir_of, Cap, Captured, Handover, Part, Quota, SpoolSettings,
 };
 use crate::pool::{backend_error, Pool, Session, SessionUse};
+use crate::templates::Template;
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: &[Tool] = &[
@@ -68,7 +69,18 @@ pub struct Tool {
     pub def: ToolDef,
     /// Refusals that need no sandbox (checked before one is created for the session).
     precheck: Option<Precheck>,
+    /// Where a call names its sandbox template.
+    template: TemplateOf,
     run: Run,
+}
+
+/// Where a call names the sandbox template it needs (PROTOCOL.md "Sandbox templates").
+#[derive(Debug, Clone, Copy)]
+enum TemplateOf {
+    /// Its optional `template` argument.
+    Argument,
+    /// The `requires_sandbox` of the skills it names (`execute_skills`).
+    Skills,
 }
 
 impl Tool {
@@ -116,8 +128,6 @@ pub struct SandboxService {
     pub worker_output: Arc<Quota>,
     /// Task output handed to workspaces at once on this worker (`Handover::worker_slots`).
     pub handovers: Arc<tokio::sync::Semaphore>,
-    /// The image (`template_id` in `sandbox_status`).
-    pub image: String,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
     pub skill_runner: Option<String>,
 }
@@ -205,11 +215,49 @@ impl SandboxService {
         self.pool.backend.wire_name()
     }
 
+    /// What a sandbox of `template` isolates, in a sentence: the backend's, with gVisor's
+    /// kernel in place of the host's under `runsc`.
+    pub fn boundary(&self, template: &Template) -> String {
+        let boundary = self.pool.backend.boundary();
+        if template.runtime_name() == "runsc" {
+            boundary.replace(
+                "shares the host kernel",
+                "runs on gVisor's user-space kernel (runsc), not the host kernel",
+            )
+        } else {
+            boundary.to_owned()
+        }
+    }
+
     /// Refusals that need no sandbox (checked before one is created for the session): a tool
     /// this worker does not have among them.
     pub fn precheck(&self, call: &ActorCall) -> Result<(), ToolError> {
         let tool = find(&call.tool).ok_or_else(|| unknown_tool(&call.tool))?;
         tool.precheck.map_or(Ok(()), |check| check(self))
+    }
+
+    /// The template the call names: its `template` argument, or the one its skills'
+    /// `requires_sandbox` names; `None` when it names none (the session's, or `default` for a
+    /// new sandbox). A name no template has is `invalid_arguments`.
+    pub async fn named_template(
+        &self,
+        call: &ActorCall,
+    ) -> Result<Option<Arc<Template>>, ToolError> {
+        let tool = find(&call.tool).ok_or_else(|| unknown_tool(&call.tool))?;
+        let templates = &self.pool.settings.templates;
+        match tool.template {
+            TemplateOf::Argument => match call.arguments.get("template") {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(name)) => templates
+                    .resolve(name, "/template")
+                    .map(|t| Some(t.clone())),
+                Some(_) => Err(ToolError::invalid_argument(
+                    "/template",
+                    "must be the name of a sandbox template",
+                )),
+            },
+            TemplateOf::Skills => execute_skills::template_of(self, call).await,
+        }
     }
 
     pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {

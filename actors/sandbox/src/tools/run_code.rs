@@ -11,7 +11,9 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{args, check_env, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use super::{
+    args, check_env, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT,
+};
 use crate::backend::ExecSpec;
 use crate::pool::Session;
 
@@ -27,6 +29,7 @@ pub const TOOL: Tool = Tool {
         schema: schema_of::<RunCodeArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::InSandbox(run),
 };
 
@@ -64,6 +67,10 @@ pub struct RunCodeArgs {
     pub timeout: Option<u64>,
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 impl SandboxService {
@@ -112,7 +119,7 @@ impl SandboxService {
         }
         let mut fields = self.base_fields(session, &command);
         fields.insert("execution_model".into(), "snippet_runner".into());
-        fields.insert("boundary".into(), self.pool.backend.boundary().into());
+        fields.insert("boundary".into(), self.boundary(&session.template).into());
         fields.insert("language".into(), language.into());
         fields.insert("path".into(), path.into());
         let result = self

@@ -11,7 +11,9 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{args, check_env, short_id, Answer, Run, SandboxService, Tool, WORKSPACE_MOUNT};
+use super::{
+    args, check_env, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT,
+};
 use crate::backend::ExecSpec;
 use crate::pool::Session;
 use crate::tasks::TaskStatus;
@@ -28,6 +30,7 @@ pub const TOOL: Tool = Tool {
         schema: schema_of::<RunCommandArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::InSandbox(run),
 };
 
@@ -57,6 +60,10 @@ pub struct RunCommandArgs {
     /// Return a `task_id` at once and keep running.
     #[serde(default)]
     pub background: bool,
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 impl SandboxService {

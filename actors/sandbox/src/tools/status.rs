@@ -3,14 +3,16 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{object, Run, SandboxService, Tool};
+use super::{args, object, Run, SandboxService, TemplateOf, Tool};
 use crate::pool::{Session, SessionUse};
+use crate::templates::Template;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -22,30 +24,58 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<NoArgs>,
+        schema: schema_of::<StatusArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::Quick(run),
 };
 
 fn run<'a>(
     service: &'a SandboxService,
-    _call: &'a ActorCall,
+    call: &'a ActorCall,
     session: Option<SessionUse>,
 ) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { Ok(service.status(session.as_deref().map(Arc::as_ref))) })
+    Box::pin(async move {
+        let _: StatusArgs = args(call)?;
+        let session = session.as_deref().map(Arc::as_ref);
+        // The session's template; before it has a sandbox, the one its first would be of.
+        let template = match session {
+            Some(session) => session.template.clone(),
+            None => service
+                .named_template(call)
+                .await?
+                .unwrap_or_else(|| service.pool.settings.templates.default_template().clone()),
+        };
+        Ok(service.status(session, &template))
+    })
+}
+
+/// The session sandbox's status.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 impl SandboxService {
-    fn status(&self, session: Option<&Session>) -> Map<String, Value> {
+    fn status(&self, session: Option<&Session>, template: &Template) -> Map<String, Value> {
         let settings = &self.pool.settings;
-        let idle_ttl = settings.idle_ttl.as_secs();
+        let idle_ttl = template.idle_ttl.as_secs();
+        let limits = &template.limits;
         let mut fields = object(json!({
             "backend": self.backend_name(),
             "enabled": true,
             "isolated": true,
-            "template_bound": false,
-            "template_id": self.image,
+            "template_bound": true,
+            "template_id": template.name,
+            "image": template.image,
+            "runtime": template.runtime_name(),
+            "commands": self.pool.backend.commands(template.limits.runtime.as_deref()),
+            "network": template.network.wire_name(),
             "timeout_seconds": self.default_timeout.as_secs(),
             "ttl_seconds": Value::Null,
             "idle_ttl_seconds": idle_ttl,
@@ -55,13 +85,13 @@ impl SandboxService {
             "last_used_at": Value::Null,
             "expires_at": Value::Null,
             "idle_seconds": Value::Null,
-            "boundary": self.pool.backend.boundary(),
+            "boundary": self.boundary(template),
             "node_id": settings.node.as_str(),
             "limits": {
-                "memory_mb": settings.limits.memory_mb,
-                "pids": settings.limits.pids,
-                "cpus": settings.limits.cpus,
-                "network": settings.limits.network,
+                "memory_mb": limits.memory_mb,
+                "pids": limits.pids,
+                "cpus": limits.cpus,
+                "network": template.network.wire_name(),
             },
         }));
         if let Some(session) = session {

@@ -8,7 +8,7 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{args, no_task, object, Run, SandboxService, Tool};
+use super::{args, no_task, object, Run, SandboxService, TemplateOf, Tool};
 use crate::pool::SessionUse;
 
 pub const TOOL: Tool = Tool {
@@ -23,6 +23,7 @@ pub const TOOL: Tool = Tool {
         schema: schema_of::<TaskInputArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::Quick(run),
 };
 
@@ -50,4 +51,8 @@ fn run<'a>(
 pub struct TaskInputArgs {
     pub task_id: String,
     pub input: String,
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }

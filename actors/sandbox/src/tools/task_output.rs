@@ -10,7 +10,7 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{args, no_task, object, Run, SandboxService, Tool};
+use super::{args, no_task, object, Run, SandboxService, TemplateOf, Tool};
 use crate::pool::{Session, SessionUse};
 
 pub const TOOL: Tool = Tool {
@@ -26,6 +26,7 @@ pub const TOOL: Tool = Tool {
         schema: schema_of::<TaskOutputArgs>,
     },
     precheck: None,
+    template: TemplateOf::Argument,
     run: Run::Quick(run),
 };
 
@@ -56,6 +57,10 @@ pub struct TaskOutputArgs {
     #[serde(default)]
     #[schemars(range(min = 0, max = 300))]
     pub timeout: Option<u64>,
+    /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
+    /// `default` for a new sandbox.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 impl SandboxService {

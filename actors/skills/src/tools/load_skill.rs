@@ -91,6 +91,9 @@ impl SkillsService {
             "requires_sandbox".into(),
             json!(loaded.doc.requires_sandbox),
         );
+        if let Some(template) = &loaded.doc.sandbox_template {
+            out.insert("sandbox_template".into(), json!(template));
+        }
         out.insert("root_dir".into(), json!(loaded.root.display().to_string()));
         out.insert("has_scripts_dir".into(), json!(has_scripts_dir));
         out.insert("script_files".into(), json!(script_files));

@@ -115,9 +115,17 @@ impl SkillsService {
         let caps = self.loader.caps;
         let first = request.continue_from.is_none();
         let cursor = request.continue_from.unwrap_or_default();
-        tokio::task::spawn_blocking(move || page(&loaded, caps, first, cursor))
-            .await
-            .map_err(|e| ToolError::internal(format!("bundle task failed: {e}")))?
+        let heads_only = request.heads_only;
+        tokio::task::spawn_blocking(move || {
+            let mut page = page(&loaded, caps, first && !heads_only, cursor)?;
+            if heads_only {
+                page.chunks.clear();
+                page.next = None;
+            }
+            Ok(page)
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("bundle task failed: {e}")))?
     }
 }
 
@@ -203,6 +211,7 @@ fn page(
             instructions,
             file_count: files.len() as u64,
             total_bytes: files.iter().map(|(_, m)| m.len()).sum(),
+            sandbox_template: skill.doc.sandbox_template.clone(),
         });
         flat.extend(files.into_iter().map(|(p, m)| (i, p, m)));
     }

@@ -48,6 +48,7 @@ async fn local_bundles_take_regular_files_only_and_respect_caps() {
         svc.bundle(BundleRequest {
             names: vec!["tool".into()],
             continue_from: None,
+            heads_only: false,
         }),
     )
     .await
@@ -67,6 +68,7 @@ async fn local_bundles_take_regular_files_only_and_respect_caps() {
         .bundle(BundleRequest {
             names: vec!["tool".into()],
             continue_from: Some(BundleCursor { file: 1, offset: 0 }),
+            heads_only: false,
         })
         .await
         .unwrap();
@@ -85,6 +87,7 @@ async fn local_bundles_take_regular_files_only_and_respect_caps() {
         .bundle(BundleRequest {
             names: vec!["tool".into()],
             continue_from: None,
+            heads_only: false,
         })
         .await
         .unwrap_err();

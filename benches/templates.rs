@@ -1,0 +1,280 @@
+//! Sandbox templates under runc and under gVisor (`runtime = "runsc"`), measured in one run.
+//!
+//! `cargo bench --bench templates` runs `scripts/gvisor` (registers runsc with the engine when
+//! missing), starts a nats-server, a redis-server and one node with the roles gateway,
+//! approval, workspace and sandbox (approvals off, Docker backend, spawner mode), whose
+//! templates file holds `default` (runc) and `gvisor` (runsc), one warm sandbox each. Then:
+//!
+//! 1. **warm session**: `run_command {"command":"true"}` in a session whose sandbox exists, for
+//!    each template, against a raw `docker exec` of `true` (create_exec, attached start_exec
+//!    to the end, inspect_exec) in the same container: interleaved (runc tool, runc raw, runsc
+//!    tool, runsc raw, …), each sample after the same 25 ms pause. Under runc the tool runs
+//!    through the sandbox's spawner; under runsc by `docker exec` (gVisor has no child
+//!    subreaper for the spawner), so its raw column is most of its cost.
+//! 2. **new session**: a new session's first `run_command true` for each template, the warm
+//!    pool handing it a started sandbox, each sample after a pause in which the pool refills
+//!    (`BENCH_REFILL_MS`, default 4000: a runsc sandbox takes longer to start).
+//!
+//! Knobs: `BENCH_SAMPLES` (default 100, per column in 1), `BENCH_NEW_SESSIONS` (12, per
+//! template in 2), `BENCH_REFILL_MS`, `TOOLMESH_SANDBOX_IMAGE`.
+#![allow(clippy::print_stdout)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
+use bytes::Bytes;
+use futures::StreamExt;
+use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+
+mod support;
+use support::{load_average, ms, percentile, wait_until_quiet};
+
+const CALL: &str = "toolmesh.v1.call.bench";
+const WARMUP: usize = 10;
+const SETTLE: Duration = Duration::from_millis(25);
+const TEMPLATES: &str =
+    "[templates.default]\nwarm = 1\n\n[templates.gvisor]\nruntime = \"runsc\"\nwarm = 1\n";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Removes, on drop, every container labelled by the run's node.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let out = Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=io.toolmesh.node={}", self.0),
+            ])
+            .stderr(Stdio::null())
+            .output();
+        let ids: Vec<String> = out
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v"])
+                .args(&ids)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Raw `docker exec` of `true` in `container` as the sandbox user; asserts exit 0.
+async fn raw_exec(docker: &Docker, container: &str) {
+    let options = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["true".to_owned()]),
+        user: Some("1000:1000".to_owned()),
+        working_dir: Some("/workspace".to_owned()),
+        ..Default::default()
+    };
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .expect("create_exec");
+    let start = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&created.id, Some(start))
+        .await
+        .expect("start_exec")
+    {
+        while output.next().await.is_some() {}
+    }
+    let inspect = docker
+        .inspect_exec(&created.id)
+        .await
+        .expect("inspect_exec");
+    assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
+}
+
+fn run_true(session: &str, template: &str) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({
+            "tool": "run_command",
+            "session_id": session,
+            "arguments": {"command": "true", "template": template},
+        }))
+        .expect("json"),
+    )
+}
+
+/// One `run_command true` through the gateway; its sandbox id.
+async fn tool_call(client: &async_nats::Client, body: &Bytes) -> String {
+    let reply = tokio::time::timeout(Duration::from_secs(60), client.request(CALL, body.clone()))
+        .await
+        .expect("run_command answers within 60 s")
+        .expect("request");
+    let v: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON reply");
+    assert!(
+        v["ok"] == true && v["exit_code"] == 0,
+        "run_command true failed: {v}"
+    );
+    v["sandbox_id"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn timed<F: std::future::Future>(f: F) -> Duration {
+    let t = Instant::now();
+    f.await;
+    t.elapsed()
+}
+
+fn row(name: &str, samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
+    println!(
+        "  {:<44} {:>5} {:>9.2} {:>9.2} {:>9.2}",
+        name,
+        samples.len(),
+        ms(p50),
+        ms(p99),
+        ms(*samples.last().expect("samples"))
+    );
+    p50
+}
+
+fn header() {
+    println!(
+        "  {:<44} {:>5} {:>9} {:>9} {:>9}",
+        "", "n", "p50 ms", "p99 ms", "max ms"
+    );
+}
+
+fn main() {
+    support::block_on(run());
+}
+
+async fn run() {
+    let gvisor = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gvisor"))
+        .status()
+        .expect("scripts/gvisor runs");
+    assert!(gvisor.success(), "scripts/gvisor failed");
+    let samples = env_usize("BENCH_SAMPLES", 100);
+    let new_sessions = env_usize("BENCH_NEW_SESSIONS", 12);
+    let refill = Duration::from_millis(env_usize("BENCH_REFILL_MS", 4000) as u64);
+    let node_id = format!("bench-tpl-{}", std::process::id());
+    let _cleanup = Cleanup(node_id.clone());
+    let nats = NatsServer::start();
+    let redis = RedisServer::start();
+    let data = tempfile::tempdir().expect("temp dir");
+    let file = data.path().join("templates.toml");
+    std::fs::write(&file, TEMPLATES).expect("templates file");
+    let client = nats.client().await;
+    let node = NodeSpec::new(
+        env!("CARGO_BIN_EXE_toolmesh"),
+        "gateway,approval,workspace,sandbox",
+        &node_id,
+    )
+    .env("TOOLMESH_NATS_URL", nats.url())
+    .env("TOOLMESH_REDIS_URL", redis.url())
+    .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+    .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+    .env("TOOLMESH_SANDBOX_TEMPLATES", file.display().to_string())
+    .env(
+        "TOOLMESH_SANDBOX_MAX_SESSIONS",
+        (2 * new_sessions + 8).to_string(),
+    )
+    .start(&client)
+    .await;
+    let docker = Docker::connect_with_local_defaults()
+        .expect("docker")
+        .negotiate_version()
+        .await
+        .expect("docker version");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "toolmesh templates bench: runc (spawner) vs runsc (gVisor, docker exec), {cores} cores, one node, load {}",
+        load_average()
+    );
+
+    // 1. Warm session.
+    let quiet1 = wait_until_quiet(0.10, 5, Duration::from_secs(120)).await;
+    let runc = run_true("warm-runc", "default");
+    let runsc = run_true("warm-runsc", "gvisor");
+    let runc_box = format!("toolmesh-{}", tool_call(&client, &runc).await);
+    let runsc_box = format!("toolmesh-{}", tool_call(&client, &runsc).await);
+    for _ in 0..WARMUP {
+        tool_call(&client, &runc).await;
+        raw_exec(&docker, &runc_box).await;
+        tool_call(&client, &runsc).await;
+        raw_exec(&docker, &runsc_box).await;
+    }
+    let mut columns: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..samples {
+        tokio::time::sleep(SETTLE).await;
+        columns[0].push(timed(tool_call(&client, &runc)).await);
+        tokio::time::sleep(SETTLE).await;
+        columns[1].push(timed(raw_exec(&docker, &runc_box)).await);
+        tokio::time::sleep(SETTLE).await;
+        columns[2].push(timed(tool_call(&client, &runsc)).await);
+        tokio::time::sleep(SETTLE).await;
+        columns[3].push(timed(raw_exec(&docker, &runsc_box)).await);
+    }
+    println!("\n1. warm session, run_command true ({quiet1})");
+    header();
+    let [tool_runc, raw_runc, tool_runsc, raw_runsc] = &mut columns;
+    let t_runc = row("run_command true, runc (spawner)", tool_runc);
+    let r_runc = row("raw docker exec true, runc", raw_runc);
+    let t_runsc = row("run_command true, runsc (docker exec)", tool_runsc);
+    let r_runsc = row("raw docker exec true, runsc", raw_runsc);
+    println!(
+        "  ratio tool/raw: runc {:.2}, runsc {:.2}; runsc/runc tool {:.2}; throughput (1/p50): runc {:.0}/s, runsc {:.0}/s",
+        ms(t_runc) / ms(r_runc),
+        ms(t_runsc) / ms(r_runsc),
+        ms(t_runsc) / ms(t_runc),
+        1.0 / t_runc.as_secs_f64(),
+        1.0 / t_runsc.as_secs_f64(),
+    );
+
+    // 2. New session.
+    let quiet2 = wait_until_quiet(0.10, 5, Duration::from_secs(120)).await;
+    let mut fresh: [Vec<Duration>; 2] = Default::default();
+    for i in 0..new_sessions {
+        for (column, template) in [(0, "default"), (1, "gvisor")] {
+            tokio::time::sleep(refill).await;
+            let body = run_true(&format!("new-{template}-{i}"), template);
+            fresh[column].push(timed(tool_call(&client, &body)).await);
+        }
+    }
+    println!(
+        "\n2. new session's first run_command true, warm pool, {} ms pause ({quiet2})",
+        refill.as_millis()
+    );
+    header();
+    let [new_runc, new_runsc] = &mut fresh;
+    let n_runc = row("new session, runc", new_runc);
+    let n_runsc = row("new session, runsc", new_runsc);
+    println!(
+        "  ratio new/warm: runc {:.2}, runsc {:.2}; runsc/runc new {:.2}",
+        ms(n_runc) / ms(t_runc),
+        ms(n_runsc) / ms(t_runsc),
+        ms(n_runsc) / ms(n_runc),
+    );
+    node.terminate();
+    let mut node = node;
+    if node.wait_exit(Duration::from_secs(60)).await.is_none() {
+        node.kill();
+    }
+}

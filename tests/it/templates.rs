@@ -1,0 +1,432 @@
+//! Sandbox templates end to end (PROTOCOL.md "Sandbox templates"): the templates file checked at
+//! start, limits and runtime on real containers, a session bound to its first template, skills
+//! that name a template, warm pools per template, and gVisor (`runtime = "runsc"`) in both
+//! command paths with the hardening of the `sandbox::` tests.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolmesh_testkit::{free_port, wait_until};
+
+use crate::sandbox::{cluster_with, docker_inspect, tool, unique_prefix, SandboxCluster, BASE_ENV};
+use crate::support::{Cluster, BIN};
+
+/// A templates file in a folder of its own (kept while the test runs).
+fn templates_file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("templates.toml");
+    std::fs::write(&file, text).unwrap();
+    let path = file.display().to_string();
+    (dir, path)
+}
+
+const TEMPLATES: &str = r#"
+[templates.small]
+memory_mb = 300
+cpus = 0.5
+pids = 100
+idle_ttl_s = 120
+
+[templates.eager]
+warm = 1
+memory_mb = 200
+"#;
+
+#[tokio::test]
+async fn a_bad_templates_file_stops_the_node_naming_the_template_and_field() {
+    let (_dir, file) =
+        templates_file("[templates.py]\nimage = \"toolmesh/sandbox:latest\"\ncpus = \"two\"\n");
+    let output = Command::new(BIN)
+        .args(["node", "--roles", "sandbox"])
+        .env("TOOLMESH_SANDBOX_TEMPLATES", &file)
+        // Nothing listens here: the file is refused before the node connects.
+        .env(
+            "TOOLMESH_NATS_URL",
+            format!("nats://127.0.0.1:{}", free_port()),
+        )
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the node runs");
+    assert!(!output.status.success(), "{:?}", output.status);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("templates.py.cpus"), "{stderr}");
+    assert!(stderr.contains("must be a number"), "{stderr}");
+
+    // An image outside the allow-list is refused the same way.
+    let (_dir, file) = templates_file("[templates.evil]\nimage = \"evil/miner:latest\"\n");
+    let output = Command::new(BIN)
+        .args(["node", "--roles", "sandbox"])
+        .env("TOOLMESH_SANDBOX_TEMPLATES", &file)
+        .env(
+            "TOOLMESH_NATS_URL",
+            format!("nats://127.0.0.1:{}", free_port()),
+        )
+        .output()
+        .expect("the node runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("templates.evil.image"), "{stderr}");
+    assert!(stderr.contains("TOOLMESH_SANDBOX_IMAGES"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_template_with_an_allow_list_is_refused_until_the_proxy_runs() {
+    let (_dir, file) = templates_file(
+        "[templates.net]\nnetwork = \"allow\"\nallow = [\"pypi.org\", \"*.pythonhosted.org\"]\n",
+    );
+    let mut c = Cluster::servers().await;
+    let spec = c.spec("sandbox", &[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]);
+    let mut node = tokio::process::Command::new(&spec.binary);
+    node.args(["node", "--roles", "sandbox"])
+        .env("TOOLMESH_NODE_ID", &spec.node_id)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    for (k, v) in &spec.env {
+        node.env(k, v);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), node.output())
+        .await
+        .expect("the node stops by itself")
+        .expect("the node runs");
+    assert!(!output.status.success(), "{:?}", output.status);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"net\""), "{stderr}");
+    assert!(stderr.contains("egress proxy"), "{stderr}");
+}
+
+#[tokio::test]
+async fn template_limits_are_what_docker_inspect_shows() {
+    let (_dir, file) = templates_file(TEMPLATES);
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "true", "template": "small"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let host = docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone();
+    assert_eq!(host["Memory"], 300 * 1024 * 1024, "{host}");
+    assert_eq!(host["NanoCpus"], 500_000_000u64, "{host}");
+    assert_eq!(host["PidsLimit"], 100, "{host}");
+    assert_eq!(host["NetworkMode"], "none", "{host}");
+
+    // The default template keeps today's variables.
+    let r = tool(&c, "s2", "run_command", json!({"command": "true"})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let host = docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone();
+    assert_eq!(host["Memory"], 256 * 1024 * 1024, "{host}");
+    assert_eq!(host["PidsLimit"], 256, "{host}");
+}
+
+#[tokio::test]
+async fn a_session_is_bound_to_its_first_template() {
+    let (_dir, file) = templates_file(TEMPLATES);
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
+    let before = tool(&c, "s1", "sandbox_status", json!({"template": "small"})).await;
+    assert_eq!(before["template_id"], "small", "{before}");
+    assert_eq!(before["sandbox_id"], Value::Null, "{before}");
+
+    let first = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo one", "template": "small"}),
+    )
+    .await;
+    assert_eq!(first["ok"], true, "{first}");
+    // No template named: the session's.
+    let again = tool(&c, "s1", "run_command", json!({"command": "echo two"})).await;
+    assert_eq!(again["ok"], true, "{again}");
+    assert_eq!(again["sandbox_id"], first["sandbox_id"]);
+    // Another template: conflict, nothing run.
+    let other = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "echo three", "template": "default"}),
+    )
+    .await;
+    assert_eq!(other["error"], "conflict", "{other}");
+    assert_eq!(other["template_id"], "small", "{other}");
+    let other = tool(
+        &c,
+        "s1",
+        "run_code",
+        json!({"code": "print(1)", "template": "eager"}),
+    )
+    .await;
+    assert_eq!(other["error"], "conflict", "{other}");
+    let other = tool(&c, "s1", "list_tasks", json!({"template": "eager"})).await;
+    assert_eq!(other["error"], "conflict", "{other}");
+    // A name no template has.
+    let unknown = tool(
+        &c,
+        "s2",
+        "run_command",
+        json!({"command": "true", "template": "nope"}),
+    )
+    .await;
+    assert_eq!(unknown["error"], "invalid_arguments", "{unknown}");
+    assert_eq!(
+        unknown["available_templates"],
+        json!(["default", "eager", "small"]),
+        "{unknown}"
+    );
+
+    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    assert_eq!(status["ok"], true, "{status}");
+    assert_eq!(status["template_id"], "small", "{status}");
+    assert_eq!(status["template_bound"], true);
+    assert_eq!(status["runtime"], "runc");
+    assert_eq!(status["commands"], "spawner");
+    assert_eq!(status["network"], "none");
+    assert_eq!(status["limits"]["memory_mb"], 300);
+    assert_eq!(status["idle_ttl_seconds"], 120);
+    assert_eq!(status["sandbox_id"], first["sandbox_id"]);
+
+    // component_status reads the workers' heartbeats: the session shows within a beat or two.
+    let templates = || async {
+        let components = tool(&c, "s1", "component_status", json!({})).await;
+        components["sandbox"]["templates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let shown = wait_until(Duration::from_secs(20), || async {
+        templates().await.get(2).is_some_and(|t| t["in_use"] == 1)
+    })
+    .await;
+    let templates = templates().await;
+    assert!(shown, "{templates:?}");
+    let names: Vec<&str> = templates
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["default", "eager", "small"]);
+    let small = &templates[2];
+    assert_eq!(small["memory_mb"], 300, "{small}");
+    assert_eq!(small["workers"], 1, "{small}");
+    assert_eq!(small["runtime"], "runc", "{small}");
+}
+
+/// Warm sandboxes of `template` on the cluster's workers, from `component_status`.
+async fn warm_of(c: &Cluster, template: &str) -> u64 {
+    let r = tool(c, "status", "component_status", json!({})).await;
+    r["sandbox"]["templates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["name"] == template)
+        .and_then(|t| t["warm"].as_u64())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn warm_pools_are_kept_for_templates_used_or_declaring_warm() {
+    let (_dir, file) = templates_file(TEMPLATES);
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
+    let within = Duration::from_secs(60);
+    // `eager` declares one, `default` has TOOLMESH_SANDBOX_WARM=1; `small` none before use.
+    assert!(wait_until(within, || async { warm_of(&c, "eager").await == 1 }).await);
+    assert!(wait_until(within, || async { warm_of(&c, "default").await == 1 }).await);
+    assert_eq!(warm_of(&c, "small").await, 0);
+    let r = tool(
+        &c,
+        "s1",
+        "run_command",
+        json!({"command": "true", "template": "small"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    // Used once: one is kept ready for its next session, which gets it.
+    assert!(wait_until(within, || async { warm_of(&c, "small").await == 1 }).await);
+    let host = {
+        let r = tool(
+            &c,
+            "s2",
+            "run_command",
+            json!({"command": "true", "template": "small"}),
+        )
+        .await;
+        assert_eq!(r["ok"], true, "{r}");
+        docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone()
+    };
+    assert_eq!(
+        host["Memory"],
+        300 * 1024 * 1024,
+        "a warm sandbox of its own template"
+    );
+    // The eager template's warm sandbox went to nobody else.
+    assert_eq!(warm_of(&c, "eager").await, 1);
+}
+
+#[tokio::test]
+async fn a_skill_whose_requires_sandbox_names_a_template_runs_there() {
+    let skills = tempfile::tempdir().unwrap();
+    for (name, front) in [
+        ("big", "requires_sandbox: small"),
+        ("plain", "requires_sandbox: true"),
+        ("other", "requires_sandbox: eager"),
+    ] {
+        let dir = skills.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: the {name} skill\n{front}\n---\nDo it.\n"),
+        )
+        .unwrap();
+    }
+    let skills_dir = skills.path().display().to_string();
+    let (_dir, file) = templates_file(TEMPLATES);
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
+    env.extend_from_slice(&[
+        ("TOOLMESH_SKILLS_DIR", skills_dir.as_str()),
+        ("TOOLMESH_SKILL_RUNNER_COMMAND", "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
+    ]);
+    c.start_node("gateway,approval,workspace,sandbox,skills", &env)
+        .await;
+    let c = SandboxCluster { c };
+    let r = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "go", "skill_names": ["big", "plain"]}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["stdout"], format!("{}\n", 300 * 1024 * 1024), "{r}");
+    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    assert_eq!(status["template_id"], "small", "{status}");
+    assert_eq!(
+        docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"]["Memory"],
+        300 * 1024 * 1024
+    );
+    // A skill needing another template in the same session: conflict.
+    let r = tool(
+        &c,
+        "s1",
+        "execute_skills",
+        json!({"workflow_prompt": "go", "skill_names": ["other"]}),
+    )
+    .await;
+    assert_eq!(r["error"], "conflict", "{r}");
+    // Two skills needing different templates in one call.
+    let r = tool(
+        &c,
+        "s2",
+        "execute_skills",
+        json!({"workflow_prompt": "go", "skill_names": ["big", "other"]}),
+    )
+    .await;
+    assert_eq!(r["error"], "invalid_arguments", "{r}");
+}
+
+/// The gVisor checks in one command: the kernel is gVisor's, the hardening of
+/// `sandbox::containers_are_hardened` holds, and the sandbox's own disk is its `/workspace`.
+async fn check_gvisor(c: &Cluster, session: &str) {
+    let r = tool(
+        c,
+        session,
+        "run_command",
+        json!({"template": "gvisor", "command": "dmesg | head -1; id -u; grep CapEff /proc/self/status; \
+               touch /etc/x 2>/dev/null && echo wrote || echo read-only; ls /sys/class/net; \
+               echo on-disk > /workspace/f.txt && cat /workspace/f.txt"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let out = r["stdout"].as_str().unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("gVisor"), "{out}");
+    assert_eq!(lines[1], "1000", "{out}");
+    assert_eq!(lines[2], "CapEff:\t0000000000000000", "{out}");
+    assert_eq!(lines[3], "read-only", "{out}");
+    assert!(
+        lines[4..lines.len() - 1].iter().all(|l| *l == "lo"),
+        "no network but loopback: {out}"
+    );
+    assert_eq!(lines[lines.len() - 1], "on-disk", "{out}");
+    let inspect = docker_inspect(r["sandbox_id"].as_str().unwrap());
+    let host = &inspect["HostConfig"];
+    assert_eq!(host["Runtime"], "runsc", "{host}");
+    assert_eq!(host["NetworkMode"], "none", "{host}");
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["Memory"], 512 * 1024 * 1024, "{host}");
+    let status = tool(c, session, "sandbox_status", json!({})).await;
+    assert_eq!(status["runtime"], "runsc", "{status}");
+    // The spawner cannot run under gVisor: the status says its commands are docker execs.
+    assert_eq!(status["commands"], "exec", "{status}");
+    assert!(
+        status["boundary"].as_str().unwrap().contains("gVisor"),
+        "{status}"
+    );
+    // The sandbox's own disk (TOOLMESH_SANDBOX_DISK_MB=64) holds under gVisor too.
+    let r = tool(
+        c,
+        session,
+        "run_command",
+        json!({"command": "dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; rm -f /workspace/big"}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "No space left on device\n", "{r}");
+    // The file written there came back to the workspace.
+    let read = tool(c, session, "read_workspace_file", json!({"path": "f.txt"})).await;
+    assert_eq!(read["content"], "     1\ton-disk\n", "{read}");
+}
+
+const GVISOR: &str = "[templates.gvisor]\nruntime = \"runsc\"\nmemory_mb = 512\n";
+
+/// Registers runsc with the engine when missing (`scripts/gvisor`, a reload).
+fn gvisor_ready() {
+    let status = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gvisor"))
+        .status()
+        .expect("scripts/gvisor runs");
+    assert!(status.success(), "scripts/gvisor: {status}");
+}
+
+#[tokio::test]
+async fn under_gvisor_the_kernel_is_gvisors_and_the_hardening_holds() {
+    gvisor_ready();
+    let (_dir, file) = templates_file(GVISOR);
+    let c = cluster_with(&[
+        ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
+        ("TOOLMESH_SANDBOX_DISK_MB", "64"),
+    ])
+    .await;
+    check_gvisor(&c, "s1").await;
+    // The same command under runc shows the host's kernel.
+    let r = tool(
+        &c,
+        "s2",
+        "run_command",
+        json!({"command": "cat /proc/version"}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(
+        !r["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("4.4.0 #1 SMP Sun Jan 10"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn under_gvisor_exec_mode_works_too() {
+    gvisor_ready();
+    let (_dir, file) = templates_file(GVISOR);
+    let c = cluster_with(&[
+        ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
+        ("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec"),
+        ("TOOLMESH_SANDBOX_DISK_MB", "64"),
+    ])
+    .await;
+    check_gvisor(&c, "s1").await;
+}
