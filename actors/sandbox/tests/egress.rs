@@ -155,7 +155,10 @@ impl Rig {
                 cpus: 1.0,
                 network: registration.network.clone(),
                 tmpfs_mb: 64,
+                runtime: None,
             },
+            image: None,
+            env: Vec::new(),
         };
         let sandbox = backend.create(&spec).await.expect("create sandbox");
         Self {
