@@ -1,6 +1,7 @@
 //! Sandbox templates end to end (PROTOCOL.md "Sandbox templates"): the templates file checked at
 //! start, limits and runtime on real containers, a session bound to its first template, skills
-//! that name a template, warm pools per template, and gVisor (`runtime = "runsc"`) in both
+//! that name a template, warm pools per template, `network = "allow"` through the worker's
+//! egress proxy, and gVisor (`runtime = "runsc"`) in both
 //! command paths with the hardening of the `sandbox::` tests.
 
 use std::process::Command;

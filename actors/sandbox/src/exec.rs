@@ -1,5 +1,6 @@
 //! A foreground command: output spooled for the reply (see [`crate::output`]) and streamed as
-//! `stdout` / `stderr` RunEvents while it runs, bounded by a timeout and cancellable.
+//! `stdout` / `stderr` RunEvents while it runs, its sandbox's egress decisions as `egress`
+//! RunEvents, bounded by a timeout and cancellable.
 
 use std::time::{Duration, Instant};
 
