@@ -158,13 +158,49 @@ except OSError as e:
 print(json.dumps([get("http://127.0.0.1:PORT/hello"), get("http://127.0.0.1:OTHER/hello"), direct]))
 EOF"#;
 
+/// Removes the egress network (and its host rules) of `node` in `scope` on drop, after the
+/// cluster's containers went: a failed test's killed node cannot.
+#[derive(Default)]
+struct ReapEgress {
+    scope: String,
+    node: String,
+}
+
+impl Drop for ReapEgress {
+    fn drop(&mut self) {
+        let (scope, node) = (self.scope.clone(), self.node.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+                toolmesh_sandbox::egress::reap_orphans(&docker, &scope, &node, None).await
+            })
+        })
+        .join();
+    }
+}
+
 #[tokio::test]
 async fn an_allow_list_template_reaches_its_targets_through_the_proxy_only() {
+    check_egress(&[]).await;
+}
+
+#[tokio::test]
+async fn an_allow_list_template_reaches_its_targets_in_exec_mode_too() {
+    check_egress(&[("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec")]).await;
+}
+
+async fn check_egress(extra: &[(&str, &str)]) {
     let (port, other) = (http_target().await, http_target().await);
     let (_dir, file) = templates_file(&format!(
         "[templates.net]\nnetwork = \"allow\"\nallow = [\"127.0.0.1/32:{port}\"]\n"
     ));
-    let mut c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
+    let mut reap = ReapEgress::default();
+    let mut env = vec![("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())];
+    env.extend_from_slice(extra);
+    let mut c = cluster_with(&env).await;
+    reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
+    reap.node = c.nodes[0].node_id.clone();
     let invocation = "inv_egress_1";
     let mut events = c
         .client
