@@ -1,11 +1,13 @@
 //! Sandbox templates end to end (PROTOCOL.md "Sandbox templates"): the templates file checked at
 //! start, limits and runtime on real containers, a session bound to its first template, skills
-//! that name a template, warm pools per template, and gVisor (`runtime = "runsc"`) in both
+//! that name a template, warm pools per template, `network = "allow"` through the worker's
+//! egress proxy, and gVisor (`runtime = "runsc"`) in both
 //! command paths with the hardening of the `sandbox::` tests.
 
 use std::process::Command;
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{free_port, wait_until};
 
@@ -71,12 +73,18 @@ async fn a_bad_templates_file_stops_the_node_naming_the_template_and_field() {
 }
 
 #[tokio::test]
-async fn a_template_with_an_allow_list_is_refused_until_the_proxy_runs() {
+async fn an_allow_list_without_the_docker_backend_stops_the_node() {
     let (_dir, file) = templates_file(
         "[templates.net]\nnetwork = \"allow\"\nallow = [\"pypi.org\", \"*.pythonhosted.org\"]\n",
     );
     let mut c = Cluster::servers().await;
-    let spec = c.spec("sandbox", &[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]);
+    let spec = c.spec(
+        "sandbox",
+        &[
+            ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+        ],
+    );
     let mut node = tokio::process::Command::new(&spec.binary);
     node.args(["node", "--roles", "sandbox"])
         .env("TOOLMESH_NODE_ID", &spec.node_id)
@@ -92,7 +100,172 @@ async fn a_template_with_an_allow_list_is_refused_until_the_proxy_runs() {
     assert!(!output.status.success(), "{:?}", output.status);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("\"net\""), "{stderr}");
-    assert!(stderr.contains("egress proxy"), "{stderr}");
+    assert!(stderr.contains("network = \"allow\""), "{stderr}");
+    assert!(stderr.contains("docker backend"), "{stderr}");
+}
+
+/// An HTTP/1.1 server on every host address answering `hello from <path>`, one request per
+/// connection; returns its port.
+async fn http_target() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let body = format!("hello from {}", head.split(' ').nth(1).unwrap_or("/"));
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// Asks through `$HTTP_PROXY` for `/hello` on the allowed port and on another one, then tries
+/// the allowed port directly at the proxy's address; prints the three results as JSON.
+const EGRESS_PROBE: &str = r#"python3 - <<'EOF'
+import json, os, socket, urllib.error, urllib.request
+from urllib.parse import urlsplit
+def get(url):
+    try:
+        r = urllib.request.urlopen(url, timeout=15)
+        return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return ["error", repr(e)]
+proxy = urlsplit(os.environ["HTTP_PROXY"])
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((proxy.hostname, PORT))
+    direct = "connected"
+except OSError as e:
+    direct = type(e).__name__
+print(json.dumps([get("http://127.0.0.1:PORT/hello"), get("http://127.0.0.1:OTHER/hello"), direct]))
+EOF"#;
+
+/// Removes the egress network (and its host rules) of `node` in `scope` on drop, after the
+/// cluster's containers went: a failed test's killed node cannot.
+#[derive(Default)]
+struct ReapEgress {
+    scope: String,
+    node: String,
+}
+
+impl Drop for ReapEgress {
+    fn drop(&mut self) {
+        let (scope, node) = (self.scope.clone(), self.node.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+                toolmesh_sandbox::egress::reap_orphans(&docker, &scope, &node, None).await
+            })
+        })
+        .join();
+    }
+}
+
+#[tokio::test]
+async fn an_allow_list_template_reaches_its_targets_through_the_proxy_only() {
+    check_egress(&[]).await;
+}
+
+#[tokio::test]
+async fn an_allow_list_template_reaches_its_targets_in_exec_mode_too() {
+    check_egress(&[("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec")]).await;
+}
+
+async fn check_egress(extra: &[(&str, &str)]) {
+    let (port, other) = (http_target().await, http_target().await);
+    let (_dir, file) = templates_file(&format!(
+        "[templates.net]\nnetwork = \"allow\"\nallow = [\"127.0.0.1/32:{port}\"]\n"
+    ));
+    let mut reap = ReapEgress::default();
+    let mut env = vec![("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())];
+    env.extend_from_slice(extra);
+    let mut c = cluster_with(&env).await;
+    reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
+    reap.node = c.nodes[0].node_id.clone();
+    let invocation = "inv_egress_1";
+    let mut events = c
+        .client
+        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let command = EGRESS_PROBE
+        .replace("OTHER", &other.to_string())
+        .replace("PORT", &port.to_string());
+    let r = c
+        .call(
+            "acme",
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
+                   "arguments": {"command": command, "template": "net"}}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let got: Value = serde_json::from_str(r["stdout"].as_str().unwrap().trim()).expect("{r}");
+    assert_eq!(got[0], json!([200, "hello from /hello"]), "{got}");
+    assert_eq!(got[1][0], 403, "a port not listed: {got}");
+    assert_ne!(got[2], "connected", "a direct connection: {got}");
+    let network = docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"]["NetworkMode"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(network.starts_with("toolmesh-egress-"), "{network}");
+
+    let mut seen = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(5), events.next()).await {
+        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
+        let done = e["kind"] == "finished";
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..seen.len() as u64).collect::<Vec<_>>(), "{seen:?}");
+    let egress: Vec<Value> = seen
+        .iter()
+        .filter(|e| e["kind"] == "egress")
+        .map(|e| json!({"host": e["host"], "port": e["port"], "allowed": e["allowed"]}))
+        .collect();
+    assert_eq!(
+        egress,
+        vec![
+            json!({"host": "127.0.0.1", "port": port, "allowed": true}),
+            json!({"host": "127.0.0.1", "port": other, "allowed": false}),
+        ],
+        "{seen:?}"
+    );
+
+    // A drained worker takes its egress network along.
+    let node = &mut c.nodes[0];
+    assert!(
+        node.stop_blocking(Duration::from_secs(60)),
+        "the node drains"
+    );
+    let left = Command::new("docker")
+        .args(["network", "inspect", &network])
+        .output()
+        .unwrap();
+    assert!(!left.status.success(), "{network} is left after the drain");
 }
 
 #[tokio::test]

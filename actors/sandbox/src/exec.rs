@@ -1,5 +1,6 @@
 //! A foreground command: output spooled for the reply (see [`crate::output`]) and streamed as
-//! `stdout` / `stderr` RunEvents while it runs, bounded by a timeout and cancellable.
+//! `stdout` / `stderr` RunEvents while it runs, its sandbox's egress decisions as `egress`
+//! RunEvents, bounded by a timeout and cancellable.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,10 @@ use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::wire::{self, InvocationContext, RunEventKind};
 
+use tokio::sync::mpsc;
+
 use crate::backend::{Execution, Output};
+use crate::egress::Decision;
 use crate::output::{Captured, Spool, SpoolSettings, Utf8Decoder};
 
 /// Output streamed as events per stream; past it, no more events (the reply still has it).
@@ -55,7 +59,20 @@ impl<'a> EventSink<'a> {
             "data".into(),
             Value::from(String::from_utf8_lossy(data).into_owned()),
         );
-        let body = wire::run_event(self.ctx, self.tool, self.next_seq, kind, &extra);
+        self.publish_fields(kind, &extra).await;
+    }
+
+    /// An `egress` event: the decision's `host`, `port` and `allowed`.
+    async fn publish_decision(&mut self, decision: &Decision) {
+        let extra = match decision.event() {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        };
+        self.publish_fields(RunEventKind::Egress, &extra).await;
+    }
+
+    async fn publish_fields(&mut self, kind: RunEventKind, extra: &Map<String, Value>) {
+        let body = wire::run_event(self.ctx, self.tool, self.next_seq, kind, extra);
         if let Err(e) = self
             .client
             .publish(self.subject.clone(), Bytes::from(body))
@@ -157,7 +174,9 @@ pub struct CommandOutcome {
 }
 
 /// Runs `execution` to its end (or the timeout, or a cancel), streaming its output and
-/// spooling each stream (files named after `label`).
+/// spooling each stream (files named after `label`), and each of its sandbox's egress
+/// `decisions` as an `egress` event (the output before it first, to keep their order).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_to_end(
     mut execution: Execution,
     spool: &SpoolSettings,
@@ -166,6 +185,7 @@ pub async fn run_to_end(
     timeout: Duration,
     events: &mut EventSink<'_>,
     cancel: &mut CancelWatch,
+    mut decisions: Option<&mut mpsc::Receiver<Decision>>,
 ) -> CommandOutcome {
     let started = Instant::now();
     if let (Some(mut writer), Some(data)) = (execution.stdin.take(), stdin) {
@@ -184,8 +204,18 @@ pub async fn run_to_end(
     let mut timed_out = false;
     let mut cancelled = false;
     let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut listening = decisions.is_some();
     loop {
         tokio::select! {
+            decision = next_decision(&mut decisions), if listening => match decision {
+                Some(decision) => {
+                    flush(events, &mut out, RunEventKind::Stdout, false).await;
+                    flush(events, &mut err, RunEventKind::Stderr, false).await;
+                    events.publish_decision(&decision).await;
+                }
+                // A later command of the sandbox took its decisions over.
+                None => listening = false,
+            },
             chunk = execution.output.recv() => match chunk {
                 Some(Output::Stdout(b)) => {
                     out.push(&b).await;
@@ -219,6 +249,11 @@ pub async fn run_to_end(
     }
     flush(events, &mut out, RunEventKind::Stdout, true).await;
     flush(events, &mut err, RunEventKind::Stderr, true).await;
+    if let Some(decisions) = decisions.as_mut() {
+        while let Ok(decision) = decisions.try_recv() {
+            events.publish_decision(&decision).await;
+        }
+    }
     let exit_code = if timed_out || cancelled {
         None
     } else {
@@ -238,6 +273,14 @@ pub async fn run_to_end(
         timed_out,
         cancelled,
         duration_ms: toolmesh_kernel::time::elapsed_ms(started),
+    }
+}
+
+/// The next of `decisions`; never, without them.
+async fn next_decision(decisions: &mut Option<&mut mpsc::Receiver<Decision>>) -> Option<Decision> {
+    match decisions {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -214,6 +214,12 @@ pub async fn spawn(
         // this run creates any, every sandbox carrying this node's id is one of them.
         pool.reap_orphans(settings.node.as_str(), None).await;
     }
+    let docker = docker_client(config);
+    if let Some(docker) = &docker {
+        // Its egress network too, now that no sandbox is left on it.
+        reap_egress(docker, &pool.scope(), settings.node.as_str(), None).await;
+    }
+    start_egress(&pool, docker.as_ref(), &settings).await?;
     let service = Arc::new(tools::SandboxService {
         pool: pool.clone(),
         client: client.clone(),
@@ -242,6 +248,7 @@ pub async fn spawn(
     }
     tokio::spawn(housekeeping(
         pool.clone(),
+        docker,
         cluster.clone(),
         lifecycle.drain.clone(),
     ));
@@ -269,12 +276,20 @@ pub async fn spawn(
 }
 
 /// The worker's templates, checked against its backend: each one's network can be given
-/// ([`network::check`]), and only Docker runs a runtime of a template's choosing. The process
+/// ([`network::allow_list`]; `allow` only by Docker), and only Docker runs a runtime of a template's choosing. The process
 /// backend keeps no warm sandboxes.
 fn checked_templates(settings: &SandboxSettings) -> Result<Templates, SandboxStartError> {
     let templates = settings.templates.clone();
     for template in templates.iter() {
-        network::check(template).map_err(|e| SandboxStartError::Template(e.to_string()))?;
+        network::allow_list(template).map_err(|e| SandboxStartError::Template(e.to_string()))?;
+        if settings.config.backend != SandboxBackend::Docker
+            && matches!(template.network, templates::Network::Allow(_))
+        {
+            return Err(SandboxStartError::Template(format!(
+                "sandbox template {:?} has network = \"allow\", which only the docker backend gives (TOOLMESH_SANDBOX_BACKEND=docker)",
+                template.name
+            )));
+        }
         let runtime = template.limits.runtime.as_deref();
         if settings.config.docker_commands == DockerCommands::Spawner
             && !backend::docker::runs_spawner(runtime)
@@ -299,10 +314,75 @@ fn checked_templates(settings: &SandboxSettings) -> Result<Templates, SandboxSta
     })
 }
 
-/// Reclaims idle sessions, keeps registry entries alive, and removes sandboxes that dead
-/// workers on this Docker host left behind.
+/// A Docker client for the egress network, with the docker backend.
+fn docker_client(config: &SandboxConfig) -> Option<bollard::Docker> {
+    if config.backend != SandboxBackend::Docker {
+        return None;
+    }
+    bollard::Docker::connect_with_local_defaults()
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot connect to Docker"))
+        .ok()
+}
+
+/// [`egress::reap_orphans`] in `scope`, logged (a failure only delays it).
+async fn reap_egress(
+    docker: &bollard::Docker,
+    scope: &str,
+    this_node: &str,
+    live: Option<&[String]>,
+) {
+    match egress::reap_orphans(docker, scope, this_node, live).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "removed orphaned sandbox egress networks"),
+        Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandbox egress networks"),
+    }
+}
+
+/// Starts the worker's egress proxy when a template has `network = "allow"`; a failure stops
+/// the role, naming the template and the cause. `TOOLMESH_SANDBOX_EGRESS_JOIN` says the worker
+/// runs in that container, which then joins the egress network.
+async fn start_egress(
+    pool: &Pool,
+    docker: Option<&bollard::Docker>,
+    settings: &SandboxSettings,
+) -> Result<(), SandboxStartError> {
+    let Some(template) = settings
+        .templates
+        .iter()
+        .find(|t| matches!(t.network, templates::Network::Allow(_)))
+    else {
+        return Ok(());
+    };
+    let refused = |reason: String| {
+        SandboxStartError::Template(format!(
+            "sandbox template {:?} has network = \"allow\", but the worker's egress proxy cannot start: {reason}",
+            template.name
+        ))
+    };
+    let docker = docker.ok_or_else(|| refused("Docker is not reachable".to_owned()))?;
+    let placement = match &settings.config.egress_join {
+        Some(container) => egress::Placement::Join(container.clone()),
+        None => egress::Placement::Host,
+    };
+    let started = egress::SandboxEgress::start(
+        docker,
+        settings.node.as_str(),
+        &pool.scope(),
+        placement,
+        egress::ProxyLimits::default(),
+    )
+    .await
+    .map_err(|e| refused(e.to_string()))?;
+    tracing::info!(proxy = %started.proxy_addr(), network = started.network(), "sandbox egress proxy started");
+    pool.set_egress(started);
+    Ok(())
+}
+
+/// Reclaims idle sessions, keeps registry entries alive, and removes sandboxes (and egress
+/// networks) that dead workers on this Docker host left behind.
 async fn housekeeping(
     pool: Arc<Pool>,
+    docker: Option<bollard::Docker>,
     cluster: Arc<ClusterView>,
     drain: tokio_util::sync::CancellationToken,
 ) {
@@ -331,6 +411,9 @@ async fn housekeeping(
                 .collect();
             // Never this node's own: its live sandboxes carry its id. ("" names no node.)
             pool.reap_orphans("", Some(&live)).await;
+            if let Some(docker) = &docker {
+                reap_egress(docker, &pool.scope(), "", Some(&live)).await;
+            }
         }
     }
 }

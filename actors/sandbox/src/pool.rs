@@ -31,7 +31,9 @@ use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
 
 use crate::backend::{Backend, BackendError, SandboxRef, SandboxSpec};
+use crate::egress::SandboxEgress;
 use crate::mirror::{Mirror, SyncLimits};
+use crate::network::{DecisionListener, DecisionTap};
 use crate::registry::{Claim, SessionRegistry};
 use crate::tasks::TaskTable;
 use crate::templates::{Template, Templates, LAZY_WARM};
@@ -183,6 +185,10 @@ pub struct Pool {
     /// Commands running at once on this worker; a fair semaphore, so waiting calls are served
     /// in arrival order.
     pub permits: Arc<Semaphore>,
+    /// The worker's egress proxy, when a template has `network = "allow"` ([`Pool::set_egress`]).
+    egress: Mutex<Option<Arc<SandboxEgress>>>,
+    /// Where the egress decisions of each sandbox registered with the proxy go, by sandbox id.
+    taps: Mutex<HashMap<String, Arc<DecisionTap>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -260,6 +266,42 @@ impl Pool {
             closed: std::sync::atomic::AtomicBool::new(false),
             node_dir_made: OnceCell::new(),
             permits,
+            egress: Mutex::new(None),
+            taps: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Gives the pool the worker's egress proxy, before the first sandbox of a template with
+    /// `network = "allow"` is made.
+    pub fn set_egress(&self, egress: SandboxEgress) {
+        *self.egress.lock().expect("egress lock") = Some(Arc::new(egress));
+    }
+
+    /// The egress decisions of `sandbox_id` while the returned listener lives; `None` when the
+    /// sandbox does not use the proxy.
+    pub fn decisions_of(&self, sandbox_id: &str) -> Option<DecisionListener> {
+        let tap = self
+            .taps
+            .lock()
+            .expect("taps lock")
+            .get(sandbox_id)
+            .cloned();
+        tap.map(|tap| tap.listen())
+    }
+
+    /// Ends `sandbox_id`'s use of the egress proxy (nothing when it had none).
+    fn forget_egress(&self, sandbox_id: &str) {
+        if self
+            .taps
+            .lock()
+            .expect("taps lock")
+            .remove(sandbox_id)
+            .is_none()
+        {
+            return;
+        }
+        if let Some(egress) = self.egress.lock().expect("egress lock").as_ref() {
+            egress.unregister(sandbox_id);
         }
     }
 
@@ -651,11 +693,27 @@ impl Pool {
         template: &Template,
     ) -> Result<(SandboxRef, Busy<'_>), ToolError> {
         let busy = self.begin().ok_or_else(shutting_down)?;
-        let network = crate::network::network_of(template)
-            .map_err(|e| ToolError::new(ErrorCode::Unavailable, e.to_string()))?;
         self.node_dir_ready().await?;
         let folder = self.node_dir().join(&sandbox_id);
         self.attach_disk(&folder).await?;
+        let egress = self.egress.lock().expect("egress lock").clone();
+        let tap = DecisionTap::new(&sandbox_id);
+        let network =
+            match crate::network::network_of(template, egress.as_deref(), &sandbox_id, || {
+                tap.on_decision()
+            }) {
+                Ok(network) => network,
+                Err(e) => {
+                    remove_folder(folder, "a sandbox folder").await;
+                    return Err(ToolError::new(ErrorCode::Unavailable, e.to_string()));
+                }
+            };
+        if network.registered {
+            self.taps
+                .lock()
+                .expect("taps lock")
+                .insert(sandbox_id.clone(), tap);
+        }
         let spec = SandboxSpec {
             workspace_dir: folder.join("workspace"),
             sandbox_id,
@@ -671,6 +729,7 @@ impl Pool {
         let sandbox = match self.backend.create(&spec).await {
             Ok(sandbox) => sandbox,
             Err(e) => {
+                self.forget_egress(&spec.sandbox_id);
                 remove_folder(folder, "a sandbox folder").await;
                 return Err(backend_error(e));
             }
@@ -708,6 +767,7 @@ impl Pool {
 
     async fn discard(&self, sandbox: &SandboxRef) {
         let _ = self.backend.destroy(sandbox).await;
+        self.forget_egress(&sandbox.sandbox_id);
         remove_folder_of(sandbox).await;
     }
 
@@ -854,6 +914,7 @@ impl Pool {
         if let Err(e) = self.backend.destroy(&session.sandbox).await {
             tracing::warn!(error = %e, sandbox = %session.sandbox.sandbox_id, "cannot remove a sandbox");
         }
+        self.forget_egress(&session.sandbox.sandbox_id);
         remove_folder_of(&session.sandbox).await;
         tracing::info!(sandbox = %session.sandbox.sandbox_id, "session sandbox removed");
     }
@@ -930,6 +991,12 @@ impl Pool {
         let dir = self.node_dir();
         // What is left (a removal that failed) goes at the next start: see `reap_orphans`.
         remove_folder(dir, "this worker's sandbox folder").await;
+        // The sandboxes are gone, so the egress network can go too. (A creation still holding
+        // the proxy leaves the network to the next start's reaper.)
+        let egress = self.egress.lock().expect("egress lock").take();
+        if let Some(egress) = egress.and_then(Arc::into_inner) {
+            egress.shutdown().await;
+        }
     }
 }
 

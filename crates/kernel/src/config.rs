@@ -211,6 +211,10 @@ pub struct SandboxConfig {
     pub pids: u64,
     pub cpus: f64,
     pub network: String,
+    /// The container this worker runs in, when it does (`TOOLMESH_SANDBOX_EGRESS_JOIN`, a
+    /// container's name or id): the egress network of `network = "allow"` templates joins it.
+    /// `None`: the worker runs on the host.
+    pub egress_join: Option<String>,
     /// Images a worker may run (`TOOLMESH_SANDBOX_IMAGES`); always includes `image`.
     pub allowed_images: Vec<String>,
     /// Where a worker keeps each sandbox's copy of the workspace (`TOOLMESH_SANDBOX_DIR`,
@@ -362,6 +366,10 @@ impl NodeConfig {
                     .get("TOOLMESH_SANDBOX_NETWORK")
                     .unwrap_or("none")
                     .to_owned(),
+                egress_join: env
+                    .get("TOOLMESH_SANDBOX_EGRESS_JOIN")
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned),
                 allowed_images,
                 dir: sandbox_dir,
                 max_sessions: env.parse(

@@ -428,6 +428,8 @@ pub enum RunEventKind {
     Rejected,
     Stdout,
     Stderr,
+    /// A sandbox's request through its egress proxy (`host`, `port`, `allowed`).
+    Egress,
     Finished,
 }
 

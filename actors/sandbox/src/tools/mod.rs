@@ -448,6 +448,8 @@ impl SandboxService {
             Ok((cancel, permit))
         };
         let label = spec.exec_id.clone();
+        // Listening before the command starts, so its first request is heard.
+        let mut decisions = self.pool.decisions_of(&session.sandbox.sandbox_id);
         let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
         let mut events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
         let spool = self.spool_settings(session);
@@ -459,8 +461,10 @@ impl SandboxService {
             timeout,
             &mut events,
             &mut cancel,
+            decisions.as_mut().map(|d| &mut d.rx),
         )
         .await;
+        drop(decisions);
         drop(permit);
         let sync = self.push(session).await;
         Ok((outcome, sync, events.emitted))
