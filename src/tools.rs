@@ -9,7 +9,7 @@ pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
         .definitions()
         .chain(toolmesh_workspace::tools::TOOLS.definitions())
         .chain(toolmesh_skills::tools::TOOLS.definitions())
-        .chain(toolmesh_sandbox::tools::definitions())
+        .chain(toolmesh_sandbox::tools::TOOLS.definitions())
         .chain(toolmesh_web::tools::TOOLS.definitions())
 }
 
@@ -157,7 +157,7 @@ mod tests {
                 toolmesh_skills::tools::TOOLS.find(n).is_some()
             }),
             (Role::Sandbox, |n| {
-                toolmesh_sandbox::tools::find(n).is_some()
+                toolmesh_sandbox::tools::TOOLS.find(n).is_some()
             }),
             (Role::Web, |n| toolmesh_web::tools::TOOLS.find(n).is_some()),
         ];

@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::ToolDef;
+use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
 use toolmesh_kernel::wire::ActorCall;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -48,19 +48,9 @@ pub const TOOLS: &[Tool] = &[
     kill_task::TOOL,
 ];
 
-/// The definitions of [`TOOLS`], for the registry.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    TOOLS.iter().map(|tool| &tool.def)
-}
-
-/// The tool of this name, if the sandbox worker has it.
-pub fn find(name: &str) -> Option<&'static Tool> {
-    TOOLS.iter().find(|tool| tool.def.name == name)
-}
-
 /// Tools that create the session's sandbox when it has none yet.
 pub fn creates_sandbox(tool: &str) -> bool {
-    find(tool).is_some_and(Tool::creates_sandbox)
+    TOOLS.find(tool).is_some_and(Tool::creates_sandbox)
 }
 
 /// One tool of the sandbox worker: its definition, a check before placement and its handler.
@@ -72,6 +62,12 @@ pub struct Tool {
     /// Where a call names its sandbox template.
     template: TemplateOf,
     run: Run,
+}
+
+impl TableEntry for Tool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
 }
 
 /// Where a call names the sandbox template it needs (PROTOCOL.md "Sandbox templates").
@@ -232,7 +228,9 @@ impl SandboxService {
     /// Refusals that need no sandbox (checked before one is created for the session): a tool
     /// this worker does not have among them.
     pub fn precheck(&self, call: &ActorCall) -> Result<(), ToolError> {
-        let tool = find(&call.tool).ok_or_else(|| unknown_tool(&call.tool))?;
+        let tool = TOOLS
+            .find(&call.tool)
+            .ok_or_else(|| unknown_tool(&call.tool))?;
         tool.precheck.map_or(Ok(()), |check| check(self))
     }
 
@@ -243,7 +241,9 @@ impl SandboxService {
         &self,
         call: &ActorCall,
     ) -> Result<Option<Arc<Template>>, ToolError> {
-        let tool = find(&call.tool).ok_or_else(|| unknown_tool(&call.tool))?;
+        let tool = TOOLS
+            .find(&call.tool)
+            .ok_or_else(|| unknown_tool(&call.tool))?;
         let templates = &self.pool.settings.templates;
         match tool.template {
             TemplateOf::Argument => match call.arguments.get("template") {
@@ -261,7 +261,7 @@ impl SandboxService {
     }
 
     pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {
-        let Some(tool) = find(&call.tool) else {
+        let Some(tool) = TOOLS.find(&call.tool) else {
             return Answer::failed(unknown_tool(&call.tool));
         };
         match tool.run {
