@@ -104,36 +104,6 @@ async fn an_allow_list_without_the_docker_backend_stops_the_node() {
     assert!(stderr.contains("docker backend"), "{stderr}");
 }
 
-/// An HTTP/1.1 server on every host address answering `hello from <path>`, one request per
-/// connection; returns its port.
-async fn http_target() -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let head = String::from_utf8_lossy(&head).into_owned();
-                let body = format!("hello from {}", head.split(' ').nth(1).unwrap_or("/"));
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
 /// Asks through `$HTTP_PROXY` for `/hello` on the allowed port and on another one, then tries
 /// the allowed port directly at the proxy's address; prints the three results as JSON.
 const EGRESS_PROBE: &str = r#"python3 - <<'EOF'
@@ -191,7 +161,10 @@ async fn an_allow_list_template_reaches_its_targets_in_exec_mode_too() {
 }
 
 async fn check_egress(extra: &[(&str, &str)]) {
-    let (port, other) = (http_target().await, http_target().await);
+    let (port, other) = (
+        toolmesh_testkit::http_target().await,
+        toolmesh_testkit::http_target().await,
+    );
     let (_dir, file) = templates_file(&format!(
         "[templates.net]\nnetwork = \"allow\"\nallow = [\"127.0.0.1/32:{port}\"]\n"
     ));

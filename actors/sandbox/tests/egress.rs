@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
 use toolmesh_sandbox::backend::{
     Backend, ExecSpec, Output, SandboxLimits, SandboxRef, SandboxSpec, StartGate,
@@ -35,40 +35,6 @@ fn unique(prefix: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// An HTTP/1.1 server on every host address: `/hello` answers `hello from <path>`,
-/// `/bytes/<n>` answers n bytes; one request per connection.
-async fn target() -> u16 {
-    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind target");
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let head = String::from_utf8_lossy(&head).into_owned();
-                let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-                let body = match path.strip_prefix("/bytes/") {
-                    Some(n) => vec![b'x'; n.parse().unwrap_or(0)],
-                    None => format!("hello from {path}").into_bytes(),
-                };
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
-            });
-        }
-    });
-    port
 }
 
 fn recorder() -> (OnDecision, Arc<Mutex<Vec<Decision>>>) {
@@ -258,8 +224,8 @@ print(json.dumps(out))
 
 #[tokio::test]
 async fn allow_listed_targets_are_reached_over_http_and_connect_and_the_rest_is_refused() {
-    let port = target().await;
-    let other = target().await;
+    let port = toolmesh_testkit::http_target().await;
+    let other = toolmesh_testkit::http_target().await;
     let rig = Rig::start(&[format!("127.0.0.1/32:{port}"), "pypi.org".into()]).await;
     let proxy = rig.proxy();
     assert_eq!(rig.env["HTTP_PROXY"], rig.env["https_proxy"]);
@@ -336,7 +302,7 @@ async fn allow_listed_targets_are_reached_over_http_and_connect_and_the_rest_is_
 
 #[tokio::test]
 async fn a_name_resolving_to_a_private_address_needs_a_cidr_entry() {
-    let port = target().await;
+    let port = toolmesh_testkit::http_target().await;
     let rig = Rig::start(&[format!("localhost:{port}")]).await;
     let got = rig
         .probe(serde_json::json!([
@@ -446,7 +412,7 @@ async fn a_worker_in_a_container_joins_the_network_and_keeps_the_host_off_it() {
 #[tokio::test]
 #[ignore = "runs inside a container, started by a_worker_in_a_container_joins_the_network_…"]
 async fn in_a_container() {
-    let port = target().await;
+    let port = toolmesh_testkit::http_target().await;
     let me = std::fs::read_to_string("/etc/hostname").expect("hostname");
     let rig = Rig::start_in(
         &[format!("127.0.0.1/32:{port}")],
@@ -577,7 +543,7 @@ fn basic(url: &str) -> String {
 
 #[tokio::test]
 async fn a_sandbox_cannot_use_another_sandbox_s_allow_list() {
-    let port = target().await;
+    let port = toolmesh_testkit::http_target().await;
     let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), ProxyLimits::default())
         .await
         .unwrap();
@@ -633,7 +599,7 @@ async fn a_sandbox_cannot_use_another_sandbox_s_allow_list() {
 
 #[tokio::test]
 async fn bad_requests_get_an_answer_and_the_proxy_stays_up() {
-    let port = target().await;
+    let port = toolmesh_testkit::http_target().await;
     let limits = ProxyLimits {
         head_timeout: Duration::from_millis(300),
         max_head: 1024,
