@@ -18,52 +18,17 @@
 #![allow(clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json_within, NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile, wait_until_quiet};
+use support::{load_average, ms, percentile, wait_until_quiet, NodeContainers};
 
 const ROLES: &str = "gateway,approval,workspace,sandbox";
 const LONG: Duration = Duration::from_secs(300);
-
-/// Removes, on drop, every container labelled by the run's nodes.
-struct Cleanup(Vec<String>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for node in &self.0 {
-            let out = Command::new("docker")
-                .args([
-                    "ps",
-                    "-aq",
-                    "--filter",
-                    &format!("label=io.toolmesh.node={node}"),
-                ])
-                .stderr(Stdio::null())
-                .output();
-            let ids: Vec<String> = out
-                .map(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-    }
-}
 
 /// The bystander: `component_status` as another account until `stop`; its latencies.
 async fn bystander(
@@ -170,7 +135,7 @@ async fn run() {
         format!("bench-bys-a-{run_id}"),
         format!("bench-bys-b-{run_id}"),
     );
-    let _cleanup = Cleanup(vec![first.clone(), second.clone()]);
+    let _cleanup = NodeContainers(vec![first.clone(), second.clone()]);
     let nats = NatsServer::start();
     let redis = RedisServer::start();
     let data = tempfile::tempdir().expect("temp dir");
@@ -215,7 +180,7 @@ async fn run() {
     node.kill();
     // The deep tree goes with coreutils (fts, no recursion), not timed.
     let _ = Command::new("rm").arg("-rf").arg(&folder).status();
-    drop(Cleanup(vec![first.clone()]));
+    drop(NodeContainers(vec![first.clone()]));
 
     // 3 on a new node.
     let node = node_spec(&bin, &second, &nats, &redis, data.path())

@@ -48,10 +48,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
 use bytes::Bytes;
-use futures::StreamExt;
 use toolmesh_kernel::config::{
     DEFAULT_SYNC_MAX_FILES, DEFAULT_SYNC_MAX_FILE_BYTES, DEFAULT_SYNC_MAX_TOTAL_BYTES,
 };
@@ -62,7 +60,9 @@ use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec}
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile, wait_until_quiet};
+use support::{
+    containers, load_average, ms, percentile, raw_exec, remove_containers, wait_until_quiet,
+};
 
 const ACCOUNT: &str = "bench";
 const CALL: &str = "toolmesh.v1.call.bench";
@@ -94,80 +94,20 @@ struct Cleanup {
 
 impl Cleanup {
     fn leftovers(&self) -> Vec<String> {
-        let mut ids = Vec::new();
         let mut filters: Vec<String> = self
             .node_ids
             .iter()
             .map(|n| format!("label=io.toolmesh.node={n}"))
             .collect();
         filters.push(format!("label=io.toolmesh.scope={}", self.raw_scope));
-        for filter in filters {
-            let out = Command::new("docker")
-                .args(["ps", "-aq", "--filter", &filter])
-                .stderr(Stdio::null())
-                .output();
-            if let Ok(out) = out {
-                ids.extend(
-                    String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .map(str::to_owned),
-                );
-            }
-        }
-        ids
+        filters.iter().flat_map(|f| containers(f)).collect()
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let ids = self.leftovers();
-        if !ids.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&ids)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
+        remove_containers(&self.leftovers());
     }
-}
-
-/// Raw exec of `argv` (optionally as `user`, with env and cwd) in `container`; asserts exit 0.
-async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_user: bool) {
-    let mut options = CreateExecOptions {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(argv.iter().map(|s| (*s).to_owned()).collect()),
-        ..Default::default()
-    };
-    if as_sandbox_user {
-        options.user = Some("1000:1000".to_owned());
-        options.working_dir = Some("/workspace".to_owned());
-        options.env = Some(vec!["TOOLMESH_EXEC_ID=exec-bench".to_owned()]);
-        options.tty = Some(false);
-        options.attach_stdin = Some(false);
-    }
-    let created = docker
-        .create_exec(container, options)
-        .await
-        .expect("create_exec");
-    let start = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    if let StartExecResults::Attached { mut output, .. } = docker
-        .start_exec(&created.id, Some(start))
-        .await
-        .expect("start_exec")
-    {
-        while output.next().await.is_some() {}
-    }
-    let inspect = docker
-        .inspect_exec(&created.id)
-        .await
-        .expect("inspect_exec");
-    assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
 }
 
 /// A pause before each sample of sections 1 and 2: Docker goes on working for a few milliseconds

@@ -19,17 +19,15 @@
 //! template in 2), `BENCH_REFILL_MS`, `TOOLMESH_SANDBOX_IMAGE`.
 #![allow(clippy::print_stdout)]
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
 use bytes::Bytes;
-use futures::StreamExt;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile, wait_until_quiet};
+use support::{load_average, ms, percentile, raw_exec, wait_until_quiet, NodeContainers};
 
 const CALL: &str = "toolmesh.v1.call.bench";
 const WARMUP: usize = 10;
@@ -42,72 +40,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Removes, on drop, every container labelled by the run's node.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let out = Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=io.toolmesh.node={}", self.0),
-            ])
-            .stderr(Stdio::null())
-            .output();
-        let ids: Vec<String> = out
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !ids.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&ids)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Raw `docker exec` of `true` in `container` as the sandbox user; asserts exit 0.
-async fn raw_exec(docker: &Docker, container: &str) {
-    let options = CreateExecOptions {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(vec!["true".to_owned()]),
-        user: Some("1000:1000".to_owned()),
-        working_dir: Some("/workspace".to_owned()),
-        ..Default::default()
-    };
-    let created = docker
-        .create_exec(container, options)
-        .await
-        .expect("create_exec");
-    let start = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    if let StartExecResults::Attached { mut output, .. } = docker
-        .start_exec(&created.id, Some(start))
-        .await
-        .expect("start_exec")
-    {
-        while output.next().await.is_some() {}
-    }
-    let inspect = docker
-        .inspect_exec(&created.id)
-        .await
-        .expect("inspect_exec");
-    assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
 }
 
 fn run_true(session: &str, template: &str) -> Bytes {
@@ -175,7 +107,7 @@ async fn run() {
     let new_sessions = env_usize("BENCH_NEW_SESSIONS", 12);
     let refill = Duration::from_millis(env_usize("BENCH_REFILL_MS", 4000) as u64);
     let node_id = format!("bench-tpl-{}", std::process::id());
-    let _cleanup = Cleanup(node_id.clone());
+    let _cleanup = NodeContainers(vec![node_id.clone()]);
     let nats = NatsServer::start();
     let redis = RedisServer::start();
     let data = tempfile::tempdir().expect("temp dir");
@@ -217,20 +149,20 @@ async fn run() {
     let runsc_box = format!("toolmesh-{}", tool_call(&client, &runsc).await);
     for _ in 0..WARMUP {
         tool_call(&client, &runc).await;
-        raw_exec(&docker, &runc_box).await;
+        raw_exec(&docker, &runc_box, &["true"], true).await;
         tool_call(&client, &runsc).await;
-        raw_exec(&docker, &runsc_box).await;
+        raw_exec(&docker, &runsc_box, &["true"], true).await;
     }
     let mut columns: [Vec<Duration>; 4] = Default::default();
     for _ in 0..samples {
         tokio::time::sleep(SETTLE).await;
         columns[0].push(timed(tool_call(&client, &runc)).await);
         tokio::time::sleep(SETTLE).await;
-        columns[1].push(timed(raw_exec(&docker, &runc_box)).await);
+        columns[1].push(timed(raw_exec(&docker, &runc_box, &["true"], true)).await);
         tokio::time::sleep(SETTLE).await;
         columns[2].push(timed(tool_call(&client, &runsc)).await);
         tokio::time::sleep(SETTLE).await;
-        columns[3].push(timed(raw_exec(&docker, &runsc_box)).await);
+        columns[3].push(timed(raw_exec(&docker, &runsc_box, &["true"], true)).await);
     }
     println!("\n1. warm session, run_command true ({quiet1})");
     header();

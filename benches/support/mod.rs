@@ -1,12 +1,15 @@
 //! What the root benchmarks share: their one-thread runtime, percentiles, units, the machine's
-//! load, sequential request/reply timing, and a raw NATS responder to measure the tools
-//! against. Each bench
-//! compiles this module on its own and uses a part of it.
+//! load, sequential request/reply timing, a raw NATS responder and a raw `docker exec` to
+//! measure the tools against, and the removal of a run's containers. Each bench compiles this
+//! module on its own and uses a part of it.
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
 use bytes::Bytes;
 use futures::StreamExt;
 
@@ -169,4 +172,81 @@ pub async fn throughput(
     let started = Instant::now();
     futures::future::join_all(workers).await;
     (done.load(Ordering::Relaxed), started.elapsed())
+}
+
+/// Raw exec of `argv` in `container`, attached to its end; asserts exit 0. As the sandbox user,
+/// it runs as uid 1000 in `/workspace` with an exec id, as the exec backend's commands do.
+pub async fn raw_exec(docker: &Docker, container: &str, argv: &[&str], as_sandbox_user: bool) {
+    let mut options = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(argv.iter().map(|s| (*s).to_owned()).collect()),
+        ..Default::default()
+    };
+    if as_sandbox_user {
+        options.user = Some("1000:1000".to_owned());
+        options.working_dir = Some("/workspace".to_owned());
+        options.env = Some(vec!["TOOLMESH_EXEC_ID=exec-bench".to_owned()]);
+        options.tty = Some(false);
+        options.attach_stdin = Some(false);
+    }
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .expect("create_exec");
+    let start = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&created.id, Some(start))
+        .await
+        .expect("start_exec")
+    {
+        while output.next().await.is_some() {}
+    }
+    let inspect = docker
+        .inspect_exec(&created.id)
+        .await
+        .expect("inspect_exec");
+    assert_eq!(inspect.exit_code, Some(0), "raw exec exit");
+}
+
+/// The ids of every container, running or not, that `docker ps --filter <filter>` lists.
+pub fn containers(filter: &str) -> Vec<String> {
+    Command::new("docker")
+        .args(["ps", "-aq", "--filter", filter])
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes these containers and their volumes; a cleanup, so failures are ignored.
+pub fn remove_containers(ids: &[String]) {
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", "-v"])
+            .args(ids)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Removes, on drop, every container labelled by one of these node ids.
+pub struct NodeContainers(pub Vec<String>);
+
+impl Drop for NodeContainers {
+    fn drop(&mut self) {
+        for node in &self.0 {
+            remove_containers(&containers(&format!("label=io.toolmesh.node={node}")));
+        }
+    }
 }
