@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{free_port, request_json_within, venv_bin, wait_until};
 
-use crate::support::{Cluster, BIN};
+use crate::support::{node_refusal, Cluster};
 
 /// How long a server may take to start and list its tools (Python start-up on a busy machine).
 const SERVE_WITHIN: Duration = Duration::from_secs(60);
@@ -555,19 +555,8 @@ async fn a_bad_servers_file_stops_the_node_naming_the_server_and_field() {
         r#"{"mcpServers": {"git": {"command": "mcp-server-git", "args": ["--repository", 7]}}}"#,
     )
     .unwrap();
-    let output = Command::new(BIN)
-        .args(["node", "--roles", "bridge"])
-        .env("TOOLMESH_MCP_SERVERS", &file)
-        // Nothing listens here: the file is refused before the node connects.
-        .env(
-            "TOOLMESH_NATS_URL",
-            format!("nats://127.0.0.1:{}", free_port()),
-        )
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the node runs");
-    assert!(!output.status.success(), "{:?}", output.status);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let file = file.display().to_string();
+    let stderr = node_refusal("bridge", &[("TOOLMESH_MCP_SERVERS", &file)]);
     assert!(stderr.contains("mcpServers.git.args[1]"), "{stderr}");
     assert!(stderr.contains("must be a string"), "{stderr}");
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{free_port, wait_until};
+use toolmesh_testkit::wait_until;
 
 use crate::sandbox::{cluster_with, docker_inspect, tool, unique_prefix, SandboxCluster, BASE_ENV};
-use crate::support::{Cluster, BIN};
+use crate::support::{node_refusal, Cluster};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
@@ -39,35 +39,13 @@ memory_mb = 200
 async fn a_bad_templates_file_stops_the_node_naming_the_template_and_field() {
     let (_dir, file) =
         templates_file("[templates.py]\nimage = \"toolmesh/sandbox:latest\"\ncpus = \"two\"\n");
-    let output = Command::new(BIN)
-        .args(["node", "--roles", "sandbox"])
-        .env("TOOLMESH_SANDBOX_TEMPLATES", &file)
-        // Nothing listens here: the file is refused before the node connects.
-        .env(
-            "TOOLMESH_NATS_URL",
-            format!("nats://127.0.0.1:{}", free_port()),
-        )
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the node runs");
-    assert!(!output.status.success(), "{:?}", output.status);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = node_refusal("sandbox", &[("TOOLMESH_SANDBOX_TEMPLATES", &file)]);
     assert!(stderr.contains("templates.py.cpus"), "{stderr}");
     assert!(stderr.contains("must be a number"), "{stderr}");
 
     // An image outside the allow-list is refused the same way.
     let (_dir, file) = templates_file("[templates.evil]\nimage = \"evil/miner:latest\"\n");
-    let output = Command::new(BIN)
-        .args(["node", "--roles", "sandbox"])
-        .env("TOOLMESH_SANDBOX_TEMPLATES", &file)
-        .env(
-            "TOOLMESH_NATS_URL",
-            format!("nats://127.0.0.1:{}", free_port()),
-        )
-        .output()
-        .expect("the node runs");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = node_refusal("sandbox", &[("TOOLMESH_SANDBOX_TEMPLATES", &file)]);
     assert!(stderr.contains("templates.evil.image"), "{stderr}");
     assert!(stderr.contains("TOOLMESH_SANDBOX_IMAGES"), "{stderr}");
 }
