@@ -91,12 +91,21 @@ fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     panic!("{what} did not listen on port {port} within 10 s");
 }
 
-/// A `nats-server` with JetStream off, on a random port.
+/// A `nats-server` on a random port: JetStream off ([`NatsServer::start`]) or on, with its store
+/// in the server's own temp dir ([`NatsServer::start_jetstream`]), kept across
+/// [`NatsServer::restart`].
 #[derive(Debug)]
 pub struct NatsServer {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    options: NatsOptions,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct NatsOptions {
+    max_payload: Option<usize>,
+    jetstream: bool,
 }
 
 impl NatsServer {
@@ -106,24 +115,56 @@ impl NatsServer {
 
     /// Starts on a given port (to restart a server where clients expect it).
     pub fn start_on(port: u16) -> NatsServer {
-        Self::spawn(port, None)
+        Self::spawn(
+            port,
+            NatsOptions::default(),
+            tempfile::tempdir().expect("temp dir"),
+        )
     }
 
     /// Starts with a `max_payload` of `bytes` (the default is 1 MiB), so that tests of replies
     /// too big for one message need little data.
     pub fn start_with_max_payload(bytes: usize) -> NatsServer {
-        Self::spawn(free_port(), Some(bytes))
+        let options = NatsOptions {
+            max_payload: Some(bytes),
+            ..NatsOptions::default()
+        };
+        Self::spawn(free_port(), options, tempfile::tempdir().expect("temp dir"))
     }
 
-    fn spawn(port: u16, max_payload: Option<usize>) -> NatsServer {
+    /// Starts with JetStream on; its store lives in this server's temp dir.
+    pub fn start_jetstream() -> NatsServer {
+        let options = NatsOptions {
+            jetstream: true,
+            ..NatsOptions::default()
+        };
+        Self::spawn(free_port(), options, tempfile::tempdir().expect("temp dir"))
+    }
+
+    /// Kills the server (a crash) and starts it again on the same port with the same options
+    /// and store: a JetStream server comes back with its streams.
+    pub fn restart(&mut self) {
+        self.kill();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let fresh = Self::spawn(self.port, self.options, dir);
+        // The old value's child is dead already; dropping it kills nothing that runs.
+        *self = fresh;
+    }
+
+    fn spawn(port: u16, options: NatsOptions, dir: tempfile::TempDir) -> NatsServer {
         let bin = find_binary("nats-server", "nats-server");
-        let dir = tempfile::tempdir().expect("temp dir");
         let mut command = Command::new(bin);
         command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
-        if let Some(bytes) = max_payload {
+        if let Some(bytes) = options.max_payload {
             let config = dir.path().join("nats.conf");
             std::fs::write(&config, format!("max_payload: {bytes}\n")).expect("write nats.conf");
             command.arg("-c").arg(&config);
+        }
+        if options.jetstream {
+            command
+                .arg("-js")
+                .arg("-sd")
+                .arg(dir.path().join("jetstream"));
         }
         let mut child = command
             .stdout(Stdio::null())
@@ -135,7 +176,8 @@ impl NatsServer {
         NatsServer {
             child,
             port,
-            _dir: dir,
+            options,
+            dir,
         }
     }
 
