@@ -16,7 +16,8 @@ use crate::support::{Cluster, BIN};
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
 
 /// A cluster with one node running the MCP front on a free port, and its tokens file:
-/// `tok-a` → acme (profile default), `tok-c` → acme (profile coding).
+/// `tok-a` → acme (profile default), `tok-c` → acme (profile coding), `tok-s` → acme with its
+/// own session `s1`.
 struct Front {
     c: Cluster,
     url: String,
@@ -29,8 +30,9 @@ impl Front {
         let tokens = dir.path().join("tokens.json");
         std::fs::write(
             &tokens,
-            json!({"tok-a": {"account": "acme"}, "tok-c": {"account": "acme", "profile": "coding"}})
-                .to_string(),
+            json!({"tok-a": {"account": "acme"}, "tok-c": {"account": "acme", "profile": "coding"},
+                   "tok-s": {"account": "acme", "session": "s1"}})
+            .to_string(),
         )
         .unwrap();
         let port = free_port();
@@ -206,6 +208,23 @@ async fn http_lists_per_profile_calls_and_refuses_unknown_tokens() {
     assert!(tool(&coding, "run_command").is_some());
     assert!(tool(&coding, "web_fetch").is_none(), "{coding:#?}");
     assert!(tool(&coding, "component_status").is_none());
+
+    // Without the session header: the token's own session, else `invalid_request`.
+    let lines = client(
+        f.http("tok-s", ""),
+        json!({"steps": [{"call": "read_workspace_file", "args": {"path": "notes.md"}}]}),
+    )
+    .await;
+    assert!(reply(&lines, 0)["content"]
+        .as_str()
+        .unwrap()
+        .contains("hello mcp"));
+    let lines = client(
+        f.http("tok-a", ""),
+        json!({"steps": [{"call": "read_workspace_file", "args": {"path": "notes.md"}}]}),
+    )
+    .await;
+    assert_eq!(reply(&lines, 0)["error"], "invalid_request", "{lines:#?}");
 
     // A handshake-era client over HTTP works too.
     let lines = client(
@@ -456,9 +475,135 @@ async fn a_provider_tool_appears_in_the_list() {
         f.stdio("v2", "default", json!({})),
         json!({"mode": "legacy", "steps": [{"sleep": 1}, {"wait_list_changed": 60}]}),
     ));
-    // Its first check (at start) has seen the provider's tool.
+    // Clients of 2026-07-28, over HTTP and stdio, hear it on a subscriptions/listen stream.
+    let listens = [f.http("tok-a", "v3"), f.stdio("v4", "default", json!({}))]
+        .map(|spec| tokio::spawn(client(spec, json!({"steps": [{"listen_changed": 60}]}))));
+    // Their first checks (at start) have seen the provider's tool.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let _ = provider.kill().await;
     let lines = stdio.await.unwrap();
     assert_eq!(step(&lines, 1)["list_changed"], true, "{lines:#?}");
+    for listen in listens {
+        let lines = listen.await.unwrap();
+        let heard = lines
+            .iter()
+            .find(|l| l.get("listen_changed").is_some())
+            .unwrap_or_else(|| panic!("no listen result: {lines:#?}"));
+        assert_eq!(lines[0]["protocol_version"], "2026-07-28", "{lines:#?}");
+        assert_eq!(heard["honored"]["toolsListChanged"], true, "{lines:#?}");
+        assert_eq!(heard["listen_changed"], true, "{lines:#?}");
+    }
+}
+
+/// Claude Code (the CLI the `claude-agent-sdk` wheel bundles) with the README's configuration:
+/// `claude mcp add` for stdio and for HTTP, then `claude mcp list`, which connects to each
+/// server and says whether it answered. A wrong token is named as refused (HTTP 401).
+#[tokio::test]
+async fn claude_code_connects_with_the_readme_configuration() {
+    let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let claude = claude_code();
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let nats = f.c.nats.url();
+    let run = |args: Vec<&str>| {
+        let mut command = tokio::process::Command::new(&claude);
+        command
+            .args(args)
+            .current_dir(&project)
+            .env("HOME", home.path())
+            .env("PATH", &path)
+            .env("TOOLMESH_NATS_URL", &nats)
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env_remove("ANTHROPIC_API_KEY")
+            .kill_on_drop(true);
+        async move {
+            let out = tokio::time::timeout(CLIENT_WITHIN, command.output())
+                .await
+                .expect("claude finishes in time")
+                .expect("claude starts");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "claude failed: {text}");
+            text
+        }
+    };
+    run(vec![
+        "mcp",
+        "add",
+        "toolmesh",
+        "--",
+        "toolmesh",
+        "mcp",
+        "--account",
+        "acme",
+        "--session",
+        "my-project",
+    ])
+    .await;
+    run(vec![
+        "mcp",
+        "add",
+        "--transport",
+        "http",
+        "toolmesh-http",
+        &f.url,
+        "--header",
+        "Authorization: Bearer tok-a",
+        "--header",
+        "X-Toolmesh-Session: my-project",
+    ])
+    .await;
+    run(vec![
+        "mcp",
+        "add",
+        "--transport",
+        "http",
+        "toolmesh-wrong-token",
+        &f.url,
+        "--header",
+        "Authorization: Bearer nope",
+    ])
+    .await;
+
+    let listed = run(vec!["mcp", "list"]).await;
+    let line = |name: &str| -> String {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("claude lists {name}: {listed}"))
+            .to_owned()
+    };
+    assert!(line("toolmesh").contains("Connected"), "{listed}");
+    assert!(!line("toolmesh").contains("Failed"), "{listed}");
+    assert!(line("toolmesh-http").contains("Connected"), "{listed}");
+    assert!(!line("toolmesh-http").contains("Failed"), "{listed}");
+    let wrong = line("toolmesh-wrong-token");
+    assert!(
+        wrong.contains("Failed") && wrong.contains("401"),
+        "{listed}"
+    );
+}
+
+/// The `claude` executable of the `claude-agent-sdk` package in the tests' venv.
+fn claude_code() -> std::path::PathBuf {
+    let out = std::process::Command::new(venv_bin("python"))
+        .args([
+            "-c",
+            "import claude_agent_sdk, os; print(os.path.dirname(claude_agent_sdk.__file__))",
+        ])
+        .output()
+        .expect("the venv's python starts");
+    assert!(out.status.success(), "claude-agent-sdk is in the venv");
+    let dir = String::from_utf8(out.stdout).unwrap();
+    let claude = Path::new(dir.trim()).join("_bundled/claude");
+    assert!(claude.is_file(), "{} is missing", claude.display());
+    claude
 }

@@ -8,7 +8,8 @@ SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http"
 handshake); "elicit"?: "accept" | "decline" | "cancel" (without it the client declares no
 elicitation); "steps": [{"list": true} | {"call": NAME, "args"?: {...}, "progress"?: bool,
 "cancel_after_progress"?: N, "input_responses"?, "request_state"?} |
-{"call_once": NAME, "args"?} (one round: an InputRequiredResult is printed as "once") | {"sleep": S} | {"wait_list_changed": S} | {"wait_list_has": NAME, "within"?: S}].
+{"call_once": NAME, "args"?} (one round: an InputRequiredResult is printed as "once") | {"sleep": S} | {"wait_list_changed": S} | {"listen_changed": S}
+(a subscriptions/listen stream, 2026-07-28) | {"wait_list_has": NAME, "within"?: S}].
 A step line is {"step": i, ...}: for a list {"tools": [...]}, for a call {"result": {...},
 "progress": [messages]} or {"cancelled": true, "progress": [...]}, for a failure {"error": text}.
 """
@@ -100,6 +101,16 @@ async def main(spec):
                     with anyio.move_on_after(step["wait_list_changed"]):
                         await changed.wait()
                     emit({"step": i, "list_changed": changed.is_set(), "messages": notices})
+                elif "listen_changed" in step:
+                    heard, honored = False, None
+                    with anyio.move_on_after(step["listen_changed"]):
+                        async with client.listen(tools_list_changed=True) as sub:
+                            honored = dump(sub.honored)
+                            emit({"step": i, "listening": honored})
+                            async for event in sub:
+                                heard = type(event).__name__ == "ToolsListChanged"
+                                break
+                    emit({"step": i, "listen_changed": heard, "honored": honored})
                 elif "sleep" in step:
                     await anyio.sleep(step["sleep"])
                     emit({"step": i})

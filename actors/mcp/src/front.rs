@@ -10,15 +10,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ElicitResult,
     ElicitationAction, Implementation, InputRequest, InputRequests, InputRequiredResult,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 use toolmesh_kernel::{Account, VERSION};
@@ -554,5 +556,32 @@ impl ServerHandler for Front {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&ctx)?;
         self.call(&caller, request, ctx).await
+    }
+
+    /// `subscriptions/listen` (2026-07-28): the tool list's changes only.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let caller = self.caller(context.request_context())?;
+        if context.accepted().tools_list_changed == Some(true) {
+            let sink = crate::listing::ListSink::Listen(context.sink().clone());
+            let stop = CancellationToken::new();
+            let watch =
+                crate::listing::watch_tools(self.clone(), (*caller).clone(), sink, stop.clone());
+            tokio::select! {
+                _ = context.cancelled() => {}
+                _ = watch => {}
+            }
+        } else {
+            context.cancelled().await;
+        }
+        Ok(())
     }
 }

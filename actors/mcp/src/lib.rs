@@ -11,6 +11,7 @@
 //! `requestState` names the approval, so the client's retry may reach any node.
 
 mod front;
+mod listing;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,7 +58,8 @@ pub enum McpConfigError {
 #[derive(Debug, Clone)]
 pub struct McpConfig {
     pub listen: SocketAddr,
-    /// Bearer token → caller (session unset: the request's header names it).
+    /// Bearer token → caller (its session, when the file names one, is what a request without
+    /// the `X-Toolmesh-Session` header uses).
     pub tokens: HashMap<String, Arc<Caller>>,
     pub front: FrontSettings,
 }
@@ -68,6 +70,8 @@ struct TokenEntry {
     account: String,
     #[serde(default)]
     profile: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 impl McpConfig {
@@ -129,7 +133,7 @@ pub fn front_settings(env: &RawEnv) -> Result<FrontSettings, McpConfigError> {
     })
 }
 
-/// Reads `{"<token>": {"account", "profile"?}}`.
+/// Reads `{"<token>": {"account", "profile"?, "session"?}}`.
 pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Caller>>, McpConfigError> {
     let fail = |reason: String| McpConfigError::Tokens {
         path: path.to_owned(),
@@ -146,12 +150,20 @@ pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Caller>>, McpConfi
         let account = Account::parse(entry.account.clone())
             .map_err(|e| fail(format!("account {:?}: {e}", entry.account)))?;
         let profile = caller_profile(entry.profile.as_deref()).map_err(fail)?;
+        let session = entry
+            .session
+            .map(|s| {
+                toolmesh_kernel::SessionId::parse(s.clone())
+                    .map(|_| s.clone())
+                    .map_err(|e| fail(format!("session {s:?}: {e}")))
+            })
+            .transpose()?;
         tokens.insert(
             token,
             Arc::new(Caller {
                 account,
                 profile,
-                session: None,
+                session,
             }),
         );
     }
@@ -200,10 +212,10 @@ where
         .map_err(|e| format!("the MCP handshake failed: {e}"))?;
     let peer = service.peer().clone();
     let stop = CancellationToken::new();
-    let watcher = tokio::spawn(watch_tools(
+    let watcher = tokio::spawn(listing::watch_tools(
         watcher_front,
         profile_caller,
-        peer,
+        listing::ListSink::Peer(peer),
         stop.clone(),
     ));
     let result = service.waiting().await;
@@ -211,74 +223,6 @@ where
     let _ = watcher.await;
     result.map_err(|e| format!("the MCP connection ended: {e}"))?;
     Ok(())
-}
-
-/// How often a stdio front checks its tool names when nothing was announced (a provider's
-/// tools go about 12.5 s after its last instance, without an announce).
-const LIST_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// Says `notifications/tools/list_changed` when the profile's tool names change (providers
-/// coming and going): checked 1 s and 3 s after each `toolmesh.v1.providers.announce` (the
-/// gateways discover at once after one) and every [`LIST_CHECK_INTERVAL`]. A check is one
-/// dispatcher `list`.
-async fn watch_tools(
-    front: Front,
-    caller: Caller,
-    peer: rmcp::Peer<rmcp::RoleServer>,
-    stop: CancellationToken,
-) {
-    use futures::StreamExt as _;
-    let mut announces = match front
-        .nats()
-        .subscribe(toolmesh_kernel::subjects::public::PROVIDERS_ANNOUNCE)
-        .await
-    {
-        Ok(sub) => Some(sub),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot hear provider announces; checking the tool list on a timer only");
-            None
-        }
-    };
-    let mut last: Option<Vec<String>> = None;
-    let mut tick = tokio::time::interval(LIST_CHECK_INTERVAL);
-    let mut soon: Vec<tokio::time::Instant> = Vec::new();
-    loop {
-        let next_soon = soon.iter().min().copied();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-            Some(_) = async {
-                match announces.as_mut() {
-                    Some(sub) => sub.next().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                let now = tokio::time::Instant::now();
-                soon.push(now + std::time::Duration::from_secs(1));
-                soon.push(now + std::time::Duration::from_secs(3));
-                continue;
-            }
-            _ = async {
-                match next_soon {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                let now = tokio::time::Instant::now();
-                soon.retain(|at| *at > now);
-            }
-        }
-        let Ok(mut names) = front.tool_names(&caller).await else {
-            continue;
-        };
-        names.sort();
-        if last.as_ref().is_some_and(|l| *l != names)
-            && peer.notify_tool_list_changed().await.is_err()
-        {
-            tracing::debug!("the client takes no list_changed notification");
-        }
-        last = Some(names);
-    }
 }
 
 /// The HTTP router: `/mcp` behind the bearer-token check.
@@ -305,8 +249,8 @@ pub fn router(
         .layer(axum::middleware::from_fn_with_state(tokens, authorize))
 }
 
-/// 401 without a known bearer token; otherwise the caller (with the `X-Toolmesh-Session`
-/// header's session) goes with the request.
+/// 401 without a known bearer token; otherwise the caller goes with the request, its session
+/// the `X-Toolmesh-Session` header's or else the token's own.
 async fn authorize(
     State(tokens): State<Arc<HashMap<String, Arc<Caller>>>>,
     mut request: Request,
@@ -375,4 +319,49 @@ pub async fn spawn(
     });
     tracing::info!(%addr, "MCP over streamable HTTP at /mcp");
     Ok((handle, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(text: &str) -> Result<HashMap<String, Arc<Caller>>, McpConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        std::fs::write(&path, text).unwrap();
+        read_tokens(&path)
+    }
+
+    #[test]
+    fn a_token_may_name_its_own_session() {
+        let read =
+            tokens(r#"{"t1": {"account": "acme", "session": "s1"}, "t2": {"account": "acme"}}"#)
+                .unwrap();
+        assert_eq!(read["t1"].session.as_deref(), Some("s1"));
+        assert_eq!(read["t2"].session, None);
+        assert_eq!(read["t2"].profile, "default");
+    }
+
+    #[test]
+    fn bad_token_entries_are_refused_naming_the_problem() {
+        for (text, names) in [
+            (
+                r#"{"t1": {"account": "acme", "session": "bad id"}}"#,
+                "session \"bad id\"",
+            ),
+            (r#"{"t1": {"account": "Not An Account"}}"#, "account"),
+            (
+                r#"{"t1": {"account": "acme", "profile": "nope"}}"#,
+                "unknown profile",
+            ),
+            (
+                r#"{"t1": {"account": "acme", "sesion": "s1"}}"#,
+                "unknown field",
+            ),
+            (r#"{"": {"account": "acme"}}"#, "empty"),
+        ] {
+            let err = tokens(text).unwrap_err().to_string();
+            assert!(err.contains(names), "{text}: {err}");
+        }
+    }
 }
