@@ -22,6 +22,7 @@ RUN apt-get update \
         nodejs \
         procps \
         python3 \
+        python3-venv \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
     && groupadd --gid 1000 sandbox \
@@ -30,7 +31,7 @@ RUN apt-get update \
     && chown 1000:1000 /workspace
 
 LABEL org.opencontainers.image.title="toolmesh-sandbox" \
-      org.opencontainers.image.description="Session sandbox for toolmesh: bash, coreutils, procps, python3, nodejs; runs as uid 1000" \
+      org.opencontainers.image.description="Session sandbox for toolmesh: bash, coreutils, procps, python3 (with venv), nodejs; runs as uid 1000" \
       org.opencontainers.image.source="https://github.com/toolmesh/toolmesh" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="toolmesh"

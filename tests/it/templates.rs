@@ -219,6 +219,108 @@ async fn check_egress(extra: &[(&str, &str)]) {
     assert!(!left.status.success(), "{network} is left after the drain");
 }
 
+/// README's example: `pip install` from PyPI through an allow-list of `pypi.org` and
+/// `*.pythonhosted.org` (PyPI is reachable from this machine's host), and an index on another
+/// host refused. The proxy's decisions are the command's `egress` events.
+#[tokio::test]
+async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
+    // Where this machine reaches PyPI through an intercepting mirror (a non-public address
+    // and a CA of its own), the allow-list names the mirror's addresses and pip gets its CA:
+    // what a user behind such a mirror does too (README "Sandbox templates").
+    let mut allow = vec![
+        "\"pypi.org\"".to_owned(),
+        "\"*.pythonhosted.org\"".to_owned(),
+    ];
+    for host in ["pypi.org:443", "files.pythonhosted.org:443"] {
+        for addr in tokio::net::lookup_host(host).await.expect("PyPI resolves") {
+            if addr.is_ipv4() {
+                allow.push(format!("\"{}/32:443\"", addr.ip()));
+            }
+        }
+    }
+    let extra_ca: String = std::fs::read_dir("/usr/local/share/ca-certificates")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "crt"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    let (_dir, file) = templates_file(&format!(
+        "[templates.py-net]\nnetwork = \"allow\"\nallow = [{}]\n",
+        allow.join(", ")
+    ));
+    let mut reap = ReapEgress::default();
+    let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
+    reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
+    reap.node = c.nodes[0].node_id.clone();
+    let invocation = "inv_pip_1";
+    let mut events = c
+        .client
+        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await
+        .unwrap();
+    c.client.flush().await.unwrap();
+    let pip = "{ cat /etc/ssl/certs/ca-certificates.crt; printf '%s\\n' \"$EXTRA_CA\"; } > /workspace/ca.crt \
+        && export PIP_CERT=/workspace/ca.crt \
+        && python3 -m venv /workspace/.venv && P=/workspace/.venv/bin/pip \
+        && $P install -q --disable-pip-version-check --no-cache-dir six \
+        && /workspace/.venv/bin/python -c 'import six; print(\"six\", six.__version__)' \
+        && ! $P download -q --no-cache-dir --retries 0 --timeout 10 -d /workspace/dl \
+             --index-url https://example.com/simple six 2>/workspace/refused.txt \
+        && echo refused";
+    let r = toolmesh_testkit::request_json_within(
+        &c.client,
+        "toolmesh.v1.call.acme",
+        json!({"tool": "run_command", "session_id": "pip", "invocation_id": invocation,
+               "arguments": {"command": pip, "template": "py-net", "timeout": 300,
+                             "env": {"EXTRA_CA": extra_ca}}}),
+        Duration::from_secs(320),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let stdout = r["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("six 1."), "{r}");
+    assert!(stdout.trim_end().ends_with("refused"), "{r}");
+
+    let mut decisions = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(10), events.next()).await {
+        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
+        if e["kind"] == "finished" {
+            break;
+        }
+        if e["kind"] == "egress" {
+            decisions.push((
+                e["host"].as_str().unwrap().to_owned(),
+                e["port"].as_u64().unwrap(),
+                e["allowed"].as_bool().unwrap(),
+            ));
+        }
+    }
+    assert!(
+        decisions.contains(&("pypi.org".into(), 443, true)),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .any(|(host, port, allowed)| host.ends_with(".pythonhosted.org")
+                && *port == 443
+                && *allowed),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.contains(&("example.com".into(), 443, false)),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .all(|(host, _, allowed)| *allowed != (host == "example.com")),
+        "{decisions:?}"
+    );
+}
+
 #[tokio::test]
 async fn template_limits_are_what_docker_inspect_shows() {
     let (_dir, file) = templates_file(TEMPLATES);
