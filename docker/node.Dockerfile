@@ -23,7 +23,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # Engine API itself), not the docker CLI: run it with -v /var/run/docker.sock:/var/run/docker.sock
 # and --group-add <the socket's gid> so the non-root user can reach it.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates bubblewrap \
+    && apt-get install -y --no-install-recommends ca-certificates bubblewrap iptables \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
     && useradd --uid 10001 --user-group --home-dir /var/lib/toolmesh --create-home \

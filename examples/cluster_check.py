@@ -521,9 +521,127 @@ async def check_bridge(c):
     expect(r.get("ok") is True and "UTC" in r.get("text", ""), "time_get_current_time runs through the gateway", r)
 
 
+MCP_URL = os.environ.get("TOOLMESH_MCP_URL", "http://127.0.0.1:8931/mcp")
+
+
+def mcp_post(token, method, params, msg_id=1):
+    """One JSON-RPC request to the compose `mcp` service (streamable HTTP, 2025-11-25)."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+        "X-Toolmesh-Session": "cluster-mcp",
+    }
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(MCP_URL, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read().decode()
+            status = response.status
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    if text.startswith("{"):
+        return status, json.loads(text)
+    # An event stream: the last JSON-RPC message that answers this request.
+    answer = None
+    for line in text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            message = json.loads(line[5:])
+            if message.get("id") == msg_id:
+                answer = message
+    return status, answer
+
+
+async def check_mcp_front(c):
+    """The compose `mcp` service: an MCP client's tools/list and tools/call over HTTP."""
+    token = "acme-mcp-example-token"  # docker/mcp-tokens.json
+    status, init = await asyncio.to_thread(
+        mcp_post, token, "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cluster-check", "version": "0"}})
+    expect(status == 200 and init["result"]["serverInfo"]["name"] == "toolmesh", "the mcp service answers initialize", init)
+    status, listed = await asyncio.to_thread(mcp_post, token, "tools/list", {}, 2)
+    names = [t["name"] for t in listed["result"]["tools"]]
+    expect("read_workspace_file" in names and "run_command" in names, "tools/list has the mesh's tools", names)
+
+    async def provider_listed():
+        _, again = await asyncio.to_thread(mcp_post, token, "tools/list", {}, 3)
+        return again if any(t["name"] == "time_get_current_time" for t in again["result"]["tools"]) else None
+
+    await eventually("tools/list has the bridge's time_get_current_time", provider_listed, 60)
+    status, called = await asyncio.to_thread(
+        mcp_post, token, "tools/call", {"name": "time_get_current_time", "arguments": {"timezone": "UTC"}}, 4)
+    result = called["result"]
+    expect(result.get("isError") is False and result["structuredContent"]["ok"] is True,
+           "tools/call runs a provider tool through the mesh", result)
+    status, _ = await asyncio.to_thread(mcp_post, "not-a-token", "tools/list", {}, 5)
+    expect(status == 401, "an unknown token gets 401", status)
+
+
+# Run in a py-net sandbox: PyPI through the proxy, another host refused by it, and the
+# worker's container reached at another port than the proxy's (dropped: a timeout, where a
+# port without a listener would refuse at once). Prints one JSON line.
+EGRESS_PROBE = r"""
+import json, os, socket, ssl, urllib.parse, urllib.request
+ctx = ssl.create_default_context(cafile=os.environ.get("CA_FILE") or None)
+out = {}
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30, context=ctx) as r:
+            return r.status
+    except Exception as e:
+        return str(e)[:200]
+out["pypi"] = get("https://pypi.org/simple/six/")
+out["other"] = get("https://example.com/")
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((proxy.hostname, 4222))
+    out["worker_port"] = "connected"
+except socket.timeout:
+    out["worker_port"] = "timeout"
+except OSError as e:
+    out["worker_port"] = e.strerror
+print(json.dumps(out))
+"""
+
+
+async def check_egress(c):
+    """A py-net sandbox (docker/sandbox-templates.toml) on a worker in a container: PyPI through
+    the worker's egress proxy, other hosts refused (403), the worker's other ports dropped."""
+    extra_ca = "".join(
+        open(os.path.join(d, f)).read()
+        for d in ["/usr/local/share/ca-certificates"] if os.path.isdir(d)
+        for f in sorted(os.listdir(d)) if f.endswith(".crt"))
+    command = (
+        "{ cat /etc/ssl/certs/ca-certificates.crt; printf '%s\\n' \"$EXTRA_CA\"; } > /workspace/ca.crt"
+        " && CA_FILE=/workspace/ca.crt python3 -c \"$PROBE\"")
+    session = f"egress-{uuid.uuid4().hex[:6]}"
+    r = await c["node"].call(
+        "bench", "run_command",
+        {"command": command, "template": "py-net", "timeout": 120,
+         "env": {"EXTRA_CA": extra_ca, "PROBE": EGRESS_PROBE}},
+        session=session, timeout=180)
+    expect(r.get("ok") is True and r.get("exit_code") == 0, "the py-net probe ran", r)
+    got = json.loads(r["stdout"].strip().splitlines()[-1])
+    expect(got["pypi"] == 200, "PyPI answers through the proxy", got)
+    expect("403" in str(got["other"]), "another host gets the proxy's 403", got)
+    expect(got["worker_port"] == "timeout", "the worker's other ports are dropped", got)
+    status = await c["node"].call("bench", "sandbox_status", {}, session=session, timeout=60)
+    expect(status.get("template_id") == "py-net" and status.get("network") == "allow",
+           "sandbox_status names the template and its network", status)
+
+
 CHECKS = {
     "status": check_status_and_micro,
     "bridge": check_bridge,
+    "mcp": check_mcp_front,
+    "egress": check_egress,
     "spread": check_spread,
     "disk": check_disk_quota,
     "accounts": check_accounts,

@@ -340,7 +340,8 @@ async fn reap_egress(
 
 /// Starts the worker's egress proxy when a template has `network = "allow"`; a failure stops
 /// the role, naming the template and the cause. `TOOLMESH_SANDBOX_EGRESS_JOIN` says the worker
-/// runs in that container, which then joins the egress network.
+/// runs in that container (`self`: the one whose hostname this is), which then joins the
+/// egress network.
 async fn start_egress(
     pool: &Pool,
     docker: Option<&bollard::Docker>,
@@ -360,8 +361,22 @@ async fn start_egress(
         ))
     };
     let docker = docker.ok_or_else(|| refused("Docker is not reachable".to_owned()))?;
-    let placement = match &settings.config.egress_join {
-        Some(container) => egress::Placement::Join(container.clone()),
+    let placement = match settings.config.egress_join.as_deref() {
+        // This container: Docker finds it by its hostname, which is its id unless set.
+        Some("self") => {
+            let hostname = std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_owned())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| {
+                    refused(
+                        "TOOLMESH_SANDBOX_EGRESS_JOIN=self, but /etc/hostname names no container"
+                            .to_owned(),
+                    )
+                })?;
+            egress::Placement::Join(hostname)
+        }
+        Some(container) => egress::Placement::Join(container.to_owned()),
         None => egress::Placement::Host,
     };
     let started = egress::SandboxEgress::start(

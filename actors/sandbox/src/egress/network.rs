@@ -13,9 +13,10 @@
 //! * **a container** ([`Placement::Join`], compose's `sandbox` service): the bridge gets no
 //!   host address (`inhibit_ipv4`), so the host is not on it at all; the worker connects its
 //!   own container to the network and the proxy listens on that container's address there.
-//!   Inter-container traffic must stay on for sandboxes to reach the worker's container, so
-//!   sandboxes of one worker can reach each other on this network, and whatever else the
-//!   worker's container serves on all its addresses (the proxy should be the only thing).
+//!   The same two `INPUT` rules, by the network's subnet, go into the worker container's own
+//!   namespace (it needs `NET_ADMIN` and `iptables`), so sandboxes reach nothing else the
+//!   worker serves. Inter-container traffic must stay on for sandboxes to reach the worker's
+//!   container, so sandboxes of one worker can reach each other on this network.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -186,32 +187,69 @@ impl EgressNetwork {
             .ok_or_else(|| format!("this worker's container {container} got no address on it"))
     }
 
-    /// Host placement: lets the bridge reach the host only at `proxy` (TCP), nothing else.
+    /// The network's IPv4 subnet (CIDR text).
+    async fn subnet(&self) -> Result<String, String> {
+        let inspected = self
+            .docker
+            .inspect_network(
+                &self.name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+            .map_err(|e| format!("inspecting it: {e}"))?;
+        inspected
+            .ipam
+            .and_then(|ipam| ipam.config)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.subnet)
+            .find(|s| s.parse::<ipnet::Ipv4Net>().is_ok())
+            .ok_or_else(|| "it has no IPv4 subnet".to_owned())
+    }
+
+    /// Lets the network reach the worker only at `proxy` (TCP), nothing else, with two rules
+    /// at the top of `INPUT` in the worker's network namespace: the host's, by the bridge
+    /// device (host placement), or the worker container's own, by the network's subnet (a
+    /// container, which then needs `NET_ADMIN` and `iptables`).
     pub async fn guard(&mut self, proxy: SocketAddr) -> Result<(), NetworkError> {
-        if self.placement != Placement::Host {
-            return Ok(());
-        }
-        let drop_rest = vec!["-i".into(), self.bridge.clone(), "-j".into(), "DROP".into()];
-        let accept_proxy = vec![
-            "-i".into(),
-            self.bridge.clone(),
-            "-p".into(),
-            "tcp".into(),
-            "-d".into(),
-            proxy.ip().to_string(),
-            "--dport".into(),
-            proxy.port().to_string(),
-            "-j".into(),
-            "ACCEPT".into(),
-        ];
+        let (from, needs): (Vec<String>, &str) = match self.placement {
+            Placement::Host => (
+                vec!["-i".into(), self.bridge.clone()],
+                "a worker on the host needs root and iptables",
+            ),
+            Placement::Join(_) => {
+                let subnet = self.subnet().await.map_err(|reason| NetworkError {
+                    name: self.name.clone(),
+                    reason,
+                })?;
+                (
+                    vec!["-s".into(), subnet],
+                    "a worker in a container needs NET_ADMIN and iptables in it",
+                )
+            }
+        };
+        let drop_rest = [from.clone(), vec!["-j".into(), "DROP".into()]].concat();
+        let accept_proxy = [
+            from,
+            vec![
+                "-p".into(),
+                "tcp".into(),
+                "-d".into(),
+                proxy.ip().to_string(),
+                "--dport".into(),
+                proxy.port().to_string(),
+                "-j".into(),
+                "ACCEPT".into(),
+            ],
+        ]
+        .concat();
         // Inserted at the top in this order: the ACCEPT ends up first.
         for rule in [drop_rest, accept_proxy] {
             if let Err(reason) = iptables("-I", &rule).await {
                 return Err(NetworkError {
                     name: self.name.clone(),
                     reason: format!(
-                        "{reason} (a worker on the host needs root and iptables to keep \
-                         sandboxes off the host's other ports)"
+                        "{reason} ({needs} to keep sandboxes off the worker's other ports)"
                     ),
                 });
             }
