@@ -10,13 +10,13 @@ use toolmesh_testkit::free_port;
 use crate::support::{node_refusal, policy_file, Cluster, GATED_STATUS};
 
 /// A fresh `TOOLMESH_METRICS_LISTEN` on loopback, and its port.
-fn listen() -> (String, u16) {
+pub(crate) fn listen() -> (String, u16) {
     let port = free_port();
     (format!("127.0.0.1:{port}"), port)
 }
 
 /// One scrape of `/metrics`, parsed.
-async fn scrape(port: u16) -> prometheus_parse::Scrape {
+pub(crate) async fn scrape(port: u16) -> prometheus_parse::Scrape {
     let response = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
         .expect("the node serves /metrics");
@@ -37,7 +37,11 @@ async fn scrape(port: u16) -> prometheus_parse::Scrape {
 }
 
 /// The value of the sample `metric` whose labels include `labels` (0 when there is none).
-fn value(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(
+    scrape: &prometheus_parse::Scrape,
+    metric: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
     scrape
         .samples
         .iter()
@@ -276,6 +280,69 @@ async fn sandboxes_are_gauged_by_template_and_state() {
     // The warm pool refills behind the session.
     scrape_until(port, "the warm pool refilled", |s| {
         value(s, sandboxes, &warm) == 1.0 && value(s, sandboxes, &in_use) == 1.0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn web_fetch_egress_decisions_are_counted() {
+    let (addr, port) = listen();
+    let target = toolmesh_testkit::http_target().await;
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval,web",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
+            ("TOOLMESH_METRICS_LISTEN", addr.as_str()),
+        ],
+    )
+    .await;
+    let fetch = |host: &str| json!({"tool": "web_fetch", "arguments": {"url": format!("http://{host}:{target}/")}});
+    let allowed = c.call("acme", fetch("127.0.0.2")).await;
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    for _ in 0..2 {
+        let refused = c.call("acme", fetch("127.0.0.1")).await;
+        assert_eq!(refused["error"], "blocked_url", "{refused}");
+    }
+    let s = scrape_until(port, "the web decisions counted", |s| {
+        value(s, "toolmesh_calls_total", &[("tool", "web_fetch")]) == 3.0
+    })
+    .await;
+    let egress = "toolmesh_egress_decisions_total";
+    assert_eq!(
+        value(&s, egress, &[("source", "web"), ("allowed", "true")]),
+        1.0
+    );
+    assert_eq!(
+        value(&s, egress, &[("source", "web"), ("allowed", "false")]),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn provider_instances_follow_the_catalog() {
+    use crate::providers::Provider;
+    let (addr, port) = listen();
+    let mut c = Cluster::servers().await;
+    c.start_node(
+        "gateway,approval",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_METRICS_LISTEN", addr.as_str()),
+        ],
+    )
+    .await;
+    let instances = [("service", "tests")];
+    let mut a = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;
+    let _b = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;
+    scrape_until(port, "two instances up", |s| {
+        value(s, "toolmesh_provider_instances", &instances) == 2.0
+    })
+    .await;
+    a.kill().await;
+    scrape_until(port, "one instance left", |s| {
+        value(s, "toolmesh_provider_instances", &instances) == 1.0
     })
     .await;
 }
