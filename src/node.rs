@@ -210,15 +210,18 @@ pub async fn run(
 
     let mut handles = Vec::new();
     for role in &roles {
-        // Each role counts its own work (`toolmesh_in_flight{role}`) into the node's.
+        // Each role counts its own work (`toolmesh_in_flight{role}`) into the node's; the MCP
+        // front holds none of its own (its calls are the gateway's).
         let in_flight = state.in_flight.part();
-        metrics.on_scrape({
-            let (metrics, in_flight, role) = (metrics.clone(), in_flight.clone(), *role);
-            move || {
-                metrics.set_in_flight(role, in_flight.get());
-                Box::pin(std::future::ready(()))
-            }
-        });
+        if *role != Role::Mcp {
+            metrics.on_scrape({
+                let (metrics, in_flight, role) = (metrics.clone(), in_flight.clone(), *role);
+                move || {
+                    metrics.set_in_flight(role, in_flight.get());
+                    Box::pin(std::future::ready(()))
+                }
+            });
+        }
         let handle = match role {
             Role::Gateway => {
                 toolmesh_gateway::spawn(
