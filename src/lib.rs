@@ -2,6 +2,7 @@
 //! holds the command line (`cli`). Everything testable lives in the crates it wires.
 
 pub mod cli;
+pub mod metrics;
 pub mod micro;
 pub mod node;
 pub mod tools;

@@ -18,6 +18,7 @@ use toolmesh_kernel::budget;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::metrics::{Metrics, MetricsConfig, SandboxState, METRICS_LISTEN_VAR};
 use toolmesh_kernel::subjects::{internal, public, queue};
 use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
@@ -169,6 +170,16 @@ pub async fn run(
     } else {
         None
     };
+    // The metrics listener, bound before anything connects: a bad or taken address stops the
+    // node naming the variable.
+    let metrics = Metrics::new();
+    let node_stop = CancellationToken::new();
+    let metrics_config = MetricsConfig::from_env(&toolmesh_kernel::config::RawEnv::from_process())?;
+    if let Some(listen) = metrics_config.listen {
+        crate::metrics::serve(listen, metrics.clone(), node_stop.clone())
+            .await
+            .with_context(|| format!("cannot serve metrics on {listen} ({METRICS_LISTEN_VAR})"))?;
+    }
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -187,7 +198,6 @@ pub async fn run(
     });
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();
-    let node_stop = CancellationToken::new();
 
     // Heartbeats first, so the cluster view fills while the actors start.
     let beats = nats.subscribe(internal::HEARTBEAT).await?;
@@ -200,6 +210,18 @@ pub async fn run(
 
     let mut handles = Vec::new();
     for role in &roles {
+        // Each role counts its own work (`toolmesh_in_flight{role}`) into the node's; the MCP
+        // front holds none of its own (its calls are the gateway's).
+        let in_flight = state.in_flight.part();
+        if *role != Role::Mcp {
+            metrics.on_scrape({
+                let (metrics, in_flight, role) = (metrics.clone(), in_flight.clone(), *role);
+                move || {
+                    metrics.set_in_flight(role, in_flight.get());
+                    Box::pin(std::future::ready(()))
+                }
+            });
+        }
         let handle = match role {
             Role::Gateway => {
                 toolmesh_gateway::spawn(
@@ -208,7 +230,8 @@ pub async fn run(
                     registry.clone(),
                     cluster.clone(),
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
+                    metrics.clone(),
                 )
                 .await?
             }
@@ -218,9 +241,10 @@ pub async fn run(
                     toolmesh_approval::ApprovalSettings {
                         redis_url: config.redis_url.clone(),
                         config: config.approval.clone(),
+                        metrics: metrics.clone(),
                     },
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?
             }
@@ -233,7 +257,7 @@ pub async fn run(
                         budget_chars: config.result_budget_chars,
                     },
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?
             }
@@ -247,7 +271,7 @@ pub async fn run(
                         budget_chars: config.result_budget_chars,
                     },
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?
             }
@@ -263,13 +287,24 @@ pub async fn run(
                         templates: templates.clone().unwrap_or_else(|| {
                             toolmesh_sandbox::templates::Templates::only_default(&config.sandbox)
                         }),
+                        metrics: metrics.clone(),
                     },
                     cluster.clone(),
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?;
                 let _ = state.sandbox.set(probe);
+                // `toolmesh_sandboxes{template,state}` from the pool, on each scrape.
+                metrics.on_scrape({
+                    let (metrics, state) = (metrics.clone(), state.clone());
+                    move || {
+                        if let Some(capacity) = state.sandbox.get().map(|p| p.capacity()) {
+                            gauge_sandboxes(&metrics, &capacity);
+                        }
+                        Box::pin(std::future::ready(()))
+                    }
+                });
                 handle
             }
             Role::Bridge => {
@@ -280,7 +315,7 @@ pub async fn run(
                         config: bridge_config.take().unwrap_or_default(),
                     },
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?;
                 let _ = state.bridge.set(probe);
@@ -302,9 +337,10 @@ pub async fn run(
                     toolmesh_web::WebSettings {
                         config: config.web.clone(),
                         budget_chars: config.result_budget_chars,
+                        metrics: metrics.clone(),
                     },
                     lifecycle.clone(),
-                    state.in_flight.clone(),
+                    in_flight.clone(),
                 )
                 .await?
             }
@@ -385,6 +421,15 @@ pub async fn run(
     }
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// Mirrors a worker's pool into `toolmesh_sandboxes` and `toolmesh_sandbox_capacity`.
+fn gauge_sandboxes(metrics: &Metrics, capacity: &wire::SandboxCapacity) {
+    metrics.set_sandbox_capacity(capacity.capacity);
+    for template in &capacity.templates {
+        metrics.set_sandboxes(&template.name, SandboxState::Warm, template.warm);
+        metrics.set_sandboxes(&template.name, SandboxState::InUse, template.in_use);
+    }
 }
 
 /// The drain bound is a promise: a thread of its own (not a task, which a blocked runtime

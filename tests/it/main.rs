@@ -9,6 +9,7 @@ mod direct;
 mod docs;
 mod gateway;
 mod mcp;
+mod metrics;
 mod micro;
 mod node;
 mod providers;

@@ -19,7 +19,7 @@ const FOUND_WITHIN: Duration = Duration::from_secs(5);
 const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 /// One `examples/provider.py` process, killed on drop.
-struct Provider {
+pub(crate) struct Provider {
     child: tokio::process::Child,
     /// The micro service's instance id.
     id: String,
@@ -30,7 +30,7 @@ struct Provider {
 
 impl Provider {
     /// Starts the provider and waits until its endpoints are registered (it prints `ready`).
-    async fn start(cluster: &Cluster, name: &str, args: &[&str]) -> Provider {
+    pub(crate) async fn start(cluster: &Cluster, name: &str, args: &[&str]) -> Provider {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
@@ -78,7 +78,7 @@ impl Provider {
             .collect()
     }
 
-    async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         self.child.kill().await.unwrap();
     }
 }

@@ -147,7 +147,11 @@ async fn check_egress(extra: &[(&str, &str)]) {
         "[templates.net]\nnetwork = \"allow\"\nallow = [\"127.0.0.1/32:{port}\"]\n"
     ));
     let mut reap = ReapEgress::default();
-    let mut env = vec![("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())];
+    let (metrics_listen, metrics_port) = crate::metrics::listen();
+    let mut env = vec![
+        ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
+        ("TOOLMESH_METRICS_LISTEN", metrics_listen.as_str()),
+    ];
     env.extend_from_slice(extra);
     let mut c = cluster_with(&env).await;
     reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
@@ -205,6 +209,13 @@ async fn check_egress(extra: &[(&str, &str)]) {
         ],
         "{seen:?}"
     );
+    // The same decisions, counted (`toolmesh_egress_decisions_total`).
+    let scraped = crate::metrics::scrape(metrics_port).await;
+    for (allowed, n) in [("true", 1.0), ("false", 1.0)] {
+        let labels = [("source", "sandbox"), ("allowed", allowed)];
+        let counted = crate::metrics::value(&scraped, "toolmesh_egress_decisions_total", &labels);
+        assert_eq!(counted, n, "allowed={allowed}");
+    }
 
     // A drained worker takes its egress network along.
     let node = &mut c.nodes[0];

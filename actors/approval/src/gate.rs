@@ -2,6 +2,7 @@
 //! becomes a `GateOutcome` — create a pending approval, decide in band, or use one.
 
 use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{is_approval_id, ApprovalRequest, GateOutcome, GateRequest};
@@ -74,10 +75,12 @@ impl ApprovalService {
                 GateOutcome::Required { approval }
             }
             Birth::ApprovedAndUsed => {
+                self.metrics.approval_decided(ApprovalOutcome::Approved);
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }
             Birth::Rejected => {
+                self.metrics.approval_decided(ApprovalOutcome::Rejected);
                 self.announce_decided(&approval).await;
                 rejected(approval)
             }
@@ -132,6 +135,7 @@ impl ApprovalService {
             Redeemed::Rejected { approval, changed } => {
                 if changed {
                     tracing::info!(id, "approval rejected in band");
+                    self.metrics.approval_decided(ApprovalOutcome::Rejected);
                     self.announce_decided(&approval).await;
                 }
                 rejected(approval)
@@ -144,6 +148,11 @@ impl ApprovalService {
             }
             Redeemed::Proceed(approval) => {
                 tracing::info!(id, invocation_id = %ctx.invocation_id, "approval used");
+                // Approved in band by this very call (the store writes `in-band` as the
+                // decider), rather than used after an earlier decision.
+                if decision == Some(true) && approval.decided_by.as_deref() == Some("in-band") {
+                    self.metrics.approval_decided(ApprovalOutcome::Approved);
+                }
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }

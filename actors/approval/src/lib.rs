@@ -19,6 +19,7 @@ mod store;
 use actix::Actor;
 use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::host::{ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::subjects;
 use toolmesh_kernel::Role;
 
@@ -36,6 +37,8 @@ pub struct ApprovalSettings {
     /// `TOOLMESH_REDIS_URL`.
     pub redis_url: String,
     pub config: ApprovalConfig,
+    /// The node's metrics: approvals pending (read from Redis on each scrape) and settled.
+    pub metrics: Metrics,
 }
 
 impl std::fmt::Debug for ApprovalSettings {
@@ -111,10 +114,28 @@ pub async fn spawn(
         .map_err(ApprovalStartError::Confirm)?;
     abandon.disarm();
     let (handle, stop_notice) = ActorHandle::new(Role::Approval);
+    // Every approval node reports the one store's counts (README "Metrics": take the max).
+    settings.metrics.on_scrape({
+        let (store, metrics) = (store.clone(), settings.metrics.clone());
+        move || {
+            let (store, metrics) = (store.clone(), metrics.clone());
+            Box::pin(async move {
+                match store.pending_counts().await {
+                    Ok(counts) => {
+                        metrics.set_approvals_pending(counts.iter().map(|(a, n)| (a.as_str(), *n)))
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "approvals pending not refreshed")
+                    }
+                }
+            })
+        }
+    });
     let service = ApprovalService {
         nats,
         store,
         config: settings.config,
+        metrics: settings.metrics,
     };
     let subscriptions = Subscriptions {
         approvals,

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
@@ -160,6 +161,11 @@ impl ApprovalService {
             .with("approval", to_value(&approval)?)),
             Decided::Unchanged(approval) => Ok(one(approval)),
             Decided::Changed(approval) => {
+                self.metrics.approval_decided(if body.approved {
+                    ApprovalOutcome::Approved
+                } else {
+                    ApprovalOutcome::Rejected
+                });
                 tracing::info!(id, account = %account, approved = body.approved, by = %DisplaySafe(&decision.decided_by), "approval decided");
                 self.announce_decided(&approval).await;
                 Ok(one(approval))

@@ -5,6 +5,7 @@ use async_nats::Client;
 use bytes::Bytes;
 use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::metrics::{ApprovalOutcome, Metrics};
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::wire::ApprovalRequest;
 
@@ -15,6 +16,7 @@ pub(crate) struct ApprovalService {
     pub nats: Client,
     pub store: ApprovalStore,
     pub config: ApprovalConfig,
+    pub metrics: Metrics,
 }
 
 impl ApprovalService {
@@ -58,6 +60,7 @@ impl ApprovalService {
             match self.store.expire(&member).await {
                 Ok(Some(approval)) => {
                     tracing::info!(id = %approval.id, account = %approval.account, "approval expired");
+                    self.metrics.approval_decided(ApprovalOutcome::Expired);
                     self.announce_decided(&approval).await;
                 }
                 Ok(None) => {}

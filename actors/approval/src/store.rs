@@ -178,6 +178,7 @@ struct Scripts {
     expire: Script,
     get: Script,
     pending_ids: Script,
+    pending_counts: Script,
     due: Script,
 }
 
@@ -200,6 +201,7 @@ impl Scripts {
             expire: script!("expire.lua"),
             get: script!("get.lua"),
             pending_ids: script!("pending_ids.lua"),
+            pending_counts: script!("pending_counts.lua"),
             due: script!("due.lua"),
         }
     }
@@ -382,6 +384,47 @@ impl ApprovalStore {
         }
         approvals.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.id.cmp(&y.id)));
         Ok(approvals.into_iter().map(|(_, a)| a).collect())
+    }
+
+    /// Pending, unexpired approvals per account (`toolmesh_approvals_pending`): the accounts'
+    /// pending sets found by `SCAN` (read-only, in batches), then one script counting each
+    /// set's unexpired members by Redis time. Accounts with none pending are left out.
+    pub async fn pending_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut conn = self.connection().await?;
+        let mut keys: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{PENDING_PREFIX}*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        // SCAN may return a key twice.
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.scripts.pending_counts.prepare_invoke();
+        for key in &keys {
+            invocation.key(key);
+        }
+        let counts: Vec<u64> = self.run(&invocation).await?;
+        Ok(keys
+            .iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .filter_map(|(key, n)| Some((key.strip_prefix(PENDING_PREFIX)?.to_owned(), n)))
+            .collect())
     }
 
     /// An out-of-band (or any) decision under the first-decision rule.

@@ -15,6 +15,7 @@ use toolmesh_kernel::canonical::arguments_sha256;
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
+use toolmesh_kernel::metrics::{Metrics, UNKNOWN_TOOL};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
@@ -61,6 +62,8 @@ pub struct GatewayCore {
     pub decided: broadcast::Sender<Arc<ApprovalRequest>>,
     pub lifecycle: Lifecycle,
     pub in_flight: InFlight,
+    /// The node's metrics: each call's outcome and duration.
+    pub metrics: Metrics,
     pub status_cache: builtin::StatusCache,
     /// Reply subjects of calls to long-running roles (claims, then the reply).
     pub replies: ReplyInbox,
@@ -71,12 +74,13 @@ pub struct GatewayCore {
 pub enum Answer {
     Fields(Map<String, Value>),
     Prepared(Vec<u8>),
-    Delivered,
+    Delivered(Option<ErrorCode>),
 }
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
 pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     let _held = core.in_flight.enter();
+    let arrived = Instant::now();
     let Some(reply_to) = msg.reply.clone() else {
         tracing::warn!(subject = %DisplaySafe(&msg.subject), "tool call published without a reply subject; send it as a request");
         return;
@@ -84,6 +88,9 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     let request = match ToolRequest::parse(&msg.payload) {
         Ok(request) => request,
         Err(refused) => {
+            let elapsed = arrived.elapsed();
+            core.metrics
+                .call_finished(UNKNOWN_TOOL, Some(refused.error.code), elapsed);
             let body = wire::reply_body(&refused.invocation_id, refused.error.into_fields());
             respond(&core.client, Some(&reply_to), body).await;
             return;
@@ -92,6 +99,10 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     let account = match subject_account(&msg, "call") {
         Ok(account) => account,
         Err(error) => {
+            let registry = core.tools.snapshot();
+            let tool = metric_tool(&registry, &request.tool);
+            core.metrics
+                .call_finished(tool, Some(error.code), arrived.elapsed());
             let body = wire::reply_body(&request.invocation_id, error.into_fields());
             respond(&core.client, Some(&reply_to), body).await;
             return;
@@ -119,9 +130,15 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             started: None,
             dispatched: None,
             consumed_approval: None,
+            outcome: None,
         };
         let result = call.run(&request).await;
-        if let Some(body) = call.finish(result).await {
+        let body = call.finish(result).await;
+        // Counted before the reply goes out: a caller that scrapes after its reply sees it.
+        let tool = metric_tool(&registry, call.dispatched.unwrap_or(&request.tool));
+        core.metrics
+            .call_finished(tool, call.outcome, arrived.elapsed());
+        if let Some(body) = body {
             respond(&core.client, Some(&reply_to), body).await;
         }
     }
@@ -147,6 +164,15 @@ struct Call<'a> {
     /// The id of the approval the gate let this call use (`Proceed`): given back when the call
     /// provably never ran. Only the id, to keep every call's future small.
     consumed_approval: Option<String>,
+    /// How the call ended, once [`Call::finish`] ran: its error code, or `None` for success.
+    outcome: Option<ErrorCode>,
+}
+
+/// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
+fn metric_tool<'t>(registry: &'t ToolRegistry, name: &str) -> &'t str {
+    registry
+        .get(name)
+        .map_or(UNKNOWN_TOOL, |tool| &tool.spec.name)
 }
 
 impl<'a> Call<'a> {
@@ -215,7 +241,8 @@ impl<'a> Call<'a> {
     /// body; `None` when the actor did both ([`Answer::Delivered`]). A body over the server's
     /// `max_payload` becomes `limit_exceeded` (and `finished` says so): never silence.
     async fn finish(&mut self, result: Result<Answer, ToolError>) -> Option<Vec<u8>> {
-        if matches!(result, Ok(Answer::Delivered)) {
+        if let Ok(Answer::Delivered(error)) = result {
+            self.outcome = error;
             return None;
         }
         let mut error = result.as_ref().err().map(|e| e.code);
@@ -225,6 +252,7 @@ impl<'a> Call<'a> {
             error = Some(oversize.code);
             body = self.reply_body(Err(oversize));
         }
+        self.outcome = error;
         if let Some(started) = self.started {
             let duration_ms = elapsed_ms(started);
             // `emit` adds dispatched_tool_name.
@@ -244,7 +272,7 @@ impl<'a> Call<'a> {
         match result {
             Ok(Answer::Fields(fields)) => reply.members(&fields),
             Ok(Answer::Prepared(members)) => reply.raw_members(&members),
-            Ok(Answer::Delivered) => unreachable!("answered before the body is built"),
+            Ok(Answer::Delivered(_)) => unreachable!("answered before the body is built"),
             Err(error) => reply.members(&error.into_fields()),
         };
         if let Some(name) = self.dispatched {
@@ -770,7 +798,7 @@ impl<'a> Call<'a> {
         })?;
         self.events.skip(answer.events_emitted);
         if answer.delivered {
-            return Ok(Answer::Delivered);
+            return Ok(Answer::Delivered(answer.delivered_error));
         }
         let mut fields = answer.reply;
         if let Some(error) = ToolError::from_fields(&fields) {
@@ -1202,6 +1230,7 @@ mod tests {
             decided: broadcast::channel(1).0,
             lifecycle: Default::default(),
             in_flight: Default::default(),
+            metrics: Default::default(),
             status_cache: Default::default(),
             replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
         });

@@ -30,6 +30,7 @@ use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{
     confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle, ReplyInbox,
 };
+use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
@@ -60,6 +61,7 @@ pub async fn spawn(
     cluster: Arc<ClusterView>,
     lifecycle: Lifecycle,
     in_flight: InFlight,
+    metrics: Metrics,
 ) -> Result<ActorHandle, GatewayStartError> {
     let group = queue::of(Role::Gateway);
     let subscribe = |subject: &'static str, queued: bool| {
@@ -88,6 +90,20 @@ pub async fn spawn(
 
     let (decided_tx, _) = broadcast::channel(1024);
     let tools = Arc::new(providers::LiveTools::new(registry));
+    // `toolmesh_provider_instances`, read from the catalog on each scrape.
+    metrics.on_scrape({
+        let tools = tools.clone();
+        let metrics = metrics.clone();
+        move || {
+            let providers = tools.providers();
+            metrics.set_provider_instances(
+                providers
+                    .iter()
+                    .map(|p| (p.name.as_str(), p.instances as u64)),
+            );
+            Box::pin(std::future::ready(()))
+        }
+    });
     tokio::spawn(providers::discover(
         client.clone(),
         tools.clone(),
@@ -102,6 +118,7 @@ pub async fn spawn(
         decided: decided_tx,
         lifecycle: lifecycle.clone(),
         in_flight,
+        metrics,
         status_cache: Default::default(),
         replies,
     });

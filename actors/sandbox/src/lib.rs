@@ -56,6 +56,8 @@ pub struct SandboxSettings {
     pub skill_runner: Option<String>,
     /// `TOOLMESH_SANDBOX_TEMPLATES` (read before the node connects), or only `default`.
     pub templates: Templates,
+    /// The node's metrics: egress decisions of the sandboxes' proxy.
+    pub metrics: toolmesh_kernel::metrics::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +200,7 @@ pub async fn spawn(
                 max_depth: config.sync_max_depth,
             },
             disk_mb: config.disk_mb,
+            metrics: settings.metrics.clone(),
         },
         registry,
         WorkspaceSync::new(client.clone()),

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
+use toolmesh_kernel::metrics::{EgressSource, Metrics};
 
 use crate::egress::{AllowList, Decision, OnDecision, SandboxEgress};
 use crate::templates::{AllowEntry, Network, Template};
@@ -104,6 +105,7 @@ pub fn network_of(
 /// listens ([`DecisionTap::listen`]), else to the log.
 pub struct DecisionTap {
     sandbox_id: String,
+    metrics: Metrics,
     listener: Mutex<Option<(u64, mpsc::Sender<Decision>)>>,
     next: AtomicU64,
 }
@@ -112,9 +114,10 @@ pub struct DecisionTap {
 const TAP_BACKLOG: usize = 1024;
 
 impl DecisionTap {
-    pub fn new(sandbox_id: &str) -> Arc<Self> {
+    pub fn new(sandbox_id: &str, metrics: Metrics) -> Arc<Self> {
         Arc::new(Self {
             sandbox_id: sandbox_id.to_owned(),
+            metrics,
             listener: Mutex::new(None),
             next: AtomicU64::new(0),
         })
@@ -127,6 +130,8 @@ impl DecisionTap {
     }
 
     fn hear(&self, decision: Decision) {
+        self.metrics
+            .egress_decision(EgressSource::Sandbox, decision.allowed);
         let unheard = match &*self.listener.lock().expect("tap lock") {
             Some((_, tx)) => tx.try_send(decision).err().map(|e| e.into_inner()),
             None => Some(decision),

@@ -57,6 +57,8 @@ pub struct PoolSettings {
     /// Each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`, [`crate::disk`]): its folder
     /// is the mount point of an image of this size. 0: a plain folder.
     pub disk_mb: u64,
+    /// The node's metrics: each egress decision of a sandbox counts there.
+    pub metrics: toolmesh_kernel::metrics::Metrics,
 }
 
 /// One session's sandbox on this worker.
@@ -697,7 +699,7 @@ impl Pool {
         let folder = self.node_dir().join(&sandbox_id);
         self.attach_disk(&folder).await?;
         let egress = self.egress.lock().expect("egress lock").clone();
-        let tap = DecisionTap::new(&sandbox_id);
+        let tap = DecisionTap::new(&sandbox_id, self.settings.metrics.clone());
         let network =
             match crate::network::network_of(template, egress.as_deref(), &sandbox_id, || {
                 tap.on_decision()

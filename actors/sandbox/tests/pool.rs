@@ -123,6 +123,7 @@ impl Rig {
                 }),
                 max_sessions,
                 idle_ttl: TTL,
+                metrics: Default::default(),
                 concurrency: 2,
                 sync_limits: SyncLimits::default(),
                 disk_mb: 64,

@@ -27,6 +27,8 @@ pub struct WebSettings {
     pub config: WebConfig,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `web_fetch`'s `text` by default.
     pub budget_chars: usize,
+    /// The node's metrics.
+    pub metrics: toolmesh_kernel::metrics::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,7 @@ pub async fn spawn(
         search,
         sync: WorkspaceSync::new(client.clone()),
         budget_chars: settings.budget_chars,
+        metrics: settings.metrics,
     });
     let calls = client
         .queue_subscribe(internal::run(Role::Web), queue::of(Role::Web))

@@ -274,7 +274,7 @@ pub async fn answer(
         public_reply(&invocation.invocation_id, &error.into_fields(), dispatched)
     })
     .await;
-    let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1));
+    let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1), error);
     let body = serde_json::to_vec(&ack).expect("a reply serializes");
     respond(client, request_reply, body).await;
 }
@@ -492,28 +492,46 @@ impl CancelWatch {
     }
 }
 
-/// Work a node is holding right now (NodeStatus `in_flight`).
+/// Work a node is holding right now (NodeStatus `in_flight`). [`InFlight::part`] makes the
+/// counter of one role, which counts into the node's as well (`toolmesh_in_flight{role}`).
 #[derive(Debug, Clone, Default)]
-pub struct InFlight(Arc<AtomicU64>);
+pub struct InFlight {
+    own: Arc<AtomicU64>,
+    /// The node's counter, for a role's part.
+    whole: Option<Arc<AtomicU64>>,
+}
 
 impl InFlight {
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.own.load(Ordering::Relaxed)
+    }
+    /// A counter of its own whose work also counts here.
+    pub fn part(&self) -> InFlight {
+        InFlight {
+            own: Arc::default(),
+            whole: Some(self.own.clone()),
+        }
     }
     /// Counts one piece of work until the guard drops.
     pub fn enter(&self) -> InFlightGuard {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        InFlightGuard(self.0.clone())
+        self.own.fetch_add(1, Ordering::Relaxed);
+        if let Some(whole) = &self.whole {
+            whole.fetch_add(1, Ordering::Relaxed);
+        }
+        InFlightGuard(self.clone())
     }
 }
 
 /// See [`InFlight::enter`].
 #[derive(Debug)]
-pub struct InFlightGuard(Arc<AtomicU64>);
+pub struct InFlightGuard(InFlight);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.own.fetch_sub(1, Ordering::Relaxed);
+        if let Some(whole) = &self.0.whole {
+            whole.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -581,7 +599,20 @@ impl Lifecycle {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{percent_decode, InFlight};
+
+    #[test]
+    fn a_part_counts_into_the_whole() {
+        let node = InFlight::default();
+        let role = node.part();
+        let outer = node.enter();
+        let inner = role.enter();
+        assert_eq!((node.get(), role.get()), (2, 1));
+        drop(inner);
+        assert_eq!((node.get(), role.get()), (1, 0));
+        drop(outer);
+        assert_eq!(node.get(), 0);
+    }
 
     #[test]
     fn url_credentials_are_percent_decoded() {

@@ -16,6 +16,7 @@ pub mod egress;
 pub mod error;
 pub mod host;
 pub mod ids;
+pub mod metrics;
 pub mod policy;
 pub mod role;
 pub mod skills;

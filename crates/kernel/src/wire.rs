@@ -709,6 +709,10 @@ pub struct ActorReply {
     /// The actor answered the caller itself ([`DirectReply`]); `reply` is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delivered: bool,
+    /// With `delivered`: the error code of the reply the caller got (none: it succeeded), so
+    /// the gateway counts the call's outcome (`toolmesh_calls_total`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_error: Option<ErrorCode>,
 }
 
 impl ActorReply {
@@ -721,6 +725,7 @@ impl ActorReply {
             events_emitted: 0,
             not_run: false,
             delivered: false,
+            delivered_error: None,
         }
     }
     pub fn error(error: ToolError) -> Self {
@@ -729,15 +734,18 @@ impl ActorReply {
             events_emitted: 0,
             not_run: false,
             delivered: false,
+            delivered_error: None,
         }
     }
-    /// The gateway's notice that the caller has its reply ([`DirectReply`]).
-    pub fn delivered(events_emitted: u64) -> Self {
+    /// The gateway's notice that the caller has its reply ([`DirectReply`]), failed with
+    /// `error` or not.
+    pub fn delivered(events_emitted: u64, error: Option<ErrorCode>) -> Self {
         Self {
             reply: Map::new(),
             events_emitted,
             not_run: false,
             delivered: true,
+            delivered_error: error,
         }
     }
     /// A refusal before anything ran (see [`ActorReply::not_run`]).

@@ -44,6 +44,7 @@ impl Desk {
         let settings = ApprovalSettings {
             redis_url: redis_url.to_owned(),
             config,
+            metrics: Default::default(),
         };
         let handle = spawn(nats, settings, lifecycle.clone(), in_flight.clone())
             .await

@@ -53,6 +53,8 @@ pub struct WebService {
     pub sync: WorkspaceSync,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `text` when the call names none.
     pub budget_chars: usize,
+    /// The node's metrics: `web_fetch`'s egress decisions.
+    pub metrics: toolmesh_kernel::metrics::Metrics,
 }
 
 fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {

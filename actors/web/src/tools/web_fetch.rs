@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::CancelWatch;
+use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
 use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
@@ -73,7 +74,18 @@ impl WebService {
         .await;
         let fetched = tokio::select! {
             outcome = tokio::time::timeout(timeout, self.fetcher.fetch(url)) => match outcome {
-                Ok(fetched) => fetched?,
+                Ok(fetched) => {
+                    // `toolmesh_egress_decisions_total{source="web"}`: a page fetched was
+                    // allowed, a `blocked_url` refused; other failures decided nothing.
+                    match &fetched {
+                        Ok(_) => self.metrics.egress_decision(EgressSource::Web, true),
+                        Err(e) if e.code == ErrorCode::BlockedUrl => {
+                            self.metrics.egress_decision(EgressSource::Web, false)
+                        }
+                        Err(_) => {}
+                    }
+                    fetched?
+                }
                 Err(_) => {
                     return Err(ToolError::new(
                         ErrorCode::Timeout,
