@@ -7,8 +7,12 @@
 //! `cargo bench -p toolmesh-sandbox --bench egress`; `BENCH_MB` (default 100),
 //! `BENCH_DOWNLOADS` (default 10 per path), `BENCH_ITERATIONS` (small requests per path,
 //! default 500). Everything runs on loopback, so the proxy's copy competes with the client
-//! and the server for the same two cores: a real download, limited by the network, loses
-//! less.
+//! and the server for the same two cores.
+//!
+//! `BENCH_URL` (an `https://` file of at least `BENCH_MB` MB) adds a real download: its
+//! first `BENCH_MB` MB (a `Range` request) direct and through a `CONNECT` tunnel of the proxy,
+//! interleaved, with reqwest and the system's roots. The proxy's allow-list names the URL's
+//! host and, where it resolves to a non-public address (a local mirror), that address.
 #![allow(clippy::print_stderr)]
 
 use std::net::SocketAddr;
@@ -212,5 +216,84 @@ fn main() {
             );
         }
     });
+    if let Ok(url) = std::env::var("BENCH_URL") {
+        let allow = serving.block_on(allow_for(&url));
+        let on: OnDecision = Arc::new(|_| {});
+        let env = proxy.register("bench-url", AllowList::parse(&allow).unwrap(), on);
+        client.block_on(real_download(&url, &env.url, mb, downloads));
+    }
     serving.block_on(proxy.shutdown());
+}
+
+/// The allow-list for `url`: its host, plus each address it resolves to that is not public.
+async fn allow_for(url: &str) -> Vec<String> {
+    let parsed = url::Url::parse(url).expect("BENCH_URL is a URL");
+    let host = parsed.host_str().expect("BENCH_URL names a host").to_owned();
+    let port = parsed.port_or_known_default().unwrap_or(443);
+    let mut allow = vec![format!("{host}:{port}")];
+    for addr in tokio::net::lookup_host((host.as_str(), port)).await.unwrap() {
+        if toolmesh_kernel::egress::Egress::default()
+            .check_host(&addr.ip().to_string(), port)
+            .await
+            .is_err()
+        {
+            allow.push(format!("{}:{port}", addr.ip()));
+        }
+    }
+    allow
+}
+
+/// `BENCH_URL`'s first `mb` MB, direct and through the proxy's `CONNECT` tunnel.
+async fn real_download(url: &str, proxy_url: &str, mb: usize, downloads: usize) {
+    use futures::StreamExt as _;
+    let direct = reqwest::Client::builder().no_proxy().build().unwrap();
+    let proxied = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy_url).unwrap())
+        .build()
+        .unwrap();
+    let range = format!("bytes=0-{}", mb * 1_000_000 - 1);
+    let get = |client: reqwest::Client| {
+        let range = range.clone();
+        async move {
+            let t = Instant::now();
+            let response = client
+                .get(url)
+                .header("Range", range)
+                .send()
+                .await
+                .expect("BENCH_URL answers");
+            assert!(response.status().is_success(), "{}", response.status());
+            let mut body = response.bytes_stream();
+            let mut n = 0;
+            while let Some(chunk) = body.next().await {
+                n += chunk.expect("the body arrives").len();
+            }
+            assert_eq!(n, mb * 1_000_000, "a range of {mb} MB");
+            t.elapsed()
+        }
+    };
+    eprintln!("real download: {url}, {mb} MB × {downloads} per path");
+    get(direct.clone()).await;
+    get(proxied.clone()).await;
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..downloads {
+        times[0].push(get(direct.clone()).await);
+        times[1].push(get(proxied.clone()).await);
+    }
+    let mut direct_rate = 0.0;
+    for (i, name) in ["direct", "proxy, CONNECT tunnel"].iter().enumerate() {
+        times[i].sort();
+        let p50 = pct(&times[i], 0.5);
+        let rate = mb as f64 / p50.as_secs_f64();
+        if i == 0 {
+            direct_rate = rate;
+        }
+        eprintln!(
+            "real     {name:<22} p50 {:>8.1} ms  p99 {:>8.1} ms  {:>7.0} MB/s  ratio {:.2}",
+            p50.as_secs_f64() * 1e3,
+            pct(&times[i], 0.99).as_secs_f64() * 1e3,
+            rate,
+            rate / direct_rate
+        );
+    }
 }
