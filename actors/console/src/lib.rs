@@ -146,12 +146,16 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Grant>>, String> {
         }
         let accounts = match entry.accounts {
             AccountsEntry::Star(s) if s == "*" => Accounts::All,
-            AccountsEntry::Star(s) => return Err(format!(
+            AccountsEntry::Star(s) => {
+                return Err(format!(
                 "accounts of approver {approver:?}: {s:?} is neither a list of accounts nor \"*\""
-            )),
-            AccountsEntry::List(list) if list.is_empty() => return Err(format!(
+            ))
+            }
+            AccountsEntry::List(list) if list.is_empty() => {
+                return Err(format!(
                 "accounts of approver {approver:?}: the list is empty; name accounts or use \"*\""
-            )),
+            ))
+            }
             AccountsEntry::List(list) => Accounts::Only(
                 list.into_iter()
                     .map(|a| {
