@@ -110,13 +110,28 @@ fn with_status(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
+/// A request refused before it reached the mesh (401, 403, 400, 503): the response to send.
+struct Refusal(Box<Response>);
+
+impl From<Response> for Refusal {
+    fn from(response: Response) -> Self {
+        Refusal(Box::new(response))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
 /// The token's grant; a 401 (or 503 when no tokens file is set) otherwise.
-fn grant(console: &Console, headers: &HeaderMap) -> Result<Arc<Grant>, Response> {
+fn grant(console: &Console, headers: &HeaderMap) -> Result<Arc<Grant>, Refusal> {
     let Some(tokens) = &console.tokens else {
-        return Err(reply(failure(
+        return Err(Refusal::from(reply(failure(
             ErrorCode::Unavailable,
             "this console has no tokens file: set TOOLMESH_CONSOLE_TOKENS",
-        )));
+        ))));
     };
     let token = headers
         .get(header::AUTHORIZATION)
@@ -138,27 +153,27 @@ fn grant(console: &Console, headers: &HeaderMap) -> Result<Arc<Grant>, Response>
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            Err(response)
+            Err(Refusal::from(response))
         }
     }
 }
 
 /// The path's account, when valid (400) and granted (403).
-fn account(grant: &Grant, raw: &str) -> Result<Account, Response> {
+fn account(grant: &Grant, raw: &str) -> Result<Account, Refusal> {
     let account = Account::parse(raw).map_err(|e| {
-        reply(failure(
+        Refusal::from(reply(failure(
             ErrorCode::InvalidRequest,
             &format!("account {raw:?}: {e}"),
-        ))
+        )))
     })?;
     if !grant.accounts.allows(&account) {
-        return Err(with_status(
+        return Err(Refusal::from(with_status(
             StatusCode::FORBIDDEN,
             failure(
                 ErrorCode::InvalidRequest,
                 &format!("this console token does not grant the account {account}"),
             ),
-        ));
+        )));
     }
     Ok(account)
 }
@@ -167,7 +182,7 @@ fn account(grant: &Grant, raw: &str) -> Result<Account, Response> {
 async fn me(State(console): Shared, headers: HeaderMap) -> Response {
     let grant = match grant(&console, &headers) {
         Ok(g) => g,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let accounts = match &grant.accounts {
         Accounts::All => json!("*"),
@@ -180,7 +195,7 @@ async fn me(State(console): Shared, headers: HeaderMap) -> Response {
 async fn list(State(console): Shared, headers: HeaderMap, Path(raw): Path<String>) -> Response {
     let account = match grant(&console, &headers).and_then(|g| account(&g, &raw)) {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     match mesh::pending(&console.nats, &account).await {
         Ok(items) => reply(json!({"ok": true, "approvals": items})),
@@ -196,7 +211,7 @@ async fn one(
 ) -> Response {
     let account = match grant(&console, &headers).and_then(|g| account(&g, &raw)) {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let got = mesh::approvals(
         &console.nats,
@@ -232,11 +247,11 @@ async fn decide(
 ) -> Response {
     let grant = match grant(&console, &headers) {
         Ok(g) => g,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let account = match account(&grant, &raw) {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let body: DecideBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -298,7 +313,7 @@ async fn stream(
 ) -> Response {
     let grant = match grant(&console, &headers) {
         Ok(g) => g,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let mut listed = Vec::new();
     for raw in query
@@ -312,7 +327,7 @@ async fn stream(
         match account(&grant, raw) {
             Ok(a) if !listed.contains(&a) => listed.push(a),
             Ok(_) => {}
-            Err(r) => return r,
+            Err(r) => return r.into_response(),
         }
     }
     if listed.is_empty() {

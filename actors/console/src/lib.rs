@@ -213,7 +213,10 @@ pub async fn spawn(
 mod tests {
     use super::*;
 
-    fn check(text: &str, expect: Result<&[(&str, &str, Option<&[&str]>)], &str>) {
+    /// A token, its approver, and its accounts (`None`: every account).
+    type Want<'a> = (&'a str, &'a str, Option<&'a [&'a str]>);
+
+    fn check(text: &str, expect: Result<&[Want], &str>) {
         match (parse_tokens(text), expect) {
             (Ok(got), Ok(want)) => {
                 assert_eq!(got.len(), want.len(), "{text}");
