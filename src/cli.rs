@@ -57,8 +57,8 @@ struct Cli {
 enum Command {
     /// Run a node with the given roles (configuration from TOOLMESH_* variables).
     Node {
-        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web, bridge, mcp)
-        /// or `all`.
+        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web, bridge, mcp,
+        /// console) or `all`.
         #[arg(long, default_value = "all")]
         roles: String,
     },

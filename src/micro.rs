@@ -133,6 +133,8 @@ fn services(node: &NodeId, roles: &[Role]) -> Vec<Service> {
             ),
             // A client of the mesh: it serves HTTP (TOOLMESH_MCP_LISTEN), no NATS subject.
             Role::Mcp => continue,
+            // A client of the mesh too: it serves HTTP (TOOLMESH_CONSOLE_LISTEN).
+            Role::Console => continue,
         };
         out.push(Service {
             name: format!("toolmesh-{role}"),

@@ -24,7 +24,7 @@ use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
 /// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 8] = [
+pub const AVAILABLE_ROLES: [Role; 9] = [
     Role::Gateway,
     Role::Approval,
     Role::Workspace,
@@ -33,6 +33,7 @@ pub const AVAILABLE_ROLES: [Role; 8] = [
     Role::Web,
     Role::Bridge,
     Role::Mcp,
+    Role::Console,
 ];
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
@@ -156,6 +157,14 @@ pub async fn run(
     // The MCP front's settings and tokens file, read before anything connects.
     let mut mcp_config = if roles.contains(&Role::Mcp) {
         Some(toolmesh_mcp::McpConfig::from_env(
+            &toolmesh_kernel::config::RawEnv::from_process(),
+        )?)
+    } else {
+        None
+    };
+    // The console's listen address and tokens file, read before anything connects.
+    let mut console_config = if roles.contains(&Role::Console) {
+        Some(toolmesh_console::ConsoleConfig::from_env(
             &toolmesh_kernel::config::RawEnv::from_process(),
         )?)
     } else {
@@ -329,6 +338,19 @@ pub async fn run(
                     .with_context(|| {
                         format!("cannot serve MCP on {listen} (TOOLMESH_MCP_LISTEN)")
                     })?;
+                handle
+            }
+            Role::Console => {
+                let config = console_config.take().expect("read above");
+                let listen = config.listen;
+                let (handle, _addr) =
+                    toolmesh_console::spawn(nats.clone(), config, lifecycle.clone())
+                        .await
+                        .with_context(|| {
+                            format!(
+                        "cannot serve the approvals console on {listen} (TOOLMESH_CONSOLE_LISTEN)"
+                    )
+                        })?;
                 handle
             }
             Role::Web => {

@@ -5,6 +5,7 @@ mod approvals;
 mod bridge;
 mod claims;
 mod cli;
+mod console;
 mod direct;
 mod docs;
 mod gateway;

@@ -11,7 +11,7 @@ use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, Appr
 use toolmesh_kernel::Account;
 
 use crate::service::{store_error, ApprovalService};
-use crate::store::{Decided, Decision};
+use crate::store::{Decided, Decision, Requester};
 
 /// Longest `approver`, in characters.
 pub const MAX_APPROVER_CHARS: usize = 256;
@@ -57,7 +57,9 @@ impl ApprovalService {
         match query {
             Query::List => self.list(&account).await,
             Query::Get { id } => match self.store.get(&account, &id).await.map_err(store_error)? {
-                Some((approval, arguments)) => Ok(self.with_arguments(approval, arguments)),
+                Some((approval, requester, arguments)) => {
+                    Ok(self.with_arguments(approval, requester, arguments))
+                }
                 None => Err(not_found(&account, &id)),
             },
             Query::Decide { id, decision } => self.decide(&account, &id, decision).await,
@@ -88,16 +90,20 @@ impl ApprovalService {
         Ok(fields)
     }
 
-    /// `get`'s answer: the approval and the exact arguments it is bound to. When they were
+    /// `get`'s answer: the approval, who asked (`user_id`, `agent_id`, null when the call named
+    /// none) and the exact arguments it is bound to. When they were
     /// not stored (an approval made by an older gateway) or the reply would pass the server's
     /// `max_payload` (the gateway refuses gated calls that could), `arguments` is null and
     /// `arguments_truncated: true`: the preview is all there is.
     fn with_arguments(
         &self,
         approval: ApprovalRequest,
+        requester: Requester,
         arguments: Option<String>,
     ) -> Map<String, Value> {
         let mut fields = one(approval);
+        fields.insert("user_id".into(), requester.user_id.into());
+        fields.insert("agent_id".into(), requester.agent_id.into());
         let parsed = arguments.as_deref().map(serde_json::from_str::<Value>);
         let bytes = arguments.as_ref().map(String::len);
         match parsed {

@@ -92,6 +92,13 @@ pub struct NewApproval {
     pub arguments: Option<String>,
 }
 
+/// Who asked for an approval: the `user_id` and `agent_id` of the call that made it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requester {
+    pub user_id: Option<String>,
+    pub agent_id: Option<String>,
+}
+
 /// How a new approval starts its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Birth {
@@ -337,13 +344,14 @@ impl ApprovalStore {
         view(&record, now)
     }
 
-    /// One approval of one account, any status, with its arguments (compact JSON; `None` when
-    /// they were not stored); `None` when there is none in that account.
+    /// One approval of one account, any status, with who asked for it and its arguments
+    /// (compact JSON; `None` when they were not stored); `None` when there is none in that
+    /// account.
     pub async fn get(
         &self,
         account: &Account,
         id: &str,
-    ) -> Result<Option<(ApprovalRequest, Option<String>)>, StoreError> {
+    ) -> Result<Option<(ApprovalRequest, Requester, Option<String>)>, StoreError> {
         let keys = RecordKeys::new(account.as_str(), id);
         let mut invocation = self.scripts.get.prepare_invoke();
         invocation.key(&keys.record).key(&keys.arguments);
@@ -351,7 +359,11 @@ impl ApprovalStore {
         if record.is_empty() {
             return Ok(None);
         }
-        Ok(Some((view(&record, now)?, arguments)))
+        let requester = Requester {
+            user_id: optional(&record, "user_id"),
+            agent_id: optional(&record, "agent_id"),
+        };
+        Ok(Some((view(&record, now)?, requester, arguments)))
     }
 
     /// Pending, unexpired approvals of an account, oldest first, at most `limit`.

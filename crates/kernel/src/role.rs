@@ -17,10 +17,11 @@ pub enum Role {
     Web,
     Bridge,
     Mcp,
+    Console,
 }
 
 impl Role {
-    pub const ALL: [Role; 8] = [
+    pub const ALL: [Role; 9] = [
         Role::Gateway,
         Role::Approval,
         Role::Workspace,
@@ -29,6 +30,7 @@ impl Role {
         Role::Web,
         Role::Bridge,
         Role::Mcp,
+        Role::Console,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Role {
             Role::Web => "web",
             Role::Bridge => "bridge",
             Role::Mcp => "mcp",
+            Role::Console => "console",
         }
     }
 
@@ -84,7 +87,7 @@ impl FromStr for Role {
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, bridge, mcp, all")
+                format!("unknown role {s:?}; known roles: gateway, approval, workspace, skills, sandbox, web, bridge, mcp, console, all")
             })
     }
 }

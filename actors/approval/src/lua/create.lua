@@ -15,7 +15,8 @@ redis.call('HSET', KEYS[1],
   'id', id, 'account', account, 'status', 'pending',
   'session_id', ARGV[3], 'invocation_id', invocation, 'tool_name', ARGV[5],
   'risk_level', ARGV[6], 'side_effects', ARGV[7], 'arguments_sha256', ARGV[8],
-  'arguments_preview', ARGV[9], 'created_at_ms', ms(now), 'expires_at_ms', ms(expires))
+  'arguments_preview', ARGV[9], 'created_at_ms', ms(now), 'expires_at_ms', ms(expires),
+  'user_id', ARGV[13], 'agent_id', ARGV[14])
 audit('create', id, 'gateway', now, {'invocation_id', invocation, 'tool_name', ARGV[5],
                                      'user_id', ARGV[13], 'agent_id', ARGV[14]})
 local mode = ARGV[12]

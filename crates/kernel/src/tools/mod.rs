@@ -131,6 +131,7 @@ impl Runs {
             Runs::Actor(Role::Gateway) => Cow::Borrowed("gateway"),
             Runs::Actor(Role::Bridge) => Cow::Borrowed("bridge"),
             Runs::Actor(Role::Mcp) => Cow::Borrowed("mcp_front"),
+            Runs::Actor(Role::Console) => Cow::Borrowed("console"),
             Runs::Provider(route) => Cow::Owned(format!("provider:{}", route.service)),
         }
     }
