@@ -7,6 +7,7 @@ mod claims;
 mod cli;
 mod direct;
 mod docs;
+mod events;
 mod gateway;
 mod mcp;
 mod micro;

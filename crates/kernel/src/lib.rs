@@ -19,6 +19,7 @@ pub mod ids;
 pub mod policy;
 pub mod role;
 pub mod skills;
+pub mod streams;
 pub mod subjects;
 pub mod sync;
 pub mod text;
