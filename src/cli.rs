@@ -553,6 +553,10 @@ async fn request(
     serde_json::from_slice(&reply.payload).context("the reply is not JSON")
 }
 
+/// How long one pull of `toolmesh events` waits on the server: a lost consumer is noticed
+/// after two missed heartbeats of half of it.
+const EVENTS_PULL_EXPIRY: Duration = Duration::from_secs(4);
+
 /// `toolmesh events`: replays the kept RunEvents of `subject` from `TOOLMESH_EVENTS` with an
 /// ordered consumer (deliver all), then follows. The ordered consumer goes on from the last
 /// stream sequence it delivered when it must be made again (a NATS restart), so nothing is
@@ -568,6 +572,9 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
         name: Some(name),
         filter_subject: subject.clone(),
         deliver_policy: DeliverPolicy::All,
+        // Short pulls: their heartbeats are what tells a lost consumer (a NATS restart) within
+        // seconds, and the ordered consumer is made again from the last sequence it delivered.
+        max_expires: EVENTS_PULL_EXPIRY,
         ..Default::default()
     };
     let consumer = match js.create_consumer_on_stream(config, EVENTS_STREAM).await {

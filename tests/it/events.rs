@@ -93,7 +93,7 @@ impl EventsCli {
             .map(|_| {
                 let line = self
                     .lines
-                    .recv_timeout(Duration::from_secs(15))
+                    .recv_timeout(Duration::from_secs(30))
                     .expect("toolmesh events prints the event");
                 let v: Value = serde_json::from_str(&line).expect("a json line");
                 v["body"].clone()
