@@ -144,11 +144,12 @@ enum Command {
         #[arg(long)]
         node: Option<String>,
     },
-    /// Print the RunEvents of an account (or one invocation) as they happen.
+    /// Print the RunEvents of an account (or one invocation): the kept ones first (where the
+    /// server keeps `TOOLMESH_EVENTS`), then as they happen.
     Events {
         #[arg(long)]
         account: String,
-        #[arg(long)]
+        #[arg(long, alias = "invocation")]
         invocation_id: Option<String>,
     },
 }
@@ -439,7 +440,7 @@ async fn run_client(
                 Some(id) => public::events(&account, &InvocationId::parse(id)?),
                 None => public::events_of(&account),
             };
-            print_streams(&nats, &[subject]).await
+            replay_events(&nats, subject).await
         }
     }
 }
@@ -550,6 +551,65 @@ async fn request(
         }
     })?;
     serde_json::from_slice(&reply.payload).context("the reply is not JSON")
+}
+
+/// How long one pull of `toolmesh events` waits on the server: a lost consumer is noticed
+/// after two missed heartbeats of half of it.
+const EVENTS_PULL_EXPIRY: Duration = Duration::from_secs(4);
+
+/// `toolmesh events`: replays the kept RunEvents of `subject` from `TOOLMESH_EVENTS` with an
+/// ordered consumer (deliver all), then follows. The ordered consumer goes on from the last
+/// stream sequence it delivered when it must be made again (a NATS restart), so nothing is
+/// printed twice or skipped. Without JetStream it falls back to live events and says so.
+async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Result<ExitCode> {
+    use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+    use toolmesh_kernel::streams::EVENTS_STREAM;
+    let js = async_nats::jetstream::new(nats.clone());
+    // A named consumer: its create request carries the filter in its subject
+    // (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`), which account users are allowed.
+    let name = format!("events_{}", uuid::Uuid::new_v4().simple());
+    let config = pull::OrderedConfig {
+        name: Some(name),
+        filter_subject: subject.clone(),
+        deliver_policy: DeliverPolicy::All,
+        // Short pulls: their heartbeats are what tells a lost consumer (a NATS restart) within
+        // seconds, and the ordered consumer is made again from the last sequence it delivered.
+        max_expires: EVENTS_PULL_EXPIRY,
+        ..Default::default()
+    };
+    let consumer = match js.create_consumer_on_stream(config, EVENTS_STREAM).await {
+        Ok(consumer) => consumer,
+        Err(err) => {
+            hint(&format!(
+                "no replay ({err}): the server keeps no {EVENTS_STREAM}; showing live events only"
+            ));
+            return print_streams(nats, &[subject]).await;
+        }
+    };
+    let mut messages = consumer.messages().await?;
+    hint(&format!(
+        "replaying and watching {subject} (Ctrl-C to stop)"
+    ));
+    loop {
+        tokio::select! {
+            msg = messages.next() => {
+                match msg {
+                    None => break,
+                    Some(Ok(msg)) => {
+                        let body: Value = serde_json::from_slice(&msg.payload).unwrap_or_else(|_| {
+                            Value::from(String::from_utf8_lossy(&msg.payload).into_owned())
+                        });
+                        emit(&display_json(&json!({ "subject": msg.subject.as_str(), "body": body })))?;
+                    }
+                    // The ordered consumer recreates itself after such errors (missed
+                    // heartbeats, a reconnect); it goes on from the last sequence delivered.
+                    Some(Err(err)) => tracing::debug!(%err, "events consumer"),
+                }
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow::Result<ExitCode> {

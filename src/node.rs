@@ -197,6 +197,18 @@ pub async fn run(
                 crate::cli::redacted_url(&config.nats_url)
             )
         })?;
+    // RunEvents kept in `TOOLMESH_EVENTS` where the server has JetStream; said once otherwise.
+    match toolmesh_kernel::streams::ensure_events(&nats, &config.events).await? {
+        toolmesh_kernel::streams::Durability::Durable { stream } => {
+            tracing::info!(stream, "RunEvents are kept in a JetStream stream");
+        }
+        toolmesh_kernel::streams::Durability::Live { reason } => {
+            tracing::warn!(
+                reason,
+                "RunEvents are live only: the NATS server has no JetStream"
+            );
+        }
+    }
     let state = Arc::new(NodeState {
         id: id.clone(),
         roles: roles.clone(),

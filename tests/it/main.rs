@@ -8,6 +8,7 @@ mod cli;
 mod console;
 mod direct;
 mod docs;
+mod events;
 mod gateway;
 mod mcp;
 mod metrics;

@@ -32,6 +32,11 @@ impl Cluster {
         Self::servers_on(NatsServer::start_with_max_payload(bytes)).await
     }
 
+    /// Servers only, NATS with JetStream (its store kept across [`NatsServer::restart`]).
+    pub async fn servers_with_jetstream() -> Cluster {
+        Self::servers_on(NatsServer::start_jetstream()).await
+    }
+
     async fn servers_on(nats: NatsServer) -> Cluster {
         let redis = RedisServer::start();
         let client = nats.client().await;

@@ -197,6 +197,8 @@ pub fn component_status(
         },
         // Tool providers this gateway discovered (PROTOCOL.md "Tool providers").
         "providers": providers,
+        // Whether RunEvents are replayable (PROTOCOL.md "Durable events, audit, metrics").
+        "events": config.events.status(),
     }))
 }
 

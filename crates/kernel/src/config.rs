@@ -53,6 +53,11 @@ pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
 /// How long decided/used/expired approvals stay readable through `get` (the audit window).
 pub const DEFAULT_APPROVAL_RETENTION_S: u64 = 7 * 24 * 3600;
+/// How long `TOOLMESH_EVENTS` keeps a RunEvent (`TOOLMESH_EVENTS_MAX_AGE_S`): a day.
+pub const DEFAULT_EVENTS_MAX_AGE_S: u64 = 86_400;
+/// Bytes `TOOLMESH_EVENTS` keeps at most (`TOOLMESH_EVENTS_MAX_BYTES`; 0: no limit): 1 GiB, the
+/// oldest events go first.
+pub const DEFAULT_EVENTS_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// A snapshot of the process environment (or a map in tests).
 #[derive(Debug, Clone, Default)]
@@ -304,6 +309,8 @@ pub struct NodeConfig {
     pub skills: SkillsConfig,
     pub web: WebConfig,
     pub drain_timeout: Duration,
+    /// The limits of the RunEvents stream and what the node found at start.
+    pub events: crate::streams::EventsConfig,
 }
 
 impl NodeConfig {
@@ -441,8 +448,34 @@ impl NodeConfig {
             drain_timeout: Duration::from_secs(
                 env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,
             ),
+            events: events_config(env)?,
         })
     }
+}
+
+/// `TOOLMESH_EVENTS_MAX_AGE_S` (at least 1) and `TOOLMESH_EVENTS_MAX_BYTES` (0: no limit).
+fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigError> {
+    let max_age_s: u64 = env.parse("TOOLMESH_EVENTS_MAX_AGE_S", DEFAULT_EVENTS_MAX_AGE_S)?;
+    if max_age_s == 0 {
+        return Err(ConfigError::Invalid {
+            key: "TOOLMESH_EVENTS_MAX_AGE_S",
+            value: "0".into(),
+            reason: "an event must be kept at least one second".into(),
+        });
+    }
+    let max_bytes: u64 = env.parse("TOOLMESH_EVENTS_MAX_BYTES", DEFAULT_EVENTS_MAX_BYTES)?;
+    if i64::try_from(max_bytes).is_err() {
+        return Err(ConfigError::Invalid {
+            key: "TOOLMESH_EVENTS_MAX_BYTES",
+            value: max_bytes.to_string(),
+            reason: format!("at most {}", i64::MAX),
+        });
+    }
+    Ok(crate::streams::EventsConfig {
+        max_age: Duration::from_secs(max_age_s),
+        max_bytes: (max_bytes > 0).then_some(max_bytes),
+        durability: Default::default(),
+    })
 }
 
 /// `TOOLMESH_SKILL_SPACE_ALLOWLISTS`: `space=name|name,space2=name`.

@@ -3,7 +3,7 @@
 //! Wire types of PROTOCOL.md ([`wire`]), the one module of subject names ([`subjects`]), the
 //! error codes ([`error`]), the tool registry with schemas and policies ([`tools`], [`policy`]),
 //! configuration from the environment ([`config`]), the egress policy of outbound requests
-//! ([`egress`]) and NATS glue ([`host`], [`cluster`]).
+//! ([`egress`]), JetStream streams ([`streams`]) and NATS glue ([`host`], [`cluster`]).
 //!
 //! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
 //! independent of each other and of the actor framework's future.
@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod policy;
 pub mod role;
 pub mod skills;
+pub mod streams;
 pub mod subjects;
 pub mod sync;
 pub mod text;

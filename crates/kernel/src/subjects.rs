@@ -67,6 +67,9 @@ pub mod public {
         ]
     }
 
+    /// Every RunEvent of every account (what `TOOLMESH_EVENTS` keeps).
+    pub const EVENTS_ALL: &str = "toolmesh.v1.events.>";
+
     /// `toolmesh.v1.events.<account>.<invocation_id>`
     pub fn events(account: &Account, invocation: &InvocationId) -> String {
         format!("{PREFIX}.events.{account}.{invocation}")
