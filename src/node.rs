@@ -169,6 +169,9 @@ pub async fn run(
     } else {
         None
     };
+    let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(
+        &toolmesh_kernel::config::RawEnv::from_process(),
+    )?;
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -188,6 +191,14 @@ pub async fn run(
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();
     let node_stop = CancellationToken::new();
+
+    // The audit trail's stream, made or updated once per node before its actors start
+    // (off, and said once, without JetStream).
+    let audit = if roles.contains(&Role::Gateway) || roles.contains(&Role::Approval) {
+        toolmesh_kernel::audit::AuditTrail::start(&nats, id.as_str(), &audit_config).await
+    } else {
+        toolmesh_kernel::audit::AuditTrail::off(id.as_str(), "no gateway or approval role")
+    };
 
     // Heartbeats first, so the cluster view fills while the actors start.
     let beats = nats.subscribe(internal::HEARTBEAT).await?;
@@ -209,6 +220,7 @@ pub async fn run(
                     cluster.clone(),
                     lifecycle.clone(),
                     state.in_flight.clone(),
+                    audit.clone(),
                 )
                 .await?
             }
@@ -218,6 +230,7 @@ pub async fn run(
                     toolmesh_approval::ApprovalSettings {
                         redis_url: config.redis_url.clone(),
                         config: config.approval.clone(),
+                        audit: audit.clone(),
                     },
                     lifecycle.clone(),
                     state.in_flight.clone(),

@@ -70,14 +70,18 @@ impl ApprovalService {
         tracing::info!(id = %approval.id, account = %approval.account, tool = %DisplaySafe(&approval.tool_name), ?birth, "approval created");
         match birth {
             Birth::Pending => {
+                self.record(&approval, "requested", Some(ctx)).await;
                 self.announce_requested(&approval).await;
                 GateOutcome::Required { approval }
             }
             Birth::ApprovedAndUsed => {
+                self.record(&approval, "approved", Some(ctx)).await;
+                self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }
             Birth::Rejected => {
+                self.record(&approval, "rejected", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 rejected(approval)
             }
@@ -132,6 +136,7 @@ impl ApprovalService {
             Redeemed::Rejected { approval, changed } => {
                 if changed {
                     tracing::info!(id, "approval rejected in band");
+                    self.record(&approval, "rejected", Some(ctx)).await;
                     self.announce_decided(&approval).await;
                 }
                 rejected(approval)
@@ -144,6 +149,10 @@ impl ApprovalService {
             }
             Redeemed::Proceed(approval) => {
                 tracing::info!(id, invocation_id = %ctx.invocation_id, "approval used");
+                if decision == Some(true) && approval.decided_by.as_deref() == Some("in-band") {
+                    self.record(&approval, "approved", Some(ctx)).await;
+                }
+                self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }

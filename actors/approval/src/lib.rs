@@ -36,6 +36,8 @@ pub struct ApprovalSettings {
     /// `TOOLMESH_REDIS_URL`.
     pub redis_url: String,
     pub config: ApprovalConfig,
+    /// The audit trail every approval change is appended to (off without JetStream).
+    pub audit: toolmesh_kernel::audit::AuditTrail,
 }
 
 impl std::fmt::Debug for ApprovalSettings {
@@ -115,6 +117,7 @@ pub async fn spawn(
         nats,
         store,
         config: settings.config,
+        audit: settings.audit,
     };
     let subscriptions = Subscriptions {
         approvals,

@@ -64,6 +64,8 @@ pub struct GatewayCore {
     pub status_cache: builtin::StatusCache,
     /// Reply subjects of calls to long-running roles (claims, then the reply).
     pub replies: ReplyInbox,
+    /// The audit trail (off without JetStream).
+    pub audit: toolmesh_kernel::audit::AuditTrail,
 }
 
 /// What a tool answered: members to serialize, members already serialized, or nothing more
@@ -119,6 +121,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             started: None,
             dispatched: None,
             consumed_approval: None,
+            audit: None,
         };
         let result = call.run(&request).await;
         if let Some(body) = call.finish(result).await {
@@ -147,6 +150,8 @@ struct Call<'a> {
     /// The id of the approval the gate let this call use (`Proceed`): given back when the call
     /// provably never ran. Only the id, to keep every call's future small.
     consumed_approval: Option<String>,
+    /// Set once the arguments were valid and the trail is on (`crate::audit`).
+    audit: Option<Box<crate::audit::CallAudit>>,
 }
 
 impl<'a> Call<'a> {
@@ -170,6 +175,7 @@ impl<'a> Call<'a> {
             )));
         }
         target.validate(&arguments, pointer_prefix)?;
+        self.audit = crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments);
         self.start().await;
 
         let policy = &self.core.config.policy;
@@ -178,6 +184,17 @@ impl<'a> Call<'a> {
             // Boxed: the gate and park states are large and rare; keeping them out of the
             // common future keeps every spawn of a call cheap to move.
             Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
+        }
+        if let Some(mut audit) = self.audit.take() {
+            let approval = self.consumed_approval.clone();
+            let written = audit.started(&self.core.audit, &self.ctx, approval).await;
+            self.audit = Some(audit);
+            if let Err(refusal) = written {
+                return Err(match self.consumed_approval.take() {
+                    Some(id) => self.give_back(&id, refusal).await,
+                    None => refusal,
+                });
+            }
         }
         self.execute(target, arguments).await
     }
@@ -233,6 +250,12 @@ impl<'a> Call<'a> {
                 finished_extra(error, duration_ms, None),
             )
             .await;
+            if let Some(audit) = self.audit.take() {
+                let approval = self.consumed_approval.clone();
+                audit
+                    .finished(&self.core.audit, &self.ctx, approval, error, duration_ms)
+                    .await;
+            }
         }
         Some(body)
     }
@@ -258,7 +281,11 @@ impl<'a> Call<'a> {
     /// `_INBOX.`, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
     /// the reply comes through here.
     fn direct_reply(&self) -> Option<DirectReply> {
-        if self.consumed_approval.is_some() || !self.reply_to.starts_with("_INBOX.") {
+        // With the trail on, the gateway writes `finished` before the caller has the reply.
+        if self.consumed_approval.is_some()
+            || self.audit.is_some()
+            || !self.reply_to.starts_with("_INBOX.")
+        {
             return None;
         }
         let started = self.started?;
@@ -1204,6 +1231,7 @@ mod tests {
             in_flight: Default::default(),
             status_cache: Default::default(),
             replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
+            audit: toolmesh_kernel::audit::AuditTrail::off("n", "test"),
         });
         let msg = Message {
             subject: "toolmesh.v1.call.a".into(),

@@ -44,6 +44,7 @@ impl Desk {
         let settings = ApprovalSettings {
             redis_url: redis_url.to_owned(),
             config,
+            audit: toolmesh_kernel::audit::AuditTrail::off("test", "approval tests keep no trail"),
         };
         let handle = spawn(nats, settings, lifecycle.clone(), in_flight.clone())
             .await
