@@ -27,6 +27,11 @@ impl Cluster {
         Self::servers_on(NatsServer::start()).await
     }
 
+    /// Servers only, NATS with JetStream (the audit trail).
+    pub async fn servers_jetstream() -> Cluster {
+        Self::servers_on(NatsServer::start_jetstream()).await
+    }
+
     /// Servers only, NATS with a `max_payload` of `bytes`.
     pub async fn servers_with_max_payload(bytes: usize) -> Cluster {
         Self::servers_on(NatsServer::start_with_max_payload(bytes)).await

@@ -289,10 +289,6 @@ impl AuditTrail {
     /// Creates or updates the stream and answers the trail; without JetStream (or when the
     /// stream cannot be made) a trail that is off, logged once here.
     pub async fn start(client: &async_nats::Client, node_id: &str, config: &AuditConfig) -> Self {
-        if !client.server_info().jetstream {
-            tracing::warn!("the NATS server has no JetStream: this node keeps no audit trail (calls still run)");
-            return Self::off(node_id, "the NATS server has no JetStream");
-        }
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);
         let mut last = String::new();
@@ -311,11 +307,18 @@ impl AuditTrail {
                 Err(e) => last = e.to_string(),
             }
         }
-        tracing::warn!(error = %last, stream = STREAM, "cannot create or update the audit stream: this node keeps no audit trail (calls still run)");
-        Self::off(
-            node_id,
-            format!("the audit stream could not be created or updated: {last}"),
-        )
+        // The connection's first INFO may not be in yet (a node connects with retries), so
+        // the server is asked only now, once the stream request failed.
+        let reason = if client.server_info().jetstream {
+            format!("the audit stream could not be created or updated: {last}")
+        } else {
+            format!("the NATS server has no JetStream ({last})")
+        };
+        tracing::warn!(
+            stream = STREAM,
+            "{reason}: this node keeps no audit trail (calls still run)"
+        );
+        Self::off(node_id, reason)
     }
 
     pub fn is_on(&self) -> bool {
