@@ -187,7 +187,8 @@ impl<'a> Call<'a> {
         }
         if let Some(mut audit) = self.audit.take() {
             let approval = self.consumed_approval.clone();
-            let written = audit.started(&self.core.audit, &self.ctx, approval).await;
+            // Boxed: the append's state is large and must not grow every call's future.
+            let written = Box::pin(audit.started(&self.core.audit, &self.ctx, approval)).await;
             self.audit = Some(audit);
             if let Err(refusal) = written {
                 return Err(match self.consumed_approval.take() {
@@ -252,8 +253,7 @@ impl<'a> Call<'a> {
             .await;
             if let Some(audit) = self.audit.take() {
                 let approval = self.consumed_approval.clone();
-                audit
-                    .finished(&self.core.audit, &self.ctx, approval, error, duration_ms)
+                Box::pin(audit.finished(&self.core.audit, &self.ctx, approval, error, duration_ms))
                     .await;
             }
         }

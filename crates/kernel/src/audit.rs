@@ -802,7 +802,10 @@ mod tests {
     fn the_hash_covers_every_member_but_sha256_in_jcs_form() {
         let (object, sha) = seal(&call("inv-1", "finished"), Some("ab"));
         assert_eq!(object.get("sha256").and_then(Value::as_str), Some(&*sha));
-        assert_eq!(object.keys().next_back().map(String::as_str), Some("sha256"));
+        assert_eq!(
+            object.keys().next_back().map(String::as_str),
+            Some("sha256")
+        );
         let mut without = object.clone();
         without.remove("sha256");
         let jcs = serde_json_canonicalizer::to_string(&Value::Object(without)).unwrap();
