@@ -108,7 +108,13 @@ async fn compare(
 
 fn main() {
     support::block_on(async {
-        let nats = NatsServer::start();
+        // BENCH_JETSTREAM=1: the same calls with the audit trail on (a JetStream server).
+        let audited = std::env::var("BENCH_JETSTREAM").is_ok_and(|v| v == "1");
+        let nats = if audited {
+            NatsServer::start_jetstream()
+        } else {
+            NatsServer::start()
+        };
         let redis = RedisServer::start();
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
@@ -124,7 +130,10 @@ fn main() {
         .env("TOOLMESH_WORKER_THREADS", threads.clone())
         .start(&client)
         .await;
-        println!("toolmesh gateway bench (node worker threads {threads})");
+        println!(
+            "toolmesh gateway bench (node worker threads {threads}, audit trail {})",
+            if audited { "on" } else { "off" }
+        );
         compare(
             &client,
             &nats.url(),

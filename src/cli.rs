@@ -138,6 +138,11 @@ enum Command {
         #[command(subcommand)]
         action: ApprovalsCommand,
     },
+    /// Read and verify an account's audit trail (through its query subject).
+    Audit {
+        #[command(subcommand)]
+        action: crate::audit_cli::AuditCommand,
+    },
     /// The cluster (or one node) as its nodes report it.
     Status {
         /// One node's status instead of the cluster's.
@@ -260,7 +265,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// One line on stdout; fails (instead of panicking, as `println!` does) when the reader left.
-fn emit(line: &str) -> anyhow::Result<()> {
+pub(crate) fn emit(line: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")?;
@@ -422,6 +427,7 @@ async fn run_client(
             Ok(ExitCode::SUCCESS)
         }
         Command::Approvals { action } => approvals(&nats, action).await,
+        Command::Audit { action } => crate::audit_cli::run(&nats, action).await,
         Command::Status { node } => {
             let subject = match node {
                 Some(node) => public::node_status(&NodeId::parse(node)?),
@@ -514,7 +520,7 @@ fn arguments_check(reply: &Value) -> Option<String> {
     }
 }
 
-fn parse_account(account: &str) -> anyhow::Result<Account> {
+pub(crate) fn parse_account(account: &str) -> anyhow::Result<Account> {
     Account::parse(account).context("--account")
 }
 
@@ -532,7 +538,7 @@ fn parse_args(args: &str) -> anyhow::Result<Value> {
     Ok(value)
 }
 
-async fn request(
+pub(crate) async fn request(
     nats: &async_nats::Client,
     subject: String,
     body: &Value,
@@ -637,7 +643,7 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     emit(&display_json_pretty(value))
 }
 

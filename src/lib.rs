@@ -1,6 +1,7 @@
 //! toolmesh: the node binary's library. It wires the actor crates into a node (`node`), and
 //! holds the command line (`cli`). Everything testable lives in the crates it wires.
 
+mod audit_cli;
 pub mod cli;
 pub mod metrics;
 pub mod micro;

@@ -189,6 +189,9 @@ pub async fn run(
             .await
             .with_context(|| format!("cannot serve metrics on {listen} ({METRICS_LISTEN_VAR})"))?;
     }
+    let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(
+        &toolmesh_kernel::config::RawEnv::from_process(),
+    )?;
     let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -219,6 +222,14 @@ pub async fn run(
     });
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();
+
+    // The audit trail's stream, made or updated once per node before its actors start
+    // (off, and said once, without JetStream).
+    let audit = if roles.contains(&Role::Gateway) || roles.contains(&Role::Approval) {
+        toolmesh_kernel::audit::AuditTrail::start(&nats, id.as_str(), &audit_config).await
+    } else {
+        toolmesh_kernel::audit::AuditTrail::off(id.as_str(), "no gateway or approval role")
+    };
 
     // Heartbeats first, so the cluster view fills while the actors start.
     let beats = nats.subscribe(internal::HEARTBEAT).await?;
@@ -253,6 +264,7 @@ pub async fn run(
                     lifecycle.clone(),
                     in_flight.clone(),
                     metrics.clone(),
+                    audit.clone(),
                 )
                 .await?
             }
@@ -263,6 +275,7 @@ pub async fn run(
                         redis_url: config.redis_url.clone(),
                         config: config.approval.clone(),
                         metrics: metrics.clone(),
+                        audit: audit.clone(),
                     },
                     lifecycle.clone(),
                     in_flight.clone(),

@@ -2,6 +2,7 @@
 //! redis-server, speaking only the public protocol of PROTOCOL.md.
 
 mod approvals;
+mod audit;
 mod bridge;
 mod claims;
 mod cli;

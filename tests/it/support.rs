@@ -32,7 +32,8 @@ impl Cluster {
         Self::servers_on(NatsServer::start_with_max_payload(bytes)).await
     }
 
-    /// Servers only, NATS with JetStream (its store kept across [`NatsServer::restart`]).
+    /// Servers only, NATS with JetStream (durable events, the audit trail; its store kept
+    /// across [`NatsServer::restart`]).
     pub async fn servers_with_jetstream() -> Cluster {
         Self::servers_on(NatsServer::start_jetstream()).await
     }

@@ -71,16 +71,20 @@ impl ApprovalService {
         tracing::info!(id = %approval.id, account = %approval.account, tool = %DisplaySafe(&approval.tool_name), ?birth, "approval created");
         match birth {
             Birth::Pending => {
+                self.record(&approval, "requested", Some(ctx)).await;
                 self.announce_requested(&approval).await;
                 GateOutcome::Required { approval }
             }
             Birth::ApprovedAndUsed => {
                 self.metrics.approval_decided(ApprovalOutcome::Approved);
+                self.record(&approval, "approved", Some(ctx)).await;
+                self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }
             Birth::Rejected => {
                 self.metrics.approval_decided(ApprovalOutcome::Rejected);
+                self.record(&approval, "rejected", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 rejected(approval)
             }
@@ -136,6 +140,7 @@ impl ApprovalService {
                 if changed {
                     tracing::info!(id, "approval rejected in band");
                     self.metrics.approval_decided(ApprovalOutcome::Rejected);
+                    self.record(&approval, "rejected", Some(ctx)).await;
                     self.announce_decided(&approval).await;
                 }
                 rejected(approval)
@@ -152,7 +157,9 @@ impl ApprovalService {
                 // decider), rather than used after an earlier decision.
                 if decision == Some(true) && approval.decided_by.as_deref() == Some("in-band") {
                     self.metrics.approval_decided(ApprovalOutcome::Approved);
+                    self.record(&approval, "approved", Some(ctx)).await;
                 }
+                self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
                 GateOutcome::Proceed { approval }
             }

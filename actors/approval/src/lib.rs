@@ -39,6 +39,8 @@ pub struct ApprovalSettings {
     pub config: ApprovalConfig,
     /// The node's metrics: approvals pending (read from Redis on each scrape) and settled.
     pub metrics: Metrics,
+    /// The audit trail every approval change is appended to (off without JetStream).
+    pub audit: toolmesh_kernel::audit::AuditTrail,
 }
 
 impl std::fmt::Debug for ApprovalSettings {
@@ -136,6 +138,7 @@ pub async fn spawn(
         store,
         config: settings.config,
         metrics: settings.metrics,
+        audit: settings.audit,
     };
     let subscriptions = Subscriptions {
         approvals,

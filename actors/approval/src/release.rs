@@ -30,6 +30,14 @@ impl ApprovalService {
         match released {
             Released::GivenBack(approval) => {
                 tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval released: its call never ran");
+                let ctx = toolmesh_kernel::wire::InvocationContext {
+                    account: account.clone(),
+                    invocation_id: invocation_id.clone(),
+                    session_id: approval.session_id.clone(),
+                    user_id: None,
+                    agent_id: None,
+                };
+                self.record(&approval, "released", Some(&ctx)).await;
                 // Parked calls and watchers learn that it is usable again.
                 self.announce_decided(&approval).await;
                 ReleaseAck::judged(true, Some(approval))

@@ -173,6 +173,8 @@ impl ApprovalService {
                     ApprovalOutcome::Rejected
                 });
                 tracing::info!(id, account = %account, approved = body.approved, by = %DisplaySafe(&decision.decided_by), "approval decided");
+                let status = if body.approved { "approved" } else { "rejected" };
+                self.record(&approval, status, None).await;
                 self.announce_decided(&approval).await;
                 Ok(one(approval))
             }

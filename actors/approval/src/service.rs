@@ -3,11 +3,12 @@
 
 use async_nats::Client;
 use bytes::Bytes;
+use toolmesh_kernel::audit::{AuditEntry, AuditTrail};
 use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::{ApprovalOutcome, Metrics};
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
-use toolmesh_kernel::wire::ApprovalRequest;
+use toolmesh_kernel::wire::{ApprovalRequest, InvocationContext};
 
 use crate::store::{ApprovalStore, StoreError, SWEEP_BATCH};
 
@@ -17,9 +18,25 @@ pub(crate) struct ApprovalService {
     pub store: ApprovalStore,
     pub config: ApprovalConfig,
     pub metrics: Metrics,
+    pub audit: AuditTrail,
 }
 
 impl ApprovalService {
+    /// Appends the change `status` of `approval` to its account's audit trail, made for the
+    /// call `ctx` when a call made it. Awaited before the answer, so the trail has the change
+    /// before anything that follows from it; a failure is logged and counted by the trail.
+    pub async fn record(
+        &self,
+        approval: &ApprovalRequest,
+        status: &str,
+        ctx: Option<&InvocationContext>,
+    ) {
+        let _ = self
+            .audit
+            .append(AuditEntry::approval(approval, status, ctx))
+            .await;
+    }
+
     /// Announces a new pending approval on `…requested`.
     pub async fn announce_requested(&self, approval: &ApprovalRequest) {
         self.announce(ApprovalVerb::Requested, approval).await;
@@ -61,6 +78,7 @@ impl ApprovalService {
                 Ok(Some(approval)) => {
                     tracing::info!(id = %approval.id, account = %approval.account, "approval expired");
                     self.metrics.approval_decided(ApprovalOutcome::Expired);
+                    self.record(&approval, "expired", None).await;
                     self.announce_decided(&approval).await;
                 }
                 Ok(None) => {}

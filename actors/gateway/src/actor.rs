@@ -22,6 +22,11 @@ pub struct CallReceived(pub Message);
 #[rtype(result = "()")]
 pub struct CancelReceived(pub Message);
 
+/// A message on `toolmesh.v1.audit.<account>.query`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AuditQueried(pub Message);
+
 /// An `…decided` event (parked calls wait on these).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -96,6 +101,16 @@ impl StreamHandler<ApprovalDecided> for Gateway {
             }
             Err(e) => tracing::warn!(error = %e, "ignoring a malformed approval event"),
         }
+    }
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+impl StreamHandler<AuditQueried> for Gateway {
+    fn handle(&mut self, AuditQueried(msg): AuditQueried, _ctx: &mut Context<Self>) {
+        self.tasks
+            .spawn(crate::audit::handle_query(self.core.clone(), msg));
     }
     fn finished(&mut self, ctx: &mut Context<Self>) {
         self.stream_finished(ctx);

@@ -67,6 +67,8 @@ pub struct GatewayCore {
     pub status_cache: builtin::StatusCache,
     /// Reply subjects of calls to long-running roles (claims, then the reply).
     pub replies: ReplyInbox,
+    /// The audit trail (off without JetStream).
+    pub audit: toolmesh_kernel::audit::AuditTrail,
 }
 
 /// What a tool answered: members to serialize, members already serialized, or nothing more
@@ -131,6 +133,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             dispatched: None,
             consumed_approval: None,
             outcome: None,
+            audit: None,
         };
         let result = call.run(&request).await;
         let body = call.finish(result).await;
@@ -166,6 +169,8 @@ struct Call<'a> {
     consumed_approval: Option<String>,
     /// How the call ended, once [`Call::finish`] ran: its error code, or `None` for success.
     outcome: Option<ErrorCode>,
+    /// Set once the arguments were valid and the trail is on (`crate::audit`).
+    audit: Option<Box<crate::audit::CallAudit>>,
 }
 
 /// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
@@ -196,6 +201,7 @@ impl<'a> Call<'a> {
             )));
         }
         target.validate(&arguments, pointer_prefix)?;
+        self.audit = crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments);
         self.start().await;
 
         let policy = &self.core.config.policy;
@@ -204,6 +210,18 @@ impl<'a> Call<'a> {
             // Boxed: the gate and park states are large and rare; keeping them out of the
             // common future keeps every spawn of a call cheap to move.
             Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
+        }
+        if let Some(mut audit) = self.audit.take() {
+            let approval = self.consumed_approval.clone();
+            // Boxed: the append's state is large and must not grow every call's future.
+            let written = Box::pin(audit.started(&self.core.audit, &self.ctx, approval)).await;
+            self.audit = Some(audit);
+            if let Err(refusal) = written {
+                return Err(match self.consumed_approval.take() {
+                    Some(id) => self.give_back(&id, refusal).await,
+                    None => refusal,
+                });
+            }
         }
         self.execute(target, arguments).await
     }
@@ -261,6 +279,11 @@ impl<'a> Call<'a> {
                 finished_extra(error, duration_ms, None),
             )
             .await;
+            if let Some(audit) = self.audit.take() {
+                let approval = self.consumed_approval.clone();
+                Box::pin(audit.finished(&self.core.audit, &self.ctx, approval, error, duration_ms))
+                    .await;
+            }
         }
         Some(body)
     }
@@ -286,7 +309,11 @@ impl<'a> Call<'a> {
     /// `_INBOX.`, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
     /// the reply comes through here.
     fn direct_reply(&self) -> Option<DirectReply> {
-        if self.consumed_approval.is_some() || !self.reply_to.starts_with("_INBOX.") {
+        // With the trail on, the gateway writes `finished` before the caller has the reply.
+        if self.consumed_approval.is_some()
+            || self.audit.is_some()
+            || !self.reply_to.starts_with("_INBOX.")
+        {
             return None;
         }
         let started = self.started?;
@@ -1233,6 +1260,7 @@ mod tests {
             metrics: Default::default(),
             status_cache: Default::default(),
             replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
+            audit: toolmesh_kernel::audit::AuditTrail::off("n", "test"),
         });
         let msg = Message {
             subject: "toolmesh.v1.call.a".into(),

@@ -12,6 +12,7 @@
 //! Redis is never on this path: calls that need no approval touch only NATS.
 
 mod actor;
+mod audit;
 mod builtin;
 mod call;
 mod events;
@@ -37,7 +38,7 @@ use toolmesh_kernel::Role;
 
 pub use call::{DEFAULT_ROUTE_TIMEOUT, GATE_TIMEOUT, PARKED_POLL};
 
-use actor::{ApprovalDecided, CallReceived, CancelReceived, Gateway};
+use actor::{ApprovalDecided, AuditQueried, CallReceived, CancelReceived, Gateway};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayStartError {
@@ -62,6 +63,7 @@ pub async fn spawn(
     lifecycle: Lifecycle,
     in_flight: InFlight,
     metrics: Metrics,
+    audit: toolmesh_kernel::audit::AuditTrail,
 ) -> Result<ActorHandle, GatewayStartError> {
     let group = queue::of(Role::Gateway);
     let subscribe = |subject: &'static str, queued: bool| {
@@ -80,6 +82,8 @@ pub async fn spawn(
     let cancels = subscribe(public::CANCEL_ANY, true).await?;
     // Every gateway hears every decision: a parked call may be on any of them.
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
+    // Any one gateway answers an account's audit query.
+    let queries = subscribe(public::AUDIT_QUERY_ANY, true).await?;
     // Every gateway discovers providers on its own.
     let announces = subscribe(public::PROVIDERS_ANNOUNCE, false).await?;
     // Claims and replies of calls to long-running roles (sandbox, skills).
@@ -121,14 +125,16 @@ pub async fn spawn(
         metrics,
         status_cache: Default::default(),
         replies,
+        audit,
     });
     let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();
     Gateway::create(move |ctx| {
         ctx.add_stream(drainable(calls, drain.clone()).map(CallReceived));
         ctx.add_stream(drainable(cancels, drain.clone()).map(CancelReceived));
-        ctx.add_stream(drainable(decided, drain).map(ApprovalDecided));
-        Gateway::new(core, 3, stop_notice)
+        ctx.add_stream(drainable(decided, drain.clone()).map(ApprovalDecided));
+        ctx.add_stream(drainable(queries, drain).map(AuditQueried));
+        Gateway::new(core, 4, stop_notice)
     });
     Ok(handle)
 }

@@ -89,7 +89,11 @@ impl RawEnv {
             .filter(|v| !v.trim().is_empty())
     }
 
-    fn parse<T: std::str::FromStr>(&self, key: &'static str, default: T) -> Result<T, ConfigError>
+    pub fn parse<T: std::str::FromStr>(
+        &self,
+        key: &'static str,
+        default: T,
+    ) -> Result<T, ConfigError>
     where
         T::Err: std::fmt::Display,
     {

@@ -8,6 +8,7 @@
 //! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
 //! independent of each other and of the actor framework's future.
 
+pub mod audit;
 pub mod budget;
 pub mod canonical;
 pub mod cluster;

@@ -105,6 +105,32 @@ pub mod public {
             .filter(|s| !s.is_empty() && !s.contains('.'))
     }
 
+    /// `toolmesh.v1.audit.<account>`: the account's hash chain in the `TOOLMESH_AUDIT` stream.
+    pub fn audit(account: &Account) -> String {
+        format!("{PREFIX}.audit.{account}")
+    }
+    /// The subjects of the `TOOLMESH_AUDIT` stream: one token after `audit`, so the query
+    /// subjects below are not captured.
+    pub const AUDIT_ENTRIES: &str = "toolmesh.v1.audit.*";
+    /// `toolmesh.v1.audit.<account>.query`
+    pub fn audit_query(account: &Account) -> String {
+        format!("{PREFIX}.audit.{account}.query")
+    }
+    /// Every account's query subject (the gateway's queue subscription).
+    pub const AUDIT_QUERY_ANY: &str = "toolmesh.v1.audit.*.query";
+    /// The account token of `toolmesh.v1.audit.<account>.query`; `Err` carries the raw rest.
+    pub fn audit_query_account(subject: &str) -> Result<&str, &str> {
+        let rest = subject
+            .strip_prefix("toolmesh.v1.audit.")
+            .and_then(|s| s.strip_suffix(".query"))
+            .unwrap_or(subject);
+        if rest.contains('.') || rest.is_empty() {
+            Err(rest)
+        } else {
+            Ok(rest)
+        }
+    }
+
     /// `toolmesh.v1.status`: answered by any one node.
     pub const STATUS: &str = "toolmesh.v1.status";
     /// `toolmesh.v1.status.<node_id>`

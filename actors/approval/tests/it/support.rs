@@ -45,6 +45,7 @@ impl Desk {
             redis_url: redis_url.to_owned(),
             config,
             metrics: Default::default(),
+            audit: toolmesh_kernel::audit::AuditTrail::off("test", "approval tests keep no trail"),
         };
         let handle = spawn(nats, settings, lifecycle.clone(), in_flight.clone())
             .await

@@ -30,11 +30,15 @@ fn answer(
     ctx: &InvocationContext,
     _arguments: Value,
 ) -> Result<Answer, ToolError> {
-    Ok(Answer::Prepared(core.status_cache.render(
+    let mut members = core.status_cache.render(
         registry,
         &core.tools.providers(),
         &core.cluster,
         &core.config,
         ctx,
-    )))
+    );
+    // This gateway's audit trail (on, or off and why), fresh on every call.
+    members.extend_from_slice(b",\"audit\":");
+    members.extend_from_slice(&serde_json::to_vec(&core.audit.status()).unwrap_or_default());
+    Ok(Answer::Prepared(members))
 }

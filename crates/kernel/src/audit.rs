@@ -1,0 +1,988 @@
+//! The hash-chained audit trail (PROTOCOL.md "Durable events, audit, metrics, console"): the
+//! `TOOLMESH_AUDIT` stream, the entry and its hash rule, the chain writer every gateway and
+//! approval node shares, the reader behind `toolmesh.v1.audit.<account>.query`, and the
+//! verifier behind `toolmesh audit verify`.
+//!
+//! Chain rule: an entry is a JSON object; its `sha256` is the lowercase hex sha256 of the RFC
+//! 8785 (JCS) form of the object without its `sha256` member (so with `prev_sha256`), and its
+//! `prev_sha256` is the `sha256` of the entry before it on the same subject (`null` for the
+//! first). The writer keeps one order without a central writer: it reads the subject's last
+//! entry, publishes with `Nats-Expected-Last-Subject-Sequence` set to that entry's stream
+//! sequence (0 when the subject is empty), and on "wrong last sequence" reads again and retries.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::canonical::sha256_hex;
+use crate::config::{ConfigError, RawEnv};
+use crate::ids::Account;
+use crate::subjects::public;
+use crate::wire::{ApprovalRequest, InvocationContext};
+
+/// The stream's name.
+pub const STREAM: &str = "TOOLMESH_AUDIT";
+/// `TOOLMESH_AUDIT_MAX_AGE_S` when unset: 90 days.
+pub const DEFAULT_MAX_AGE_S: u64 = 90 * 24 * 3600;
+/// Attempts of one append before it counts as failed (each lost race is one).
+pub const MAX_ATTEMPTS: u32 = 40;
+/// Longest pause between two attempts (the pause grows with the attempt, with jitter).
+const MAX_BACKOFF: Duration = Duration::from_millis(50);
+/// How long one JetStream request of the writer may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Entries a query answers when it names no `limit`.
+pub const DEFAULT_QUERY_LIMIT: usize = 100;
+/// Entries a query answers at most.
+pub const MAX_QUERY_LIMIT: usize = 1000;
+/// Accounts whose chain head a node remembers; past it the cache starts over.
+const MAX_CACHED_HEADS: usize = 10_000;
+
+/// The trail's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// `TOOLMESH_AUDIT_MAX_AGE_S`: entries older than this leave the stream.
+    pub max_age: Duration,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(DEFAULT_MAX_AGE_S),
+        }
+    }
+}
+
+impl AuditConfig {
+    pub fn from_env(env: &RawEnv) -> Result<Self, ConfigError> {
+        let max_age_s: u64 = env.parse("TOOLMESH_AUDIT_MAX_AGE_S", DEFAULT_MAX_AGE_S)?;
+        if max_age_s == 0 {
+            return Err(ConfigError::Invalid {
+                key: "TOOLMESH_AUDIT_MAX_AGE_S",
+                value: "0".into(),
+                reason: "the trail must keep its entries at least one second".into(),
+            });
+        }
+        Ok(Self {
+            max_age: Duration::from_secs(max_age_s),
+        })
+    }
+
+    /// The stream as the nodes create or update it.
+    pub fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: STREAM.to_owned(),
+            description: Some("toolmesh audit trail: one hash chain per account".to_owned()),
+            subjects: vec![public::AUDIT_ENTRIES.to_owned()],
+            storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::Old,
+            max_age: self.max_age,
+            allow_direct: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Call,
+    Approval,
+}
+
+/// One entry before it is sealed: every member of PROTOCOL.md but `prev_sha256` and
+/// `sha256`, which the writer adds. Absent values are `null`, so every entry has every member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub at: String,
+    pub kind: EntryKind,
+    pub account: Account,
+    pub invocation_id: Option<String>,
+    pub tool: Option<String>,
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub arguments_sha256: Option<String>,
+    pub ok: Option<bool>,
+    pub error: Option<String>,
+    pub duration_ms: Option<u64>,
+    pub approval_id: Option<String>,
+    /// `started` / `finished` for a call; `requested`, `approved`, `rejected`, `used`,
+    /// `expired`, `released` for an approval.
+    pub status: String,
+    pub decided_by: Option<String>,
+    /// Set by the writer.
+    pub node_id: String,
+}
+
+impl AuditEntry {
+    /// A call entry (`status` `started` or `finished`) of the call `ctx`.
+    pub fn call(ctx: &InvocationContext, tool: &str, status: &str) -> Self {
+        Self {
+            at: crate::time::now_rfc3339(),
+            kind: EntryKind::Call,
+            account: ctx.account.clone(),
+            invocation_id: Some(ctx.invocation_id.to_string()),
+            tool: Some(tool.to_owned()),
+            session_id: ctx.session_id.as_ref().map(|s| s.to_string()),
+            user_id: ctx.user_id.clone(),
+            agent_id: ctx.agent_id.clone(),
+            arguments_sha256: None,
+            ok: None,
+            error: None,
+            duration_ms: None,
+            approval_id: None,
+            status: status.to_owned(),
+            decided_by: None,
+            node_id: String::new(),
+        }
+    }
+
+    /// An approval entry: the change `status` of `approval`, made for the call `ctx` when a
+    /// call made it (requested, used, in band), else by a person or the sweep.
+    pub fn approval(
+        approval: &ApprovalRequest,
+        status: &str,
+        ctx: Option<&InvocationContext>,
+    ) -> Self {
+        let invocation_id = ctx.map_or_else(
+            || approval.invocation_id.to_string(),
+            |c| c.invocation_id.to_string(),
+        );
+        Self {
+            at: crate::time::now_rfc3339(),
+            kind: EntryKind::Approval,
+            account: approval.account.clone(),
+            invocation_id: Some(invocation_id),
+            tool: Some(approval.tool_name.clone()),
+            session_id: approval.session_id.as_ref().map(|s| s.to_string()),
+            user_id: ctx.and_then(|c| c.user_id.clone()),
+            agent_id: ctx.and_then(|c| c.agent_id.clone()),
+            arguments_sha256: Some(approval.arguments_sha256.clone()),
+            ok: None,
+            error: None,
+            duration_ms: None,
+            approval_id: Some(approval.id.clone()),
+            status: status.to_owned(),
+            decided_by: approval.decided_by.clone(),
+            node_id: String::new(),
+        }
+    }
+}
+
+/// The `sha256` of an entry object: hex sha256 of the JCS form of `entry` without `sha256`.
+pub fn entry_sha256(entry: &Map<String, Value>) -> String {
+    let mut without = entry.clone();
+    without.remove("sha256");
+    let canonical = serde_json_canonicalizer::to_vec(&Value::Object(without))
+        .expect("a serde_json::Value always canonicalizes");
+    sha256_hex(&canonical)
+}
+
+/// The entry as stored: its members, `prev_sha256`, then `sha256` over them.
+pub fn seal(entry: &AuditEntry, prev_sha256: Option<&str>) -> (Map<String, Value>, String) {
+    let mut object = match serde_json::to_value(entry) {
+        Ok(Value::Object(object)) => object,
+        _ => unreachable!("an AuditEntry serializes to an object"),
+    };
+    object.insert(
+        "prev_sha256".into(),
+        prev_sha256.map_or(Value::Null, Value::from),
+    );
+    let sha = entry_sha256(&object);
+    object.insert("sha256".into(), Value::from(sha.clone()));
+    (object, sha)
+}
+
+/// Why an append or a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The node writes no trail (no JetStream, or the stream could not be made).
+    #[error("this node keeps no audit trail: {0}")]
+    Off(String),
+    #[error("the audit stream did not answer: {0}")]
+    Stream(String),
+    #[error("the audit entry was not written after {attempts} attempts: {last}")]
+    GaveUp { attempts: u32, last: String },
+}
+
+/// The last entry of an account's subject, as a writer last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Head {
+    /// Its stream sequence; 0 when the subject is empty.
+    seq: u64,
+    sha256: Option<String>,
+}
+
+/// One stored entry: its stream sequence and the object as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    pub seq: u64,
+    pub entry: Value,
+}
+
+/// A page of entries, oldest first; `more` when the subject holds entries after the last.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Page {
+    pub entries: Vec<StoredEntry>,
+    pub more: bool,
+}
+
+enum Mode {
+    On { js: jetstream::Context },
+    Off { reason: String },
+}
+
+struct TrailState {
+    node_id: String,
+    mode: Mode,
+    /// Per account: the head this node last wrote or read, behind a lock so that this node's
+    /// writers of one account take turns (races are then only between nodes).
+    heads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Head>>>>>,
+    written: AtomicU64,
+    failed: AtomicU64,
+    lost_races: AtomicU64,
+}
+
+/// The chain writer and reader of one node; cheap to clone.
+#[derive(Clone)]
+pub struct AuditTrail(Arc<TrailState>);
+
+impl std::fmt::Debug for AuditTrail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditTrail")
+            .field("node_id", &self.0.node_id)
+            .field("on", &self.is_on())
+            .finish()
+    }
+}
+
+impl AuditTrail {
+    /// A trail that writes nothing, saying why in [`AuditTrail::status`].
+    pub fn off(node_id: &str, reason: impl Into<String>) -> Self {
+        Self::with_mode(
+            node_id,
+            Mode::Off {
+                reason: reason.into(),
+            },
+        )
+    }
+
+    fn with_mode(node_id: &str, mode: Mode) -> Self {
+        Self(Arc::new(TrailState {
+            node_id: node_id.to_owned(),
+            mode,
+            heads: Mutex::new(HashMap::new()),
+            written: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            lost_races: AtomicU64::new(0),
+        }))
+    }
+
+    /// Creates or updates the stream and answers the trail; without JetStream (or when the
+    /// stream cannot be made) a trail that is off, logged once here.
+    pub async fn start(client: &async_nats::Client, node_id: &str, config: &AuditConfig) -> Self {
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(REQUEST_TIMEOUT);
+        let mut last = String::new();
+        // Two nodes starting at once may both find no stream and both create it: the loser
+        // updates on its next round.
+        for _ in 0..3 {
+            match js.create_or_update_stream(config.stream_config()).await {
+                Ok(_) => {
+                    tracing::info!(
+                        stream = STREAM,
+                        max_age_s = config.max_age.as_secs(),
+                        "audit trail on"
+                    );
+                    return Self::with_mode(node_id, Mode::On { js });
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        // The connection's first INFO may not be in yet (a node connects with retries), so
+        // the server is asked only now, once the stream request failed.
+        let reason = if client.server_info().jetstream {
+            format!("the audit stream could not be created or updated: {last}")
+        } else {
+            format!("the NATS server has no JetStream ({last})")
+        };
+        tracing::warn!(
+            stream = STREAM,
+            "{reason}: this node keeps no audit trail (calls still run)"
+        );
+        Self::off(node_id, reason)
+    }
+
+    pub fn is_on(&self) -> bool {
+        matches!(self.0.mode, Mode::On { .. })
+    }
+
+    /// Entries that could not be written after every attempt (a metric: each is logged).
+    pub fn failed(&self) -> u64 {
+        self.0.failed.load(Ordering::Relaxed)
+    }
+
+    /// Entries written by this node.
+    pub fn written(&self) -> u64 {
+        self.0.written.load(Ordering::Relaxed)
+    }
+
+    /// Appends that lost a race to another node and were retried.
+    pub fn lost_races(&self) -> u64 {
+        self.0.lost_races.load(Ordering::Relaxed)
+    }
+
+    /// What `component_status` shows of the trail.
+    pub fn status(&self) -> Value {
+        let mut status = Map::new();
+        status.insert("stream".into(), Value::from(STREAM));
+        match &self.0.mode {
+            Mode::On { .. } => {
+                status.insert("status".into(), Value::from("ok"));
+            }
+            Mode::Off { reason } => {
+                status.insert("status".into(), Value::from("off"));
+                status.insert("reason".into(), Value::from(reason.as_str()));
+            }
+        }
+        status.insert("written".into(), Value::from(self.written()));
+        status.insert("failed".into(), Value::from(self.failed()));
+        status.insert("lost_races".into(), Value::from(self.lost_races()));
+        Value::Object(status)
+    }
+
+    fn head_cell(&self, account: &Account) -> Arc<tokio::sync::Mutex<Option<Head>>> {
+        let mut heads = self.0.heads.lock().unwrap_or_else(|e| e.into_inner());
+        if heads.len() >= MAX_CACHED_HEADS && !heads.contains_key(account.as_str()) {
+            heads.retain(|_, cell| Arc::strong_count(cell) > 1);
+        }
+        heads
+            .entry(account.as_str().to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Appends `entry` to its account's chain and answers its stream sequence; `Ok(None)`
+    /// when the trail is off. A failure after [`MAX_ATTEMPTS`] is logged and counted
+    /// ([`AuditTrail::failed`]) before it is returned: never a silent drop.
+    pub async fn append(&self, mut entry: AuditEntry) -> Result<Option<u64>, AuditError> {
+        let Mode::On { js } = &self.0.mode else {
+            return Ok(None);
+        };
+        entry.node_id.clone_from(&self.0.node_id);
+        let subject = public::audit(&entry.account);
+        let cell = self.head_cell(&entry.account);
+        let mut head = cell.lock().await;
+        // The hashes this append published: one of them being the head means an earlier
+        // attempt was stored although its answer was lost.
+        let mut tried: Vec<String> = Vec::new();
+        let mut last = String::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let current = match head.clone() {
+                Some(current) => current,
+                None => match read_head(js, &subject).await {
+                    Ok(current) => current,
+                    Err(e) => {
+                        last = e;
+                        continue;
+                    }
+                },
+            };
+            if let Some(sha) = &current.sha256 {
+                if tried.contains(sha) {
+                    self.0.written.fetch_add(1, Ordering::Relaxed);
+                    *head = Some(current.clone());
+                    return Ok(Some(current.seq));
+                }
+            }
+            let (object, sha) = seal(&entry, current.sha256.as_deref());
+            let body = serde_json::to_vec(&object).expect("an entry serializes");
+            tried.push(sha.clone());
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(Bytes::from(body))
+                .expected_last_subject_sequence(current.seq)
+                .message_id(&sha);
+            let acked = match js.send_publish(subject.clone(), publish).await {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match acked {
+                Ok(ack) => {
+                    self.0.written.fetch_add(1, Ordering::Relaxed);
+                    *head = Some(Head {
+                        seq: ack.sequence,
+                        sha256: Some(sha),
+                    });
+                    return Ok(Some(ack.sequence));
+                }
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    self.0.lost_races.fetch_add(1, Ordering::Relaxed);
+                    *head = None;
+                    last = e.to_string();
+                }
+                Err(e) => {
+                    *head = None;
+                    last = e.to_string();
+                }
+            }
+        }
+        self.0.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            account = %entry.account,
+            invocation_id = entry.invocation_id.as_deref(),
+            status = %entry.status,
+            error = %last,
+            "an audit entry could not be written"
+        );
+        Err(AuditError::GaveUp {
+            attempts: MAX_ATTEMPTS,
+            last,
+        })
+    }
+
+    /// Entries of `account` with a stream sequence above `after`, oldest first, at most
+    /// `limit` and at most `max_bytes` of JSON in all (at least one entry when there is one).
+    pub async fn read(
+        &self,
+        account: &Account,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Page, AuditError> {
+        let js = match &self.0.mode {
+            Mode::On { js } => js,
+            Mode::Off { reason } => return Err(AuditError::Off(reason.clone())),
+        };
+        let stream = js
+            .get_stream_no_info(STREAM)
+            .await
+            .map_err(|e| AuditError::Stream(e.to_string()))?;
+        let subject = public::audit(account);
+        let mut page = Page::default();
+        let mut bytes = 0usize;
+        let mut next = after.saturating_add(1);
+        loop {
+            let message = match stream
+                .get_first_raw_message_by_subject(&subject, next)
+                .await
+            {
+                Ok(message) => message,
+                Err(e) if is_no_message(&e) => return Ok(page),
+                Err(e) => return Err(AuditError::Stream(e.to_string())),
+            };
+            if page.entries.len() >= limit {
+                page.more = true;
+                return Ok(page);
+            }
+            let entry = serde_json::from_slice(&message.payload).unwrap_or_else(|_| {
+                Value::String(String::from_utf8_lossy(&message.payload).into())
+            });
+            let size = message.payload.len() + 24;
+            if !page.entries.is_empty() && bytes + size > max_bytes {
+                page.more = true;
+                return Ok(page);
+            }
+            bytes += size;
+            page.entries.push(StoredEntry {
+                seq: message.sequence,
+                entry,
+            });
+            next = message.sequence.saturating_add(1);
+        }
+    }
+}
+
+fn is_no_message(e: &stream::RawMessageError) -> bool {
+    match e.kind() {
+        stream::RawMessageErrorKind::NoMessageFound => true,
+        stream::RawMessageErrorKind::JetStream(js) => {
+            js.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND
+        }
+        _ => false,
+    }
+}
+
+/// The subject's last entry: its sequence and `sha256` (0 and none for an empty subject).
+async fn read_head(js: &jetstream::Context, subject: &str) -> Result<Head, String> {
+    let stream = js
+        .get_stream_no_info(STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => {
+            let sha256 = serde_json::from_slice::<Value>(&message.payload)
+                .ok()
+                .and_then(|v| v.get("sha256")?.as_str().map(str::to_owned));
+            if sha256.is_none() {
+                tracing::warn!(
+                    seq = message.sequence,
+                    subject,
+                    "the last audit entry has no sha256; the next entry links to null"
+                );
+            }
+            Ok(Head {
+                seq: message.sequence,
+                sha256,
+            })
+        }
+        Err(e) if is_no_message(&e) => Ok(Head {
+            seq: 0,
+            sha256: None,
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A pause that grows with the attempt (1, 2, 4 … ms up to [`MAX_BACKOFF`]), each a random
+/// fraction of that, so racing writers spread out.
+fn backoff(attempt: u32) -> Duration {
+    let ceiling = Duration::from_millis(1u64 << attempt.min(6)).min(MAX_BACKOFF);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // A cheap mix of the clock's low bits; enough to spread writers, not for secrets.
+    let mixed = (u64::from(nanos) ^ (u64::from(nanos) >> 7)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let fraction = (mixed >> 11) as f64 / (1u64 << 53) as f64;
+    ceiling.mul_f64(0.5 + fraction / 2.0)
+}
+
+/// What is wrong with one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Not a JSON object with a string `sha256`.
+    Malformed(String),
+    /// Its content does not hash to its `sha256`: it was changed after it was written.
+    Altered { stored: String, computed: String },
+    /// Its `prev_sha256` is not the `sha256` of the entry before it: an entry was removed,
+    /// inserted or moved.
+    BrokenLink {
+        expected: Option<String>,
+        found: Option<String>,
+    },
+    /// It names another account than its subject's.
+    OtherAccount(String),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Malformed(why) => write!(f, "malformed: {why}"),
+            Fault::Altered { stored, computed } => write!(
+                f,
+                "altered: its content hashes to {computed}, not to its sha256 {stored}"
+            ),
+            Fault::BrokenLink { expected, found } => write!(
+                f,
+                "broken link: prev_sha256 is {}, the entry before it has sha256 {}",
+                found.as_deref().unwrap_or("null"),
+                expected.as_deref().unwrap_or("null")
+            ),
+            Fault::OtherAccount(account) => {
+                write!(f, "names account {account:?}, not the chain's")
+            }
+        }
+    }
+}
+
+/// One bad entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub seq: u64,
+    pub invocation_id: Option<String>,
+    pub fault: Fault,
+}
+
+/// A call entry `started` without its `finished`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    pub seq: u64,
+    pub invocation_id: String,
+    pub tool: Option<String>,
+    pub at: String,
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verification {
+    pub entries: usize,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// The first entry's `prev_sha256` when it is not `null`: older entries aged out (or
+    /// were removed), and this link is taken as given.
+    pub taken_as_given: Option<String>,
+    pub problems: Vec<Problem>,
+    /// Calls started longer ago than the grace and never finished.
+    pub gaps: Vec<Gap>,
+    /// Calls started within the grace and not finished yet.
+    pub open: Vec<Gap>,
+}
+
+impl Verification {
+    /// No bad entry and no gap.
+    pub fn whole(&self) -> bool {
+        self.problems.is_empty() && self.gaps.is_empty()
+    }
+}
+
+/// Checks a chain read oldest first: every entry's hash, every link, the account, and calls
+/// started without a `finished` entry (a gap once `grace` has passed since `at`).
+pub fn verify(
+    account: &Account,
+    entries: &[StoredEntry],
+    now: SystemTime,
+    grace: Duration,
+) -> Verification {
+    let mut out = Verification {
+        entries: entries.len(),
+        first_seq: entries.first().map(|e| e.seq),
+        last_seq: entries.last().map(|e| e.seq),
+        ..Default::default()
+    };
+    let mut previous: Option<Option<String>> = None;
+    let mut finished = std::collections::HashSet::new();
+    let mut started = Vec::new();
+    for stored in entries {
+        let object = stored.entry.as_object();
+        let invocation_id = object
+            .and_then(|o| o.get("invocation_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let problem = |fault| Problem {
+            seq: stored.seq,
+            invocation_id: invocation_id.clone(),
+            fault,
+        };
+        let Some(object) = object else {
+            out.problems
+                .push(problem(Fault::Malformed("not a JSON object".into())));
+            previous = Some(None);
+            continue;
+        };
+        let stored_sha = object.get("sha256").and_then(Value::as_str);
+        let prev = object
+            .get("prev_sha256")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match stored_sha {
+            None => out
+                .problems
+                .push(problem(Fault::Malformed("no string sha256".into()))),
+            Some(stored_sha) => {
+                let computed = entry_sha256(object);
+                if computed != stored_sha {
+                    out.problems.push(problem(Fault::Altered {
+                        stored: stored_sha.to_owned(),
+                        computed,
+                    }));
+                }
+            }
+        }
+        match &previous {
+            None => out.taken_as_given.clone_from(&prev),
+            Some(expected) if *expected != prev => out.problems.push(problem(Fault::BrokenLink {
+                expected: expected.clone(),
+                found: prev.clone(),
+            })),
+            Some(_) => {}
+        }
+        if let Some(named) = object.get("account").and_then(Value::as_str) {
+            if named != account.as_str() {
+                out.problems
+                    .push(problem(Fault::OtherAccount(named.to_owned())));
+            }
+        }
+        if object.get("kind").and_then(Value::as_str) == Some("call") {
+            if let Some(id) = &invocation_id {
+                match object.get("status").and_then(Value::as_str) {
+                    Some("finished") => {
+                        finished.insert(id.clone());
+                    }
+                    Some("started") => started.push(Gap {
+                        seq: stored.seq,
+                        invocation_id: id.clone(),
+                        tool: object
+                            .get("tool")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        at: object
+                            .get("at")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        previous = Some(stored_sha.map(str::to_owned));
+    }
+    for gap in started {
+        if finished.contains(&gap.invocation_id) {
+            continue;
+        }
+        let age = humantime::parse_rfc3339(&gap.at)
+            .ok()
+            .and_then(|at| now.duration_since(at).ok());
+        // An unreadable time counts as old: it cannot show the call is still running.
+        if age.is_none_or(|age| age > grace) {
+            out.gaps.push(gap);
+        } else {
+            out.open.push(gap);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(invocation: &str) -> InvocationContext {
+        InvocationContext {
+            account: Account::parse("acme").unwrap(),
+            invocation_id: crate::InvocationId::parse(invocation).unwrap(),
+            session_id: None,
+            user_id: Some("u".into()),
+            agent_id: None,
+        }
+    }
+
+    /// A chain of `entries`, sealed one after the other, stored from seq 1.
+    fn chain(entries: &[AuditEntry]) -> Vec<StoredEntry> {
+        let mut prev: Option<String> = None;
+        let mut out = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let (object, sha) = seal(entry, prev.as_deref());
+            prev = Some(sha);
+            out.push(StoredEntry {
+                seq: i as u64 + 1,
+                entry: Value::Object(object),
+            });
+        }
+        out
+    }
+
+    fn call(invocation: &str, status: &str) -> AuditEntry {
+        AuditEntry::call(&ctx(invocation), "write_workspace_file", status)
+    }
+
+    fn check(entries: &[StoredEntry], faults: &[(u64, &str)], gaps: &[&str]) {
+        let account = Account::parse("acme").unwrap();
+        let report = verify(&account, entries, SystemTime::now(), Duration::ZERO);
+        let got: Vec<(u64, String)> = report
+            .problems
+            .iter()
+            .map(|p| (p.seq, p.fault.to_string()))
+            .collect();
+        assert_eq!(got.len(), faults.len(), "{got:?}");
+        for ((seq, text), (want_seq, fragment)) in got.iter().zip(faults) {
+            assert_eq!(seq, want_seq, "{got:?}");
+            assert!(text.starts_with(fragment), "{text} vs {fragment}");
+        }
+        let got_gaps: Vec<&str> = report
+            .gaps
+            .iter()
+            .map(|g| g.invocation_id.as_str())
+            .collect();
+        assert_eq!(got_gaps, gaps);
+    }
+
+    #[test]
+    fn the_hash_covers_every_member_but_sha256_in_jcs_form() {
+        let (object, sha) = seal(&call("inv-1", "finished"), Some("ab"));
+        assert_eq!(object.get("sha256").and_then(Value::as_str), Some(&*sha));
+        assert_eq!(
+            object.keys().next_back().map(String::as_str),
+            Some("sha256")
+        );
+        let mut without = object.clone();
+        without.remove("sha256");
+        let jcs = serde_json_canonicalizer::to_string(&Value::Object(without)).unwrap();
+        assert!(
+            jcs.starts_with(r#"{"account":"acme","agent_id":null,"#),
+            "{jcs}"
+        );
+        assert!(jcs.contains(r#""prev_sha256":"ab""#), "{jcs}");
+        assert_eq!(sha, sha256_hex(jcs.as_bytes()));
+        // Member order does not matter, only content.
+        let reordered: Map<String, Value> = object.clone().into_iter().rev().collect();
+        assert_eq!(entry_sha256(&reordered), sha);
+    }
+
+    #[test]
+    fn a_whole_chain_verifies_and_each_kind_of_damage_is_named() {
+        let entries = [
+            call("inv-1", "started"),
+            call("inv-1", "finished"),
+            call("inv-2", "finished"),
+            call("inv-3", "finished"),
+        ];
+        let whole = chain(&entries);
+        check(&whole, &[], &[]);
+
+        // A changed member: the entry's own hash fails.
+        let mut altered = whole.clone();
+        altered[2].entry["ok"] = Value::Bool(true);
+        check(&altered, &[(3, "altered")], &[]);
+
+        // A removed entry: the next one's link fails.
+        let mut removed = whole.clone();
+        removed.remove(2);
+        check(&removed, &[(4, "broken link")], &[]);
+
+        // An entry re-hashed after a change (a forger without the later entries' help):
+        // its own hash holds, the link after it does not.
+        let mut rehashed = whole.clone();
+        let mut object = rehashed[1].entry.as_object().unwrap().clone();
+        object.insert("ok".into(), Value::Bool(false));
+        let sha = entry_sha256(&object);
+        object.insert("sha256".into(), Value::from(sha));
+        rehashed[1].entry = Value::Object(object);
+        check(&rehashed, &[(3, "broken link")], &[]);
+
+        // Not an object, and another account's entry.
+        let mut junk = whole.clone();
+        junk[0].entry = Value::from("nope");
+        check(&junk, &[(1, "malformed"), (2, "broken link")], &[]);
+        let mut other = chain(&[AuditEntry {
+            account: Account::parse("globex").unwrap(),
+            ..call("inv-9", "finished")
+        }]);
+        other[0].seq = 7;
+        check(&other, &[(7, "names account")], &[]);
+    }
+
+    #[test]
+    fn a_started_call_without_finished_is_a_gap_once_the_grace_passed() {
+        let entries = chain(&[
+            call("inv-1", "started"),
+            call("inv-2", "started"),
+            call("inv-2", "finished"),
+        ]);
+        check(&entries, &[], &["inv-1"]);
+        let account = Account::parse("acme").unwrap();
+        let young = verify(
+            &account,
+            &entries,
+            SystemTime::now(),
+            Duration::from_secs(3600),
+        );
+        assert!(young.gaps.is_empty());
+        assert_eq!(young.open.len(), 1);
+        assert!(young.whole());
+    }
+
+    #[test]
+    fn the_first_retained_entry_s_link_is_taken_as_given() {
+        let entries = chain(&[
+            call("inv-1", "finished"),
+            call("inv-2", "finished"),
+            call("inv-3", "finished"),
+        ]);
+        let account = Account::parse("acme").unwrap();
+        let aged = verify(&account, &entries[1..], SystemTime::now(), Duration::ZERO);
+        assert!(aged.whole(), "{aged:?}");
+        assert_eq!(
+            aged.taken_as_given.as_deref(),
+            entries[0].entry["sha256"].as_str()
+        );
+        let genesis = verify(&account, &entries, SystemTime::now(), Duration::ZERO);
+        assert_eq!(genesis.taken_as_given, None);
+    }
+
+    #[test]
+    fn approval_entries_name_the_call_that_made_the_change() {
+        let approval: ApprovalRequest = serde_json::from_value(serde_json::json!({
+            "id": "appr_1", "account": "acme", "session_id": "s-1", "invocation_id": "inv-1",
+            "tool_name": "write_workspace_file", "risk_level": "high",
+            "side_effects": ["workspace_write"], "arguments_sha256": "ab",
+            "arguments_preview": "{}", "status": "approved", "created_at": "x",
+            "expires_at": "y", "decided_by": "alice", "decided_at": "z", "reason": null
+        }))
+        .unwrap();
+        let by_person = AuditEntry::approval(&approval, "approved", None);
+        assert_eq!(by_person.invocation_id.as_deref(), Some("inv-1"));
+        assert_eq!(by_person.decided_by.as_deref(), Some("alice"));
+        let used = AuditEntry::approval(&approval, "used", Some(&ctx("inv-2")));
+        assert_eq!(used.invocation_id.as_deref(), Some("inv-2"));
+        assert_eq!(used.user_id.as_deref(), Some("u"));
+        assert_eq!(used.approval_id.as_deref(), Some("appr_1"));
+    }
+
+    #[test]
+    fn backoff_stays_under_its_ceiling() {
+        for attempt in 0..MAX_ATTEMPTS {
+            let pause = backoff(attempt);
+            assert!(pause <= MAX_BACKOFF, "{attempt}: {pause:?}");
+            assert!(pause >= Duration::from_micros(500), "{attempt}: {pause:?}");
+        }
+    }
+
+    /// Two writers (two connections, as two nodes) appending to one account at once keep one
+    /// linear chain on a real JetStream server: no fork, nothing lost, every link whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn racing_writers_keep_one_linear_chain() {
+        let server = toolmesh_testkit::NatsServer::start_jetstream();
+        let config = AuditConfig::default();
+        let a = AuditTrail::start(&server.client().await, "node-a", &config).await;
+        let b = AuditTrail::start(&server.client().await, "node-b", &config).await;
+        assert!(a.is_on() && b.is_on());
+        let mut tasks = Vec::new();
+        for i in 0..60 {
+            let trail = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tasks.push(tokio::spawn(async move {
+                trail
+                    .append(call(&format!("inv-{i}"), "finished"))
+                    .await
+                    .expect("appended")
+                    .expect("the trail is on")
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let account = Account::parse("acme").unwrap();
+        let page = a
+            .read(&account, 0, MAX_QUERY_LIMIT, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 60);
+        assert!(!page.more);
+        let report = verify(&account, &page.entries, SystemTime::now(), Duration::ZERO);
+        assert!(report.whole(), "{report:?}");
+        assert_eq!(report.taken_as_given, None);
+        assert_eq!(a.written() + b.written(), 60);
+        assert_eq!(a.failed() + b.failed(), 0);
+        // Paging: after the 10th entry, 5 at a time.
+        let after = page.entries[9].seq;
+        let next = a.read(&account, after, 5, usize::MAX).await.unwrap();
+        assert_eq!(next.entries.len(), 5);
+        assert!(next.more);
+        assert_eq!(next.entries[0], page.entries[10]);
+    }
+
+    #[tokio::test]
+    async fn without_jetstream_the_trail_is_off_and_says_why() {
+        let server = toolmesh_testkit::NatsServer::start();
+        let trail = AuditTrail::start(&server.client().await, "n", &AuditConfig::default()).await;
+        assert!(!trail.is_on());
+        assert_eq!(trail.append(call("inv-1", "finished")).await.unwrap(), None);
+        assert_eq!(trail.status()["status"], "off");
+        let account = Account::parse("acme").unwrap();
+        assert!(matches!(
+            trail.read(&account, 0, 1, usize::MAX).await,
+            Err(AuditError::Off(_))
+        ));
+    }
+}
