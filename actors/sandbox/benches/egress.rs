@@ -228,10 +228,16 @@ fn main() {
 /// The allow-list for `url`: its host, plus each address it resolves to that is not public.
 async fn allow_for(url: &str) -> Vec<String> {
     let parsed = url::Url::parse(url).expect("BENCH_URL is a URL");
-    let host = parsed.host_str().expect("BENCH_URL names a host").to_owned();
+    let host = parsed
+        .host_str()
+        .expect("BENCH_URL names a host")
+        .to_owned();
     let port = parsed.port_or_known_default().unwrap_or(443);
     let mut allow = vec![format!("{host}:{port}")];
-    for addr in tokio::net::lookup_host((host.as_str(), port)).await.unwrap() {
+    for addr in tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .unwrap()
+    {
         if toolmesh_kernel::egress::Egress::default()
             .check_host(&addr.ip().to_string(), port)
             .await

@@ -291,11 +291,11 @@ impl AuditTrail {
     pub async fn start(client: &async_nats::Client, node_id: &str, config: &AuditConfig) -> Self {
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);
-        let mut last = String::new();
+        let mut last = None;
         // Two nodes starting at once may both find no stream and both create it: the loser
         // updates on its next round.
         for _ in 0..3 {
-            match js.create_or_update_stream(config.stream_config()).await {
+            match crate::streams::ensure(&js, config.stream_config()).await {
                 Ok(_) => {
                     tracing::info!(
                         stream = STREAM,
@@ -304,15 +304,19 @@ impl AuditTrail {
                     );
                     return Self::with_mode(node_id, Mode::On { js });
                 }
-                Err(e) => last = e.to_string(),
+                Err(e @ crate::streams::EnsureError::Unavailable(_)) => {
+                    last = Some(e);
+                    break;
+                }
+                Err(e) => last = Some(e),
             }
         }
-        // The connection's first INFO may not be in yet (a node connects with retries), so
-        // the server is asked only now, once the stream request failed.
-        let reason = if client.server_info().jetstream {
-            format!("the audit stream could not be created or updated: {last}")
-        } else {
-            format!("the NATS server has no JetStream ({last})")
+        let reason = match last {
+            Some(crate::streams::EnsureError::Refused { reason, .. }) => {
+                format!("the audit stream could not be created or updated: {reason}")
+            }
+            Some(e) => e.to_string(),
+            None => "the audit stream could not be created or updated".to_owned(),
         };
         tracing::warn!(
             stream = STREAM,
