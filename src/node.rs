@@ -262,9 +262,11 @@ pub async fn run(
                     registry.clone(),
                     cluster.clone(),
                     lifecycle.clone(),
-                    in_flight.clone(),
-                    metrics.clone(),
-                    audit.clone(),
+                    toolmesh_gateway::Accounting {
+                        in_flight: in_flight.clone(),
+                        metrics: metrics.clone(),
+                        audit: audit.clone(),
+                    },
                 )
                 .await?
             }

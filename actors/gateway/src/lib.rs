@@ -53,6 +53,15 @@ pub enum GatewayStartError {
     Confirm(#[from] toolmesh_kernel::host::ConfirmError),
 }
 
+/// What the gateway accounts to, shared with the rest of the node: the in-flight count, the
+/// node's metrics and its audit trail.
+#[derive(Clone)]
+pub struct Accounting {
+    pub in_flight: InFlight,
+    pub metrics: Metrics,
+    pub audit: toolmesh_kernel::audit::AuditTrail,
+}
+
 /// Starts the gateway actor (inside an actix `System`) and returns once its subscriptions are
 /// live on the server.
 pub async fn spawn(
@@ -61,10 +70,13 @@ pub async fn spawn(
     registry: Arc<ToolRegistry>,
     cluster: Arc<ClusterView>,
     lifecycle: Lifecycle,
-    in_flight: InFlight,
-    metrics: Metrics,
-    audit: toolmesh_kernel::audit::AuditTrail,
+    accounting: Accounting,
 ) -> Result<ActorHandle, GatewayStartError> {
+    let Accounting {
+        in_flight,
+        metrics,
+        audit,
+    } = accounting;
     let group = queue::of(Role::Gateway);
     let subscribe = |subject: &'static str, queued: bool| {
         let client = client.clone();
