@@ -418,6 +418,8 @@ async def check_accounts(c):
                 "toolmesh.v1.approvals.globex.decide", {"id": appr, "approved": True}, timeout=1.5
             ),
             "cancel acme's calls": lambda: globex.request("toolmesh.v1.cancel.acme", {"invocation_id": "x"}, timeout=1.5),
+            "read acme's audit trail": lambda: globex.request("toolmesh.v1.audit.acme.query", {}, timeout=1.5),
+            "write an entry on acme's audit chain": lambda: globex.request("toolmesh.v1.audit.acme", {}, timeout=1.5),
         }
         for what, action in attempts.items():
             refused, errors = await denied(globex, action)
@@ -637,11 +639,84 @@ async def check_egress(c):
            "sandbox_status names the template and its network", status)
 
 
+def audit_sha256(entry):
+    """The hash rule of docs/PROTOCOL.md: sha256 of the JCS form of the entry without
+    `sha256` (JCS = sorted keys, no spaces, UTF-8, for the strings, integers, booleans and
+    nulls an entry holds)."""
+    import hashlib
+
+    body = {k: v for k, v in entry.items() if k not in ("sha256", "seq")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def check_audit(c):
+    """acme reads its own audit trail (its broker permissions allow the query) and checks
+    every hash and link with an implementation of its own; the call it just made is on it."""
+    acme = c["acme"]
+    r = await acme.call("acme", "component_status", timeout=30)
+    expect(r.get("ok") is True, "acme makes a call", r)
+    invocation = r["invocation_id"]
+    entries, since = [], None
+    while True:
+        page = await acme.request("toolmesh.v1.audit.acme.query", {"limit": 1000, **({"since": since} if since else {})}, timeout=30)
+        if page.get("ok") is not True:
+            raise CheckFailed(f"the audit query failed: {page}")
+        entries += page["entries"]
+        if not page.get("more"):
+            break
+        since = page["entries"][-1]["seq"]
+    expect(any(e["invocation_id"] == invocation and e["kind"] == "call" and e["status"] == "finished" for e in entries),
+           f"the call is on the trail ({len(entries)} entries)", entries[-3:])
+    prev = None
+    for e in entries:
+        if e["sha256"] != audit_sha256(e):
+            raise CheckFailed(f"entry {e['seq']}: its sha256 is not the hash of its body: {e}")
+        if prev is not None and e["prev_sha256"] != prev:
+            raise CheckFailed(f"entry {e['seq']}: prev_sha256 is not the entry before it")
+        prev = e["sha256"]
+    expect(True, "every hash and link checks out in Python")
+
+
+CONSOLE_URL = os.environ.get("TOOLMESH_CONSOLE_URL", "http://127.0.0.1:8932")
+
+
+def console_get(path, token):
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(CONSOLE_URL + path, headers={"Authorization": "Bearer " + token})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+async def check_console(c):
+    """The compose `console` service: a console token signs in, sees its own account's
+    pending approvals, and not another account's."""
+    token = "acme-console-example-token"  # docker/console-tokens.json
+    pending = await c["acme"].call("acme", "run_command", {"command": "echo console"}, session="console-check")
+    appr = pending["approval_request"]["id"]
+    status, me = await asyncio.to_thread(console_get, "/api/me", token)
+    expect(status == 200 and me["approver"] == "acme-approver", "the console knows the token's approver", me)
+    status, listed = await asyncio.to_thread(console_get, "/api/approvals/acme", token)
+    ids = [a["approval"]["id"] for a in (listed or {}).get("approvals", [])]
+    expect(status == 200 and appr in ids, "the console lists acme's pending approval", listed)
+    status, _ = await asyncio.to_thread(console_get, "/api/approvals/globex", token)
+    expect(status == 403, "an acme token cannot list globex's approvals", status)
+    status, _ = await asyncio.to_thread(console_get, "/api/me", "not-a-token")
+    expect(status == 401, "an unknown console token gets 401", status)
+
+
 CHECKS = {
     "status": check_status_and_micro,
     "bridge": check_bridge,
     "mcp": check_mcp_front,
     "egress": check_egress,
+    "audit": check_audit,
+    "console": check_console,
     "spread": check_spread,
     "disk": check_disk_quota,
     "accounts": check_accounts,
