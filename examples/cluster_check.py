@@ -654,9 +654,12 @@ async def check_audit(c):
     """acme reads its own audit trail (its broker permissions allow the query) and checks
     every hash and link with an implementation of its own; the call it just made is on it."""
     acme = c["acme"]
-    r = await acme.call("acme", "component_status", timeout=30)
-    expect(r.get("ok") is True, "acme makes a call", r)
-    invocation = r["invocation_id"]
+    # Calls (entries `finished`) and a gated one (an approval `requested`), so links are checked.
+    replies = [await acme.call("acme", "component_status", timeout=30) for _ in range(4)]
+    expect(all(r.get("ok") is True for r in replies), "acme makes four calls", replies[-1])
+    gated = await acme.call("acme", "run_command", {"command": "echo audit"}, session="audit-check")
+    expect(gated.get("error") == "approval_required", "and one that waits for approval", gated)
+    invocation = replies[-1]["invocation_id"]
     entries, since = [], None
     while True:
         page = await acme.request("toolmesh.v1.audit.acme.query", {"limit": 1000, **({"since": since} if since else {})}, timeout=30)
@@ -668,6 +671,8 @@ async def check_audit(c):
         since = page["entries"][-1]["seq"]
     expect(any(e["invocation_id"] == invocation and e["kind"] == "call" and e["status"] == "finished" for e in entries),
            f"the call is on the trail ({len(entries)} entries)", entries[-3:])
+    expect(any(e["kind"] == "approval" and e["status"] == "requested" and e["invocation_id"] == gated["invocation_id"]
+               for e in entries) and len(entries) >= 6, "so is the requested approval", entries[-3:])
     prev = None
     for e in entries:
         if e["sha256"] != audit_sha256(e):
