@@ -570,7 +570,9 @@ const EVENTS_PULL_EXPIRY: Duration = Duration::from_secs(4);
 async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Result<ExitCode> {
     use async_nats::jetstream::consumer::{pull, DeliverPolicy};
     use toolmesh_kernel::streams::EVENTS_STREAM;
-    let js = async_nats::jetstream::new(nats.clone());
+    let mut js = async_nats::jetstream::new(nats.clone());
+    // A refused request goes unanswered: give up on it well before the caller does.
+    js.set_timeout(Duration::from_secs(5));
     // A named consumer: its create request carries the filter in its subject
     // (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`), which account users are allowed.
     let name = format!("events_{}", uuid::Uuid::new_v4().simple());
@@ -585,6 +587,16 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
     };
     let consumer = match js.create_consumer_on_stream(config, EVENTS_STREAM).await {
         Ok(consumer) => consumer,
+        // The server has JetStream but made no consumer: most likely this user may not read
+        // these events (a permissions violation leaves the request unanswered). Live events
+        // would be refused the same way, so say so and stop.
+        Err(err) if nats.server_info().jetstream => {
+            hint(&format!(
+                "no replay of {subject} ({err}): the server refused or did not answer; \
+                 may this user read these events?"
+            ));
+            return Ok(ExitCode::FAILURE);
+        }
         Err(err) => {
             hint(&format!(
                 "no replay ({err}): the server keeps no {EVENTS_STREAM}; showing live events only"
