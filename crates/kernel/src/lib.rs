@@ -27,6 +27,7 @@ pub mod sync;
 pub mod text;
 pub mod time;
 pub mod tools;
+pub mod trace;
 pub mod wire;
 
 pub use error::{ErrorCode, ToolError};
