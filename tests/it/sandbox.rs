@@ -457,15 +457,7 @@ async fn run_with_events(c: &Cluster, invocation: &str, command: &str) -> (Value
                    "arguments": {"command": command}}),
         )
         .await;
-    let mut seen = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
-        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
-        let done = e["kind"] == "finished";
-        seen.push(e);
-        if done {
-            break;
-        }
-    }
+    let seen = crate::support::events_until_finished(&mut events, Duration::from_secs(2)).await;
     (reply, seen)
 }
 

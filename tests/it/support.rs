@@ -159,6 +159,21 @@ pub async fn collect(
     out
 }
 
+/// The RunEvents of a subscription up to and including `finished`, each waited for at most
+/// `idle` (what came before a longer silence, when none says `finished`).
+pub async fn events_until_finished(sub: &mut async_nats::Subscriber, idle: Duration) -> Vec<Value> {
+    let mut seen = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(idle, sub.next()).await {
+        let e: Value = serde_json::from_slice(&msg.payload).expect("event is JSON");
+        let done = e["kind"] == "finished";
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    seen
+}
+
 /// A policy file in a temp dir; keep the returned dir alive while the node runs.
 pub fn policy_file(text: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -7,12 +7,11 @@
 use std::process::Command;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::wait_until;
 
 use crate::sandbox::{cluster_with, docker_inspect, tool, unique_prefix, SandboxCluster, BASE_ENV};
-use crate::support::{node_refusal, Cluster};
+use crate::support::{events_until_finished, node_refusal, Cluster};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
@@ -185,15 +184,7 @@ async fn check_egress(extra: &[(&str, &str)]) {
         .to_owned();
     assert!(network.starts_with("toolmesh-egress-"), "{network}");
 
-    let mut seen = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(5), events.next()).await {
-        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
-        let done = e["kind"] == "finished";
-        seen.push(e);
-        if done {
-            break;
-        }
-    }
+    let seen = events_until_finished(&mut events, Duration::from_secs(5)).await;
     let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (0..seen.len() as u64).collect::<Vec<_>>(), "{seen:?}");
     let egress: Vec<Value> = seen
@@ -294,20 +285,19 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
     assert!(stdout.starts_with("six 1."), "{r}");
     assert!(stdout.trim_end().ends_with("refused"), "{r}");
 
-    let mut decisions = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(10), events.next()).await {
-        let e: Value = serde_json::from_slice(&msg.payload).unwrap();
-        if e["kind"] == "finished" {
-            break;
-        }
-        if e["kind"] == "egress" {
-            decisions.push((
-                e["host"].as_str().unwrap().to_owned(),
-                e["port"].as_u64().unwrap(),
-                e["allowed"].as_bool().unwrap(),
-            ));
-        }
-    }
+    let decisions: Vec<(String, u64, bool)> =
+        events_until_finished(&mut events, Duration::from_secs(10))
+            .await
+            .iter()
+            .filter(|e| e["kind"] == "egress")
+            .map(|e| {
+                (
+                    e["host"].as_str().unwrap().to_owned(),
+                    e["port"].as_u64().unwrap(),
+                    e["allowed"].as_bool().unwrap(),
+                )
+            })
+            .collect();
     assert!(
         decisions.contains(&("pypi.org".into(), 443, true)),
         "{decisions:?}"

@@ -140,7 +140,8 @@ impl EgressNetwork {
         Ok(network)
     }
 
-    async fn gateway(&self) -> Result<IpAddr, String> {
+    /// The IPAM configurations Docker gave the network (subnet, gateway).
+    async fn ipam_configs(&self) -> Result<Vec<bollard::models::IpamConfig>, String> {
         let inspected = self
             .docker
             .inspect_network(
@@ -149,11 +150,16 @@ impl EgressNetwork {
             )
             .await
             .map_err(|e| format!("inspecting it: {e}"))?;
-        inspected
+        Ok(inspected
             .ipam
             .and_then(|ipam| ipam.config)
+            .unwrap_or_default())
+    }
+
+    async fn gateway(&self) -> Result<IpAddr, String> {
+        self.ipam_configs()
+            .await?
             .into_iter()
-            .flatten()
             .filter_map(|c| c.gateway)
             .find_map(|g| g.parse::<IpAddr>().ok().filter(IpAddr::is_ipv4))
             .ok_or_else(|| "it has no IPv4 gateway address".to_owned())
@@ -189,19 +195,9 @@ impl EgressNetwork {
 
     /// The network's IPv4 subnet (CIDR text).
     async fn subnet(&self) -> Result<String, String> {
-        let inspected = self
-            .docker
-            .inspect_network(
-                &self.name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-            .map_err(|e| format!("inspecting it: {e}"))?;
-        inspected
-            .ipam
-            .and_then(|ipam| ipam.config)
+        self.ipam_configs()
+            .await?
             .into_iter()
-            .flatten()
             .filter_map(|c| c.subnet)
             .find(|s| s.parse::<ipnet::Ipv4Net>().is_ok())
             .ok_or_else(|| "it has no IPv4 subnet".to_owned())
