@@ -202,7 +202,10 @@ exit "$toolmesh_code""#
 /// Takes the wrapper's end line (`END_LINE`, its nonce, a newline) off an exec's stderr. Output
 /// passes on as it comes, but for a tail of stderr that may be the start of the end line: held
 /// until more output shows it is not (then passed on, before that output), or until the
-/// stream ends (then it is the end line if it is all of it, else output).
+/// stream ends (then it is the end line if it is all of it, else output). A whole end line is
+/// held across stdout that follows it: Docker copies an exec's stdout and stderr by separate
+/// pipes, so stdout written before the end line may arrive after it. Only more stderr shows
+/// that it was output.
 struct EndLine {
     expected: Vec<u8>,
     /// Stderr not passed on yet: a beginning of `expected`.
@@ -222,7 +225,12 @@ impl EndLine {
 
     /// What to pass on for a chunk of stdout.
     fn stdout(&mut self, message: Bytes) -> [Option<Output>; 2] {
-        [self.release(), Some(Output::Stdout(message))]
+        let held = if self.held == self.expected {
+            None
+        } else {
+            self.release()
+        };
+        [held, Some(Output::Stdout(message))]
     }
 
     /// What to pass on for a chunk of stderr.
@@ -1258,10 +1266,12 @@ mod tests {
         check(&["o:out", &format!("e:{end}")], &["o:out"], true);
         // In pieces, the first held back until the rest shows what it is.
         check(&["e:a\0tool", "e:mesh-swept:", "e:n1\n"], &["e:a"], true);
-        // Output after it, on either stream: it was output.
+        // Stdout after it was written before it (Docker's two pipes reorder); stderr after
+        // it shows it was output.
+        check(&[&format!("e:{end}"), "o:late"], &["o:late"], true);
         check(
-            &[&format!("e:{end}"), "o:late"],
-            &[&format!("e:{end}"), "o:late"],
+            &[&format!("e:{end}"), "o:late", "e:more"],
+            &["o:late", &format!("e:{end}more")],
             false,
         );
         check(&[&format!("e:{end}x")], &[&format!("e:{end}x")], false);
