@@ -206,17 +206,13 @@ pub fn main() -> ExitCode {
         // Before anything else: no runtime, no logging; it speaks only on its socket.
         return toolmesh_sandbox::backend::spawner::serve(listen.as_deref());
     }
-    // A node logs what it does; a client command keeps stdout/stderr for the person.
-    init_tracing(
-        if matches!(
-            cli.command,
-            Command::Node { .. } | Command::SkillService { .. }
-        ) {
-            "info"
-        } else {
-            "warn"
-        },
-    );
+    // A node logs what it does (its tracing starts once its id is known, for its traces); a
+    // client command keeps stdout/stderr for the person.
+    match cli.command {
+        Command::Node { .. } => {}
+        Command::SkillService { .. } => init_tracing("info", None),
+        _ => init_tracing("warn", None),
+    }
     let result = match cli.command {
         Command::Node { roles } => run_node(&cli.nats_url, &roles),
         Command::SkillService {
@@ -279,18 +275,39 @@ fn hint(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-fn init_tracing(default_level: &str) {
-    use tracing_subscriber::EnvFilter;
+/// The log on stderr (`RUST_LOG`, else `default_level`; `TOOLMESH_LOG_FORMAT=json`), and the
+/// spans of toolmesh's crates to `exporter` when there is one (`crate::otel`).
+fn init_tracing(default_level: &str, exporter: Option<&crate::otel::Exporter>) {
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("TOOLMESH_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    let json = std::env::var("TOOLMESH_LOG_FORMAT").as_deref() == Ok("json");
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter.clone())
+    });
+    let json = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+    });
+    // Its own filter: a quieter log does not thin the traces, and no other crate's spans
+    // (the exporter's HTTP client's among them) reach them.
+    let otel = exporter.map(|exporter| {
+        tracing_opentelemetry::layer()
+            .with_tracer(exporter.tracer())
+            .with_filter(Targets::new().with_target("toolmesh", LevelFilter::INFO))
+    });
+    tracing_subscriber::registry()
+        .with(text)
+        .with(json)
+        .with(otel)
+        .init();
 }
 
 fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -303,6 +320,12 @@ fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
     let mut config = NodeConfig::from_env(&RawEnv::from_process())?;
     config.nats_url = nats_url.to_owned();
+    // Resolved here, once: the traces name the node as its heartbeats do.
+    let node_id = crate::node::node_id(&config)?;
+    config.node_id = Some(node_id.to_string());
+    // Dropped last, after the node stopped: its last spans leave then.
+    let exporter = crate::otel::from_env(node_id.as_str())?;
+    init_tracing("info", exporter.as_ref());
     let resolved = crate::node::resolve_roles(roles).map_err(anyhow::Error::msg)?;
     if resolved.is_empty() {
         bail!("no role to run");
@@ -338,6 +361,7 @@ fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
         resolved,
         toolmesh_kernel::host::shutdown_signal(),
     ))?;
+    drop(exporter);
     Ok(ExitCode::SUCCESS)
 }
 

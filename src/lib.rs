@@ -6,4 +6,5 @@ pub mod cli;
 pub mod metrics;
 pub mod micro;
 pub mod node;
+mod otel;
 pub mod tools;

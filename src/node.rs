@@ -66,7 +66,7 @@ pub fn resolve_roles(list: &str) -> Result<Vec<Role>, String> {
     Ok(out)
 }
 
-fn node_id(config: &NodeConfig) -> anyhow::Result<NodeId> {
+pub(crate) fn node_id(config: &NodeConfig) -> anyhow::Result<NodeId> {
     match &config.node_id {
         Some(id) => NodeId::parse(id.as_str()).context("TOOLMESH_NODE_ID"),
         None => {

@@ -21,5 +21,6 @@ mod sandbox;
 mod skills;
 mod support;
 mod templates;
+mod traces;
 mod web;
 mod workspace;

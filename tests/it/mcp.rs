@@ -89,7 +89,7 @@ impl Front {
 }
 
 /// Runs the client script with `spec` (plus `extra` members); its output lines.
-async fn client(mut spec: Value, extra: Value) -> Vec<Value> {
+pub(crate) async fn client(mut spec: Value, extra: Value) -> Vec<Value> {
     if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
         spec.extend(extra);
     }
@@ -127,7 +127,7 @@ fn step(lines: &[Value], i: usize) -> &Value {
 
 /// The ToolReply a call step got (its structured content), checked against its text content
 /// and `isError`.
-fn reply(lines: &[Value], i: usize) -> Value {
+pub(crate) fn reply(lines: &[Value], i: usize) -> Value {
     let line = step(lines, i);
     let result = &line["result"];
     assert!(result.is_object(), "step {i} has no result: {line:#}");

@@ -3,7 +3,8 @@ Python SDK. It connects, runs the steps given, and prints one JSON line per step
 
     mcp_client.py SPEC_JSON
 
-SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http": URL, "token"?, "session"?} or {"stdio": [command, args...], "env"?: {...}};
+SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http": URL, "token"?, "session"?,
+"headers"?: {...} (sent with every request)} or {"stdio": [command, args...], "env"?: {...}};
 "mode"?: "auto" (default: 2026-07-28 when the server has it) | "legacy" (initialize
 handshake); "elicit"?: "accept" | "decline" | "cancel" (without it the client declares no
 elicitation); "steps": [{"list": true} | {"call": NAME, "args"?: {...}, "progress"?: bool,
@@ -79,6 +80,7 @@ async def main(spec):
             headers["Authorization"] = "Bearer " + spec["token"]
         if spec.get("session"):
             headers["X-Toolmesh-Session"] = spec["session"]
+        headers.update(spec.get("headers", {}))
         http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(300.0))
         server = streamable_http_client(spec["http"], http_client=http)
     else:

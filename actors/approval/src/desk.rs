@@ -19,7 +19,9 @@ use futures::{FutureExt, StreamExt};
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle, StopNotice};
+use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck};
+use tracing::Instrument as _;
 
 use crate::service::ApprovalService;
 
@@ -99,7 +101,15 @@ impl ApprovalDesk {
         let guard = self.in_flight.enter();
         let service = self.service.clone();
         let nats = service.nats.clone();
-        let work = work(service, message);
+        // A child of the span that sent it: the gateway's call, or whoever decides.
+        let span = tracing::info_span!(
+            "approval",
+            otel.name = %format_args!("approval {kind}"),
+            otel.kind = "server",
+            kind
+        );
+        trace::follow(&span, message.headers.as_ref());
+        let work = work(service, message).instrument(span);
         self.tasks.spawn(async move {
             let body = match AssertUnwindSafe(work).catch_unwind().await {
                 Ok(body) => body,

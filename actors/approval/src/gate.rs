@@ -18,18 +18,20 @@ pub const MAX_PREVIEW_CHARS: usize = toolmesh_kernel::canonical::PREVIEW_MAX_CHA
 
 impl ApprovalService {
     /// Answers one gate request. Never fails: every problem is a `Refused`.
-    #[tracing::instrument(skip_all)]
+    #[tracing::instrument(skip_all, fields(invocation_id, account, tool))]
     pub async fn pass_gate(&self, body: &[u8]) -> GateOutcome {
         let request = match parse(body) {
             Ok(request) => request,
             Err(e) => return refused(e, None),
         };
-        tracing::debug!(
-            account = %request.invocation.account,
-            invocation_id = %request.invocation.invocation_id,
-            tool = %DisplaySafe(&request.tool_name),
-            "gate"
-        );
+        let span = tracing::Span::current();
+        span.record("invocation_id", request.invocation.invocation_id.as_str())
+            .record("account", request.invocation.account.as_str())
+            .record(
+                "tool",
+                tracing::field::display(DisplaySafe(&request.tool_name)),
+            );
+        tracing::debug!("gate");
         let grant = request.grant.clone().unwrap_or_default();
         // With in-band decisions off, `approved` counts for nothing (PROTOCOL.md).
         let decision = grant.approved.filter(|_| self.config.in_band);

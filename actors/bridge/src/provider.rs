@@ -23,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::host::InFlight;
 use toolmesh_kernel::subjects::{internal, public};
+use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{error_body, McpServerStatus};
 use toolmesh_kernel::{ErrorCode, NodeId, ToolError, VERSION};
+use tracing::Instrument as _;
 
 use crate::connection::Connection;
 use crate::reply;
@@ -197,14 +199,27 @@ struct Envelope {
     invocation_id: Option<String>,
 }
 
-#[tracing::instrument(skip_all, fields(server = %ctx.server, tool = %mcp_name))]
+/// Answers one provider call in its span, a child of the gateway's call span.
 async fn answer(ctx: &ServerContext, mcp_name: &str, request: Request) {
     let _counted = ctx.in_flight.enter();
-    let body = run(ctx, mcp_name, &request.message.payload).await;
-    let body = reply::fitted(body, ctx.nats.max_payload());
-    if let Err(e) = request.respond(Ok(body.into())).await {
-        tracing::warn!(error = %e, "could not answer a call");
+    let span = tracing::info_span!(
+        "bridge",
+        otel.name = "bridge tools/call",
+        otel.kind = "server",
+        server = %ctx.server,
+        tool = %mcp_name,
+        invocation_id = tracing::field::Empty,
+    );
+    trace::follow(&span, request.message.headers.as_ref());
+    async move {
+        let body = run(ctx, mcp_name, &request.message.payload).await;
+        let body = reply::fitted(body, ctx.nats.max_payload());
+        if let Err(e) = request.respond(Ok(body.into())).await {
+            tracing::warn!(error = %e, "could not answer a call");
+        }
     }
+    .instrument(span)
+    .await
 }
 
 async fn run(ctx: &ServerContext, mcp_name: &str, payload: &[u8]) -> Vec<u8> {
@@ -240,6 +255,10 @@ async fn run(ctx: &ServerContext, mcp_name: &str, payload: &[u8]) -> Vec<u8> {
         return error_body(reply::unavailable(&ctx.server, "it is restarting"));
     }
     let invocation = envelope.invocation_id.unwrap_or_default();
+    tracing::Span::current().record(
+        "invocation_id",
+        tracing::field::display(toolmesh_kernel::text::DisplaySafe(&invocation)),
+    );
     let (cancelled, _registered) = ctx.calls.enter(&invocation);
     let params = CallToolRequestParams::new(mcp_name.to_owned()).with_arguments(arguments);
     // Dropping the call future (on a cancel, a timeout or the drain deadline) sends the server

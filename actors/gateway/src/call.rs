@@ -22,6 +22,7 @@ use toolmesh_kernel::time::elapsed_ms;
 use toolmesh_kernel::tools::{
     ProviderRoute, RegisteredTool, Runs, ToolRegistry, ToolTable, TOOL_DISPATCHER,
 };
+use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{
     self, finished_extra, ActorCall, ActorReply, ApprovalGrant, ApprovalRelease, ApprovalRequest,
     ApprovalStatus, CancelAck, DirectReply, GateOutcome, GateRequest, InvocationContext,
@@ -112,6 +113,9 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
     };
     let span = tracing::info_span!(
         "call",
+        otel.kind = "server",
+        otel.status_code = field::Empty,
+        outcome = field::Empty,
         invocation_id = %request.invocation_id,
         account = %account,
         tool = %DisplaySafe(&request.tool),
@@ -119,6 +123,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
         user_id = request.user_id.as_deref().map(|u| field::display(DisplaySafe(u))),
         agent_id = request.agent_id.as_deref().map(|a| field::display(DisplaySafe(a))),
     );
+    // A caller's `traceparent` makes this call part of its trace.
+    trace::follow(&span, msg.headers.as_ref());
     async move {
         let ctx = request.context(account);
         let registry = core.tools.snapshot();
@@ -141,6 +147,13 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
         let tool = metric_tool(&registry, call.dispatched.unwrap_or(&request.tool));
         core.metrics
             .call_finished(tool, call.outcome, arrived.elapsed());
+        let span = tracing::Span::current();
+        match call.outcome {
+            None => span.record("outcome", "ok"),
+            Some(code) => span
+                .record("outcome", code.as_str())
+                .record("otel.status_code", "ERROR"),
+        };
         if let Some(body) = body {
             respond(&core.client, Some(&reply_to), body).await;
         }
@@ -516,7 +529,7 @@ impl<'a> Call<'a> {
         let reply = self
             .core
             .client
-            .send_request(internal::APPROVAL_GATE, request)
+            .send_request(internal::APPROVAL_GATE, trace::request(request))
             .await
             .map_err(|e| request_failed(e, Role::Approval, "the approval gate"))?;
         serde_json::from_slice(&reply.payload).map_err(|e| {
@@ -671,7 +684,9 @@ impl<'a> Call<'a> {
         let request = async_nats::Request::new()
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
-        let sent = core.client.send_request(route.subject.to_string(), request);
+        let sent = core
+            .client
+            .send_request(route.subject.to_string(), trace::request(request));
         let gone = core.tools.gone(&core.client, service);
         let reply = tokio::select! {
             reply = sent => reply,
@@ -855,6 +870,7 @@ impl<'a> Call<'a> {
         let request = async_nats::Request::new()
             .payload(body)
             .timeout(Some(timeout));
+        let request = trace::request(request);
         let reply = tokio::select! {
             reply = core.client.send_request(internal::run(role), request) => reply,
             _ = core.lifecycle.stop.cancelled() => return Err(self.stopped().await),
@@ -886,11 +902,16 @@ impl<'a> Call<'a> {
     ) -> Result<Message, ToolError> {
         let core = self.core;
         let mut waiter = core.replies.register();
-        if let Err(e) = core
-            .client
-            .publish_with_reply(internal::run(role), waiter.subject().clone(), body)
-            .await
-        {
+        let (subject, reply) = (internal::run(role), waiter.subject().clone());
+        let sent = match trace::current_headers() {
+            Some(headers) => {
+                core.client
+                    .publish_with_reply_and_headers(subject, reply, headers, body)
+                    .await
+            }
+            None => core.client.publish_with_reply(subject, reply, body).await,
+        };
+        if let Err(e) = sent {
             return Err(ToolError::new(
                 ErrorCode::Unavailable,
                 format!("could not reach the {role} actor for {what} ({e}); retry"),

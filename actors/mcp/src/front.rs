@@ -21,8 +21,10 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::trace;
 use toolmesh_kernel::{Account, VERSION};
 
 /// The key of the approval question in an `InputRequiredResult`'s `inputRequests`.
@@ -101,7 +103,11 @@ impl Front {
         let request = async_nats::Request::new()
             .payload(payload)
             .timeout(Some(timeout));
-        match self.nats.send_request(subject, request).await {
+        match self
+            .nats
+            .send_request(subject, trace::request(request))
+            .await
+        {
             Ok(reply) => serde_json::from_slice(&reply.payload).unwrap_or_else(|_| {
                 failure("internal", "the gateway's reply is not JSON; see its log")
             }),
@@ -555,7 +561,21 @@ impl ServerHandler for Front {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&ctx)?;
-        self.call(&caller, request, ctx).await
+        let span = tracing::info_span!(
+            "mcp_call",
+            otel.name = "mcp tools/call",
+            otel.kind = "server",
+            account = %caller.account,
+            tool = %toolmesh_kernel::text::DisplaySafe(&request.name),
+            session_id = caller.session.as_deref(),
+        );
+        // An HTTP client's `traceparent` makes the call part of its trace.
+        let traced = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .map(|parts| trace_headers(&parts.headers));
+        trace::follow(&span, traced.as_ref());
+        self.call(&caller, request, ctx).instrument(span).await
     }
 
     /// `subscriptions/listen` (2026-07-28): the tool list's changes only.
@@ -584,4 +604,15 @@ impl ServerHandler for Front {
         }
         Ok(())
     }
+}
+
+/// The W3C trace context headers of an HTTP request, as NATS headers for [`trace::follow`].
+fn trace_headers(http: &http::HeaderMap) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    for name in [trace::TRACEPARENT, trace::TRACESTATE] {
+        if let Some(value) = http.get(name).and_then(|v| v.to_str().ok()) {
+            headers.insert(name, value);
+        }
+    }
+    headers
 }

@@ -26,6 +26,7 @@ use toolmesh_actix_host::Handler;
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::host::{answer, publish_claim};
 use toolmesh_kernel::subjects::internal;
+use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 use tracing::Instrument;
@@ -114,12 +115,7 @@ impl SandboxWorker {
                 return;
             }
         };
-        let span = tracing::info_span!(
-            "sandbox",
-            invocation_id = %call.invocation.invocation_id,
-            account = %call.invocation.account,
-            tool = %call.tool,
-        );
+        let span = trace::actor_span(Role::Sandbox, &call, msg.headers.as_ref());
         async {
             self.claim(&msg).await;
             let mut taking_over: Option<NodeId> = None;
@@ -210,13 +206,19 @@ impl SandboxWorker {
     async fn hand_over(&self, msg: &Message, node: &NodeId) {
         tracing::debug!(to = %node, "handing the call to the worker holding the session");
         let subject = internal::run_on(Role::Sandbox, node);
+        // The call's trace context goes along: the next worker's span is the gateway's child.
+        let (headers, payload) = (msg.headers.clone().unwrap_or_default(), msg.payload.clone());
         let sent = match msg.reply.clone() {
             Some(reply) => {
                 self.client
-                    .publish_with_reply(subject, reply, msg.payload.clone())
+                    .publish_with_reply_and_headers(subject, reply, headers, payload)
                     .await
             }
-            None => self.client.publish(subject, msg.payload.clone()).await,
+            None => {
+                self.client
+                    .publish_with_headers(subject, headers, payload)
+                    .await
+            }
         };
         if let Err(e) = sent {
             tracing::warn!(error = %e, "cannot hand a call over");

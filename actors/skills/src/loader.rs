@@ -9,7 +9,7 @@ use toolmesh_actix_host::{answer_call, Handler};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::{publish_claim, respond};
 use toolmesh_kernel::skills as bundles;
-use toolmesh_kernel::NodeId;
+use toolmesh_kernel::{NodeId, Role};
 use tracing::Instrument;
 
 use crate::tools::SkillsService;
@@ -42,7 +42,7 @@ impl Handler for SkillLoader {
 impl SkillLoader {
     async fn run(&self, msg: Message) {
         let reply_to = msg.reply.clone();
-        answer_call(&self.client, msg, |call| async move {
+        answer_call(&self.client, Role::Skills, msg, |call| async move {
             // A load may download an archive: claim it, so a lost node is noticed at once.
             if call.tool == "load_skill" {
                 if let Some(reply) = &reply_to {
@@ -51,14 +51,8 @@ impl SkillLoader {
                     }
                 }
             }
-            let span = tracing::info_span!(
-                "skills",
-                invocation_id = %call.invocation.invocation_id,
-                account = %call.invocation.account,
-                tool = %call.tool,
-            );
             let fields_limit = budget::fields_limit(self.client.max_payload());
-            self.service.run(&call, fields_limit).instrument(span).await
+            self.service.run(&call, fields_limit).await
         })
         .await;
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_nats::{Client, Message};
 use toolmesh_actix_host::{answer_call, Handler};
-use tracing::Instrument;
+use toolmesh_kernel::Role;
 
 use crate::tools::WebService;
 
@@ -18,14 +18,8 @@ impl Handler for WebRunner {
     type Request = Message;
 
     async fn handle(&self, msg: Message) {
-        answer_call(&self.client, msg, |call| async move {
-            let span = tracing::info_span!(
-                "web",
-                invocation_id = %call.invocation.invocation_id,
-                account = %call.invocation.account,
-                tool = %call.tool,
-            );
-            self.service.run(&call).instrument(span).await
+        answer_call(&self.client, Role::Web, msg, |call| async move {
+            self.service.run(&call).await
         })
         .await;
     }

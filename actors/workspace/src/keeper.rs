@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_nats::{Client, Message};
 use toolmesh_actix_host::{answer_call, Handler};
 use toolmesh_kernel::budget;
-use tracing::Instrument;
+use toolmesh_kernel::Role;
 
 use crate::tools::WorkspaceService;
 
@@ -19,15 +19,9 @@ impl Handler for WorkspaceKeeper {
     type Request = Message;
 
     async fn handle(&self, msg: Message) {
-        answer_call(&self.client, msg, |call| async move {
-            let span = tracing::info_span!(
-                "workspace",
-                invocation_id = %call.invocation.invocation_id,
-                account = %call.invocation.account,
-                tool = %call.tool,
-            );
+        answer_call(&self.client, Role::Workspace, msg, |call| async move {
             let fields_limit = budget::fields_limit(self.client.max_payload());
-            self.service.run(&call, fields_limit).instrument(span).await
+            self.service.run(&call, fields_limit).await
         })
         .await;
     }

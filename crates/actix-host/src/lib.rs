@@ -22,8 +22,10 @@ use futures::Stream;
 use serde_json::{Map, Value};
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
+use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{Role, ToolError};
+use tracing::Instrument as _;
 
 /// What an actor does with one request; shared by the tasks of all requests.
 pub trait Handler: Send + Sync + 'static {
@@ -69,9 +71,10 @@ where
 }
 
 /// Answers a routed tool call: the message's body is an [`ActorCall`] (a malformed one is
-/// answered `invalid_request`), `run` computes the tool's fields or error, and the answer goes
-/// out through [`host::answer`] (to the gateway, or to the caller for a direct reply).
-pub async fn answer_call<F, Fut>(client: &Client, msg: Message, run: F)
+/// answered `invalid_request`), `run` computes the tool's fields or error in `role`'s span
+/// ([`trace::actor_span`], a child of the gateway's), and the answer goes out through
+/// [`host::answer`] (to the gateway, or to the caller for a direct reply).
+pub async fn answer_call<F, Fut>(client: &Client, role: Role, msg: Message, run: F)
 where
     F: FnOnce(ActorCall) -> Fut,
     Fut: Future<Output = Result<Map<String, Value>, ToolError>>,
@@ -81,7 +84,8 @@ where
         Err(error) => (ActorReply::error(error), None),
         Ok(call) => {
             let finish = call.direct_finish();
-            let reply = match run(call).await {
+            let span = trace::actor_span(role, &call, msg.headers.as_ref());
+            let reply = match run(call).instrument(span).await {
                 Ok(fields) => ActorReply::ok(fields),
                 Err(error) => ActorReply::error(error),
             };

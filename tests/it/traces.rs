@@ -1,0 +1,463 @@
+//! Traces: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, every node sends its spans of a call over
+//! OTLP/HTTP, and the spans of one call form one trace across nodes (the context travels in
+//! NATS headers). The collector is a real OTLP/HTTP endpoint run by the test: it decodes each
+//! export with the OpenTelemetry protobuf definitions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message as _;
+use serde_json::{json, Value};
+
+use crate::support::{node_refusal, Cluster};
+
+/// One span as the collector received it, with its resource's attributes.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    trace_id: String,
+    span_id: String,
+    /// Empty for a root span.
+    parent_span_id: String,
+    kind: i32,
+    /// The status code: 0 unset, 1 ok, 2 error.
+    status: i32,
+    /// How the export that carried it was encoded.
+    content_type: &'static str,
+    attributes: HashMap<String, String>,
+    resource: HashMap<String, String>,
+}
+
+impl Received {
+    fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).map(String::as_str)
+    }
+
+    fn node(&self) -> &str {
+        self.resource
+            .get("service.instance.id")
+            .map_or("", String::as_str)
+    }
+}
+
+/// An OTLP/HTTP trace collector on loopback: `POST /v1/traces`, protobuf.
+struct Collector {
+    endpoint: String,
+    spans: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let app = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(export))
+            .with_state(spans.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Collector {
+            endpoint,
+            spans,
+            task,
+        }
+    }
+
+    fn spans_of(&self, trace_id: &str) -> Vec<Received> {
+        let spans = self.spans.lock().unwrap();
+        spans
+            .iter()
+            .filter(|s| s.trace_id == trace_id)
+            .cloned()
+            .collect()
+    }
+
+    /// The spans of `trace_id` once every name in `names` is among them (10 s at most).
+    async fn wait_for(&self, trace_id: &str, names: &[&str]) -> Vec<Received> {
+        for _ in 0..200 {
+            let spans = self.spans_of(trace_id);
+            if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
+                return spans;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "spans {names:?} of trace {trace_id} never came; received: {:#?}",
+            self.spans.lock().unwrap()
+        );
+    }
+
+    /// The gateway's `call` span of `invocation_id` once it came (10 s at most).
+    async fn call_span(&self, invocation_id: &str) -> Received {
+        for _ in 0..200 {
+            let found = self
+                .spans
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|s| s.name == "call" && s.attribute("invocation_id") == Some(invocation_id))
+                .cloned();
+            if let Some(span) = found {
+                return span;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the call span of {invocation_id} never came");
+    }
+
+    /// The environment that sends a node's spans here, in batches of at most `delay_ms`,
+    /// encoded as `protocol` (`http/protobuf` or `http/json`).
+    fn env(&self, delay_ms: &str, protocol: &str) -> Vec<(&str, String)> {
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
+            ("OTEL_BSP_SCHEDULE_DELAY", delay_ms.to_owned()),
+        ]
+    }
+}
+
+async fn export(
+    State(spans): State<Arc<Mutex<Vec<Received>>>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1], Vec<u8>) {
+    let protobuf = [(header::CONTENT_TYPE, "application/x-protobuf")];
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    let (request, reply_type) = match headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("application/x-protobuf") => (
+            ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string()),
+            protobuf,
+        ),
+        Some("application/json") => (
+            serde_json::from_slice::<ExportTraceServiceRequest>(&body).map_err(|e| e.to_string()),
+            json,
+        ),
+        _ => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, protobuf, Vec::new()),
+    };
+    let Ok(request) = request else {
+        return (StatusCode::BAD_REQUEST, reply_type, Vec::new());
+    };
+    let mut received = spans.lock().unwrap();
+    for resource_spans in request.resource_spans {
+        let resource = attributes(
+            &resource_spans
+                .resource
+                .map(|r| r.attributes)
+                .unwrap_or_default(),
+        );
+        for scope in resource_spans.scope_spans {
+            for span in scope.spans {
+                received.push(Received {
+                    name: span.name,
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                    kind: span.kind,
+                    status: span.status.map_or(0, |s| s.code),
+                    content_type: reply_type[0].1,
+                    attributes: attributes(&span.attributes),
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+    let reply = if reply_type[0].1 == "application/json" {
+        b"{}".to_vec()
+    } else {
+        ExportTraceServiceResponse::default().encode_to_vec()
+    };
+    (StatusCode::OK, reply_type, reply)
+}
+
+fn attributes(list: &[KeyValue]) -> HashMap<String, String> {
+    list.iter()
+        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+        .collect()
+}
+
+fn text(value: Option<&AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
+    let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
+    assert_eq!(found.len(), 1, "one {name} span: {spans:#?}");
+    found[0]
+}
+
+/// Starts a node with the collector's environment plus `extra`.
+async fn start_traced(c: &mut Cluster, roles: &str, env: &[(&str, String)]) {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    c.start_node(roles, &env).await;
+}
+
+#[tokio::test]
+async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
+    let collector = Collector::start().await;
+    let env = collector.env("50", "http/protobuf");
+    let mut c = Cluster::servers().await;
+    start_traced(&mut c, "gateway", &env).await;
+    start_traced(&mut c, "approval", &env).await;
+    start_traced(&mut c, "workspace", &env).await;
+    let (gateway, approval, workspace) = ("test-node-1", "test-node-2", "test-node-3");
+
+    // The caller is in a trace of its own: its `traceparent` is the call's parent.
+    let (trace_id, caller_span) = ("5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174");
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        "traceparent",
+        format!("00-{trace_id}-{caller_span}-01").as_str(),
+    );
+    let body = json!({
+        "tool": "write_workspace_file", "session_id": "s1", "invocation_id": "inv-traced",
+        "user_id": "ann", "agent_id": "bot-7", "approval": {"approved": true},
+        "arguments": {"path": "a.txt", "content": "hello\n"},
+    });
+    let reply = c
+        .client
+        .send_request(
+            "toolmesh.v1.call.acme",
+            async_nats::Request::new()
+                .headers(headers)
+                .payload(serde_json::to_vec(&body).unwrap().into())
+                .timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+
+    let spans = collector
+        .wait_for(
+            trace_id,
+            &["call", "approval gate", "pass_gate", "workspace"],
+        )
+        .await;
+    assert!(spans
+        .iter()
+        .all(|s| s.content_type == "application/x-protobuf"));
+    let call = one(&spans, "call");
+    assert_eq!(call.parent_span_id, caller_span);
+    assert_eq!(call.node(), gateway);
+    assert_eq!(call.kind, SpanKind::Server as i32);
+    assert_eq!(call.resource.get("service.name").unwrap(), "toolmesh");
+    for (key, value) in [
+        ("invocation_id", "inv-traced"),
+        ("account", "acme"),
+        ("tool", "write_workspace_file"),
+        ("session_id", "s1"),
+        ("user_id", "ann"),
+        ("agent_id", "bot-7"),
+        ("outcome", "ok"),
+    ] {
+        assert_eq!(call.attribute(key), Some(value), "{key} of {call:#?}");
+    }
+
+    let gate = one(&spans, "approval gate");
+    assert_eq!(gate.parent_span_id, call.span_id, "{gate:#?}");
+    assert_eq!(gate.node(), approval);
+    let pass = one(&spans, "pass_gate");
+    assert_eq!(pass.parent_span_id, gate.span_id);
+    assert_eq!(pass.attribute("invocation_id"), Some("inv-traced"));
+    assert_eq!(pass.attribute("tool"), Some("write_workspace_file"));
+
+    let run = one(&spans, "workspace");
+    assert_eq!(run.parent_span_id, call.span_id, "{run:#?}");
+    assert_eq!(run.node(), workspace);
+    assert_eq!(run.kind, SpanKind::Server as i32);
+    for (key, value) in [
+        ("invocation_id", "inv-traced"),
+        ("account", "acme"),
+        ("tool", "write_workspace_file"),
+        ("session_id", "s1"),
+        ("user_id", "ann"),
+        ("agent_id", "bot-7"),
+    ] {
+        assert_eq!(run.attribute(key), Some(value), "{key} of {run:#?}");
+    }
+}
+
+#[tokio::test]
+async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_spans_in_json() {
+    let collector = Collector::start().await;
+    // Batches leave every ten minutes: what arrives was sent when the node stopped. In JSON,
+    // the other encoding of OTLP/HTTP.
+    let env = collector.env("600000", "http/json");
+    let mut c = Cluster::servers().await;
+    start_traced(&mut c, "gateway,approval", &env).await;
+    start_traced(&mut c, "workspace", &env).await;
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "list_workspace_files", "session_id": "s1",
+                   "invocation_id": "inv-root", "arguments": {"path": "."}}),
+        )
+        .await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    let failed = c
+        .call(
+            "acme",
+            json!({"tool": "no_such_tool", "invocation_id": "inv-bad"}),
+        )
+        .await;
+    assert_eq!(failed["error"], "unknown_tool", "{failed}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        collector.spans.lock().unwrap().is_empty(),
+        "nothing is sent before a batch is due"
+    );
+
+    for node in c.nodes.iter_mut() {
+        node.terminate();
+        assert!(
+            node.wait_exit(Duration::from_secs(20)).await.is_some(),
+            "the node stops"
+        );
+    }
+    let calls: Vec<Received> = collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == "call")
+        .cloned()
+        .collect();
+    let root = calls
+        .iter()
+        .find(|s| s.attribute("invocation_id") == Some("inv-root"))
+        .unwrap_or_else(|| panic!("the listing's call span: {calls:#?}"));
+    assert_eq!(
+        root.parent_span_id, "",
+        "no caller trace: the call is the root"
+    );
+    let spans = collector.spans_of(&root.trace_id);
+    assert!(spans.iter().all(|s| s.content_type == "application/json"));
+    let run = one(&spans, "workspace");
+    assert_eq!(run.parent_span_id, root.span_id);
+    assert_eq!(run.node(), "test-node-2");
+
+    let bad = calls
+        .iter()
+        .find(|s| s.attribute("invocation_id") == Some("inv-bad"))
+        .unwrap_or_else(|| panic!("the failed call's span: {calls:#?}"));
+    assert_eq!(bad.attribute("outcome"), Some("unknown_tool"));
+    assert_eq!(bad.status, 2, "an error status: {bad:#?}");
+    assert_eq!(root.status, 0, "{root:#?}");
+    assert_ne!(
+        bad.trace_id, root.trace_id,
+        "each call is a trace of its own"
+    );
+}
+
+#[test]
+fn a_grpc_collector_is_refused_with_the_way_out() {
+    let stderr = node_refusal(
+        "gateway",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+    );
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc") && stderr.contains("http/protobuf"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn an_mcp_clients_traceparent_reaches_through_the_front_to_the_actor() {
+    let collector = Collector::start().await;
+    let env = collector.env("50", "http/protobuf");
+    let mut c = Cluster::servers().await;
+    start_traced(&mut c, "gateway,approval,workspace", &env).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(&tokens, json!({"tok-a": {"account": "acme"}}).to_string()).unwrap();
+    let port = toolmesh_testkit::free_port();
+    let mut front = env.clone();
+    front.push(("TOOLMESH_MCP_LISTEN", format!("127.0.0.1:{port}")));
+    front.push(("TOOLMESH_MCP_TOKENS", tokens.display().to_string()));
+    start_traced(&mut c, "mcp", &front).await;
+
+    let (trace_id, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let lines = crate::mcp::client(
+        json!({"http": format!("http://127.0.0.1:{port}/mcp"), "token": "tok-a", "session": "s1",
+               "headers": {"traceparent": format!("00-{trace_id}-{caller_span}-01")}}),
+        json!({"steps": [{"call": "list_workspace_files", "args": {"path": "."}}]}),
+    )
+    .await;
+    assert_eq!(crate::mcp::reply(&lines, 0)["ok"], true, "{lines:#?}");
+
+    let spans = collector
+        .wait_for(trace_id, &["mcp tools/call", "call", "workspace"])
+        .await;
+    let mcp = one(&spans, "mcp tools/call");
+    assert_eq!(mcp.parent_span_id, caller_span);
+    assert_eq!(mcp.node(), "test-node-2");
+    assert_eq!(mcp.attribute("tool"), Some("list_workspace_files"));
+    assert_eq!(mcp.attribute("session_id"), Some("s1"));
+    let call = one(&spans, "call");
+    assert_eq!(call.parent_span_id, mcp.span_id);
+    assert_eq!(call.node(), "test-node-1");
+    let run = one(&spans, "workspace");
+    assert_eq!(run.parent_span_id, call.span_id);
+}
+
+#[tokio::test]
+async fn a_sandbox_command_is_a_span_of_the_worker_that_ran_it() {
+    use crate::sandbox::{unique_prefix, SandboxCluster, BASE_ENV};
+    let collector = Collector::start().await;
+    let mut env = collector.env("50", "http/protobuf");
+    env.extend(BASE_ENV.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    let mut c = SandboxCluster { c };
+    start_traced(&mut c, "gateway,approval,workspace", &env).await;
+    start_traced(&mut c, "sandbox", &env).await;
+    let worker = format!("{}-2", c.node_prefix);
+
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": "inv-sbx",
+                   "arguments": {"command": "echo hi"}}),
+        )
+        .await;
+    assert_eq!(reply["stdout"], "hi\n", "{reply}");
+    let root = collector.call_span("inv-sbx").await;
+    let spans = collector.wait_for(&root.trace_id, &["sandbox"]).await;
+    let run = one(&spans, "sandbox");
+    assert_eq!(run.parent_span_id, root.span_id);
+    assert_eq!(run.node(), worker);
+    assert_eq!(run.attribute("tool"), Some("run_command"));
+    assert_eq!(run.attribute("session_id"), Some("s1"));
+}
