@@ -8,6 +8,9 @@
 //! to a responder answering with the very bytes the tool answers, against the tool through the
 //! gateway: sequential p50/p99 and the ratio, then throughput with 64 requests in flight.
 //!
+//! `BENCH_OTEL=1` runs the node with `OTEL_EXPORTER_OTLP_ENDPOINT` set to an OTLP/HTTP sink in
+//! the bench process: the same figures with every call's spans exported.
+//!
 //! The two are measured in alternating rounds (raw, gateway, raw, …) so that both see the same
 //! machine: on a shared 2-core box, noise from outside moves both figures, not one.
 #![allow(clippy::print_stdout)]
@@ -106,10 +109,39 @@ async fn compare(
     );
 }
 
+/// An OTLP/HTTP endpoint that takes every export and counts requests and bytes: what the
+/// node pays to export its spans, without a collector's own cost on the machine.
+async fn otlp_sink() -> (String, std::sync::Arc<[std::sync::atomic::AtomicU64; 2]>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let counts = std::sync::Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let seen = counts.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            seen[0].fetch_add(1, Ordering::Relaxed);
+            seen[1].fetch_add(body.len() as u64, Ordering::Relaxed);
+            async { [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")] }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port for the sink");
+    let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (endpoint, counts)
+}
+
 fn main() {
     support::block_on(async {
         // BENCH_JETSTREAM=1: the same calls with the audit trail on (a JetStream server).
         let audited = std::env::var("BENCH_JETSTREAM").is_ok_and(|v| v == "1");
+        // BENCH_OTEL=1: the node exports its spans over OTLP/HTTP to a sink in this process.
+        let traced = std::env::var("BENCH_OTEL").is_ok_and(|v| v == "1");
+        let sink = if traced {
+            Some(otlp_sink().await)
+        } else {
+            None
+        };
         let nats = if audited {
             NatsServer::start_jetstream()
         } else {
@@ -119,7 +151,7 @@ fn main() {
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
         let threads = std::env::var("TOOLMESH_WORKER_THREADS").unwrap_or_else(|_| "0".into());
-        let _node = NodeSpec::new(
+        let mut spec = NodeSpec::new(
             env!("CARGO_BIN_EXE_toolmesh"),
             "gateway,workspace",
             "bench-node",
@@ -127,12 +159,15 @@ fn main() {
         .env("TOOLMESH_NATS_URL", nats.url())
         .env("TOOLMESH_REDIS_URL", redis.url())
         .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-        .env("TOOLMESH_WORKER_THREADS", threads.clone())
-        .start(&client)
-        .await;
+        .env("TOOLMESH_WORKER_THREADS", threads.clone());
+        if let Some((endpoint, _)) = &sink {
+            spec = spec.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone());
+        }
+        let _node = spec.start(&client).await;
         println!(
-            "toolmesh gateway bench (node worker threads {threads}, audit trail {})",
-            if audited { "on" } else { "off" }
+            "toolmesh gateway bench (node worker threads {threads}, audit trail {}, traces {})",
+            if audited { "on" } else { "off" },
+            if traced { "exported" } else { "off" }
         );
         compare(
             &client,
@@ -167,5 +202,13 @@ fn main() {
             ),
         )
         .await;
+        if let Some((_, counts)) = &sink {
+            use std::sync::atomic::Ordering;
+            println!(
+                "\nthe sink took {} exports, {} bytes of spans",
+                counts[0].load(Ordering::Relaxed),
+                counts[1].load(Ordering::Relaxed)
+            );
+        }
     });
 }
