@@ -457,6 +457,10 @@ impl AuditTrail {
 
     /// Entries of `account` with a stream sequence above `after`, oldest first, at most
     /// `limit` and at most `max_bytes` of JSON in all (at least one entry when there is one).
+    ///
+    /// One ordered consumer filtered on the account's subject delivers them in batches: a page
+    /// costs a few round trips to the server, not one per entry. The consumer is ephemeral
+    /// and is deleted when the page is read.
     pub async fn read(
         &self,
         account: &Account,
@@ -464,46 +468,67 @@ impl AuditTrail {
         limit: usize,
         max_bytes: usize,
     ) -> Result<Page, AuditError> {
+        use futures::StreamExt as _;
+        use jetstream::consumer::{pull, DeliverPolicy};
         let js = match &self.0.mode {
             Mode::On { js } => js,
             Mode::Off { reason } => return Err(AuditError::Off(reason.clone())),
         };
-        let stream = js
-            .get_stream_no_info(STREAM)
+        let failed = |e: &dyn std::fmt::Display| AuditError::Stream(e.to_string());
+        let config = pull::OrderedConfig {
+            filter_subject: public::audit(account),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: after.saturating_add(1),
+            },
+            ..Default::default()
+        };
+        let consumer = js
+            .create_consumer_on_stream(config, STREAM)
             .await
-            .map_err(|e| AuditError::Stream(e.to_string()))?;
-        let subject = public::audit(account);
+            .map_err(|e| failed(&e))?;
+        let name = consumer.cached_info().name.clone();
         let mut page = Page::default();
-        let mut bytes = 0usize;
-        let mut next = after.saturating_add(1);
-        loop {
-            let message = match stream
-                .get_first_raw_message_by_subject(&subject, next)
-                .await
-            {
-                Ok(message) => message,
-                Err(e) if is_no_message(&e) => return Ok(page),
-                Err(e) => return Err(AuditError::Stream(e.to_string())),
-            };
-            if page.entries.len() >= limit {
-                page.more = true;
-                return Ok(page);
+        let read = async {
+            // Counted when the consumer was made: entries after it wait for the next page.
+            if consumer.cached_info().num_pending == 0 {
+                return Ok(());
             }
-            let entry = serde_json::from_slice(&message.payload).unwrap_or_else(|_| {
-                Value::String(String::from_utf8_lossy(&message.payload).into())
-            });
-            let size = message.payload.len() + 24;
-            if !page.entries.is_empty() && bytes + size > max_bytes {
-                page.more = true;
-                return Ok(page);
+            let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
+            let mut bytes = 0usize;
+            loop {
+                let message = match tokio::time::timeout(REQUEST_TIMEOUT, messages.next()).await {
+                    Ok(Some(Ok(message))) => message,
+                    Ok(Some(Err(e))) => return Err(failed(&e)),
+                    Ok(None) => return Err(failed(&"the audit consumer ended")),
+                    Err(_) => return Err(failed(&"the audit stream did not deliver in time")),
+                };
+                let info = message.info().map_err(|e| failed(&e))?;
+                let (seq, pending) = (info.stream_sequence, info.pending);
+                let size = message.payload.len() + 24;
+                if !page.entries.is_empty() && bytes + size > max_bytes {
+                    page.more = true;
+                    return Ok(());
+                }
+                bytes += size;
+                let entry = serde_json::from_slice(&message.payload).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&message.payload).into())
+                });
+                page.entries.push(StoredEntry { seq, entry });
+                if pending == 0 {
+                    return Ok(());
+                }
+                if page.entries.len() >= limit {
+                    page.more = true;
+                    return Ok(());
+                }
             }
-            bytes += size;
-            page.entries.push(StoredEntry {
-                seq: message.sequence,
-                entry,
-            });
-            next = message.sequence.saturating_add(1);
+        };
+        let result = read.await;
+        // Not left for the server's inactivity timer: a busy trail would hold many.
+        if let Err(e) = js.delete_consumer_from_stream(&name, STREAM).await {
+            tracing::debug!(error = %e, consumer = name, "audit read consumer not deleted");
         }
+        result.map(|()| page)
     }
 }
 
