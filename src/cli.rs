@@ -569,9 +569,12 @@ pub(crate) async fn request(
     timeout_s: u64,
 ) -> anyhow::Result<Value> {
     let payload = Bytes::from(serde_json::to_vec(body)?);
-    let request = async_nats::Request::new()
+    let mut request = async_nats::Request::new()
         .payload(payload)
         .timeout(Some(Duration::from_secs(timeout_s.max(1))));
+    if let Some(headers) = environment_trace() {
+        request = request.headers(headers);
+    }
     let reply = nats.send_request(subject.clone(), request).await.map_err(|e| {
         use async_nats::RequestErrorKind::*;
         match e.kind() {
@@ -581,6 +584,15 @@ pub(crate) async fn request(
         }
     })?;
     serde_json::from_slice(&reply.payload).context("the reply is not JSON")
+}
+
+/// `TRACEPARENT` and `TRACESTATE` of the environment (OpenTelemetry's environment carrier) as
+/// NATS headers: a script running inside a trace makes its requests part of it (README
+/// "Traces"). A value that names no valid span is ignored.
+fn environment_trace() -> Option<async_nats::HeaderMap> {
+    let parent = std::env::var("TRACEPARENT").ok()?;
+    let state = std::env::var("TRACESTATE").ok();
+    toolmesh_kernel::trace::headers_from(&parent, state.as_deref())
 }
 
 /// How long one pull of `toolmesh events` waits on the server: a lost consumer is noticed

@@ -461,3 +461,25 @@ async fn a_sandbox_command_is_a_span_of_the_worker_that_ran_it() {
     assert_eq!(run.attribute("tool"), Some("run_command"));
     assert_eq!(run.attribute("session_id"), Some("s1"));
 }
+
+#[tokio::test]
+async fn the_command_line_continues_the_trace_of_its_environment() {
+    let collector = Collector::start().await;
+    let env = collector.env("50", "http/protobuf");
+    let mut c = Cluster::servers().await;
+    start_traced(&mut c, "gateway,approval", &env).await;
+    let (trace_id, script_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let out = tokio::process::Command::new(crate::support::BIN)
+        .args(["call", "component_status", "--account", "acme"])
+        .args(["--invocation-id", "inv-cli"])
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env("TRACEPARENT", format!("00-{trace_id}-{script_span}-01"))
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let spans = collector.wait_for(trace_id, &["call"]).await;
+    let call = one(&spans, "call");
+    assert_eq!(call.parent_span_id, script_span);
+    assert_eq!(call.attribute("invocation_id"), Some("inv-cli"));
+}

@@ -64,6 +64,24 @@ pub fn extract(headers: &HeaderMap) -> Context {
     TraceContextPropagator::new().extract(&HeaderExtractor(headers))
 }
 
+/// Trace context given as text (OpenTelemetry's environment carrier: the `TRACEPARENT` and
+/// `TRACESTATE` variables of a process started inside a trace) as NATS headers, written anew
+/// from the parsed context; `None` when `traceparent` names no valid span.
+pub fn headers_from(traceparent: &str, tracestate: Option<&str>) -> Option<HeaderMap> {
+    let mut carrier = std::collections::HashMap::new();
+    carrier.insert(TRACEPARENT.to_owned(), traceparent.trim().to_owned());
+    if let Some(state) = tracestate {
+        carrier.insert(TRACESTATE.to_owned(), state.trim().to_owned());
+    }
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut headers = HeaderMap::new();
+    inject(&cx, &mut headers);
+    Some(headers)
+}
+
 /// Makes the span context in `headers` (another node's, or a caller's `traceparent`) the
 /// parent of `span`, which must not have been entered yet. Nothing happens when the headers
 /// name no valid span or no exporter records spans.
@@ -238,6 +256,21 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             assert!(current_headers().is_none(), "no span is current");
         });
+    }
+
+    #[test]
+    fn trace_context_from_text_is_checked_and_written_anew() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let headers = headers_from(&format!(" {parent}\n"), Some("k=v")).unwrap();
+        assert_eq!(headers.get(TRACEPARENT).map(|v| v.as_str()), Some(parent));
+        assert_eq!(headers.get(TRACESTATE).map(|v| v.as_str()), Some("k=v"));
+        assert!(headers_from(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nX: y",
+            None
+        )
+        .is_none());
+        assert!(headers_from("garbage", Some("k=v")).is_none());
+        assert!(headers_from("", None).is_none());
     }
 
     #[test]
