@@ -427,7 +427,7 @@ async fn progress_streams_and_cancellation_kills_the_command() {
             Value::Null
         })
         .await
-        .expect("the cancelled command finishes");
+        .unwrap_or_else(|_| panic!("{name}: the cancelled command finishes; {lines:#?}"));
         assert_eq!(end["error"], "cancelled", "{name}: {end:#}");
         assert!(started.elapsed() < Duration::from_secs(45));
     }
