@@ -573,7 +573,10 @@ impl ServerHandler for Front {
         let traced = ctx
             .extensions
             .get::<http::request::Parts>()
-            .map(|parts| trace_headers(&parts.headers));
+            .and_then(|parts| {
+                let text = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+                trace::headers_from(text(trace::TRACEPARENT)?, text(trace::TRACESTATE))
+            });
         trace::follow(&span, traced.as_ref());
         self.call(&caller, request, ctx).instrument(span).await
     }
@@ -604,15 +607,4 @@ impl ServerHandler for Front {
         }
         Ok(())
     }
-}
-
-/// The W3C trace context headers of an HTTP request, as NATS headers for [`trace::follow`].
-fn trace_headers(http: &http::HeaderMap) -> async_nats::HeaderMap {
-    let mut headers = async_nats::HeaderMap::new();
-    for name in [trace::TRACEPARENT, trace::TRACESTATE] {
-        if let Some(value) = http.get(name).and_then(|v| v.to_str().ok()) {
-            headers.insert(name, value);
-        }
-    }
-    headers
 }

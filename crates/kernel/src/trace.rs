@@ -64,9 +64,10 @@ pub fn extract(headers: &HeaderMap) -> Context {
     TraceContextPropagator::new().extract(&HeaderExtractor(headers))
 }
 
-/// Trace context given as text (OpenTelemetry's environment carrier: the `TRACEPARENT` and
-/// `TRACESTATE` variables of a process started inside a trace) as NATS headers, written anew
-/// from the parsed context; `None` when `traceparent` names no valid span.
+/// Trace context given as text (an HTTP request's `traceparent` and `tracestate` headers, or
+/// OpenTelemetry's environment carrier: the `TRACEPARENT` and `TRACESTATE` variables of a
+/// process started inside a trace) as NATS headers, written anew from the parsed context;
+/// `None` when `traceparent` names no valid span.
 pub fn headers_from(traceparent: &str, tracestate: Option<&str>) -> Option<HeaderMap> {
     let mut carrier = std::collections::HashMap::new();
     carrier.insert(TRACEPARENT.to_owned(), traceparent.trim().to_owned());
