@@ -17,7 +17,12 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
 use serde_json::{json, Value};
 
+use toolmesh_testkit::wait_until;
+
 use crate::support::{node_refusal, Cluster};
+
+/// How long the collector waits for spans to come.
+const WITHIN: Duration = Duration::from_secs(10);
 
 /// One span as the collector received it, with its resource's attributes.
 #[derive(Debug, Clone)]
@@ -88,37 +93,36 @@ impl Collector {
             .collect()
     }
 
+    /// The gateway's `call` span of `invocation_id`, if it came.
+    fn call_of(&self, invocation_id: &str) -> Option<Received> {
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.name == "call" && s.attribute("invocation_id") == Some(invocation_id))
+            .cloned()
+    }
+
     /// The spans of `trace_id` once every name in `names` is among them (10 s at most).
     async fn wait_for(&self, trace_id: &str, names: &[&str]) -> Vec<Received> {
-        for _ in 0..200 {
+        let complete = || {
             let spans = self.spans_of(trace_id);
-            if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
-                return spans;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
+            names.iter().all(|n| spans.iter().any(|s| s.name == *n))
+        };
+        let came = wait_until(WITHIN, || async { complete() }).await;
+        assert!(
+            came,
             "spans {names:?} of trace {trace_id} never came; received: {:#?}",
             self.spans.lock().unwrap()
         );
+        self.spans_of(trace_id)
     }
 
     /// The gateway's `call` span of `invocation_id` once it came (10 s at most).
     async fn call_span(&self, invocation_id: &str) -> Received {
-        for _ in 0..200 {
-            let found = self
-                .spans
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|s| s.name == "call" && s.attribute("invocation_id") == Some(invocation_id))
-                .cloned();
-            if let Some(span) = found {
-                return span;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the call span of {invocation_id} never came");
+        let came = wait_until(WITHIN, || async { self.call_of(invocation_id).is_some() }).await;
+        assert!(came, "the call span of {invocation_id} never came");
+        self.call_of(invocation_id).unwrap()
     }
 
     /// The environment that sends a node's spans here, in batches of at most `delay_ms`,
@@ -208,6 +212,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Asserts that `span` carries each of `expected`'s attributes with its value.
+fn assert_attributes(span: &Received, expected: &[(&str, &str)]) {
+    for (key, value) in expected {
+        assert_eq!(span.attribute(key), Some(*value), "{key} of {span:#?}");
+    }
+}
+
 fn one<'a>(spans: &'a [Received], name: &str) -> &'a Received {
     let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
     assert_eq!(found.len(), 1, "one {name} span: {spans:#?}");
@@ -270,17 +281,17 @@ async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
     assert_eq!(call.node(), gateway);
     assert_eq!(call.kind, SpanKind::Server as i32);
     assert_eq!(call.resource.get("service.name").unwrap(), "toolmesh");
-    for (key, value) in [
+    // What every span of the call carries.
+    let of_the_call = [
         ("invocation_id", "inv-traced"),
         ("account", "acme"),
         ("tool", "write_workspace_file"),
         ("session_id", "s1"),
         ("user_id", "ann"),
         ("agent_id", "bot-7"),
-        ("outcome", "ok"),
-    ] {
-        assert_eq!(call.attribute(key), Some(value), "{key} of {call:#?}");
-    }
+    ];
+    assert_attributes(call, &of_the_call);
+    assert_attributes(call, &[("outcome", "ok")]);
 
     let gate = one(&spans, "approval gate");
     assert_eq!(gate.parent_span_id, call.span_id, "{gate:#?}");
@@ -294,16 +305,7 @@ async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
     assert_eq!(run.parent_span_id, call.span_id, "{run:#?}");
     assert_eq!(run.node(), workspace);
     assert_eq!(run.kind, SpanKind::Server as i32);
-    for (key, value) in [
-        ("invocation_id", "inv-traced"),
-        ("account", "acme"),
-        ("tool", "write_workspace_file"),
-        ("session_id", "s1"),
-        ("user_id", "ann"),
-        ("agent_id", "bot-7"),
-    ] {
-        assert_eq!(run.attribute(key), Some(value), "{key} of {run:#?}");
-    }
+    assert_attributes(run, &of_the_call);
 }
 
 #[tokio::test]
@@ -343,18 +345,10 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
             "the node stops"
         );
     }
-    let calls: Vec<Received> = collector
-        .spans
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|s| s.name == "call")
-        .cloned()
-        .collect();
-    let root = calls
-        .iter()
-        .find(|s| s.attribute("invocation_id") == Some("inv-root"))
-        .unwrap_or_else(|| panic!("the listing's call span: {calls:#?}"));
+    let received = || format!("{:#?}", collector.spans.lock().unwrap());
+    let root = collector
+        .call_of("inv-root")
+        .unwrap_or_else(|| panic!("the listing's call span: {}", received()));
     assert_eq!(
         root.parent_span_id, "",
         "no caller trace: the call is the root"
@@ -365,10 +359,9 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
     assert_eq!(run.parent_span_id, root.span_id);
     assert_eq!(run.node(), "test-node-2");
 
-    let bad = calls
-        .iter()
-        .find(|s| s.attribute("invocation_id") == Some("inv-bad"))
-        .unwrap_or_else(|| panic!("the failed call's span: {calls:#?}"));
+    let bad = collector
+        .call_of("inv-bad")
+        .unwrap_or_else(|| panic!("the failed call's span: {}", received()));
     assert_eq!(bad.attribute("outcome"), Some("unknown_tool"));
     assert_eq!(bad.status, 2, "an error status: {bad:#?}");
     assert_eq!(root.status, 0, "{root:#?}");
