@@ -522,6 +522,7 @@ async fn run() {
     let commands = std::env::var("BENCH_DOCKER_COMMANDS").unwrap_or_else(|_| "spawner".to_owned());
     let node = node_spec(&docker_node, &worker_roles, &nats, &redis, data.path())
         .env("TOOLMESH_SANDBOX_MAX_SESSIONS", max_sessions.to_string())
+        .env("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "4096")
         .env("TOOLMESH_SANDBOX_DOCKER_COMMANDS", &commands)
         .start(&client)
         .await;

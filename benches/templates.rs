@@ -124,6 +124,7 @@ async fn run() {
     .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
     .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
     .env("TOOLMESH_SANDBOX_TEMPLATES", file.display().to_string())
+    .env("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "4096")
     .env(
         "TOOLMESH_SANDBOX_MAX_SESSIONS",
         (2 * new_sessions + 8).to_string(),

@@ -18,6 +18,7 @@ mod node;
 mod providers;
 mod reply_size;
 mod sandbox;
+mod sandbox_quota;
 mod skills;
 mod support;
 mod templates;

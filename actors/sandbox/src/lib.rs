@@ -6,9 +6,11 @@
 //! bollard, or bubblewrap processes) and knows nothing of sessions or NATS; [`mirror`] keeps a
 //! sandbox's `/workspace` in step with the session's workspace over NATS; [`pool`] holds the
 //! sessions of one worker (warm sandboxes, idle reclaim, the concurrency cap) with
-//! [`registry`] saying which worker holds which session; [`tools`] are the tools; the
+//! [`registry`] saying which worker holds which session and [`admission`] which account gets a
+//! new one; [`tools`] are the tools; the
 //! `worker` actor places each call on the worker holding its session.
 
+pub mod admission;
 pub mod backend;
 pub mod disk;
 pub mod egress;
@@ -190,6 +192,7 @@ pub async fn spawn(
             dir: config.dir.clone(),
             templates,
             max_sessions: config.max_sessions,
+            max_sessions_per_account: config.max_sessions_per_account,
             idle_ttl: config.idle_ttl,
             concurrency: config.concurrency,
             sync_limits: SyncLimits {

@@ -17,7 +17,11 @@
 //!   so the first command's exec is created meanwhile, but it starts only once the claim holds;
 //!   a lost claim puts the untouched sandbox back in the warm pool;
 //! * a drain ([`Pool::shutdown`]) waits for every creation in flight, warm ones too, and removes
-//!   what they made, then every sandbox and this worker's folder of the sandbox directory.
+//!   what they made, then every sandbox and this worker's folder of the sandbox directory;
+//! * a new session is admitted by [`crate::admission`] under the sessions lock, which also
+//!   counts it from then until it is in its cell ([`Reservation`]): the per-account quota, and
+//!   on a full worker the one session that makes room (the caller's own idle one first; never
+//!   one with a running background task).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -30,6 +34,7 @@ use tokio::sync::{OnceCell, Semaphore};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
 
+use crate::admission::{self, Admission, Held, Limits, Snapshot};
 use crate::backend::{Backend, BackendError, SandboxRef, SandboxSpec};
 use crate::egress::SandboxEgress;
 use crate::mirror::{Mirror, SyncLimits};
@@ -50,6 +55,8 @@ pub struct PoolSettings {
     /// What sandboxes are made from: limits, image, runtime, network, warm pool, idle TTL.
     pub templates: Templates,
     pub max_sessions: usize,
+    /// Sessions one account holds here at most (`TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT`).
+    pub max_sessions_per_account: usize,
     /// The default template's idle TTL: the housekeeping's pace and the registry's lease.
     pub idle_ttl: Duration,
     pub concurrency: usize,
@@ -169,6 +176,9 @@ pub struct Pool {
     registry: SessionRegistry,
     sync: WorkspaceSync,
     sessions: Mutex<HashMap<SessionKey, Arc<OnceCell<Arc<Session>>>>>,
+    /// New sessions admitted and being created, by account ([`Reservation`]); locked after
+    /// `sessions`.
+    creating: Mutex<HashMap<Account, usize>>,
     /// Started sandboxes ready for new sessions, by template.
     warm: Mutex<HashMap<String, VecDeque<SandboxRef>>>,
     /// Warm sandboxes being created, by template (they count towards its warm pool's size).
@@ -231,6 +241,25 @@ impl Drop for Busy<'_> {
     }
 }
 
+/// A new session admitted and being created ([`Pool::admit`]): it counts towards the caps
+/// until dropped, once the session is in its cell or its creation failed.
+struct Reservation {
+    pool: Arc<Pool>,
+    account: Account,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut creating = self.pool.creating.lock().expect("creating lock");
+        if let Some(n) = creating.get_mut(&self.account) {
+            *n -= 1;
+            if *n == 0 {
+                creating.remove(&self.account);
+            }
+        }
+    }
+}
+
 fn shutting_down() -> ToolError {
     ToolError::new(
         ErrorCode::Unavailable,
@@ -260,6 +289,7 @@ impl Pool {
             registry,
             sync,
             sessions: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
             warm: Mutex::new(HashMap::new()),
             warming: Mutex::new(HashMap::new()),
             used: Mutex::new(HashSet::new()),
@@ -492,10 +522,15 @@ impl Pool {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             sessions.entry(key.clone()).or_default().clone()
         };
+        // Counts the creation until the session is in its cell (or it failed).
+        let mut reservation = None;
         let result = cell
-            .get_or_try_init(|| self.create_session(key, replacing, &cell, template))
+            .get_or_try_init(|| {
+                self.create_session(key, replacing, &cell, template, &mut reservation)
+            })
             .await
             .cloned();
+        drop(reservation);
         match result {
             Ok(session) if session.template.name != template.name => Err(OpenError::Failed(
                 crate::templates::bound_elsewhere(&session.template.name, &template.name),
@@ -521,19 +556,9 @@ impl Pool {
         replacing: Option<&NodeId>,
         cell: &Arc<OnceCell<Arc<Session>>>,
         template: &Arc<Template>,
+        reservation: &mut Option<Reservation>,
     ) -> Result<Arc<Session>, OpenError> {
-        if self.in_use() >= self.settings.max_sessions && !self.evict_idle() {
-            return Err(OpenError::Failed(
-                ToolError::new(
-                    ErrorCode::Unavailable,
-                    format!(
-                        "sandbox worker {} holds its maximum of {} sessions, all busy; retry in a moment or add workers",
-                        self.settings.node, self.settings.max_sessions
-                    ),
-                )
-                .with("node_id", self.settings.node.as_str()),
-            ));
-        }
+        *reservation = Some(self.admit(&key.0)?);
         // The claim names the warm sandbox this session gets or the id of the one created
         // for it once the claim holds (callers skip the registry lookup for a new session, so
         // it may find the session held elsewhere).
@@ -849,31 +874,60 @@ impl Pool {
         }
     }
 
-    /// Takes the least recently used idle session out of the pool and removes its sandbox in
-    /// the background (a container removal takes tens of milliseconds, which the new session
-    /// that needs the room should not wait for); false when every session is busy.
-    fn evict_idle(self: &Arc<Self>) -> bool {
+    /// Admits a new session of `account` ([`crate::admission`]) and counts it as being created
+    /// until the returned reservation drops. A session that makes room leaves the pool at once
+    /// and its sandbox is removed in the background (a container removal takes tens of
+    /// milliseconds, which the new session should not wait for).
+    fn admit(self: &Arc<Self>, account: &Account) -> Result<Reservation, ToolError> {
         let mut sessions = self.sessions.lock().expect("sessions lock");
-        let victim = sessions
-            .iter()
-            .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
-            .filter(|(_, s)| !s.busy() && s.claim_held())
-            .min_by_key(|(_, s)| s.last_used().0);
-        let Some((key, session)) = victim else {
-            return false;
+        let mut creating = self.creating.lock().expect("creating lock");
+        let snapshot = Snapshot {
+            held: sessions
+                .iter()
+                .filter_map(|(key, cell)| cell.get().map(|s| (key, s)))
+                .map(|(key, s)| Held {
+                    key: key.clone(),
+                    account: s.account.clone(),
+                    last_used: s.last_used().0,
+                    evictable: !s.busy() && s.claim_held(),
+                })
+                .collect(),
+            creating: creating.clone(),
         };
-        // Out of the count at once, under the same lock that found it idle.
-        sessions.remove(&key);
-        drop(sessions);
-        tracing::info!(sandbox = %session.sandbox.sandbox_id, "evicting the least recently used idle session");
-        // Counted even while shutting down: shutdown waits for it.
-        self.enter();
-        let pool = self.clone();
-        tokio::spawn(async move {
-            let _busy = Busy(&pool);
-            pool.remove(&key, &session).await;
-        });
-        true
+        let limits = Limits {
+            max_sessions: self.settings.max_sessions,
+            per_account: self.settings.max_sessions_per_account,
+        };
+        match admission::admit(account, &snapshot, limits) {
+            Admission::Admit => {}
+            Admission::Evict(key) => {
+                // Out of the count at once, under the same lock that found it idle.
+                let cell = sessions.remove(&key).expect("a session of the snapshot");
+                let session = cell.get().expect("a held session").clone();
+                tracing::info!(
+                    sandbox = %session.sandbox.sandbox_id,
+                    account = %session.account,
+                    for_account = %account,
+                    "evicting an idle session to make room"
+                );
+                // Counted even while shutting down: shutdown waits for it.
+                self.enter();
+                let pool = self.clone();
+                tokio::spawn(async move {
+                    let _busy = Busy(&pool);
+                    pool.remove(&key, &session).await;
+                });
+            }
+            Admission::Refuse(refusal) => {
+                tracing::debug!(account = %account, refusal = %refusal, "new session refused");
+                return Err(refusal.into_tool_error(&self.settings.node));
+            }
+        }
+        *creating.entry(account.clone()).or_default() += 1;
+        Ok(Reservation {
+            pool: self.clone(),
+            account: account.clone(),
+        })
     }
 
     /// Drops a session whose sandbox died under it (the backend answered `Gone`: its container

@@ -122,6 +122,7 @@ impl Rig {
                     idle_ttl: TTL,
                 }),
                 max_sessions,
+                max_sessions_per_account: max_sessions,
                 idle_ttl: TTL,
                 metrics: Default::default(),
                 concurrency: 2,

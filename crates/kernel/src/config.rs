@@ -233,6 +233,10 @@ pub struct SandboxConfig {
     pub dir: PathBuf,
     /// Sandboxes one worker holds at most (`TOOLMESH_SANDBOX_MAX_SESSIONS`).
     pub max_sessions: usize,
+    /// Sandboxes one worker holds at most for one account
+    /// (`TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT`; default half of `max_sessions`, at least
+    /// 1; never above `max_sessions`).
+    pub max_sessions_per_account: usize,
     /// A session's sandbox is removed after this long unused (`TOOLMESH_SANDBOX_IDLE_TTL_S`).
     pub idle_ttl: Duration,
     /// Started, unassigned sandboxes a worker keeps ready (`TOOLMESH_SANDBOX_WARM`).
@@ -387,6 +391,7 @@ impl NodeConfig {
                     "TOOLMESH_SANDBOX_MAX_SESSIONS",
                     DEFAULT_SANDBOX_MAX_SESSIONS,
                 )?,
+                max_sessions_per_account: sessions_per_account(env)?,
                 idle_ttl: Duration::from_secs(
                     env.parse("TOOLMESH_SANDBOX_IDLE_TTL_S", DEFAULT_SANDBOX_IDLE_TTL_S)?,
                 ),
@@ -455,6 +460,27 @@ impl NodeConfig {
             events: events_config(env)?,
         })
     }
+}
+
+/// `TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT`: a positive number; unset, half of
+/// `TOOLMESH_SANDBOX_MAX_SESSIONS` (at least 1). A value above `TOOLMESH_SANDBOX_MAX_SESSIONS`
+/// counts as that: one account may then fill the worker (a deployment of one account sets it
+/// as high as it likes).
+fn sessions_per_account(env: &RawEnv) -> Result<usize, ConfigError> {
+    const KEY: &str = "TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT";
+    let max: usize = env.parse(
+        "TOOLMESH_SANDBOX_MAX_SESSIONS",
+        DEFAULT_SANDBOX_MAX_SESSIONS,
+    )?;
+    let quota: usize = env.parse(KEY, (max / 2).max(1))?;
+    if quota == 0 {
+        return Err(ConfigError::Invalid {
+            key: KEY,
+            value: "0".into(),
+            reason: "an account must be allowed at least one session".into(),
+        });
+    }
+    Ok(quota.min(max))
 }
 
 /// `TOOLMESH_EVENTS_MAX_AGE_S` (at least 1) and `TOOLMESH_EVENTS_MAX_BYTES` (0: no limit).
@@ -530,10 +556,32 @@ mod tests {
             ("TOOLMESH_APPROVAL_TTL_S", "0"),
             ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),
             ("TOOLMESH_SANDBOX_BACKEND", "vm"),
+            ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "0"),
+            ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "half"),
+            ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "-1"),
         ] {
             let err = NodeConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn an_account_gets_half_a_worker_unless_told_otherwise() {
+        let quota = |pairs: &[(&str, &str)]| {
+            let env = RawEnv::from_pairs(pairs.iter().copied());
+            NodeConfig::from_env(&env)
+                .unwrap()
+                .sandbox
+                .max_sessions_per_account
+        };
+        assert_eq!(quota(&[]), DEFAULT_SANDBOX_MAX_SESSIONS / 2);
+        assert_eq!(quota(&[("TOOLMESH_SANDBOX_MAX_SESSIONS", "9")]), 4);
+        assert_eq!(quota(&[("TOOLMESH_SANDBOX_MAX_SESSIONS", "1")]), 1);
+        let set = ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "3");
+        assert_eq!(quota(&[set, ("TOOLMESH_SANDBOX_MAX_SESSIONS", "8")]), 3);
+        // Above the worker's cap: the worker's cap.
+        let high = ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "100");
+        assert_eq!(quota(&[high, ("TOOLMESH_SANDBOX_MAX_SESSIONS", "8")]), 8);
     }
 
     #[test]
