@@ -138,7 +138,8 @@ enum Command {
         #[command(subcommand)]
         action: ApprovalsCommand,
     },
-    /// Read and verify an account's audit trail (through its query subject).
+    /// Read and verify an account's audit trail, and print its head to keep (through its
+    /// query subject).
     Audit {
         #[command(subcommand)]
         action: crate::audit_cli::AuditCommand,

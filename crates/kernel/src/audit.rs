@@ -73,7 +73,10 @@ impl AuditConfig {
         })
     }
 
-    /// The stream as the nodes create or update it.
+    /// The stream as the nodes create it (and raise an existing one to, never lower:
+    /// [`crate::streams::ensure_append_only`]). `deny_delete` and `deny_purge` make it
+    /// append-only for every NATS user: no entry is removed before it ages out (JetStream
+    /// turns them on by an update but never off again; rollups are off).
     pub fn stream_config(&self) -> stream::Config {
         stream::Config {
             name: STREAM.to_owned(),
@@ -84,6 +87,9 @@ impl AuditConfig {
             discard: stream::DiscardPolicy::Old,
             max_age: self.max_age,
             allow_direct: true,
+            deny_delete: true,
+            deny_purge: true,
+            allow_rollup: false,
             ..Default::default()
         }
     }
@@ -286,43 +292,59 @@ impl AuditTrail {
         }))
     }
 
-    /// Creates or updates the stream and answers the trail; without JetStream (or when the
-    /// stream cannot be made) a trail that is off, logged once here.
+    /// Creates the stream (or raises an existing one's limits, never lowering them) and
+    /// answers the trail; without JetStream (or when the stream cannot be made) a trail that
+    /// is off, logged once here. A difference between the stream and `config` is logged too.
     pub async fn start(client: &async_nats::Client, node_id: &str, config: &AuditConfig) -> Self {
+        use crate::streams::{describe, ensure_append_only, EnsureError};
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);
-        let mut last = None;
-        // Two nodes starting at once may both find no stream and both create it: the loser
-        // updates on its next round.
-        for _ in 0..3 {
-            match crate::streams::ensure(&js, config.stream_config()).await {
-                Ok(_) => {
-                    tracing::info!(
-                        stream = STREAM,
-                        max_age_s = config.max_age.as_secs(),
-                        "audit trail on"
-                    );
-                    return Self::with_mode(node_id, Mode::On { js });
-                }
-                Err(e @ crate::streams::EnsureError::Unavailable(_)) => {
-                    last = Some(e);
-                    break;
-                }
-                Err(e) => last = Some(e),
+        let ensured = match ensure_append_only(&js, config.stream_config()).await {
+            Ok(ensured) => ensured,
+            Err(e) => {
+                let reason = match e {
+                    EnsureError::Refused { reason, .. } => {
+                        format!("the audit stream could not be created: {reason}")
+                    }
+                    other => other.to_string(),
+                };
+                tracing::warn!(
+                    stream = STREAM,
+                    "{reason}: this node keeps no audit trail (calls still run)"
+                );
+                return Self::off(node_id, reason);
             }
-        }
-        let reason = match last {
-            Some(crate::streams::EnsureError::Refused { reason, .. }) => {
-                format!("the audit stream could not be created or updated: {reason}")
-            }
-            Some(e) => e.to_string(),
-            None => "the audit stream could not be created or updated".to_owned(),
         };
-        tracing::warn!(
+        if !ensured.kept.is_empty() {
+            tracing::warn!(
+                stream = STREAM,
+                differences = describe(&ensured.kept),
+                "the audit stream keeps its entries longer (or guards them more) than this node's settings ask: a node never lowers its limits, so it stays as it is"
+            );
+        }
+        match &ensured.not_raised {
+            Some(why) => tracing::warn!(
+                stream = STREAM,
+                differences = describe(&ensured.raised),
+                error = %why,
+                "the audit stream keeps its entries shorter (or guards them less) than this node's settings ask, and could not be raised: an operator raises it as a NATS user allowed to update it"
+            ),
+            None if !ensured.raised.is_empty() => tracing::info!(
+                stream = STREAM,
+                differences = describe(&ensured.raised),
+                "the audit stream was raised to this node's settings"
+            ),
+            None => {}
+        }
+        let stream = &ensured.info.config;
+        tracing::info!(
             stream = STREAM,
-            "{reason}: this node keeps no audit trail (calls still run)"
+            max_age_s = stream.max_age.as_secs(),
+            deny_delete = stream.deny_delete,
+            deny_purge = stream.deny_purge,
+            "audit trail on"
         );
-        Self::off(node_id, reason)
+        Self::with_mode(node_id, Mode::On { js })
     }
 
     pub fn is_on(&self) -> bool {
@@ -773,6 +795,106 @@ pub fn verify(
     out
 }
 
+/// A chain's last entry as a person keeps it (`toolmesh audit head`), to check later that the
+/// chain still holds it (`toolmesh audit verify --head`). Entries cut from the end of a chain
+/// leave a chain that verifies whole: only a head kept from before shows the cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    /// The chain's account, when known.
+    pub account: Option<String>,
+    /// The entry's stream sequence, when known.
+    pub seq: Option<u64>,
+    /// The entry's `sha256` (lowercase hex): what identifies it.
+    pub sha256: String,
+    /// The entry's `at`, when known.
+    pub at: Option<String>,
+}
+
+impl ChainHead {
+    /// The last of `entries` (read oldest first); `None` for an empty chain, or when the last
+    /// entry has no `sha256`.
+    pub fn of(account: &Account, entries: &[StoredEntry]) -> Option<Self> {
+        let last = entries.last()?;
+        Some(Self {
+            account: Some(account.as_str().to_owned()),
+            seq: Some(last.seq),
+            sha256: last.entry.get("sha256")?.as_str()?.to_owned(),
+            at: last
+                .entry
+                .get("at")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+
+    /// `{"account", "seq", "sha256", "at"}`: what `toolmesh audit head` prints.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "account": self.account,
+            "seq": self.seq,
+            "sha256": self.sha256,
+            "at": self.at,
+        })
+    }
+
+    /// A kept head: the JSON object [`ChainHead::to_json`] wrote (its `sha256`, and `account`,
+    /// `seq` and `at` when present; other members are ignored), or a bare sha256 (64 hex
+    /// digits, either case).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let sha256 = |raw: &str| {
+            if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+                Ok(raw.to_ascii_lowercase())
+            } else {
+                Err(format!(
+                    "{raw:?} is not a sha256 (64 hex digits), nor the JSON `toolmesh audit head` prints"
+                ))
+            }
+        };
+        if !text.starts_with('{') {
+            return Ok(Self {
+                account: None,
+                seq: None,
+                sha256: sha256(text)?,
+                at: None,
+            });
+        }
+        let object: Map<String, Value> = serde_json::from_str(text)
+            .map_err(|e| format!("the kept head is not a JSON object ({e})"))?;
+        let text_member = |name: &str| -> Result<Option<String>, String> {
+            match object.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!("the kept head's {name} is not a string")),
+            }
+        };
+        let seq = match object.get("seq") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or("the kept head's seq is not a stream sequence")?,
+            ),
+        };
+        let Some(raw) = text_member("sha256")? else {
+            return Err("the kept head has no sha256 (an empty chain has no head to keep)".into());
+        };
+        Ok(Self {
+            account: text_member("account")?,
+            seq,
+            sha256: sha256(&raw)?,
+            at: text_member("at")?,
+        })
+    }
+}
+
+/// The stream sequence of the entry of `entries` whose `sha256` is `sha256`.
+pub fn position(entries: &[StoredEntry], sha256: &str) -> Option<u64> {
+    entries
+        .iter()
+        .find(|stored| stored.entry.get("sha256").and_then(Value::as_str) == Some(sha256))
+        .map(|stored| stored.seq)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1013,5 +1135,124 @@ mod tests {
             trail.read(&account, 0, 1, usize::MAX).await,
             Err(AuditError::Off(_))
         ));
+    }
+
+    fn check_head(text: &str, expect: Result<(&str, Option<u64>, Option<&str>), &str>) {
+        match (ChainHead::parse(text), expect) {
+            (Ok(head), Ok((sha, seq, account))) => {
+                assert_eq!(
+                    (head.sha256.as_str(), head.seq, head.account.as_deref()),
+                    (sha, seq, account),
+                    "{text}"
+                );
+            }
+            (Err(e), Err(fragment)) => assert!(e.contains(fragment), "{text}: {e}"),
+            (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kept_head_reads_back_from_what_head_prints_or_from_its_sha256() {
+        let entries = chain(&[call("inv-1", "finished"), call("inv-2", "finished")]);
+        let account = Account::parse("acme").unwrap();
+        let head = ChainHead::of(&account, &entries).unwrap();
+        assert_eq!(head.seq, Some(2));
+        assert_eq!(
+            Some(head.sha256.as_str()),
+            entries[1].entry["sha256"].as_str()
+        );
+        assert_eq!(head.at.as_deref(), entries[1].entry["at"].as_str());
+        // Printed (pretty, with `ok`, as the command does) and read back.
+        let mut printed = serde_json::json!({"ok": true});
+        printed
+            .as_object_mut()
+            .unwrap()
+            .extend(head.to_json().as_object().unwrap().clone());
+        let printed = serde_json::to_string_pretty(&printed).unwrap();
+        assert_eq!(ChainHead::parse(&printed).unwrap(), head);
+        assert_eq!(position(&entries, &head.sha256), Some(2));
+        assert_eq!(position(&entries, &"0".repeat(64)), None);
+        assert_eq!(ChainHead::of(&account, &[]), None);
+
+        let sha = "ab".repeat(32);
+        check_head(&sha, Ok((&sha, None, None)));
+        check_head(
+            &format!("  {}\n", sha.to_uppercase()),
+            Ok((&sha, None, None)),
+        );
+        check_head(
+            &format!(r#"{{"sha256": "{sha}", "seq": 7, "account": "acme", "extra": 1}}"#),
+            Ok((&sha, Some(7), Some("acme"))),
+        );
+        check_head("abc", Err("not a sha256"));
+        check_head(&"zz".repeat(32), Err("not a sha256"));
+        check_head(r#"{"sha256": null}"#, Err("no sha256"));
+        check_head(r#"{"seq": 3}"#, Err("no sha256"));
+        check_head(&format!(r#"{{"sha256": "{sha}", "seq": -1}}"#), Err("seq"));
+        check_head(r#"{"sha256": 5}"#, Err("sha256 is not a string"));
+        check_head("{nope", Err("not a JSON object"));
+    }
+
+    /// A stream made before the trail was append-only (purge and delete allowed, one hour) is
+    /// raised when a node starts: nats-server turns `deny_delete`/`deny_purge` on by an update,
+    /// and refuses every update that would turn them off again. A node with a shorter
+    /// `max_age` then changes nothing.
+    #[tokio::test]
+    async fn an_older_audit_stream_is_raised_and_jetstream_never_lowers_its_protection() {
+        let server = toolmesh_testkit::NatsServer::start_jetstream();
+        let client = server.client().await;
+        let js = jetstream::new(client.clone());
+        let before = stream::Config {
+            deny_delete: false,
+            deny_purge: false,
+            max_age: Duration::from_secs(3600),
+            ..AuditConfig::default().stream_config()
+        };
+        js.create_stream(before).await.unwrap();
+        let config = |js: &jetstream::Context| {
+            let js = js.clone();
+            async move {
+                js.get_stream(STREAM)
+                    .await
+                    .unwrap()
+                    .cached_info()
+                    .config
+                    .clone()
+            }
+        };
+
+        let trail = AuditTrail::start(&client, "n-1", &AuditConfig::default()).await;
+        assert!(trail.is_on());
+        let raised = config(&js).await;
+        assert!(raised.deny_delete && raised.deny_purge, "{raised:?}");
+        assert_eq!(raised.max_age, Duration::from_secs(DEFAULT_MAX_AGE_S));
+
+        for lowered in [
+            stream::Config {
+                deny_purge: false,
+                ..raised.clone()
+            },
+            stream::Config {
+                deny_delete: false,
+                ..raised.clone()
+            },
+        ] {
+            let refused = js
+                .update_stream(&lowered)
+                .await
+                .expect_err("JetStream took protection back");
+            assert!(
+                refused.to_string().contains("can not cancel deny"),
+                "{refused}"
+            );
+        }
+        assert_eq!(config(&js).await, raised);
+
+        let short = AuditConfig {
+            max_age: Duration::from_secs(1),
+        };
+        let trail = AuditTrail::start(&client, "n-2", &short).await;
+        assert!(trail.is_on());
+        assert_eq!(config(&js).await, raised);
     }
 }

@@ -1,17 +1,22 @@
 //! JetStream streams the nodes keep: "ensure" a stream (create it, or update its limits) and
 //! what a node reports when the server has no JetStream.
 //!
-//! [`ensure`] is general: any stream of the contract (`TOOLMESH_EVENTS`, `TOOLMESH_AUDIT`) is a
-//! [`async_nats::jetstream::stream::Config`] handed to it. [`events_config`] is the RunEvents'
-//! one. Publishers keep publishing on core NATS: the stream captures the subjects on the
-//! server, so live subscribers see no change.
+//! [`ensure`] is general: any stream of the contract is a
+//! [`async_nats::jetstream::stream::Config`] handed to it, and the node's settings win.
+//! [`ensure_append_only`] is for a record that must only grow (`TOOLMESH_AUDIT`): it creates
+//! the stream, and of an existing one it only ever raises what keeps entries
+//! ([`append_only_merge`]), never lowers it. [`events_config`] is the RunEvents' stream.
+//! Publishers keep publishing on core NATS: the stream captures the subjects on the server, so
+//! live subscribers see no change.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_nats::jetstream::context::CreateStreamErrorKind;
-use async_nats::jetstream::stream::{Config, Info, StorageType};
-use async_nats::jetstream::Context;
+use async_nats::jetstream::context::{
+    CreateStreamError, CreateStreamErrorKind, GetStreamError, GetStreamErrorKind,
+};
+use async_nats::jetstream::stream::{Config, DiscardPolicy, Info, RetentionPolicy, StorageType};
+use async_nats::jetstream::{Context, ErrorCode};
 use serde_json::{json, Value};
 
 /// The stream of RunEvents (PROTOCOL.md "Durable events, audit, metrics, console").
@@ -43,24 +48,299 @@ pub async fn ensure(js: &Context, config: Config) -> Result<Info, EnsureError> {
             "no JetStream answer in time".into(),
         )),
         Ok(Ok(info)) => Ok(info),
-        Ok(Err(err)) => match err.kind() {
-            CreateStreamErrorKind::JetStreamUnavailable | CreateStreamErrorKind::TimedOut => {
-                Err(EnsureError::Unavailable(err.to_string()))
-            }
-            CreateStreamErrorKind::JetStream(inner)
-                if inner.error_code()
-                    == async_nats::jetstream::ErrorCode::JETSTREAM_NOT_ENABLED
-                    || inner.error_code()
-                        == async_nats::jetstream::ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
-            {
-                Err(EnsureError::Unavailable(err.to_string()))
-            }
-            _ => Err(EnsureError::Refused {
-                stream,
-                reason: err.to_string(),
-            }),
+        Ok(Err(err)) => Err(classify(&stream, &err)),
+    }
+}
+
+/// A JetStream refusal, or a server (or account) without JetStream.
+fn classify(stream: &str, err: &CreateStreamError) -> EnsureError {
+    match err.kind() {
+        CreateStreamErrorKind::JetStreamUnavailable | CreateStreamErrorKind::TimedOut => {
+            EnsureError::Unavailable(err.to_string())
+        }
+        CreateStreamErrorKind::JetStream(inner)
+            if inner.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                || inner.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+        {
+            EnsureError::Unavailable(err.to_string())
+        }
+        _ => EnsureError::Refused {
+            stream: stream.to_owned(),
+            reason: err.to_string(),
         },
     }
+}
+
+fn has_code(err: &CreateStreamError, code: ErrorCode) -> bool {
+    matches!(err.kind(), CreateStreamErrorKind::JetStream(inner) if inner.error_code() == code)
+}
+
+/// One setting where an existing stream and a node's configuration differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    /// The stream configuration's field, as `nats stream info` names it.
+    pub setting: &'static str,
+    /// The stream's value.
+    pub stream: String,
+    /// The node's value.
+    pub node: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is {} on the stream, {} in this node's settings",
+            self.setting, self.stream, self.node
+        )
+    }
+}
+
+/// Joins differences for one log line.
+pub fn describe(differences: &[Difference]) -> String {
+    differences
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What [`ensure_append_only`] found and did.
+#[derive(Debug, Clone)]
+pub struct Ensured {
+    /// The stream as the server last answered it.
+    pub info: Info,
+    /// Settings where the stream keeps entries longer (or protects them more) than the node
+    /// asked: left as they are.
+    pub kept: Vec<Difference>,
+    /// Settings raised to the node's, because the stream kept entries less.
+    pub raised: Vec<Difference>,
+    /// Why the raise in `raised` was not made (the server, or the NATS user's permissions,
+    /// refused it): the stream runs as it is.
+    pub not_raised: Option<String>,
+}
+
+/// A count or size limit: `None` is no limit (JetStream writes it as -1, or 0 before
+/// defaults apply).
+fn limit(value: i64) -> Option<i64> {
+    (value > 0).then_some(value)
+}
+
+fn show_limit(value: Option<i64>) -> String {
+    value.map_or_else(|| "unlimited".to_owned(), |v| v.to_string())
+}
+
+/// `max_age` 0 is no limit.
+fn age(value: Duration) -> Option<Duration> {
+    (!value.is_zero()).then_some(value)
+}
+
+fn show_age(value: Option<Duration>) -> String {
+    value.map_or_else(|| "unlimited".to_owned(), |v| format!("{} s", v.as_secs()))
+}
+
+/// Whether `node` keeps entries longer than `stream` (`None`: no limit, the longest).
+fn longer<T: Ord>(node: Option<T>, stream: Option<T>) -> std::cmp::Ordering {
+    match (node, stream) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (Some(n), Some(s)) => n.cmp(&s),
+    }
+}
+
+/// The configuration an append-only stream gets when `existing` is found and a node asks for
+/// `wanted`: `existing`, with every setting that lets entries go (or be removed) sooner raised
+/// to `wanted`'s. Answers it, the raised settings, and the settings where `existing` is the
+/// stronger and stays (the node's weaker value is ignored).
+///
+/// The settings: `max_age`, `max_bytes`, `max_msgs`, `max_msgs_per_subject` (longer or
+/// unlimited is stronger), `num_replicas` (more), `discard` (`new` keeps old entries),
+/// `retention` (`limits`: no consumer takes entries away), `deny_delete` and `deny_purge`
+/// (on), `allow_rollup` (off: a rollup purges a subject). Every other setting stays as it is.
+pub fn append_only_merge(
+    existing: &Config,
+    wanted: &Config,
+) -> (Config, Vec<Difference>, Vec<Difference>) {
+    use std::cmp::Ordering;
+    let mut merged = existing.clone();
+    let (mut raised, mut kept) = (Vec::new(), Vec::new());
+    let mut note = |order: Ordering, setting: &'static str, stream: String, node: String| {
+        let difference = Difference {
+            setting,
+            stream,
+            node,
+        };
+        match order {
+            Ordering::Greater => {
+                raised.push(difference);
+                true
+            }
+            Ordering::Less => {
+                kept.push(difference);
+                false
+            }
+            Ordering::Equal => false,
+        }
+    };
+    let (node, stream) = (age(wanted.max_age), age(existing.max_age));
+    if note(
+        longer(node, stream),
+        "max_age",
+        show_age(stream),
+        show_age(node),
+    ) {
+        merged.max_age = wanted.max_age;
+    }
+    for (setting, node, stream, field) in [
+        (
+            "max_bytes",
+            wanted.max_bytes,
+            existing.max_bytes,
+            &mut merged.max_bytes,
+        ),
+        (
+            "max_msgs",
+            wanted.max_messages,
+            existing.max_messages,
+            &mut merged.max_messages,
+        ),
+        (
+            "max_msgs_per_subject",
+            wanted.max_messages_per_subject,
+            existing.max_messages_per_subject,
+            &mut merged.max_messages_per_subject,
+        ),
+    ] {
+        let (node_limit, stream_limit) = (limit(node), limit(stream));
+        let order = longer(node_limit, stream_limit);
+        if note(
+            order,
+            setting,
+            show_limit(stream_limit),
+            show_limit(node_limit),
+        ) {
+            *field = node_limit.unwrap_or(-1);
+        }
+    }
+    let (node, stream) = (wanted.num_replicas.max(1), existing.num_replicas.max(1));
+    if note(
+        node.cmp(&stream),
+        "num_replicas",
+        stream.to_string(),
+        node.to_string(),
+    ) {
+        merged.num_replicas = node;
+    }
+    let keeps = |d: DiscardPolicy| u8::from(d == DiscardPolicy::New);
+    if note(
+        keeps(wanted.discard).cmp(&keeps(existing.discard)),
+        "discard",
+        format!("{:?}", existing.discard).to_lowercase(),
+        format!("{:?}", wanted.discard).to_lowercase(),
+    ) {
+        merged.discard = wanted.discard;
+    }
+    let keeps = |r: RetentionPolicy| u8::from(r == RetentionPolicy::Limits);
+    if note(
+        keeps(wanted.retention).cmp(&keeps(existing.retention)),
+        "retention",
+        format!("{:?}", existing.retention).to_lowercase(),
+        format!("{:?}", wanted.retention).to_lowercase(),
+    ) {
+        merged.retention = wanted.retention;
+    }
+    for (setting, node, stream) in [
+        ("deny_delete", wanted.deny_delete, existing.deny_delete),
+        ("deny_purge", wanted.deny_purge, existing.deny_purge),
+        ("allow_rollup", wanted.allow_rollup, existing.allow_rollup),
+    ] {
+        // Off protects for `allow_rollup`: a rollup message purges its subject.
+        let protects = |on: bool| if setting == "allow_rollup" { !on } else { on };
+        let order = protects(node).cmp(&protects(stream));
+        if note(order, setting, stream.to_string(), node.to_string()) {
+            match setting {
+                "deny_delete" => merged.deny_delete = node,
+                "deny_purge" => merged.deny_purge = node,
+                _ => merged.allow_rollup = node,
+            }
+        }
+    }
+    (merged, raised, kept)
+}
+
+/// Creates the stream of `wanted`, or, when one of that name exists, raises what keeps its
+/// entries to `wanted` and never lowers it ([`append_only_merge`]): an existing stream with
+/// a longer `max_age` keeps it, and the difference is answered in [`Ensured::kept`].
+///
+/// The stream is created first (one request when it is new or already as wanted); only a
+/// stream that must be raised is updated, so a NATS user without the right to update it
+/// (`$JS.API.STREAM.UPDATE.<name>`) can run against a stream an operator set up. A refused
+/// raise is no error: the stream exists and runs as it is ([`Ensured::not_raised`]).
+pub async fn ensure_append_only(js: &Context, wanted: Config) -> Result<Ensured, EnsureError> {
+    let name = wanted.name.clone();
+    let unanswered = || EnsureError::Unavailable("no JetStream answer in time".into());
+    let mut last = None;
+    // Two nodes starting at once may both find no stream: the second's create then finds
+    // the first's stream, and it goes on from there.
+    for _ in 0..3 {
+        let created = tokio::time::timeout(ENSURE_TIMEOUT, js.create_stream(wanted.clone()))
+            .await
+            .map_err(|_| unanswered())?;
+        let err = match created {
+            Ok(stream) => {
+                return Ok(Ensured {
+                    info: stream.cached_info().clone(),
+                    kept: Vec::new(),
+                    raised: Vec::new(),
+                    not_raised: None,
+                })
+            }
+            Err(err) if has_code(&err, ErrorCode::STREAM_NAME_EXIST) => err,
+            Err(err) => return Err(classify(&name, &err)),
+        };
+        last = Some(classify(&name, &err));
+        let existing = match tokio::time::timeout(ENSURE_TIMEOUT, js.get_stream(&name)).await {
+            Err(_) => return Err(unanswered()),
+            Ok(Ok(stream)) => Ok(stream.cached_info().clone()),
+            Ok(Err(e)) if is_not_found(&e) => continue,
+            Ok(Err(e)) => Err(EnsureError::Refused {
+                stream: name.clone(),
+                reason: e.to_string(),
+            }),
+        }?;
+        let (merged, raised, kept) = append_only_merge(&existing.config, &wanted);
+        if raised.is_empty() {
+            return Ok(Ensured {
+                info: existing,
+                kept,
+                raised,
+                not_raised: None,
+            });
+        }
+        let updated = tokio::time::timeout(ENSURE_TIMEOUT, js.update_stream(&merged)).await;
+        let unanswered = "no answer in time (is this NATS user allowed to update the stream?)";
+        let (info, not_raised) = match updated {
+            Ok(Ok(info)) => (info, None),
+            Ok(Err(e)) if has_code(&e, ErrorCode::STREAM_NOT_FOUND) => continue,
+            Ok(Err(e)) if e.kind() == CreateStreamErrorKind::TimedOut => {
+                (existing, Some(unanswered.to_owned()))
+            }
+            Ok(Err(e)) => (existing, Some(e.to_string())),
+            Err(_) => (existing, Some(unanswered.to_owned())),
+        };
+        return Ok(Ensured {
+            info,
+            kept,
+            raised,
+            not_raised,
+        });
+    }
+    Err(last.unwrap_or_else(unanswered))
+}
+
+fn is_not_found(e: &GetStreamError) -> bool {
+    matches!(e.kind(), GetStreamErrorKind::JetStream(inner) if inner.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// The limits of `TOOLMESH_EVENTS` (`TOOLMESH_EVENTS_MAX_AGE_S`, `TOOLMESH_EVENTS_MAX_BYTES`).
@@ -134,4 +414,139 @@ pub async fn ensure_events(
     };
     let _ = config.durability.set(durability.clone());
     Ok(durability)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An audit-like stream: 100 s, no size or count limit, deletes and purges denied.
+    fn base() -> Config {
+        Config {
+            name: "S".into(),
+            max_age: Duration::from_secs(100),
+            max_bytes: -1,
+            max_messages: -1,
+            max_messages_per_subject: -1,
+            num_replicas: 1,
+            deny_delete: true,
+            deny_purge: true,
+            ..Default::default()
+        }
+    }
+
+    /// The stream is `base()` changed by `stream`, the node asks for `base()` changed by
+    /// `node`: the settings raised and the ones kept, by name.
+    fn check(
+        stream: impl FnOnce(&mut Config),
+        node: impl FnOnce(&mut Config),
+        raised: &[&str],
+        kept: &[&str],
+    ) {
+        let (mut existing, mut wanted) = (base(), base());
+        stream(&mut existing);
+        node(&mut wanted);
+        let (merged, got_raised, got_kept) = append_only_merge(&existing, &wanted);
+        let names = |d: &[Difference]| d.iter().map(|d| d.setting).collect::<Vec<_>>();
+        assert_eq!(names(&got_raised), raised, "raised");
+        assert_eq!(names(&got_kept), kept, "kept");
+        // The result holds what the node asked where that keeps more: nothing left to raise.
+        assert!(append_only_merge(&merged, &wanted).1.is_empty());
+        // And it never keeps less than the stream did: the stream's own settings raise nothing.
+        assert!(
+            append_only_merge(&merged, &existing).1.is_empty(),
+            "lowered"
+        );
+        if raised.is_empty() {
+            assert_eq!(merged, existing, "no update needed");
+        }
+    }
+
+    #[test]
+    fn an_append_only_stream_is_raised_and_never_lowered() {
+        let nothing = |_: &mut Config| {};
+        check(nothing, nothing, &[], &[]);
+        check(
+            nothing,
+            |c| c.max_age = Duration::from_secs(1),
+            &[],
+            &["max_age"],
+        );
+        check(
+            nothing,
+            |c| c.max_age = Duration::from_secs(200),
+            &["max_age"],
+            &[],
+        );
+        // 0 is no limit: the longest.
+        check(|c| c.max_age = Duration::ZERO, nothing, &[], &["max_age"]);
+        check(nothing, |c| c.max_age = Duration::ZERO, &["max_age"], &[]);
+        check(|c| c.max_bytes = 1000, nothing, &["max_bytes"], &[]);
+        check(nothing, |c| c.max_bytes = 1000, &[], &["max_bytes"]);
+        check(
+            |c| c.max_bytes = 1000,
+            |c| c.max_bytes = 2000,
+            &["max_bytes"],
+            &[],
+        );
+        // A default (0) is no limit, like -1.
+        check(|c| c.max_messages = 0, nothing, &[], &[]);
+        check(|c| c.max_messages = 5, nothing, &["max_msgs"], &[]);
+        check(
+            |c| c.max_messages_per_subject = 5,
+            nothing,
+            &["max_msgs_per_subject"],
+            &[],
+        );
+        check(|c| c.num_replicas = 3, nothing, &[], &["num_replicas"]);
+        check(|c| c.num_replicas = 0, nothing, &[], &[]);
+        check(
+            |c| c.discard = DiscardPolicy::New,
+            nothing,
+            &[],
+            &["discard"],
+        );
+        check(
+            |c| c.retention = RetentionPolicy::Interest,
+            nothing,
+            &["retention"],
+            &[],
+        );
+        check(
+            |c| (c.deny_delete, c.deny_purge) = (false, false),
+            nothing,
+            &["deny_delete", "deny_purge"],
+            &[],
+        );
+        check(
+            nothing,
+            |c| (c.deny_delete, c.deny_purge) = (false, false),
+            &[],
+            &["deny_delete", "deny_purge"],
+        );
+        check(|c| c.allow_rollup = true, nothing, &["allow_rollup"], &[]);
+        check(nothing, |c| c.allow_rollup = true, &[], &["allow_rollup"]);
+        // Settings that remove nothing are the stream's: a node changes none of them.
+        check(
+            |c| c.description = Some("an operator's".into()),
+            |c| c.max_age = Duration::from_secs(1),
+            &[],
+            &["max_age"],
+        );
+    }
+
+    #[test]
+    fn a_difference_names_both_values() {
+        let (_, _, kept) = append_only_merge(
+            &base(),
+            &Config {
+                max_age: Duration::from_secs(1),
+                ..base()
+            },
+        );
+        assert_eq!(
+            describe(&kept),
+            "max_age is 100 s on the stream, 1 s in this node's settings"
+        );
+    }
 }
