@@ -444,6 +444,7 @@ async fn run_client(
                 session: Some(session.unwrap_or_else(|| {
                     format!("mcp-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
                 })),
+                name: None,
             };
             let settings = toolmesh_mcp::front_settings(&RawEnv::from_process())?;
             toolmesh_mcp::serve_stdio(nats, settings, caller)

@@ -10,12 +10,14 @@ use axum::routing::get;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
+use toolmesh_kernel::listener::HttpLimits;
 use toolmesh_kernel::metrics::{self, Metrics};
 
-/// Binds `listen` and serves `GET /metrics` until `stop` is cancelled; answers the bound
-/// address (the port of `:0` is the one the system chose).
+/// Binds `listen` and serves `GET /metrics` within `limits` until `stop` is cancelled; answers
+/// the bound address (the port of `:0` is the one the system chose).
 pub async fn serve(
     listen: SocketAddr,
+    limits: HttpLimits,
     metrics: Metrics,
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
@@ -24,14 +26,12 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(scrape))
         .with_state(metrics);
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the metrics listener stopped");
-        }
-    });
+    tokio::spawn(toolmesh_kernel::listener::serve(
+        listener,
+        app,
+        limits,
+        stop.cancelled_owned(),
+    ));
     tracing::info!(addr = %bound, "serving metrics at /metrics");
     Ok(bound)
 }

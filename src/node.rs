@@ -185,9 +185,14 @@ pub async fn run(
     let node_stop = CancellationToken::new();
     let metrics_config = MetricsConfig::from_env(&toolmesh_kernel::config::RawEnv::from_process())?;
     if let Some(listen) = metrics_config.listen {
-        crate::metrics::serve(listen, metrics.clone(), node_stop.clone())
-            .await
-            .with_context(|| format!("cannot serve metrics on {listen} ({METRICS_LISTEN_VAR})"))?;
+        crate::metrics::serve(
+            listen,
+            metrics_config.http,
+            metrics.clone(),
+            node_stop.clone(),
+        )
+        .await
+        .with_context(|| format!("cannot serve metrics on {listen} ({METRICS_LISTEN_VAR})"))?;
     }
     let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(
         &toolmesh_kernel::config::RawEnv::from_process(),

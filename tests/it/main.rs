@@ -11,6 +11,7 @@ mod direct;
 mod docs;
 mod events;
 mod gateway;
+mod http_limits;
 mod mcp;
 mod metrics;
 mod micro;

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use toolmesh_kernel::config::RawEnv;
+use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
+use toolmesh_kernel::listener::HttpLimits;
 use toolmesh_kernel::{Account, Role};
 
 pub use api::router;
@@ -40,6 +41,8 @@ pub enum ConsoleConfigError {
     },
     #[error("the console tokens file {path} (TOOLMESH_CONSOLE_TOKENS): {reason}")]
     Tokens { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Http(#[from] ConfigError),
 }
 
 /// Which accounts a console token may see and decide.
@@ -67,10 +70,12 @@ pub struct Grant {
     pub accounts: Accounts,
 }
 
-/// The role's settings, from `TOOLMESH_CONSOLE_*`.
+/// The role's settings, from `TOOLMESH_CONSOLE_*` and `TOOLMESH_HTTP_*`.
 #[derive(Debug, Clone)]
 pub struct ConsoleConfig {
     pub listen: SocketAddr,
+    /// The listener's header timeout and connection cap.
+    pub http: HttpLimits,
     /// Bearer token → grant; `None` when `TOOLMESH_CONSOLE_TOKENS` is not set (the console
     /// then serves only a page saying so, and every API request is 503).
     pub tokens: Option<HashMap<String, Arc<Grant>>>,
@@ -91,7 +96,11 @@ impl ConsoleConfig {
             Some(path) if !path.is_empty() => Some(read_tokens(Path::new(path))?),
             _ => None,
         };
-        Ok(ConsoleConfig { listen, tokens })
+        Ok(ConsoleConfig {
+            listen,
+            http: HttpLimits::from_env(env)?,
+            tokens,
+        })
     }
 }
 
@@ -197,12 +206,7 @@ pub async fn spawn(
     let app = router(nats, &config, stop.clone());
     let (handle, mut notice) = ActorHandle::new(Role::Console);
     tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the console listener failed");
-        }
+        toolmesh_kernel::listener::serve(listener, app, config.http, stop.cancelled_owned()).await;
         notice.notify();
     });
     tracing::info!(%addr, "approvals console at http://{addr}/");

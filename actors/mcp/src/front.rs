@@ -45,6 +45,9 @@ pub struct Caller {
     pub account: Account,
     pub profile: String,
     pub session: Option<String>,
+    /// The bearer token's name over HTTP (its `"name"`, else the first 8 hex digits of its
+    /// sha256): an in-band decision records `decided_by: "mcp:<name>"`. `None` over stdio.
+    pub name: Option<String>,
 }
 
 /// Settings every front shares.

@@ -5,6 +5,13 @@
 //! accounts. Either way the front is a client of the mesh: `tools/list` and `tools/call` are
 //! requests on the gateway's call subject, like the command line's.
 //!
+//! Over HTTP a request passes, in this order, the Origin check ([`origins`]: a browser origin
+//! not in `TOOLMESH_MCP_ALLOWED_ORIGINS` is 403), the bearer token (401 without a known one)
+//! and the token's session binding (403 when the token names a session and the
+//! `X-Toolmesh-Session` header another, unless the token has `"sessions": "any"`). The
+//! listener is the kernel's ([`toolmesh_kernel::listener::serve`]), with its header timeout
+//! and connection cap.
+//!
 //! Several HTTP front nodes may run at once. The HTTP side is stateless (rmcp's stateless
 //! mode: no `Mcp-Session-Id`, each POST served on its own); a call's progress travels on that
 //! call's own response stream, and an approval question is an MCP `InputRequiredResult` whose
@@ -12,8 +19,9 @@
 
 mod front;
 mod listing;
+pub mod origins;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,11 +35,13 @@ use rmcp::ServiceExt as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use toolmesh_kernel::config::RawEnv;
+use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
+use toolmesh_kernel::listener::HttpLimits;
 use toolmesh_kernel::{Account, Role};
 
 pub use front::{mcp_tool, reply_result, Caller, Front, FrontSettings};
+pub use origins::{AllowedOrigins, ALLOWED_ORIGINS_VAR};
 
 /// `TOOLMESH_MCP_LISTEN`'s default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8931";
@@ -41,6 +51,8 @@ pub const DEFAULT_APPROVAL_WAIT_S: u64 = 120;
 pub const PROFILES: [&str; 4] = ["default", "focused", "core", "coding"];
 /// The header naming the toolmesh session of an HTTP request.
 pub const SESSION_HEADER: &str = "x-toolmesh-session";
+/// The longest token name (`"name"` in the tokens file).
+pub const MAX_TOKEN_NAME: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpConfigError {
@@ -52,16 +64,32 @@ pub enum McpConfigError {
     },
     #[error("the MCP tokens file {path}: {reason}")]
     Tokens { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Http(#[from] ConfigError),
 }
 
-/// The role's settings, from `TOOLMESH_MCP_*` (and `TOOLMESH_APPROVAL_IN_BAND`).
+/// The role's settings, from `TOOLMESH_MCP_*` and `TOOLMESH_HTTP_*`.
 #[derive(Debug, Clone)]
 pub struct McpConfig {
     pub listen: SocketAddr,
-    /// Bearer token → caller (its session, when the file names one, is what a request without
-    /// the `X-Toolmesh-Session` header uses).
-    pub tokens: HashMap<String, Arc<Caller>>,
+    /// Bearer token → what it grants.
+    pub tokens: HashMap<String, Arc<Token>>,
+    /// `TOOLMESH_MCP_ALLOWED_ORIGINS`: the browser origins served.
+    pub allowed_origins: AllowedOrigins,
+    /// The listener's header timeout and connection cap.
+    pub http: HttpLimits,
     pub front: FrontSettings,
+}
+
+/// What a bearer token grants: its caller, and whether a request may name another session.
+#[derive(Debug, Clone)]
+pub struct Token {
+    /// The account, profile, name and session (when the file names one: what a request without
+    /// the `X-Toolmesh-Session` header uses).
+    pub caller: Caller,
+    /// `"sessions": "any"`: the `X-Toolmesh-Session` header may name any session. Otherwise a
+    /// token naming a session is bound to it and a header naming another is HTTP 403.
+    pub any_session: bool,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +100,10 @@ struct TokenEntry {
     profile: Option<String>,
     #[serde(default)]
     session: Option<String>,
+    #[serde(default)]
+    sessions: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 impl McpConfig {
@@ -89,9 +121,21 @@ impl McpConfig {
             Some(path) => read_tokens(Path::new(path.trim()))?,
             None => HashMap::new(),
         };
+        let allowed_origins = match env.get(ALLOWED_ORIGINS_VAR) {
+            Some(list) => {
+                AllowedOrigins::parse(list).map_err(|reason| McpConfigError::Invalid {
+                    key: ALLOWED_ORIGINS_VAR,
+                    value: list.to_owned(),
+                    reason,
+                })?
+            }
+            None => AllowedOrigins::default(),
+        };
         Ok(McpConfig {
             listen,
             tokens,
+            allowed_origins,
+            http: HttpLimits::from_env(env)?,
             front: front_settings(env)?,
         })
     }
@@ -133,41 +177,84 @@ pub fn front_settings(env: &RawEnv) -> Result<FrontSettings, McpConfigError> {
     })
 }
 
-/// Reads `{"<token>": {"account", "profile"?, "session"?}}`.
-pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Caller>>, McpConfigError> {
+/// Reads `{"<token>": {"account", "profile"?, "session"?, "sessions"?: "any", "name"?}}`.
+pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Token>>, McpConfigError> {
     let fail = |reason: String| McpConfigError::Tokens {
         path: path.to_owned(),
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    parse_tokens(&text).map_err(fail)
+}
+
+/// The tokens file's text, validated; the error names the problem (never a token).
+pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, String> {
     let entries: HashMap<String, TokenEntry> =
-        serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        serde_json::from_str(text).map_err(|e| e.to_string())?;
     let mut tokens = HashMap::new();
+    let mut names = HashSet::new();
     for (token, entry) in entries {
         if token.is_empty() {
-            return Err(fail("a token is empty".into()));
+            return Err("a token is empty".into());
         }
         let account = Account::parse(entry.account.clone())
-            .map_err(|e| fail(format!("account {:?}: {e}", entry.account)))?;
-        let profile = caller_profile(entry.profile.as_deref()).map_err(fail)?;
+            .map_err(|e| format!("account {:?}: {e}", entry.account))?;
+        let profile = caller_profile(entry.profile.as_deref())?;
         let session = entry
             .session
             .map(|s| {
                 toolmesh_kernel::SessionId::parse(s.clone())
                     .map(|_| s.clone())
-                    .map_err(|e| fail(format!("session {s:?}: {e}")))
+                    .map_err(|e| format!("session {s:?}: {e}"))
             })
             .transpose()?;
+        let any_session = match entry.sessions.as_deref() {
+            None => false,
+            Some("any") => true,
+            Some(other) => {
+                return Err(format!(
+                "sessions {other:?}: use \"any\" (the header may name any session) or leave it out"
+            ))
+            }
+        };
+        let name = match entry.name {
+            Some(name) => {
+                if !is_token_name(&name) {
+                    return Err(format!(
+                        "name {name:?}: use 1 to {MAX_TOKEN_NAME} ASCII letters, digits, '.', '_', '-' or '@'"
+                    ));
+                }
+                name
+            }
+            None => toolmesh_kernel::canonical::sha256_hex(token.as_bytes())[..8].to_owned(),
+        };
+        if !names.insert(name.clone()) {
+            return Err(format!(
+                "two tokens are named {name:?} (a name is the token's \"name\", else the first 8 hex digits of its sha256); name them apart"
+            ));
+        }
         tokens.insert(
             token,
-            Arc::new(Caller {
-                account,
-                profile,
-                session,
+            Arc::new(Token {
+                caller: Caller {
+                    account,
+                    profile,
+                    session,
+                    name: Some(name),
+                },
+                any_session,
             }),
         );
     }
     Ok(tokens)
+}
+
+/// A token's display name: short, and plain enough for `decided_by` and a log line.
+fn is_token_name(name: &str) -> bool {
+    (1..=MAX_TOKEN_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))
 }
 
 /// A profile name as callers give it (`None`: `default`).
@@ -225,7 +312,7 @@ where
     Ok(())
 }
 
-/// The HTTP router: `/mcp` behind the bearer-token check.
+/// The HTTP router: `/mcp` behind the Origin check, then the bearer-token check.
 pub fn router(
     nats: async_nats::Client,
     config: &McpConfig,
@@ -235,7 +322,8 @@ pub fn router(
     let http_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        // Every request needs a bearer token, which a DNS-rebinding page cannot send.
+        // The Host is not checked: every request needs a bearer token, and a browser's request
+        // (as DNS rebinding makes) carries an Origin, checked before the token (`origins`).
         .disable_allowed_hosts()
         .with_cancellation_token(stop);
     let service = StreamableHttpService::new(
@@ -244,15 +332,22 @@ pub fn router(
         http_config,
     );
     let tokens = Arc::new(config.tokens.clone());
+    let origins = Arc::new(config.allowed_origins.clone());
+    // The last layer runs first: the Origin is checked before the token is looked at.
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(tokens, authorize))
+        .layer(axum::middleware::from_fn_with_state(
+            origins,
+            origins::check_origin,
+        ))
 }
 
-/// 401 without a known bearer token; otherwise the caller goes with the request, its session
-/// the `X-Toolmesh-Session` header's or else the token's own.
+/// 401 without a known bearer token; 403 when the token is bound to a session and the
+/// `X-Toolmesh-Session` header names another. Otherwise the caller goes with the request, its
+/// session the header's or else the token's own.
 async fn authorize(
-    State(tokens): State<Arc<HashMap<String, Arc<Caller>>>>,
+    State(tokens): State<Arc<HashMap<String, Arc<Token>>>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -264,7 +359,7 @@ async fn authorize(
             let (scheme, token) = v.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         });
-    let Some(caller) = token.and_then(|t| tokens.get(t)) else {
+    let Some(grant) = token.and_then(|t| tokens.get(t)) else {
         return (
             http::StatusCode::UNAUTHORIZED,
             [
@@ -275,11 +370,25 @@ async fn authorize(
         )
             .into_response();
     };
-    let mut caller = caller.as_ref().clone();
+    let mut caller = grant.caller.clone();
     if let Some(session) = request.headers().get(SESSION_HEADER) {
-        match session.to_str() {
-            Ok(s) if !s.trim().is_empty() => caller.session = Some(s.trim().to_owned()),
-            Ok(_) => {}
+        match session.to_str().map(str::trim) {
+            Ok("") => {}
+            Ok(s) => match &grant.caller.session {
+                Some(own) if own != s && !grant.any_session => {
+                    tracing::warn!(
+                        token = caller.name.as_deref().unwrap_or_default(),
+                        "refused an MCP request naming a session its token is not bound to"
+                    );
+                    return (
+                        http::StatusCode::FORBIDDEN,
+                        [(http::header::CONTENT_TYPE, "application/json")],
+                        r#"{"error":"forbidden","error_description":"this token is bound to its own session; X-Toolmesh-Session names another"}"#,
+                    )
+                        .into_response();
+                }
+                _ => caller.session = Some(s.to_owned()),
+            },
             Err(_) => {
                 return (
                     http::StatusCode::BAD_REQUEST,
@@ -309,12 +418,7 @@ pub async fn spawn(
     let (handle, mut notice) = ActorHandle::new(Role::Mcp);
     let drain = lifecycle.drain.clone();
     tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { drain.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the MCP listener failed");
-        }
+        toolmesh_kernel::listener::serve(listener, app, config.http, drain.cancelled_owned()).await;
         notice.notify();
     });
     tracing::info!(%addr, "MCP over streamable HTTP at /mcp");
@@ -325,7 +429,7 @@ pub async fn spawn(
 mod tests {
     use super::*;
 
-    fn tokens(text: &str) -> Result<HashMap<String, Arc<Caller>>, McpConfigError> {
+    fn tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, McpConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.json");
         std::fs::write(&path, text).unwrap();
@@ -334,12 +438,28 @@ mod tests {
 
     #[test]
     fn a_token_may_name_its_own_session() {
+        let read = tokens(
+            r#"{"t1": {"account": "acme", "session": "s1"}, "t2": {"account": "acme"},
+                "t3": {"account": "acme", "session": "s3", "sessions": "any"}}"#,
+        )
+        .unwrap();
+        assert_eq!(read["t1"].caller.session.as_deref(), Some("s1"));
+        assert!(!read["t1"].any_session);
+        assert_eq!(read["t2"].caller.session, None);
+        assert_eq!(read["t2"].caller.profile, "default");
+        assert_eq!(read["t3"].caller.session.as_deref(), Some("s3"));
+        assert!(read["t3"].any_session);
+    }
+
+    #[test]
+    fn a_token_is_named_by_its_entry_or_its_hash() {
         let read =
-            tokens(r#"{"t1": {"account": "acme", "session": "s1"}, "t2": {"account": "acme"}}"#)
+            tokens(r#"{"t1": {"account": "acme", "name": "laptop-1"}, "t2": {"account": "acme"}}"#)
                 .unwrap();
-        assert_eq!(read["t1"].session.as_deref(), Some("s1"));
-        assert_eq!(read["t2"].session, None);
-        assert_eq!(read["t2"].profile, "default");
+        assert_eq!(read["t1"].caller.name.as_deref(), Some("laptop-1"));
+        // Without a name: the first 8 hex digits of the token's sha256.
+        let hash = toolmesh_kernel::canonical::sha256_hex(b"t2");
+        assert_eq!(read["t2"].caller.name.as_deref(), Some(&hash[..8]));
     }
 
     #[test]
@@ -359,9 +479,49 @@ mod tests {
                 "unknown field",
             ),
             (r#"{"": {"account": "acme"}}"#, "empty"),
+            (
+                r#"{"t1": {"account": "acme", "session": "s1", "sessions": "all"}}"#,
+                "sessions \"all\"",
+            ),
+            (
+                r#"{"t1": {"account": "acme", "sessions": true}}"#,
+                "invalid type",
+            ),
+            (r#"{"t1": {"account": "acme", "name": ""}}"#, "name \"\""),
+            (
+                r#"{"t1": {"account": "acme", "name": "two words"}}"#,
+                "name \"two words\"",
+            ),
+            (
+                r#"{"t1": {"account": "acme", "name": "same"}, "t2": {"account": "acme", "name": "same"}}"#,
+                "two tokens are named \"same\"",
+            ),
         ] {
             let err = tokens(text).unwrap_err().to_string();
             assert!(err.contains(names), "{text}: {err}");
+            assert!(!err.contains("t1") && !err.contains("t2"), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn bad_http_settings_are_refused_naming_the_variable() {
+        for (key, value) in [
+            ("TOOLMESH_HTTP_HEADER_TIMEOUT_S", "0"),
+            ("TOOLMESH_HTTP_MAX_CONNECTIONS", "lots"),
+            (ALLOWED_ORIGINS_VAR, "https://app.example.com/path"),
+        ] {
+            let err = McpConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
+            assert!(err.to_string().contains(key), "{key}={value}: {err}");
+        }
+        let config = McpConfig::from_env(&RawEnv::from_pairs([(
+            ALLOWED_ORIGINS_VAR,
+            "https://app.example.com",
+        )]))
+        .unwrap();
+        assert_eq!(config.http, HttpLimits::default());
+        assert_eq!(
+            config.allowed_origins,
+            AllowedOrigins::parse("https://app.example.com").unwrap()
+        );
     }
 }

@@ -17,6 +17,7 @@ pub mod egress;
 pub mod error;
 pub mod host;
 pub mod ids;
+pub mod listener;
 pub mod metrics;
 pub mod policy;
 pub mod role;

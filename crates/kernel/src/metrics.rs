@@ -72,16 +72,19 @@ pub const REFRESH_TIMEOUT: Duration = Duration::from_secs(2);
 /// The content type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// `TOOLMESH_METRICS_LISTEN`, validated.
+/// `TOOLMESH_METRICS_LISTEN` and `TOOLMESH_HTTP_*`, validated.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsConfig {
     /// Where `/metrics` is served; `None`: nowhere.
     pub listen: Option<SocketAddr>,
+    /// The listener's header timeout and connection cap.
+    pub http: crate::listener::HttpLimits,
 }
 
 impl MetricsConfig {
     /// Reads `TOOLMESH_METRICS_LISTEN`: an IP and port (`0.0.0.0:9464`) or a host name that
     /// resolves and a port (`localhost:9464`). Anything else is an error naming the variable.
+    /// With a listener, `TOOLMESH_HTTP_*` ([`crate::listener::HttpLimits`]) too.
     pub fn from_env(env: &RawEnv) -> Result<MetricsConfig, ConfigError> {
         let Some(raw) = env.get(METRICS_LISTEN_VAR) else {
             return Ok(MetricsConfig::default());
@@ -106,6 +109,7 @@ impl MetricsConfig {
         };
         Ok(MetricsConfig {
             listen: Some(listen),
+            http: crate::listener::HttpLimits::from_env(env)?,
         })
     }
 }

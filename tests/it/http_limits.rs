@@ -1,0 +1,336 @@
+//! PROTOCOL.md "Tenancy and trust" on a real node's HTTP listeners, tried as an attacker would
+//! over raw TCP and HTTP: the MCP front, the console and `/metrics` close a connection whose
+//! request head is late and serve at most `TOOLMESH_HTTP_MAX_CONNECTIONS` connections at once;
+//! the MCP front refuses a browser origin it does not list, and a token bound to a session
+//! the header naming another.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use toolmesh_testkit::free_port;
+
+use crate::support::{node_refusal, Cluster};
+
+/// An outer bound for what comes within a fraction of it.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// One node with the MCP front, the console and `/metrics`, each on its own loopback port.
+struct Listeners {
+    _c: Cluster,
+    /// `(name, address, path)` of each listener.
+    all: Vec<(&'static str, String, &'static str)>,
+}
+
+impl Listeners {
+    async fn start(env: &[(&str, &str)]) -> Listeners {
+        let [mcp, console, metrics] = [(); 3].map(|()| format!("127.0.0.1:{}", free_port()));
+        let mut all_env = vec![
+            ("TOOLMESH_MCP_LISTEN", mcp.as_str()),
+            ("TOOLMESH_CONSOLE_LISTEN", console.as_str()),
+            ("TOOLMESH_METRICS_LISTEN", metrics.as_str()),
+        ];
+        all_env.extend_from_slice(env);
+        let mut c = Cluster::servers().await;
+        c.start_node("mcp,console", &all_env).await;
+        Listeners {
+            _c: c,
+            all: vec![
+                ("mcp", mcp, "/mcp"),
+                ("console", console, "/"),
+                ("metrics", metrics, "/metrics"),
+            ],
+        }
+    }
+}
+
+/// A whole request for `path`; the connection stays open after its response.
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")
+}
+
+/// Reads one response (head and `Content-Length` body) and answers its status line.
+async fn read_response(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or_else(|| panic!("a response with a Content-Length: {head}"));
+            if got.len() >= end + 4 + length {
+                return head.lines().next().unwrap_or_default().to_owned();
+            }
+        }
+        let n = stream.read(&mut buf).await.expect("the response arrives");
+        assert!(n > 0, "closed before the response: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads until the server closes the connection (end of stream or reset).
+async fn read_until_closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_late_request_head_is_closed_on_every_listener() {
+    let timeout = Duration::from_secs(1);
+    let l = Listeners::start(&[("TOOLMESH_HTTP_HEADER_TIMEOUT_S", "1")]).await;
+    for (name, addr, path) in &l.all {
+        // The listener serves a whole request.
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(get(path).as_bytes()).await.unwrap();
+        let status = read_response(&mut stream).await;
+        assert!(status.starts_with("http/1.1 "), "{name}: {status}");
+
+        // Half a request head, then nothing: closed once the header timeout has passed.
+        for half in [format!("POST {path} HTTP/1.1\r\nHost: te"), String::new()] {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(half.as_bytes()).await.unwrap();
+            let began = Instant::now();
+            tokio::time::timeout(WITHIN, read_until_closed(&mut stream))
+                .await
+                .unwrap_or_else(|_| panic!("{name}: {half:?} still open after {WITHIN:?}"));
+            let took = began.elapsed();
+            assert!(
+                took >= timeout - Duration::from_millis(100),
+                "{name}: {half:?} closed after {took:?}, before the header timeout"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_the_next_client_waits_for_a_free_one() {
+    let l = Listeners::start(&[("TOOLMESH_HTTP_MAX_CONNECTIONS", "2")]).await;
+    for (name, addr, path) in &l.all {
+        // Two clients served, their connections kept open.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(get(path).as_bytes()).await.unwrap();
+            read_response(&mut stream).await;
+            held.push(stream);
+        }
+        // A third one's whole request goes unanswered while both stay open. Nothing is to
+        // happen, so a bounded wait is all there is to wait on.
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third.write_all(get(path).as_bytes()).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_secs(1), read_response(&mut third)).await;
+        assert!(early.is_err(), "{name}: served past the cap: {early:?}");
+        // One closes: the third is served.
+        drop(held.pop());
+        let status = tokio::time::timeout(WITHIN, read_response(&mut third))
+            .await
+            .unwrap_or_else(|_| panic!("{name}: not served after a connection closed"));
+        assert!(status.starts_with("http/1.1 "), "{name}: {status}");
+    }
+}
+
+#[test]
+fn bad_http_limits_stop_the_node_naming_the_variable() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    for roles in ["mcp", "console", "gateway"] {
+        for (key, bad) in [
+            ("TOOLMESH_HTTP_HEADER_TIMEOUT_S", "0"),
+            ("TOOLMESH_HTTP_HEADER_TIMEOUT_S", "soon"),
+            ("TOOLMESH_HTTP_MAX_CONNECTIONS", "0"),
+            ("TOOLMESH_HTTP_MAX_CONNECTIONS", "-3"),
+        ] {
+            let stderr = node_refusal(
+                roles,
+                &[
+                    ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
+                    ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
+                    ("TOOLMESH_METRICS_LISTEN", metrics.as_str()),
+                    (key, bad),
+                ],
+            );
+            assert!(
+                stderr.contains(&format!("{key}={bad:?}")),
+                "{roles} with {key}={bad}: {stderr}"
+            );
+        }
+    }
+}
+
+/// A node serving MCP with the tokens `tok-bound` (acme, bound to session `attacker`),
+/// `tok-any` (acme, session `attacker`, `"sessions": "any"`), and the allowed origin
+/// `http://app.example:3000`; the session `victim` holds `notes.md`.
+struct Front {
+    _c: Cluster,
+    url: String,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+/// What the victim's file holds.
+const SECRET: &str = "the victim's notes";
+
+impl Front {
+    async fn start() -> Front {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.json");
+        std::fs::write(
+            &tokens,
+            json!({
+                "tok-bound": {"account": "acme", "session": "attacker"},
+                "tok-any": {"account": "acme", "session": "attacker", "sessions": "any"},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut c = Cluster::servers().await;
+        c.start_node(
+            "gateway,approval,workspace,mcp",
+            &[
+                ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+                ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+                ("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000"),
+            ],
+        )
+        .await;
+        let written = c
+            .call(
+                "acme",
+                json!({"tool": "write_workspace_file", "session_id": "victim",
+                       "arguments": {"path": "notes.md", "content": SECRET},
+                       "approval": {"approved": true}}),
+            )
+            .await;
+        assert_eq!(written["ok"], true, "{written}");
+        Front {
+            _c: c,
+            url: format!("http://{listen}/mcp"),
+            http: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    /// One bare POST of a JSON-RPC `message` with `headers`: its status and body.
+    async fn post(&self, message: serde_json::Value, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(message.to_string());
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = tokio::time::timeout(WITHIN, request.send())
+            .await
+            .expect("the front answers in time")
+            .expect("the front answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+}
+
+/// An `initialize` request, as a client's first message.
+fn initialize() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "attacker", "version": "0"}}})
+}
+
+/// A `tools/call` of `read_workspace_file` for `notes.md`.
+fn read_notes() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "read_workspace_file", "arguments": {"path": "notes.md"}}})
+}
+
+#[tokio::test]
+async fn a_token_bound_to_a_session_cannot_name_another() {
+    let f = Front::start().await;
+    let version = ("mcp-protocol-version", "2025-11-25");
+    // The attack: the token bound to `attacker` names the victim's session.
+    let (status, body) = f
+        .post(
+            read_notes(),
+            &[
+                ("authorization", "Bearer tok-bound"),
+                ("x-toolmesh-session", "victim"),
+                version,
+            ],
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains(SECRET), "{body}");
+    // Its own session, named or not, is served (and holds no notes).
+    for session in [Some("attacker"), None] {
+        let mut headers = vec![("authorization", "Bearer tok-bound"), version];
+        headers.extend(session.map(|s| ("x-toolmesh-session", s)));
+        let (status, body) = f.post(read_notes(), &headers).await;
+        assert_eq!(status, 200, "{session:?}: {body}");
+        assert!(body.contains("not_found"), "{session:?}: {body}");
+        assert!(!body.contains(SECRET), "{session:?}: {body}");
+    }
+    // A token with `"sessions": "any"` may name the victim's session: the same request then
+    // reads the file, so the 403 above is the binding and nothing else.
+    let (status, body) = f
+        .post(
+            read_notes(),
+            &[
+                ("authorization", "Bearer tok-any"),
+                ("x-toolmesh-session", "victim"),
+                version,
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(SECRET), "{body}");
+}
+
+#[tokio::test]
+async fn an_origin_not_listed_is_refused_before_the_token() {
+    let f = Front::start().await;
+    let token = ("authorization", "Bearer tok-any");
+    for (origin, with_token, expect) in [
+        (Some("http://attacker.example"), true, 403),
+        // Refused before the token is looked at: no 401 to tell a page which tokens exist.
+        (Some("http://attacker.example"), false, 403),
+        (Some("http://app.example"), true, 403),
+        (Some("https://app.example:3000"), true, 403),
+        (Some("null"), true, 403),
+        (Some("http://app.example:3000"), true, 200),
+        (None, true, 200),
+        (None, false, 401),
+    ] {
+        let mut headers = Vec::new();
+        headers.extend(origin.map(|o| ("origin", o)));
+        if with_token {
+            headers.push(token);
+        }
+        let (status, body) = f.post(initialize(), &headers).await;
+        assert_eq!(
+            status, expect,
+            "Origin {origin:?}, token {with_token}: {body}"
+        );
+    }
+    // A call from an origin not listed reads nothing.
+    let (status, body) = f
+        .post(
+            read_notes(),
+            &[
+                ("origin", "http://attacker.example"),
+                token,
+                ("x-toolmesh-session", "victim"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains(SECRET), "{body}");
+}
