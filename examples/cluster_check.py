@@ -31,6 +31,7 @@ PASSWORDS = {
     "acme": os.environ.get("TOOLMESH_NATS_ACME_PASSWORD", "acme-secret"),
     "globex": os.environ.get("TOOLMESH_NATS_GLOBEX_PASSWORD", "globex-secret"),
     "approver": os.environ.get("TOOLMESH_NATS_APPROVER_PASSWORD", "approver-secret"),
+    "provider": os.environ.get("TOOLMESH_NATS_PROVIDER_PASSWORD", "provider-secret"),
 }
 COMPOSE = os.environ.get("COMPOSE", "docker-compose").split()
 T0 = time.monotonic()
@@ -472,8 +473,72 @@ async def check_accounts(c):
         await asyncio.sleep(0.3)
         expect(any("permissions violation" in e.lower() for e in errors), "acme's user cannot subscribe to _INBOX.> either")
         await plain.close()
+        # Through a node's reply: acme's call names a reply subject of globex's. No node
+        # answers there (PROTOCOL.md "Tenancy and trust", replies go to inboxes only).
+        forged = []
+
+        async def overheard(msg):
+            forged.append(msg.subject)
+
+        await globex.nc.subscribe("toolmesh.v1.events.globex.forged", cb=overheard)
+        await globex.nc.flush()
+        for reply_to in ("toolmesh.v1.events.globex.forged", "toolmesh.v1.cancel.globex"):
+            await acme.nc.publish(
+                "toolmesh.v1.call.acme",
+                json.dumps({"tool": "component_status"}).encode(),
+                reply=reply_to,
+            )
+        barrier = await acme.call("acme", "component_status", timeout=10)
+        expect(barrier.get("ok"), "acme's ordinary call after them is answered")
+        await asyncio.sleep(0.5)
+        expect(not forged, "no node answered acme's call on globex's events subject", forged)
     finally:
         await globex.close()
+
+
+async def check_provider(c):
+    """examples/provider.py as the provider user: its tool runs; it decides and hears nothing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    host = URL.split("://", 1)[1]
+    url = f"nats://provider:{PASSWORDS['provider']}@{host}"
+    name = f"tickets{uuid.uuid4().hex[:6]}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, os.path.join(here, "provider.py"), "--nats", url, "--name", name,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), 30)
+        expect(line.decode().startswith(f"ready {name}"), "the provider connects as the provider user", line)
+        acme, approver = c["acme"], c["approver"]
+        provider = await Conn("provider").open()
+        try:
+            args = {"title": "printer on fire"}
+
+            async def gated():
+                r = await acme.call("acme", "ticket_create", args, session="prov", timeout=10)
+                return r if r.get("error") != "unknown_tool" else None
+
+            r = await eventually("the gateways know ticket_create", gated, 30)
+            expect(r.get("error") == "approval_required", "ticket_create (medium) asks for approval", r)
+            appr = r["approval_request"]["id"]
+            refused, errors = await denied(
+                provider,
+                lambda: provider.nc.publish(
+                    "toolmesh.v1.approvals.acme.decide", json.dumps({"id": appr, "approved": True}).encode()
+                ),
+            )
+            expect(refused, "the provider user cannot decide an approval", errors)
+            refused, errors = await denied(provider, lambda: provider.nc.subscribe("toolmesh.v1.events.>"))
+            expect(refused, "the provider user cannot listen to the accounts' events", errors)
+            d = await approver.request("toolmesh.v1.approvals.acme.decide", {"id": appr, "approved": True}, timeout=10)
+            expect(d.get("ok") and d["approval"]["decided_by"] != "provider", "the approver decides it", d)
+            run = await acme.call("acme", "ticket_create", args, session="prov", approval=appr, timeout=30)
+            expect(run.get("ok"), "the approved call runs in the provider", run)
+        finally:
+            await provider.close()
+    finally:
+        child.kill()
+        await child.wait()
 
 
 async def check_python_example(c):
@@ -725,6 +790,7 @@ CHECKS = {
     "spread": check_spread,
     "disk": check_disk_quota,
     "accounts": check_accounts,
+    "provider": check_provider,
     "python": check_python_example,
     "gateways": check_two_gateways,
     "redis": check_redis_restart,

@@ -163,7 +163,7 @@ async def main():
     if not opts.no_ticket:
         await service.add_endpoint(
             name="ticket_create",
-            subject=f"{opts.name}.ticket_create",
+            subject=f"providers.{opts.name}.ticket_create",
             handler=provider.ticket_create,
             metadata=tool("Open a ticket in the ticket system.", TICKET_SCHEMA, "medium",
                           ["network_egress"]),
@@ -171,7 +171,7 @@ async def main():
     obj = {"type": "object", "additionalProperties": False}
     for name in opts.echo:
         await service.add_endpoint(
-            name=name, subject=f"{opts.name}.{name}", handler=provider.echo,
+            name=name, subject=f"providers.{opts.name}.{name}", handler=provider.echo,
             metadata=tool("Echo the arguments back.", {"type": "object"}, "low"),
         )
     if opts.test_tools:
@@ -186,7 +186,7 @@ async def main():
         }
         for name, (schema, risk) in tests.items():
             await service.add_endpoint(
-                name=name, subject=f"{opts.name}.{name}", handler=getattr(provider, name),
+                name=name, subject=f"providers.{opts.name}.{name}", handler=getattr(provider, name),
                 metadata=tool(f"Test tool {name}.", schema, risk),
             )
     await nc.subscribe(cancel_subject(opts.name), cb=provider.on_cancel)
