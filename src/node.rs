@@ -283,6 +283,7 @@ pub async fn run(
                         config: config.approval.clone(),
                         metrics: metrics.clone(),
                         audit: audit.clone(),
+                        replies: config.reply_prefixes.clone(),
                     },
                     lifecycle.clone(),
                     in_flight.clone(),
@@ -424,8 +425,8 @@ pub async fn run(
         .await;
     let status_task = tokio::spawn(answer_status(
         nats.clone(),
-        cluster_status,
-        own_status,
+        (cluster_status, own_status),
+        config.reply_prefixes.clone(),
         state.clone(),
         cluster.clone(),
         node_stop.clone(),
@@ -542,12 +543,15 @@ async fn send_heartbeats(nats: Client, state: Arc<NodeState>, stop: Cancellation
 
 async fn answer_status(
     nats: Client,
-    mut cluster_status: async_nats::Subscriber,
-    mut own_status: async_nats::Subscriber,
+    (cluster_status, own_status): (async_nats::Subscriber, async_nats::Subscriber),
+    replies: toolmesh_kernel::replies::ReplyPrefixes,
     state: Arc<NodeState>,
     cluster: Arc<ClusterView>,
     stop: CancellationToken,
 ) {
+    // Status is public: a request asking for a reply anywhere but an inbox is dropped unread.
+    let mut cluster_status = std::pin::pin!(replies.screen(cluster_status));
+    let mut own_status = std::pin::pin!(replies.screen(own_status));
     loop {
         let (msg, whole_cluster) = tokio::select! {
             _ = stop.cancelled() => return,

@@ -387,6 +387,15 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
         !parked.is_finished(),
         "a foreign cancel must not end the call"
     );
+    // A body with more than the id (a reply, an event) is no cancel.
+    let loose = toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.cancel.acme",
+        json!({"ok": true, "invocation_id": "inv-p3", "tool": "component_status"}),
+    )
+    .await;
+    assert_eq!(loose["error"], "invalid_request", "{loose}");
+    assert!(!parked.is_finished(), "a loose body must not end the call");
     let cancel = toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme",

@@ -560,3 +560,39 @@ async fn a_bad_servers_file_stops_the_node_naming_the_server_and_field() {
     assert!(stderr.contains("mcpServers.git.args[1]"), "{stderr}");
     assert!(stderr.contains("must be a string"), "{stderr}");
 }
+
+/// Finding 5 of issue 28: every account may ask `toolmesh.v1.status`, and a bridge server's
+/// `last_error` carried its URL with the `?api_key=…` query (and any `user:password@`).
+#[tokio::test]
+async fn a_servers_url_credentials_stay_out_of_status() {
+    // Nothing listens there: connecting fails, and the error names the URL.
+    let url = format!(
+        "http://admin:pa55word@127.0.0.1:{}/mcp?api_key=s3cret-key",
+        free_port()
+    );
+    let b = Bridge::start(json!({"remote": {"url": url}})).await;
+    let failed = wait_until(SERVE_WITHIN, || async {
+        b.server_status("remote").await["last_error"].is_string()
+    })
+    .await;
+    assert!(
+        failed,
+        "the server never failed: {}",
+        b.server_status("remote").await
+    );
+    let status = request_json_within(
+        b.client(),
+        format!("toolmesh.v1.status.{}", b.cluster.nodes[0].node_id),
+        json!({}),
+        Duration::from_secs(5),
+    )
+    .await
+    .to_string();
+    for secret in ["s3cret-key", "pa55word", "admin:"] {
+        assert!(!status.contains(secret), "status shows {secret}: {status}");
+    }
+    assert!(
+        status.contains("127.0.0.1"),
+        "the error still names the host: {status}"
+    );
+}

@@ -229,88 +229,16 @@ fn bad_event_limits_stop_the_node_naming_the_variable() {
     }
 }
 
-/// nats-server with the compose cluster's `docker/nats.conf` (its users and permissions), on a
-/// free port with a temp store.
-struct AuthNats {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl AuthNats {
-    fn start() -> AuthNats {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = toolmesh_testkit::free_port();
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker/nats.conf"))
-                .expect("docker/nats.conf");
-        let text = text
-            .replace("listen: 0.0.0.0:4222", &format!("listen: 127.0.0.1:{port}"))
-            .replace("http: 0.0.0.0:8222", "")
-            .replace(
-                "store_dir: /data",
-                &format!("store_dir: {:?}", dir.path().join("js")),
-            )
-            .replace("$TOOLMESH_NODE_PASSWORD", "\"node-pw\"")
-            .replace("$ACME_PASSWORD", "\"acme-pw\"")
-            .replace("$GLOBEX_PASSWORD", "\"globex-pw\"")
-            .replace("$APPROVER_PASSWORD", "\"approver-pw\"");
-        let config = dir.path().join("nats.conf");
-        std::fs::write(&config, text).expect("write the config");
-        let child = Command::new("nats-server")
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server runs (apt-get install nats-server)");
-        AuthNats {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, user: &str) -> String {
-        format!("nats://{user}:{user}-pw@127.0.0.1:{}", self.port)
-    }
-
-    async fn client(&self, user: &str) -> async_nats::Client {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let (name, inbox) = match user {
-            "node" => ("toolmesh", "_INBOX".to_owned()),
-            other => (other, format!("_INBOX.{other}")),
-        };
-        loop {
-            let options = async_nats::ConnectOptions::new()
-                .user_and_password(name.to_owned(), format!("{user}-pw"))
-                .custom_inbox_prefix(inbox.clone());
-            match options.connect(format!("127.0.0.1:{}", self.port)).await {
-                Ok(client) => return client,
-                Err(e) if std::time::Instant::now() > deadline => panic!("no NATS: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-}
-
-impl Drop for AuthNats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn an_account_user_replays_its_own_events_and_not_another_accounts() {
-    let nats = AuthNats::start();
+    let nats = toolmesh_testkit::AuthNats::start();
     let node_client = nats.client("node").await;
     let redis = toolmesh_testkit::RedisServer::start();
     let data = tempfile::tempdir().expect("temp dir");
     let _node = toolmesh_testkit::NodeSpec::new(BIN, "gateway,approval", "events-auth-1")
         .env(
             "TOOLMESH_NATS_URL",
-            format!("nats://toolmesh:node-pw@127.0.0.1:{}", nats.port),
+            format!("nats://toolmesh:node-pw@127.0.0.1:{}", nats.port()),
         )
         .env("TOOLMESH_REDIS_URL", redis.url())
         .env("TOOLMESH_DATA_DIR", data.path().display().to_string())

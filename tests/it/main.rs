@@ -23,6 +23,7 @@ mod sandbox_quota;
 mod skills;
 mod support;
 mod templates;
+mod tenancy;
 mod traces;
 mod web;
 mod workspace;

@@ -16,8 +16,8 @@ use crate::support::{Cluster, BIN};
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
 
 /// A cluster with one node running the MCP front on a free port, and its tokens file:
-/// `tok-a` → acme (profile default), `tok-c` → acme (profile coding), `tok-s` → acme with its
-/// own session `s1`.
+/// `tok-a` → acme (profile default), `tok-c` → acme (profile coding, named `coder`), `tok-s`
+/// → acme with its own session `s1`.
 struct Front {
     c: Cluster,
     url: String,
@@ -30,7 +30,8 @@ impl Front {
         let tokens = dir.path().join("tokens.json");
         std::fs::write(
             &tokens,
-            json!({"tok-a": {"account": "acme"}, "tok-c": {"account": "acme", "profile": "coding"},
+            json!({"tok-a": {"account": "acme"},
+                   "tok-c": {"account": "acme", "profile": "coding", "name": "coder"},
                    "tok-s": {"account": "acme", "session": "s1"}})
             .to_string(),
         )
@@ -66,6 +67,7 @@ impl Front {
                 &[
                     ("TOOLMESH_MCP_LISTEN", listen.as_str()),
                     ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+                    ("TOOLMESH_MCP_APPROVAL_WAIT_S", "1"),
                 ],
             )
             .await;
@@ -242,14 +244,15 @@ async fn http_lists_per_profile_calls_and_refuses_unknown_tokens() {
     }
 }
 
-/// Elicitation accepted (file written, `decided_by: mcp`) and declined (nothing written,
-/// `approval_rejected`), over HTTP (an `InputRequiredResult`, 2026-07-28) and over stdio
-/// (an `elicitation/create` request, 2025-11-25).
+/// Elicitation accepted (file written, `decided_by` the token's name over HTTP, `mcp` over
+/// stdio) and declined (nothing written, `approval_rejected`), over HTTP (an
+/// `InputRequiredResult`, 2026-07-28) and over stdio (an `elicitation/create` request,
+/// 2025-11-25).
 #[tokio::test]
 async fn elicitation_approves_or_rejects_a_gated_call() {
     let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
     let cases = [
-        ("http", f.http("tok-c", "h1"), "h1"),
+        ("http", f.http("tok-c", "h1"), "h1", "mcp:coder"),
         (
             "stdio",
             {
@@ -258,9 +261,10 @@ async fn elicitation_approves_or_rejects_a_gated_call() {
                 s
             },
             "i1",
+            "mcp",
         ),
     ];
-    for (name, spec, session) in cases {
+    for (name, spec, session, decider) in cases {
         let write = |path: &str| json!({"call": "write_workspace_file", "args": {"path": path, "content": "yes"}});
         let mut accepted = spec.clone();
         accepted["elicit"] = json!("accept");
@@ -274,7 +278,7 @@ async fn elicitation_approves_or_rejects_a_gated_call() {
         );
         let id = asked_approval(step(&lines, 0));
         let got = f.c.approvals("acme", "get", json!({"id": id})).await;
-        assert_eq!(got["approval"]["decided_by"], "mcp", "{name}: {got:#}");
+        assert_eq!(got["approval"]["decided_by"], decider, "{name}: {got:#}");
         assert_eq!(got["approval"]["status"], "used");
 
         let mut declined = spec.clone();
@@ -287,7 +291,7 @@ async fn elicitation_approves_or_rejects_a_gated_call() {
         let id = asked_approval(step(&lines, 0));
         let got = f.c.approvals("acme", "get", json!({"id": id})).await;
         assert_eq!(got["approval"]["status"], "rejected");
-        assert_eq!(got["approval"]["decided_by"], "mcp");
+        assert_eq!(got["approval"]["decided_by"], decider);
     }
 }
 
@@ -331,6 +335,105 @@ async fn the_answer_to_an_elicitation_may_reach_another_front_node() {
         std::fs::read_to_string(f.workspace_file("n1", "two-nodes.txt")).unwrap(),
         "both"
     );
+}
+
+/// Finding 2 of issue 28: the front decided whatever approval a `requestState` named. An MCP
+/// client of session `attacker` answering "approve" (or nothing at all) on session `victim`'s
+/// pending write now gets `approval_mismatch`, and the approval stays pending, undecided.
+#[tokio::test]
+async fn a_request_state_cannot_decide_another_sessions_approval() {
+    let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let victim =
+        f.c.call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "victim",
+                   "arguments": {"path": "owned.txt", "content": "attacker was here"}}),
+        )
+        .await;
+    assert_eq!(victim["error"], "approval_required", "{victim}");
+    let id = victim["approval_request"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let state = format!("approval:{id}");
+    let accept = json!({"approval": {"action": "accept", "content": {"approve": true}}});
+    let lines = client(
+        f.http("tok-c", "attacker"),
+        json!({"steps": [
+            // The victim's very call, from the attacker's session, approving it.
+            {"call": "write_workspace_file",
+             "args": {"path": "owned.txt", "content": "attacker was here"},
+             "input_responses": accept, "request_state": state},
+            // Other arguments, approving.
+            {"call": "write_workspace_file", "args": {"path": "mine.txt", "content": "x"},
+             "input_responses": accept, "request_state": state},
+            // A bare requestState (no answer: it used to reject the approval).
+            {"call": "write_workspace_file", "args": {"path": "mine.txt", "content": "x"},
+             "request_state": state},
+        ]}),
+    )
+    .await;
+    for i in 0..3 {
+        let refused = reply(&lines, i);
+        assert_eq!(
+            refused["error"], "approval_mismatch",
+            "step {i}: {refused:#}"
+        );
+    }
+    let got = f.c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending", "{got:#}");
+    assert_eq!(got["approval"]["decided_by"], Value::Null, "{got:#}");
+    assert!(!f.workspace_file("victim", "owned.txt").exists());
+}
+
+/// Finding 2 of issue 28: with in-band decisions off at the approval role and the variable
+/// unset on the MCP node, an MCP client approved its own call. Whether an answer counts is the
+/// approval role's to say: the client is not asked, its answer on a retry counts for nothing,
+/// and the call waits for an approver.
+#[tokio::test]
+async fn an_mcp_client_cannot_approve_its_own_call_where_in_band_is_off() {
+    let mut f = Front::start(
+        "gateway,approval,workspace",
+        &[("TOOLMESH_APPROVAL_IN_BAND", "0")],
+    )
+    .await;
+    let front = f.another_front().await;
+    let args = json!({"path": "self.txt", "content": "self-approved"});
+    let mut spec = f.http("tok-c", "self");
+    spec["http"] = json!(front);
+    spec["elicit"] = json!("accept");
+    let lines = client(
+        spec.clone(),
+        json!({"steps": [{"call": "write_workspace_file", "args": args}]}),
+    )
+    .await;
+    let waited = reply(&lines, 0);
+    // TOOLMESH_MCP_APPROVAL_WAIT_S is 1 on that node: the wait runs out.
+    assert_eq!(waited["error"], "approval_pending", "{waited:#}");
+    assert!(
+        step(&lines, 0)["asked"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
+        "the client was asked although its answer cannot count: {lines:#?}"
+    );
+    let id = waited["approval_request"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Answering anyway, as a retry naming the approval.
+    let lines = client(
+        spec,
+        json!({"steps": [{"call": "write_workspace_file", "args": args,
+            "input_responses": {"approval": {"action": "accept", "content": {"approve": true}}},
+            "request_state": format!("approval:{id}")}]}),
+    )
+    .await;
+    let waited = reply(&lines, 0);
+    assert_eq!(waited["error"], "approval_pending", "{waited:#}");
+    let got = f.c.approvals("acme", "get", json!({"id": id})).await;
+    assert_eq!(got["approval"]["status"], "pending", "{got:#}");
+    assert!(!f.workspace_file("self", "self.txt").exists());
 }
 
 /// A client without elicitation waits; a decision from another NATS client lets the call run,

@@ -31,12 +31,17 @@ pub(crate) struct Provider {
 impl Provider {
     /// Starts the provider and waits until its endpoints are registered (it prints `ready`).
     pub(crate) async fn start(cluster: &Cluster, name: &str, args: &[&str]) -> Provider {
+        Self::start_on(&cluster.nats.url(), name, args).await
+    }
+
+    /// [`Provider::start`] on the NATS server at `url` (which may name a user).
+    pub(crate) async fn start_on(url: &str, name: &str, args: &[&str]) -> Provider {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
         let mut child = tokio::process::Command::new(venv_bin("python"))
             .arg(script)
-            .args(["--nats", &cluster.nats.url(), "--name", name])
+            .args(["--nats", url, "--name", name])
             .args(["--record", &record.display().to_string()])
             .args(args)
             .stdout(Stdio::piped())
@@ -142,6 +147,20 @@ async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
     assert_eq!(search["results"][0]["name"], "ticket_create", "{search}");
     assert_eq!(search["results"][0]["execution"], "provider:tickets");
     assert_eq!(search["results"][0]["enabled"], true);
+    // A plain search finds them too (seed 000: built-in tools and registered ones), with or
+    // without the disabled ones (finding 11 of issue 28).
+    for arguments in [
+        json!({"query": "ticket"}),
+        json!({"query": "ticket", "include_disabled": true}),
+    ] {
+        let search = cluster
+            .call(
+                "acme",
+                json!({"tool": "tool_search", "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(search["results"][0]["name"], "ticket_create", "{search}");
+    }
 
     let list = cluster
         .call(

@@ -19,6 +19,7 @@ use futures::{FutureExt, StreamExt};
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle, StopNotice};
+use toolmesh_kernel::replies::ReplyPrefixes;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck};
 use tracing::Instrument as _;
@@ -45,6 +46,8 @@ pub(crate) struct Subscriptions {
     pub gate: Subscriber,
     /// `toolmesh.internal.v1.approval.release`
     pub release: Subscriber,
+    /// Where this node answers: public requests asking for another reply subject are dropped.
+    pub replies: ReplyPrefixes,
 }
 
 pub(crate) struct ApprovalDesk {
@@ -175,10 +178,15 @@ impl Actor for ApprovalDesk {
             approvals,
             gate,
             release,
+            replies,
         }) = self.subscriptions.take()
         {
             let drain = self.lifecycle.drain.clone();
-            ctx.add_stream(drainable(approvals, drain.clone()).map(ApprovalsRequest));
+            ctx.add_stream(
+                replies
+                    .screen(drainable(approvals, drain.clone()))
+                    .map(ApprovalsRequest),
+            );
             ctx.add_stream(drainable(gate, drain.clone()).map(GateCall));
             ctx.add_stream(drainable(release, drain).map(ReleaseCall));
             self.open_streams = 3;

@@ -5,7 +5,9 @@ use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
-use toolmesh_kernel::wire::{is_approval_id, ApprovalRequest, GateOutcome, GateRequest};
+use toolmesh_kernel::wire::{
+    is_approval_id, ApprovalRequest, GateOutcome, GateRequest, IN_BAND_DECIDER,
+};
 
 use crate::service::{store_error, ApprovalService};
 use crate::store::{Birth, NewApproval, Redeemed, Redemption};
@@ -34,19 +36,27 @@ impl ApprovalService {
         tracing::debug!("gate");
         let grant = request.grant.clone().unwrap_or_default();
         // With in-band decisions off, `approved` counts for nothing (PROTOCOL.md).
-        let decision = grant.approved.filter(|_| self.config.in_band);
-        match grant.id {
+        let decision = grant
+            .approved
+            .filter(|_| self.config.in_band)
+            .map(|approved| InBand {
+                approved,
+                decided_by: grant.decider().to_owned(),
+            });
+        match &grant.id {
             None => self.first_call(&request, decision).await,
-            Some(id) => self.redeem(&request, &id, decision).await,
+            Some(id) => self.redeem(&request, id, decision).await,
         }
     }
 
     /// A call without an approval id: a new approval, pending or decided in band at once.
-    async fn first_call(&self, request: &GateRequest, decision: Option<bool>) -> GateOutcome {
-        let birth = match decision {
+    async fn first_call(&self, request: &GateRequest, decision: Option<InBand>) -> GateOutcome {
+        let birth = match &decision {
             None => Birth::Pending,
-            Some(true) => Birth::ApprovedAndUsed,
-            Some(false) => Birth::Rejected,
+            Some(InBand { approved: true, .. }) => Birth::ApprovedAndUsed,
+            Some(InBand {
+                approved: false, ..
+            }) => Birth::Rejected,
         };
         let ctx = &request.invocation;
         let (arguments, arguments_preview) = match stored_arguments(request) {
@@ -65,6 +75,7 @@ impl ApprovalService {
             arguments_sha256: request.arguments_sha256.clone(),
             arguments_preview,
             arguments,
+            decided_by: decision.map(|d| d.decided_by),
         };
         let approval = match self.store.create(&new, birth).await {
             Ok(approval) => approval,
@@ -75,7 +86,10 @@ impl ApprovalService {
             Birth::Pending => {
                 self.record(&approval, "requested", Some(ctx)).await;
                 self.announce_requested(&approval).await;
-                GateOutcome::Required { approval }
+                GateOutcome::Required {
+                    approval,
+                    in_band: self.config.in_band,
+                }
             }
             Birth::ApprovedAndUsed => {
                 self.metrics.approval_decided(ApprovalOutcome::Approved);
@@ -94,14 +108,23 @@ impl ApprovalService {
     }
 
     /// A call presenting an approval id, maybe with an in-band decision.
-    async fn redeem(&self, request: &GateRequest, id: &str, decision: Option<bool>) -> GateOutcome {
+    async fn redeem(
+        &self,
+        request: &GateRequest,
+        id: &str,
+        decision: Option<InBand>,
+    ) -> GateOutcome {
         let ctx = &request.invocation;
         let call = Redemption {
             session_id: ctx.session_id.clone(),
             tool_name: request.tool_name.clone(),
             arguments_sha256: request.arguments_sha256.clone(),
             invocation_id: ctx.invocation_id.clone(),
-            decision,
+            decision: decision.as_ref().map(|d| d.approved),
+            decided_by: decision
+                .as_ref()
+                .map_or(IN_BAND_DECIDER, |d| d.decided_by.as_str())
+                .to_owned(),
         };
         let redeemed = match self.store.redeem(&ctx.account, id, &call).await {
             Ok(redeemed) => redeemed,
@@ -155,9 +178,11 @@ impl ApprovalService {
             }
             Redeemed::Proceed(approval) => {
                 tracing::info!(id, invocation_id = %ctx.invocation_id, "approval used");
-                // Approved in band by this very call (the store writes `in-band` as the
-                // decider), rather than used after an earlier decision.
-                if decision == Some(true) && approval.decided_by.as_deref() == Some("in-band") {
+                // Approved in band by this very call (the store writes its decider), rather
+                // than used after an earlier decision.
+                if call.decision == Some(true)
+                    && approval.decided_by.as_deref() == Some(call.decided_by.as_str())
+                {
                     self.metrics.approval_decided(ApprovalOutcome::Approved);
                     self.record(&approval, "approved", Some(ctx)).await;
                 }
@@ -167,6 +192,13 @@ impl ApprovalService {
             }
         }
     }
+}
+
+/// An in-band decision that counts (in-band decisions are on): approve or reject, and the
+/// client it came from.
+struct InBand {
+    approved: bool,
+    decided_by: String,
 }
 
 /// Parses and checks a gate body; the kernel types already check account and ids.

@@ -41,6 +41,8 @@ pub struct ApprovalSettings {
     pub metrics: Metrics,
     /// The audit trail every approval change is appended to (off without JetStream).
     pub audit: toolmesh_kernel::audit::AuditTrail,
+    /// Where the node answers (`TOOLMESH_REPLY_PREFIXES`).
+    pub replies: toolmesh_kernel::replies::ReplyPrefixes,
 }
 
 impl std::fmt::Debug for ApprovalSettings {
@@ -144,6 +146,7 @@ pub async fn spawn(
         approvals,
         gate,
         release,
+        replies: settings.replies,
     };
     ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stop_notice).start();
     tracing::info!("approval actor subscribed");

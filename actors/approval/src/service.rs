@@ -96,6 +96,13 @@ pub(crate) fn store_error(e: StoreError) -> ToolError {
             ErrorCode::Unavailable,
             "approval store (Redis) is not reachable; retry in a moment",
         ),
+        StoreError::TooManyPending(max) => ToolError::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "this account has {max} approvals pending, the most it may have (TOOLMESH_APPROVAL_MAX_PENDING); decide or let some expire, then call again"
+            ),
+        )
+        .with("max_pending", max),
         StoreError::Failed(detail) => {
             tracing::error!(error = %detail, "approval store failed");
             ToolError::internal(

@@ -51,6 +51,9 @@ pub enum StoreError {
     /// Redis answered something this code did not expect (a bug or a damaged record).
     #[error("approval store failed: {0}")]
     Failed(String),
+    /// The account already has this many approvals pending: nothing was created.
+    #[error("the account has {0} approvals pending already")]
+    TooManyPending(u64),
 }
 
 impl From<RedisError> for StoreError {
@@ -90,6 +93,8 @@ pub struct NewApproval {
     pub arguments_preview: String,
     /// The arguments as compact JSON; `None` when the gateway did not send them.
     pub arguments: Option<String>,
+    /// Who decides it in band at birth (`in-band` when `None`): see [`Birth`].
+    pub decided_by: Option<String>,
 }
 
 /// Who asked for an approval: the `user_id` and `agent_id` of the call that made it.
@@ -139,6 +144,8 @@ pub struct Redemption {
     pub arguments_sha256: String,
     pub invocation_id: InvocationId,
     pub decision: Option<bool>,
+    /// What the decision records as `decided_by` (`in-band`, or the client that made it).
+    pub decided_by: String,
 }
 
 /// The result of [`ApprovalStore::redeem`].
@@ -221,6 +228,7 @@ pub struct ApprovalStore {
     scripts: Arc<Scripts>,
     ttl_ms: u64,
     retention_ms: u64,
+    max_pending: u64,
 }
 
 /// The keys one record script works on, in the order the scripts expect them.
@@ -272,6 +280,7 @@ impl ApprovalStore {
             scripts: Arc::new(Scripts::new()),
             ttl_ms: config.ttl.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
+            max_pending: config.max_pending,
         };
         Ok((store, StoreConnector { client, tx }))
     }
@@ -339,8 +348,17 @@ impl ApprovalStore {
             })
             .arg(new.user_id.as_deref().unwrap_or(""))
             .arg(new.agent_id.as_deref().unwrap_or(""))
-            .arg(new.arguments.as_deref().unwrap_or(""));
-        let (_, now, record): (String, u64, Record) = self.run(&invocation).await?;
+            .arg(new.arguments.as_deref().unwrap_or(""))
+            .arg(
+                new.decided_by
+                    .as_deref()
+                    .unwrap_or(toolmesh_kernel::wire::IN_BAND_DECIDER),
+            )
+            .arg(self.max_pending);
+        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        if outcome == "full" {
+            return Err(StoreError::TooManyPending(self.max_pending));
+        }
         view(&record, now)
     }
 
@@ -490,7 +508,8 @@ impl ApprovalStore {
             })
             .arg(op_token())
             .arg(&keys.member)
-            .arg(id);
+            .arg(id)
+            .arg(&call.decided_by);
         let (outcome, now, changed, record): (String, u64, String, Record) =
             self.run(&invocation).await?;
         if outcome == "not_found" {

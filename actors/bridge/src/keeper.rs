@@ -19,7 +19,7 @@ use std::time::Instant;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use toolmesh_kernel::host::Lifecycle;
-use toolmesh_kernel::text::{display_safe, shorten_middle};
+use toolmesh_kernel::text::{display_safe, redact_urls, shorten_middle};
 use toolmesh_kernel::wire::{McpServerState, McpServerStatus};
 
 use crate::backoff::Backoff;
@@ -65,7 +65,9 @@ impl ServerKeeper {
     }
 
     fn failed(&self, state: McpServerState, why: &str) {
-        let why = display_safe(&shorten_middle(why, MAX_ERROR_CHARS)).into_owned();
+        // Every account may read status: no credential of the server's URL goes there.
+        let why = redact_urls(why);
+        let why = display_safe(&shorten_middle(&why, MAX_ERROR_CHARS)).into_owned();
         tracing::warn!(server = %self.config.name, state = state.as_str(), "MCP server: {why}");
         self.set(|s| {
             s.state = state;
@@ -158,7 +160,7 @@ impl ServerKeeper {
                     Err(why) => tracing::warn!(
                         server = %self.config.name,
                         "cannot list the changed tools: {}",
-                        display_safe(&why)
+                        display_safe(&redact_urls(&why))
                     ),
                 },
             }

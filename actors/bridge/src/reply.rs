@@ -62,11 +62,14 @@ pub fn from_service_error(server: &str, error: ServiceError) -> ToolError {
     }
 }
 
-/// `unavailable`, naming the server and why.
+/// `unavailable`, naming the server and why (without the credentials of any URL in it).
 pub fn unavailable(server: &str, why: &str) -> ToolError {
     ToolError::new(
         ErrorCode::Unavailable,
-        format!("MCP server {server:?} is not available: {why}"),
+        format!(
+            "MCP server {server:?} is not available: {}",
+            toolmesh_kernel::text::redact_urls(why)
+        ),
     )
 }
 

@@ -44,8 +44,6 @@ pub const ROUTE_TIMEOUT_MARGIN: Duration = Duration::from_secs(30);
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long giving back an unused approval may hold up the `unavailable` reply.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A parked call re-reads its approval this often in case a `decided` event was missed.
-pub const PARKED_POLL: Duration = Duration::from_secs(2);
 /// Bytes a gated call leaves under the reply limit besides its gate request: what the
 /// `approvals.<account>.get` reply carries around the arguments (the approval with its
 /// `decided_by` and `reason`), so the approver can always get the arguments in full.
@@ -318,14 +316,14 @@ impl<'a> Call<'a> {
     }
 
     /// What the actor needs to answer the caller itself, when it may: the call used no
-    /// approval (no outcome of it gives one back) and the caller's reply subject is under
-    /// `_INBOX.`, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
+    /// approval (no outcome of it gives one back) and the caller's reply subject is under a
+    /// reply prefix, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
     /// the reply comes through here.
     fn direct_reply(&self) -> Option<DirectReply> {
         // With the trail on, the gateway writes `finished` before the caller has the reply.
         if self.consumed_approval.is_some()
             || self.audit.is_some()
-            || !self.reply_to.starts_with("_INBOX.")
+            || !self.core.config.reply_prefixes.allows(self.reply_to)
         {
             return None;
         }
@@ -452,7 +450,7 @@ impl<'a> Call<'a> {
         }
         let outcome = self.ask_gate(body).await?;
         let undecided = match &outcome {
-            GateOutcome::Required { approval } => Some(approval.clone()),
+            GateOutcome::Required { approval, .. } => Some(approval.clone()),
             GateOutcome::Refused {
                 error: ErrorCode::ApprovalPending,
                 approval: Some(approval),
@@ -466,7 +464,7 @@ impl<'a> Call<'a> {
             if request.wait_for_approval_s > 0 {
                 gate.grant = Some(ApprovalGrant {
                     id: Some(approval.id.clone()),
-                    approved: None,
+                    ..ApprovalGrant::default()
                 });
                 // Redeeming an id needs only the hash.
                 gate.arguments = None;
@@ -501,8 +499,8 @@ impl<'a> Call<'a> {
                     .await;
                 Ok(())
             }
-            GateOutcome::Required { approval } => {
-                Err(approval_required(&approval, &self.ctx.account))
+            GateOutcome::Required { approval, in_band } => {
+                Err(approval_required(&approval, &self.ctx.account).with("in_band", in_band))
             }
             GateOutcome::Refused {
                 error,
@@ -552,8 +550,10 @@ impl<'a> Call<'a> {
             CancelWatch::listen(&core.client, &self.ctx.account, &self.ctx.invocation_id).await;
         let deadline = tokio::time::sleep(wait);
         tokio::pin!(deadline);
-        // The first tick is immediate: it covers a decision made before we subscribed.
-        let mut poll = tokio::time::interval(PARKED_POLL);
+        // The decision wakes the call: no polling, so a thousand parked calls cost Redis
+        // nothing while they wait. One read now covers a decision made before we subscribed;
+        // another whenever this gateway fell behind the `decided` events.
+        let mut first_read = self.fetch(&approval).await;
         let still_pending = |a: &ApprovalRequest, why: &str| {
             ToolError::new(
                 ErrorCode::ApprovalPending,
@@ -562,24 +562,27 @@ impl<'a> Call<'a> {
             .with("approval_request", to_value(a))
         };
         loop {
-            let seen: Option<ApprovalRequest> = tokio::select! {
-                _ = &mut deadline => return Err(still_pending(&approval, "the wait ran out")),
-                _ = core.lifecycle.drain.cancelled() => {
-                    return Err(still_pending(&approval, "the gateway node is shutting down"))
+            let seen: Option<ApprovalRequest> = if let Some(read) = first_read.take() {
+                Some(read)
+            } else {
+                tokio::select! {
+                    _ = &mut deadline => return Err(still_pending(&approval, "the wait ran out")),
+                    _ = core.lifecycle.drain.cancelled() => {
+                        return Err(still_pending(&approval, "the gateway node is shutting down"))
+                    }
+                    _ = cancel.requested() => {
+                        return Err(ToolError::new(
+                            ErrorCode::Cancelled,
+                            "the call was cancelled while it waited for approval",
+                        ));
+                    }
+                    event = decided.recv() => match event {
+                        Ok(a) if a.id == approval.id => Some((*a).clone()),
+                        Ok(_) => None,
+                        Err(broadcast::error::RecvError::Lagged(_)) => self.fetch(&approval).await,
+                        Err(broadcast::error::RecvError::Closed) => None,
+                    },
                 }
-                _ = cancel.requested() => {
-                    return Err(ToolError::new(
-                        ErrorCode::Cancelled,
-                        "the call was cancelled while it waited for approval",
-                    ));
-                }
-                event = decided.recv() => match event {
-                    Ok(a) if a.id == approval.id => Some((*a).clone()),
-                    Ok(_) => None,
-                    Err(broadcast::error::RecvError::Lagged(_)) => self.fetch(&approval).await,
-                    Err(broadcast::error::RecvError::Closed) => None,
-                },
-                _ = poll.tick() => self.fetch(&approval).await,
             };
             let Some(current) = seen else { continue };
             match current.status {
@@ -1232,23 +1235,23 @@ fn subject_account(msg: &Message, kind: &str) -> Result<Account, ToolError> {
         })
 }
 
+/// The body of `toolmesh.v1.cancel.<account>`: the id and nothing else (PROTOCOL.md "Tenancy
+/// and trust"), so that no other message's body (a reply, an event) reads as a cancel.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    invocation_id: String,
+}
+
 fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
     let account = subject_account(msg, "cancel")?;
-    let value: Value = serde_json::from_slice(&msg.payload).map_err(|e| {
+    let body: CancelBody = serde_json::from_slice(&msg.payload).map_err(|e| {
         ToolError::invalid_request(format!(
-            "the body must be {{\"invocation_id\": \"…\"}} ({e})"
+            "the body must be exactly {{\"invocation_id\": \"…\"}}: {e}"
         ))
     })?;
-    let id = value
-        .get("invocation_id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ToolError::invalid_request(
-                "the body must be {\"invocation_id\": \"…\"} with a string id",
-            )
-        })?;
-    let invocation =
-        InvocationId::parse(id).map_err(|e| ToolError::invalid_request(e.to_string()))?;
+    let invocation = InvocationId::parse(body.invocation_id)
+        .map_err(|e| ToolError::invalid_request(e.to_string()))?;
     Ok((account, invocation))
 }
 #[cfg(test)]

@@ -36,7 +36,7 @@ use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
 
-pub use call::{DEFAULT_ROUTE_TIMEOUT, GATE_TIMEOUT, PARKED_POLL};
+pub use call::{DEFAULT_ROUTE_TIMEOUT, GATE_TIMEOUT};
 
 use actor::{ApprovalDecided, AuditQueried, CallReceived, CancelReceived, Gateway};
 
@@ -141,11 +141,21 @@ pub async fn spawn(
     });
     let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();
+    // Public requests that ask for a reply anywhere but an inbox are dropped unread.
+    let replies = core.config.reply_prefixes.clone();
     Gateway::create(move |ctx| {
-        ctx.add_stream(drainable(calls, drain.clone()).map(CallReceived));
-        ctx.add_stream(drainable(cancels, drain.clone()).map(CancelReceived));
+        ctx.add_stream(
+            replies
+                .screen(drainable(calls, drain.clone()))
+                .map(CallReceived),
+        );
+        ctx.add_stream(
+            replies
+                .screen(drainable(cancels, drain.clone()))
+                .map(CancelReceived),
+        );
         ctx.add_stream(drainable(decided, drain.clone()).map(ApprovalDecided));
-        ctx.add_stream(drainable(queries, drain).map(AuditQueried));
+        ctx.add_stream(replies.screen(drainable(queries, drain)).map(AuditQueried));
         Gateway::new(core, 4, stop_notice)
     });
     Ok(handle)

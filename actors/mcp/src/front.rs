@@ -4,6 +4,12 @@
 //! It holds no call state between requests: an approval waiting for the client's answer is an
 //! approval in the approval actor, named in the `requestState` the client echoes, so the retry
 //! may reach any front node.
+//!
+//! It never decides an approval itself (PROTOCOL.md "Tenancy and trust"): the client's answer
+//! travels as the retried call's in-band `approval` through a gateway, which checks that the
+//! approval is for this account, session, tool and arguments, and counts it only where the
+//! approval role takes in-band decisions. A `requestState` naming someone else's approval is
+//! then just a call that does not match it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +29,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::{Account, VERSION};
 
@@ -53,10 +59,27 @@ pub struct Caller {
 /// Settings every front shares.
 #[derive(Debug, Clone)]
 pub struct FrontSettings {
-    /// `TOOLMESH_APPROVAL_IN_BAND`: an elicitation answer may decide an approval.
-    pub in_band: bool,
     /// `TOOLMESH_MCP_APPROVAL_WAIT_S`: how long a call waits for an out-of-band decision.
     pub approval_wait_s: u64,
+}
+
+impl Caller {
+    /// What an in-band decision of this caller records as `decided_by`: `mcp:<token name>`
+    /// over HTTP, `mcp` over stdio.
+    fn decided_by(&self) -> String {
+        match &self.name {
+            Some(name) => format!("mcp:{name}"),
+            None => "mcp".to_owned(),
+        }
+    }
+}
+
+/// The `approval` member of a ToolRequest the front sends.
+enum Grant<'a> {
+    /// Use approval `id` (decided elsewhere, or to be waited for).
+    Use(&'a str),
+    /// The client's in-band answer on approval `id`.
+    Answer { id: &'a str, approved: bool },
 }
 
 /// The handler. Over stdio it serves one fixed caller; over HTTP the caller comes with each
@@ -69,6 +92,9 @@ pub struct Front {
     /// Over HTTP, server-to-client requests of a legacy (handshake) client cannot be answered:
     /// each POST is served on its own, so no node waits for the answer's POST.
     http: bool,
+    /// Calls in flight. A stdio client may cancel a call and close the pipe at once: the
+    /// process waits for them ([`Front::finish_calls`]) so the cancel reaches the mesh.
+    calls: tokio_util::task::TaskTracker,
 }
 
 impl Front {
@@ -78,6 +104,22 @@ impl Front {
             settings: Arc::new(settings),
             fixed: Some(Arc::new(caller)),
             http: false,
+            calls: Default::default(),
+        }
+    }
+
+    /// Waits, at most `within`, for the calls in flight to end (a cancelled one ends once
+    /// its cancel is answered).
+    pub async fn finish_calls(&self, within: Duration) {
+        self.calls.close();
+        if tokio::time::timeout(within, self.calls.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                calls = self.calls.len(),
+                "MCP calls still in flight at exit; their invocations go on"
+            );
         }
     }
 
@@ -87,6 +129,7 @@ impl Front {
             settings,
             fixed: None,
             http: true,
+            calls: Default::default(),
         }
     }
 
@@ -185,7 +228,7 @@ impl Front {
     ) -> Result<CallToolResponse, McpError> {
         let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
         let tool = params.name.to_string();
-        // A retry after the approval question: decide, then run with the approval.
+        // A retry after the approval question: the answer rides on the call itself.
         if let Some(state) = params.request_state.as_deref() {
             let Some(id) = state
                 .strip_prefix("approval:")
@@ -201,19 +244,33 @@ impl Front {
                 .as_ref()
                 .and_then(|r| r.get(APPROVAL_INPUT))
                 .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok());
-            self.decide(caller, id, answer.as_ref()).await;
-            let reply = self.run(caller, &tool, &arguments, Some(id), 0, &ctx).await;
+            let reply = self
+                .answer(caller, &tool, &arguments, id, answer.as_ref(), &ctx)
+                .await;
             return Ok(reply_result(reply).into());
         }
         let capabilities = ctx.client_capabilities();
-        let can_elicit =
-            self.settings.in_band && capabilities.is_some_and(|c| c.elicitation.is_some());
+        let can_elicit = capabilities.is_some_and(|c| c.elicitation.is_some());
         let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
         if can_elicit && (modern || !self.http) {
             let reply = self.run(caller, &tool, &arguments, None, 0, &ctx).await;
             let Some(approval) = approval_required(&reply) else {
                 return Ok(reply_result(reply).into());
             };
+            if !approval.in_band {
+                // The client's answer would count for nothing: wait for an approver.
+                let reply = self
+                    .run(
+                        caller,
+                        &tool,
+                        &arguments,
+                        Some(Grant::Use(&approval.id)),
+                        self.settings.approval_wait_s,
+                        &ctx,
+                    )
+                    .await;
+                return Ok(reply_result(reply).into());
+            }
             let question = elicitation(&approval);
             if modern {
                 let mut requests = InputRequests::new();
@@ -235,10 +292,15 @@ impl Front {
             if let Err(e) = &answer {
                 tracing::info!(error = %e, "the elicitation failed; the call counts as rejected");
             }
-            self.decide(caller, &approval.id, answer.as_ref().ok())
-                .await;
             let reply = self
-                .run(caller, &tool, &arguments, Some(&approval.id), 0, &ctx)
+                .answer(
+                    caller,
+                    &tool,
+                    &arguments,
+                    &approval.id,
+                    answer.as_ref().ok(),
+                    &ctx,
+                )
                 .await;
             return Ok(reply_result(reply).into());
         }
@@ -255,12 +317,18 @@ impl Front {
         Ok(reply_result(reply).into())
     }
 
-    /// Records the client's answer: `accept` with `approve: true` approves, anything else
-    /// (also a failed elicitation) rejects. Without in-band decisions nothing is recorded.
-    async fn decide(&self, caller: &Caller, id: &str, answer: Option<&ElicitResult>) {
-        if !self.settings.in_band {
-            return;
-        }
+    /// The call again, carrying the client's answer on approval `id` in band: `accept` with
+    /// `approve: true` approves, anything else (also a failed elicitation) rejects. Where the
+    /// answer counts for nothing (in-band decisions are off), the call waits for an approver.
+    async fn answer(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &Value,
+        id: &str,
+        answer: Option<&ElicitResult>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Value {
         let approved = answer.is_some_and(|a| {
             a.action == ElicitationAction::Accept
                 && a.content
@@ -269,21 +337,28 @@ impl Front {
                     .and_then(Value::as_bool)
                     == Some(true)
         });
-        let mut body = json!({"id": id, "approved": approved, "approver": "mcp"});
-        if !approved {
-            body["reason"] = json!("not approved at the MCP client");
-        }
         let reply = self
-            .request(
-                public::approvals(&caller.account, ApprovalVerb::Decide),
-                body,
-                Duration::from_secs(30),
+            .run(
+                caller,
+                tool,
+                arguments,
+                Some(Grant::Answer { id, approved }),
+                0,
+                ctx,
             )
             .await;
-        if reply.get("ok") != Some(&Value::Bool(true)) {
-            // `conflict` (decided the other way first) or gone: the call's reply says so.
-            tracing::info!(approval = id, reply = %reply, "the MCP decision was not recorded");
+        if reply["error"].as_str() != Some("approval_pending") {
+            return reply;
         }
+        self.run(
+            caller,
+            tool,
+            arguments,
+            Some(Grant::Use(id)),
+            self.settings.approval_wait_s,
+            ctx,
+        )
+        .await
     }
 
     /// One ToolRequest to the gateway. RunEvents `stdout`/`stderr` become progress
@@ -294,10 +369,11 @@ impl Front {
         caller: &Caller,
         tool: &str,
         arguments: &Value,
-        approval: Option<&str>,
+        approval: Option<Grant<'_>>,
         wait_s: u64,
         ctx: &RequestContext<RoleServer>,
     ) -> Value {
+        let _in_flight = self.calls.token();
         let invocation = format!("mcp-{}", uuid::Uuid::new_v4().simple());
         let mut request = if caller.profile == "default" {
             json!({"tool": tool, "arguments": arguments})
@@ -312,8 +388,13 @@ impl Front {
         if let Some(session) = &caller.session {
             request["session_id"] = json!(session);
         }
-        if let Some(id) = approval {
-            request["approval"] = json!({"id": id});
+        match approval {
+            None => {}
+            Some(Grant::Use(id)) => request["approval"] = json!({"id": id}),
+            Some(Grant::Answer { id, approved }) => {
+                request["approval"] =
+                    json!({"id": id, "approved": approved, "decided_by": caller.decided_by()})
+            }
         }
         request["wait_for_approval_s"] = json!(wait_s);
         let token = ctx.meta.get_progress_token();
@@ -426,6 +507,8 @@ fn failure(code: &str, message: &str) -> Value {
 struct Pending {
     id: String,
     request: Value,
+    /// Whether an in-band answer on it would count (the approval role says).
+    in_band: bool,
 }
 
 fn approval_required(reply: &Value) -> Option<Pending> {
@@ -434,7 +517,14 @@ fn approval_required(reply: &Value) -> Option<Pending> {
     }
     let request = reply["approval_request"].clone();
     let id = request["id"].as_str()?.to_owned();
-    Some(Pending { id, request })
+    // A gateway that does not say asks anyway: an answer that counts for nothing ends in a
+    // wait for an approver ([`Front::answer`]).
+    let in_band = reply["in_band"].as_bool().unwrap_or(true);
+    Some(Pending {
+        id,
+        request,
+        in_band,
+    })
 }
 
 /// The form asking the person at the client: the tool, its risk and its arguments, and one

@@ -160,21 +160,9 @@ pub fn front_settings(env: &RawEnv) -> Result<FrontSettings, McpConfigError> {
                 ),
             })?,
     };
-    let in_band = match env.get("TOOLMESH_APPROVAL_IN_BAND").map(str::trim) {
-        None | Some("1" | "true" | "yes" | "on") => true,
-        Some("0" | "false" | "no" | "off") => false,
-        Some(other) => {
-            return Err(McpConfigError::Invalid {
-                key: "TOOLMESH_APPROVAL_IN_BAND",
-                value: other.to_owned(),
-                reason: "use 1 or 0".into(),
-            })
-        }
-    };
-    Ok(FrontSettings {
-        in_band,
-        approval_wait_s,
-    })
+    // No TOOLMESH_APPROVAL_IN_BAND here: whether a client's answer counts is the approval
+    // role's to say (PROTOCOL.md "Tenancy and trust"); `approval_required` replies tell.
+    Ok(FrontSettings { approval_wait_s })
 }
 
 /// Reads `{"<token>": {"account", "profile"?, "session"?, "sessions"?: "any", "name"?}}`.
@@ -293,6 +281,7 @@ where
     let profile_caller = caller.clone();
     let front = Front::stdio(nats.clone(), settings, caller);
     let watcher_front = front.clone();
+    let finishing = front.clone();
     let service = front
         .serve(io)
         .await
@@ -308,6 +297,10 @@ where
     let result = service.waiting().await;
     stop.cancel();
     let _ = watcher.await;
+    // A client that cancelled a call and closed the pipe: the cancel still goes out.
+    finishing
+        .finish_calls(std::time::Duration::from_secs(15))
+        .await;
     result.map_err(|e| format!("the MCP connection ended: {e}"))?;
     Ok(())
 }

@@ -8,11 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::policy::{ApprovalMode, Policy, PolicyError};
+use crate::replies::ReplyPrefixes;
 
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_APPROVAL_TTL_S: u64 = 3600;
+/// Pending approvals per account (PROTOCOL.md "Tenancy and trust", "Bounded waiting rooms").
+pub const DEFAULT_APPROVAL_MAX_PENDING: u64 = 1000;
 pub const DEFAULT_RESULT_BUDGET_CHARS: usize = 20_000;
 pub const DEFAULT_SANDBOX_IMAGE: &str = "toolmesh/sandbox:latest";
 pub const DEFAULT_SKILLS_DIR: &str = "./skills";
@@ -207,6 +210,8 @@ pub struct ApprovalConfig {
     pub in_band: bool,
     pub ttl: Duration,
     pub retention: Duration,
+    /// `TOOLMESH_APPROVAL_MAX_PENDING`: pending approvals one account may have at once.
+    pub max_pending: u64,
 }
 
 /// Sandbox settings that other actors also report (component_status).
@@ -319,6 +324,8 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// The limits of the RunEvents stream and what the node found at start.
     pub events: crate::streams::EventsConfig,
+    /// Where the node answers requests (PROTOCOL.md "Tenancy and trust").
+    pub reply_prefixes: ReplyPrefixes,
 }
 
 impl NodeConfig {
@@ -365,6 +372,7 @@ impl NodeConfig {
                     "TOOLMESH_APPROVAL_RETENTION_S",
                     DEFAULT_APPROVAL_RETENTION_S,
                 )?),
+                max_pending: approval_max_pending(env)?,
             },
             data_dir,
             result_budget_chars: env
@@ -458,7 +466,36 @@ impl NodeConfig {
                 env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,
             ),
             events: events_config(env)?,
+            reply_prefixes: reply_prefixes(env)?,
         })
+    }
+}
+
+/// `TOOLMESH_APPROVAL_MAX_PENDING`, at least 1.
+fn approval_max_pending(env: &RawEnv) -> Result<u64, ConfigError> {
+    let max: u64 = env.parse(
+        "TOOLMESH_APPROVAL_MAX_PENDING",
+        DEFAULT_APPROVAL_MAX_PENDING,
+    )?;
+    if max == 0 {
+        return Err(ConfigError::Invalid {
+            key: "TOOLMESH_APPROVAL_MAX_PENDING",
+            value: "0".into(),
+            reason: "an account must be able to ask for at least one approval".into(),
+        });
+    }
+    Ok(max)
+}
+
+/// `TOOLMESH_REPLY_PREFIXES`: where the node answers (comma-separated; `_INBOX.` when unset).
+fn reply_prefixes(env: &RawEnv) -> Result<ReplyPrefixes, ConfigError> {
+    match env.get("TOOLMESH_REPLY_PREFIXES") {
+        None => Ok(ReplyPrefixes::default()),
+        Some(raw) => ReplyPrefixes::new(raw.split(',')).map_err(|e| ConfigError::Invalid {
+            key: "TOOLMESH_REPLY_PREFIXES",
+            value: raw.to_owned(),
+            reason: e.to_string(),
+        }),
     }
 }
 

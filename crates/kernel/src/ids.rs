@@ -105,11 +105,13 @@ token_id!(
 );
 
 impl InvocationId {
-    /// A fresh id for a request that carried none (or carried one that could not be used).
-    /// NUIDs are unique without a syscall per id (uuid v4 asks the kernel for randomness each
-    /// time, which showed in the gateway's profile); invocation ids need no secrecy.
+    /// A fresh id for a request that carried none (or carried one that could not be used):
+    /// `inv_` and 128 random bits in hex. An id is what a cancel names, so it must not be
+    /// guessable from the ids a caller has seen (PROTOCOL.md "Tenancy and trust"): a NUID's
+    /// sequential tail was. The bits come from the thread's ChaCha generator, seeded by the
+    /// OS and reseeded by `rand`, so there is no syscall per id.
     pub fn generate() -> Self {
-        Self(format!("inv_{}", nuid::next()))
+        Self(format!("inv_{:032x}", rand::random::<u128>()))
     }
 }
 
@@ -163,6 +165,24 @@ mod tests {
         let generated = InvocationId::generate();
         assert!(InvocationId::parse(generated.as_str()).is_ok());
         assert!(NodeId::parse(NodeId::generate("host.name!").as_str()).is_ok());
+    }
+
+    /// An id names what a cancel stops: one caller's ids must not lead to another's
+    /// (PROTOCOL.md "Tenancy and trust": at least 96 random bits, no shared structure).
+    #[test]
+    fn generated_invocation_ids_share_nothing_but_their_prefix() {
+        let ids: Vec<String> = (0..1000)
+            .map(|_| InvocationId::generate().as_str().to_owned())
+            .collect();
+        for pair in ids.windows(2) {
+            let (a, b) = (&pair[0]["inv_".len()..], &pair[1]["inv_".len()..]);
+            assert!(a.len() >= 24, "{a} carries under 96 bits");
+            let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+            // Random tails share 8 leading hex digits once in 4 billion pairs.
+            assert!(shared < 8, "{a} and {b} share a prefix of {shared}");
+        }
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
     }
 
     #[test]

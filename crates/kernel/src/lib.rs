@@ -20,6 +20,7 @@ pub mod ids;
 pub mod listener;
 pub mod metrics;
 pub mod policy;
+pub mod replies;
 pub mod role;
 pub mod skills;
 pub mod streams;

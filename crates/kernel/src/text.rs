@@ -11,6 +11,69 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+/// `text` with the secrets a URL may carry taken out of every URL in it: the userinfo
+/// (`https://user:pw@host` → `https://***@host`), the query and the fragment (`?api_key=…` →
+/// `?***`). Error texts of HTTP clients name the URL they failed on, and a status or a log
+/// line must not hand its credentials to whoever reads it (PROTOCOL.md "Tenancy and trust",
+/// "No secret in a reply").
+pub fn redact_urls(text: &str) -> Cow<'_, str> {
+    if !text.contains("://") {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.find("://") {
+        // The scheme: the letters, digits, `+`, `-`, `.` just before `://`.
+        let scheme_start = rest[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |i| i + 1);
+        let after = at + 3;
+        let end = rest[after..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`'))
+            .map_or(rest.len(), |i| after + i);
+        if scheme_start == at {
+            // No scheme: not a URL; keep the `://` and go on after it.
+            out.push_str(&rest[..after]);
+            rest = &rest[after..];
+            continue;
+        }
+        out.push_str(&rest[..after]);
+        let url = &rest[after..end];
+        // The authority ends at the first `/`, `?` or `#`.
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let (authority, tail) = url.split_at(authority_end);
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                out.push_str(&authority[at..]);
+                changed = true;
+            }
+            None => out.push_str(authority),
+        }
+        match tail.find(['?', '#']) {
+            Some(q) => {
+                // Keep a closing bracket or punctuation that ends the sentence, not the URL.
+                let trailing = tail[q..]
+                    .rfind(|c: char| !matches!(c, ')' | ']' | '}' | ',' | ';' | '.' | ':'))
+                    .map_or(q, |i| q + i + 1);
+                out.push_str(&tail[..q]);
+                out.push_str(&tail[q..q + 1]);
+                out.push_str("***");
+                out.push_str(&tail[trailing..]);
+                changed = true;
+            }
+            None => out.push_str(tail),
+        }
+        rest = &rest[end..];
+    }
+    if !changed {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
 /// Whether `c` is escaped in display-safe text: control characters (C0, DEL, C1),
 /// bidirectional controls (U+061C, U+200E/F, U+202A–E, U+2066–9) and the invisible format
 /// characters that make two different names look alike (soft hyphen, zero-width characters,
@@ -374,5 +437,33 @@ mod tests {
             DisplaySafe(format_args!("{}-{}", "a\n", 1)).to_string(),
             "a\\u000a-1"
         );
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_query_and_fragment() {
+        let cases = [
+            (
+                "error sending request for url (http://mcp.example/mcp?api_key=s3cret)",
+                "error sending request for url (http://mcp.example/mcp?***)",
+            ),
+            (
+                "connect https://bob:pw@host:8443/x#tok failed",
+                "connect https://***@host:8443/x#*** failed",
+            ),
+            (
+                "see \"nats://u:p@10.0.0.1:4222\".",
+                "see \"nats://***@10.0.0.1:4222\".",
+            ),
+            ("no url here: a://", "no url here: a://"),
+            (
+                "plain http://host/path stays",
+                "plain http://host/path stays",
+            ),
+            ("://x?y", "://x?y"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_urls(text), want, "{text}");
+        }
+        assert!(matches!(redact_urls("http://host/a b"), Cow::Borrowed(_)));
     }
 }

@@ -54,6 +54,36 @@ pub struct ApprovalGrant {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved: Option<bool>,
+    /// Which client made an in-band decision: `mcp` or `mcp:<token name>` (the MCP front
+    /// sends its client's answer this way). Recorded as `decided_by` in place of `in-band`;
+    /// it labels an in-band decision and never makes one count where in-band decisions do not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+}
+
+impl ApprovalGrant {
+    /// What an in-band decision records as `decided_by`.
+    pub fn decider(&self) -> &str {
+        self.decided_by.as_deref().unwrap_or(IN_BAND_DECIDER)
+    }
+}
+
+/// `decided_by` of an in-band decision that names no client.
+pub const IN_BAND_DECIDER: &str = "in-band";
+
+/// Whether `label` may name the client of an in-band decision: `mcp`, or `mcp:` and a token
+/// name of 1–64 characters from `[A-Za-z0-9_.@-]`.
+pub fn is_in_band_decider(label: &str) -> bool {
+    match label.strip_prefix("mcp") {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix(':').is_some_and(|name| {
+            (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
+        }),
+        None => false,
+    }
 }
 
 /// Who, on whose behalf, in which session: copied into every event and internal message.
@@ -248,6 +278,18 @@ fn parse_grant(value: Value) -> Result<ApprovalGrant, String> {
                 grant.id = Some(s);
             }
             ("approved", Value::Bool(b)) => grant.approved = Some(b),
+            ("decided_by", Value::String(s)) if is_in_band_decider(&s) => {
+                grant.decided_by = Some(s)
+            }
+            ("decided_by", other) => {
+                let got = match &other {
+                    Value::String(s) => format!("{:?}", s.chars().take(70).collect::<String>()),
+                    other => json_kind(other).to_owned(),
+                };
+                return Err(format!(
+                    "approval.decided_by names the client of an in-band decision, \"mcp\" or \"mcp:<token name>\"; got {got}"
+                ));
+            }
             ("id", other) => {
                 return Err(format!(
                     "approval.id must be a string, got {}",
@@ -783,8 +825,14 @@ pub struct GateRequest {
 pub enum GateOutcome {
     /// Approved and now used by this call.
     Proceed { approval: ApprovalRequest },
-    /// A new pending approval was created for this call.
-    Required { approval: ApprovalRequest },
+    /// A new pending approval was created for this call. `in_band`: whether an in-band
+    /// decision on it would count (`TOOLMESH_APPROVAL_IN_BAND` of the approval role), so a
+    /// front knows whether asking its client is any use.
+    Required {
+        approval: ApprovalRequest,
+        #[serde(default)]
+        in_band: bool,
+    },
     /// The call may not run; `approval` is set when one exists (pending, rejected, …).
     Refused {
         error: ErrorCode,
@@ -881,6 +929,9 @@ mod tests {
             r#"{"tool":"x","approval":true}"#,
             r#"{"tool":"x","approval":{"approved":"yes"}}"#,
             r#"{"tool":"x","approval":{"id":"a.b"}}"#,
+            r#"{"tool":"x","approval":{"approved":true,"decided_by":"alice"}}"#,
+            r#"{"tool":"x","approval":{"approved":true,"decided_by":"mcp:a b"}}"#,
+            r#"{"tool":"x","approval":{"approved":true,"decided_by":7}}"#,
             r#"{"tool":"x","invocation_id":"has space"}"#,
         ] {
             let (code, message) = refused(body);
@@ -914,10 +965,16 @@ mod tests {
             req.approval,
             Some(ApprovalGrant {
                 id: Some("appr_1".into()),
-                approved: Some(true)
+                approved: Some(true),
+                decided_by: None,
             })
         );
         assert!(req.invocation_id.as_str().starts_with("inv_"));
+        let by_mcp = ToolRequest::parse(
+            br#"{"tool":"t","approval":{"id":"appr_1","approved":true,"decided_by":"mcp:ci-bot"}}"#,
+        )
+        .unwrap();
+        assert_eq!(by_mcp.approval.unwrap().decider(), "mcp:ci-bot");
     }
 
     #[test]

@@ -209,6 +209,106 @@ impl Drop for NatsServer {
     }
 }
 
+/// nats-server with the compose cluster's `docker/nats.conf`: its users, their permissions and
+/// JetStream, on a free port with a temp store. Every password is `<user>-pw`, where `<user>` is
+/// `node` (the `toolmesh` user), `provider`, `approver` or an account (`acme`, `globex`).
+#[derive(Debug)]
+pub struct AuthNats {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl AuthNats {
+    pub fn start() -> AuthNats {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docker/nats.conf"
+        ))
+        .expect("docker/nats.conf");
+        let mut text = text
+            .replace("listen: 0.0.0.0:4222", &format!("listen: 127.0.0.1:{port}"))
+            .replace("http: 0.0.0.0:8222", "")
+            .replace(
+                "store_dir: /data",
+                &format!("store_dir: {:?}", dir.path().join("js")),
+            );
+        for (variable, password) in [
+            ("$TOOLMESH_NODE_PASSWORD", "node-pw"),
+            ("$PROVIDER_PASSWORD", "provider-pw"),
+            ("$ACME_PASSWORD", "acme-pw"),
+            ("$GLOBEX_PASSWORD", "globex-pw"),
+            ("$APPROVER_PASSWORD", "approver-pw"),
+        ] {
+            text = text.replace(variable, &format!("{password:?}"));
+        }
+        let config = dir.path().join("nats.conf");
+        std::fs::write(&config, text).expect("write the config");
+        let mut child = Command::new(find_binary("nats-server", "nats-server"))
+            .arg("-c")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server starts");
+        wait_for_port(port, "nats-server", &mut child);
+        AuthNats {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The NATS user name of `user` (`node` is the `toolmesh` user).
+    pub fn user_name(user: &str) -> &str {
+        match user {
+            "node" => "toolmesh",
+            other => other,
+        }
+    }
+
+    /// The URL with `user`'s name and password.
+    pub fn url(&self, user: &str) -> String {
+        format!(
+            "nats://{}:{user}-pw@127.0.0.1:{}",
+            Self::user_name(user),
+            self.port
+        )
+    }
+
+    /// The inbox prefix `user` must connect with: `_INBOX` for nodes, `_INBOX.<user>` for the
+    /// others (their permissions allow no other).
+    pub fn inbox_prefix(user: &str) -> String {
+        match user {
+            "node" => "_INBOX".to_owned(),
+            other => format!("_INBOX.{other}"),
+        }
+    }
+
+    /// A client connected as `user`, with that user's inbox prefix.
+    pub async fn client(&self, user: &str) -> async_nats::Client {
+        async_nats::ConnectOptions::new()
+            .user_and_password(Self::user_name(user).to_owned(), format!("{user}-pw"))
+            .custom_inbox_prefix(Self::inbox_prefix(user))
+            .connect(format!("127.0.0.1:{}", self.port))
+            .await
+            .unwrap_or_else(|e| panic!("connect to the test nats-server as {user}: {e}"))
+    }
+}
+
+impl Drop for AuthNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A `redis-server` on a random port, persisting (AOF) into its own temp dir so that a restart
 /// on the same dir keeps the data.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 -- redeem: a call presents an approval id, maybe with an in-band decision; check the binding,
 -- apply the decision under the first-decision rule, and let at most one call use it.
 -- ARGV: session_id ('' for none), tool_name, arguments_sha256, invocation_id,
---       decision ('' | '1' | '0'), op, expiry member, id
+--       decision ('' | '1' | '0'), op, expiry member, id, decided_by (of the decision)
 -- Reply: {'not_found' | 'mismatch' | 'expired' | 'conflict' | 'pending' | 'rejected' | 'used'
 --         | 'proceed', now_ms, changed ('1' when something was written), record}
 local now = now_ms()
@@ -27,7 +27,7 @@ local changed = '0'
 if ARGV[5] ~= '' and status ~= 'expired' then
   local approve = ARGV[5] == '1'
   if status == 'pending' then
-    record_decision(id, member, approve, 'in-band', '', op, now)
+    record_decision(id, member, approve, ARGV[9], '', op, now)
     changed = '1'
     if approve then status = 'approved' else status = 'rejected' end
   elseif (status ~= 'rejected') ~= approve then

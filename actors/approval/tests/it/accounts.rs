@@ -1,6 +1,7 @@
 //! The account boundary: another account's approval is indistinguishable from a missing one.
 
 use serde_json::{json, Value};
+use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::wire::ApprovalStatus;
 
 use crate::support::*;
@@ -43,4 +44,48 @@ async fn another_account_cannot_see_decide_list_or_use_an_approval() {
         ApprovalStatus::Pending
     );
     assert_eq!(ids_of(&rig.list("acme").await), vec![created.id]);
+}
+
+/// One account cannot bury the approvers or fill Redis for every tenant: past
+/// `max_pending` a gated call creates nothing and is `limit_exceeded`; other accounts and
+/// decided approvals are unaffected.
+#[actix_rt::test]
+async fn an_accounts_waiting_room_is_bounded() {
+    let rig = Rig::with_config(ApprovalConfig {
+        max_pending: 3,
+        ..config(3600, true)
+    })
+    .await;
+    let mut pending = Vec::new();
+    for _ in 0..3 {
+        pending.push(rig.create(&Call::new("acme")).await.id);
+    }
+    let (code, message, approval) = refusal(rig.gate(&Call::new("acme")).await);
+    assert_eq!(code, "limit_exceeded", "{message}");
+    assert!(
+        message.contains("TOOLMESH_APPROVAL_MAX_PENDING"),
+        "{message}"
+    );
+    assert_eq!(approval, None);
+    assert_eq!(
+        ids_of(&rig.list("acme").await).len(),
+        3,
+        "nothing was created"
+    );
+
+    // An in-band decision on a first call never waits: it is not held to the cap.
+    let decided = call_with_in_band_approval("acme");
+    proceeded(rig.gate(&decided).await);
+    // Another account's room is its own.
+    rig.create(&Call::new("globex")).await;
+    // A decision makes room.
+    let reply = rig.decide("acme", &pending[0], false, None).await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    rig.create(&Call::new("acme")).await;
+}
+
+fn call_with_in_band_approval(account: &str) -> Call {
+    let mut call = Call::new(account);
+    call.grant = Some(json!({"approved": true}));
+    call
 }

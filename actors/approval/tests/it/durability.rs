@@ -97,7 +97,7 @@ async fn redis_down_at_startup_answers_unavailable_until_it_is_up() {
     )
     .unwrap();
     assert!(
-        matches!(outcome, toolmesh_kernel::wire::GateOutcome::Required { approval } if approval.status == ApprovalStatus::Pending)
+        matches!(outcome, toolmesh_kernel::wire::GateOutcome::Required { approval, .. } if approval.status == ApprovalStatus::Pending)
     );
     desk.stop().await;
 }

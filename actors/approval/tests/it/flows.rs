@@ -263,7 +263,7 @@ async fn get_answers_the_arguments_that_hash_to_the_approval() {
     };
     let mut body = call.body();
     body["arguments"] = arguments.clone();
-    let GateOutcome::Required { approval } =
+    let GateOutcome::Required { approval, .. } =
         rig.gate_raw(&serde_json::to_vec(&body).unwrap()).await
     else {
         panic!("expected a pending approval");

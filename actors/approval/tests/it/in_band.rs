@@ -151,7 +151,7 @@ async fn with_in_band_off_an_in_band_decision_counts_for_nothing() {
     let call = Call::new("acme");
 
     let created = match rig.gate(&call.with_grant(json!({"approved": true}))).await {
-        GateOutcome::Required { approval } => approval,
+        GateOutcome::Required { approval, .. } => approval,
         other => panic!("expected a new pending approval, got {other:?}"),
     };
     assert_eq!(created.status, ApprovalStatus::Pending);

@@ -24,6 +24,7 @@ pub fn config(ttl_s: u64, in_band: bool) -> ApprovalConfig {
         in_band,
         ttl: Duration::from_secs(ttl_s),
         retention: Duration::from_secs(3600),
+        max_pending: 1000,
     }
 }
 
@@ -46,6 +47,7 @@ impl Desk {
             config,
             metrics: Default::default(),
             audit: toolmesh_kernel::audit::AuditTrail::off("test", "approval tests keep no trail"),
+            replies: Default::default(),
         };
         let handle = spawn(nats, settings, lifecycle.clone(), in_flight.clone())
             .await
@@ -135,7 +137,7 @@ impl Rig {
     /// A new pending approval for `call` (which must carry no grant).
     pub async fn create(&self, call: &Call) -> ApprovalRequest {
         match self.gate(call).await {
-            GateOutcome::Required { approval } => approval,
+            GateOutcome::Required { approval, .. } => approval,
             other => panic!("expected a new pending approval, got {other:?}"),
         }
     }

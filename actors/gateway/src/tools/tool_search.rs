@@ -17,7 +17,7 @@ pub const TOOL: Tool = Tool {
     def: ToolDef {
         name: TOOL_SEARCH,
         group: ToolGroup::Dispatcher,
-        description: "Search the built-in tools by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
+        description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
         risk_level: RiskLevel::Low,
         side_effects: &[],
         needs_session: false,
@@ -50,7 +50,8 @@ pub struct ToolSearchArgs {
     /// Words to look for.
     #[schemars(length(min = 1))]
     pub query: String,
-    #[serde(default = "coding")]
+    /// The tools searched: every tool (built-in and provider) unless given.
+    #[serde(default)]
     pub profile: Profile,
     #[serde(default = "eight")]
     #[schemars(range(min = 1, max = 100))]
@@ -58,9 +59,6 @@ pub struct ToolSearchArgs {
     /// Also return tools whose actor is not running anywhere in the cluster.
     #[serde(default)]
     pub include_disabled: bool,
-}
-fn coding() -> Profile {
-    Profile::Coding
 }
 fn eight() -> u64 {
     8
