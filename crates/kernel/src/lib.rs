@@ -3,7 +3,8 @@
 //! Wire types of PROTOCOL.md ([`wire`]), the one module of subject names ([`subjects`]), the
 //! error codes ([`error`]), the tool registry with schemas and policies ([`tools`], [`policy`]),
 //! configuration from the environment ([`config`]), the egress policy of outbound requests
-//! ([`egress`]), JetStream streams ([`streams`]) and NATS glue ([`host`], [`cluster`]).
+//! ([`egress`]), JetStream streams ([`streams`]), NATS glue ([`host`], [`cluster`]), where a
+//! node may answer ([`replies`]) and the one HTTP server of every listener ([`listener`]).
 //!
 //! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
 //! independent of each other and of the actor framework's future.
