@@ -19,7 +19,7 @@
 //! * a drain ([`Pool::shutdown`]) waits for every creation in flight, warm ones too, and removes
 //!   what they made, then every sandbox and this worker's folder of the sandbox directory;
 //! * a new session is admitted by [`crate::admission`] under the sessions lock, which also
-//!   counts it from then until it is in its cell ([`Reservation`]): the per-account quota, and
+//!   counts it from then until it is in its cell (`Reservation`): the per-account quota, and
 //!   on a full worker the one session that makes room (the caller's own idle one first; never
 //!   one with a running background task).
 
