@@ -149,9 +149,10 @@ async fn a_direct_failure_keeps_the_error_shape_and_the_dispatcher_name() {
 
 #[tokio::test]
 async fn other_callers_get_the_reply_through_the_gateway() {
-    // A reply subject outside `_INBOX.` may be one nodes cannot publish to (a NATS user with
-    // a custom inbox prefix): the gateway answers it, from the actor's ordinary reply.
-    let c = Cluster::start().await;
+    // A reply subject outside `_INBOX.` (a prefix the operator named in
+    // TOOLMESH_REPLY_PREFIXES) may be one actor nodes cannot publish to: the gateway answers
+    // it, from the actor's ordinary reply.
+    let c = Cluster::with_env(&[("TOOLMESH_REPLY_PREFIXES", "_INBOX.,replies.")]).await;
     let mut actor = fake_workspace(&c.client).await;
     let mut replies = send_call(&c.client, "replies.acme.3", read_call("inv-direct3")).await;
     let (call, gateway_reply) = take_call(&mut actor).await;

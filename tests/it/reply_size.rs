@@ -19,12 +19,19 @@ use crate::support::{collect, fake_workspace, Cluster};
 /// The NATS `max_payload` of these tests.
 const MAX_PAYLOAD: usize = 64 * 1024;
 
+/// The gateway path's callers reply on `callers.…`, a prefix the nodes answer on only when
+/// named (PROTOCOL.md "Tenancy and trust"); actors never answer there directly.
+const GATEWAY_PATH: (&str, &str) = ("TOOLMESH_REPLY_PREFIXES", "_INBOX.,callers.");
+
 /// Servers with the small `max_payload`, and a node with the given roles, approval off.
 async fn cluster(roles: &str) -> Cluster {
     let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
     assert_eq!(c.client.server_info().max_payload, MAX_PAYLOAD);
-    c.start_node(roles, &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")])
-        .await;
+    c.start_node(
+        roles,
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off"), GATEWAY_PATH],
+    )
+    .await;
     c
 }
 
@@ -195,7 +202,7 @@ async fn the_reply_path_answers_limit_exceeded_for_any_oversized_result() {
     let mut c = Cluster::servers_with_max_payload(MAX_PAYLOAD).await;
     c.start_node(
         "gateway,approval",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off"), GATEWAY_PATH],
     )
     .await;
     let actor_client = c.nats.client().await;
@@ -245,6 +252,7 @@ async fn a_task_list_too_big_for_one_message_is_cut_to_fit() {
         "gateway,approval,workspace,sandbox",
         &[
             ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            GATEWAY_PATH,
             ("TOOLMESH_SANDBOX_BACKEND", "process"),
             ("TOOLMESH_SANDBOX_WARM", "0"),
         ],
@@ -296,6 +304,7 @@ async fn a_skill_list_too_big_for_one_message_is_cut_to_fit() {
         "gateway,approval,skills",
         &[
             ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            GATEWAY_PATH,
             ("TOOLMESH_SKILLS_DIR", dir.as_str()),
         ],
     )
@@ -367,6 +376,7 @@ async fn search_results_too_big_for_one_message_are_cut_to_fit() {
         "gateway,approval,web",
         &[
             ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            GATEWAY_PATH,
             ("TOOLMESH_WEB_SEARCH_PROVIDER", "fake"),
         ],
     )

@@ -6,7 +6,7 @@ use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{
-    is_approval_id, ApprovalRequest, GateOutcome, GateRequest, IN_BAND_DECIDER,
+    in_band_off_note, is_approval_id, ApprovalRequest, GateOutcome, GateRequest, IN_BAND_DECIDER,
 };
 
 use crate::service::{store_error, ApprovalService};
@@ -35,6 +35,7 @@ impl ApprovalService {
             );
         tracing::debug!("gate");
         let grant = request.grant.clone().unwrap_or_default();
+        let ignored = grant.approved.is_some() && !self.config.in_band;
         // With in-band decisions off, `approved` counts for nothing (PROTOCOL.md).
         let decision = grant
             .approved
@@ -43,10 +44,22 @@ impl ApprovalService {
                 approved,
                 decided_by: grant.decider().to_owned(),
             });
-        match &grant.id {
+        let mut outcome = match &grant.id {
             None => self.first_call(&request, decision).await,
             Some(id) => self.redeem(&request, id, decision).await,
+        };
+        // The caller hears why its decision did nothing (a new approval says `in_band`).
+        if let GateOutcome::Refused {
+            error: ErrorCode::ApprovalPending,
+            error_message,
+            ..
+        } = &mut outcome
+        {
+            if ignored {
+                error_message.push_str(&in_band_off_note(&request.invocation.account));
+            }
         }
+        outcome
     }
 
     /// A call without an approval id: a new approval, pending or decided in band at once.

@@ -316,14 +316,17 @@ impl<'a> Call<'a> {
     }
 
     /// What the actor needs to answer the caller itself, when it may: the call used no
-    /// approval (no outcome of it gives one back) and the caller's reply subject is under a
-    /// reply prefix, where nodes may publish (README "NATS permissions"). Otherwise `None`, and
-    /// the reply comes through here.
+    /// approval (no outcome of it gives one back) and the caller's reply subject is under
+    /// `_INBOX.`, where every node may publish (README "NATS permissions"). Otherwise `None`,
+    /// and the reply comes through here: another prefix of `TOOLMESH_REPLY_PREFIXES` may be one
+    /// only the gateways' users may publish to.
     fn direct_reply(&self) -> Option<DirectReply> {
         // With the trail on, the gateway writes `finished` before the caller has the reply.
         if self.consumed_approval.is_some()
             || self.audit.is_some()
-            || !self.core.config.reply_prefixes.allows(self.reply_to)
+            || !self
+                .reply_to
+                .starts_with(toolmesh_kernel::replies::DEFAULT_REPLY_PREFIX)
         {
             return None;
         }
@@ -472,19 +475,17 @@ impl<'a> Call<'a> {
                 return self.park(approval, gate, wait).await;
             }
         }
+        // Whether in-band decisions count is the approval role's to say: a new approval says
+        // so itself (`in_band`), and the role explains an ignored decision on an existing one.
         let ignored_decision = request
             .approval
             .as_ref()
             .is_some_and(|g| g.approved.is_some())
-            && !self.core.config.approval.in_band;
+            && matches!(outcome, GateOutcome::Required { in_band: false, .. });
         self.settle(outcome).await.map_err(|mut e| {
-            if ignored_decision
-                && matches!(
-                    e.code,
-                    ErrorCode::ApprovalRequired | ErrorCode::ApprovalPending
-                )
-            {
-                e.message.push_str(&in_band_off_note(&self.ctx.account));
+            if ignored_decision {
+                e.message
+                    .push_str(&wire::in_band_off_note(&self.ctx.account));
             }
             e
         })
@@ -1121,14 +1122,6 @@ fn approval_required(approval: &ApprovalRequest, account: &Account) -> ToolError
     .with("type", "approval_required")
     .with("approval_required", true)
     .with("approval_request", to_value(approval))
-}
-
-/// Why an in-band `approved` changed nothing: this cluster takes decisions out of band only.
-fn in_band_off_note(account: &Account) -> String {
-    format!(
-        "; in-band decisions are off here (TOOLMESH_APPROVAL_IN_BAND=0), so \"approved\" in the call counts for nothing: a person allowed to decide for {account} must decide on {}",
-        public::approvals(account, public::ApprovalVerb::Decide)
-    )
 }
 
 /// The call's own `timeout` (seconds) plus a margin, or the default.

@@ -71,6 +71,15 @@ impl ApprovalGrant {
 /// `decided_by` of an in-band decision that names no client.
 pub const IN_BAND_DECIDER: &str = "in-band";
 
+/// Why an in-band `approved` changed nothing: this cluster takes decisions out of band only.
+/// Appended to the refusal's message.
+pub fn in_band_off_note(account: &Account) -> String {
+    format!(
+        "; in-band decisions are off here (TOOLMESH_APPROVAL_IN_BAND=0), so \"approved\" in the call counts for nothing: a person allowed to decide for {account} must decide on {}",
+        crate::subjects::public::approvals(account, crate::subjects::public::ApprovalVerb::Decide)
+    )
+}
+
 /// Whether `label` may name the client of an in-band decision: `mcp`, or `mcp:` and a token
 /// name of 1–64 characters from `[A-Za-z0-9_.@-]`.
 pub fn is_in_band_decider(label: &str) -> bool {
