@@ -29,6 +29,9 @@ use toolmesh_kernel::text::{display_safe, shorten_middle};
 
 use crate::config::{ServerConfig, Transport, INHERITED_ENV};
 
+/// How long a closed connection waits for its process's exit status, to say which ended.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
 /// How long a start (process, `initialize` handshake) may take.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a stopping server has after its input closed before it is killed.
@@ -248,13 +251,24 @@ impl Running {
                 }
             };
             match self.child.as_mut() {
-                Some(child) => tokio::select! {
-                    status = child.wait() => match status {
-                        Ok(status) => format!("the process exited ({status})"),
-                        Err(e) => format!("the process could not be waited for: {e}"),
-                    },
-                    _ = service_ended => "its MCP connection closed".to_owned(),
-                },
+                Some(child) => {
+                    let exited = tokio::select! {
+                        status = child.wait() => Some(status),
+                        _ = service_ended => None,
+                    };
+                    // A dying process closes its pipes first: a moment's wait tells an exit
+                    // (the likelier story, and the one status should give) from a server that
+                    // closed the connection and lives on.
+                    let exited = match exited {
+                        Some(status) => Some(status),
+                        None => tokio::time::timeout(EXIT_GRACE, child.wait()).await.ok(),
+                    };
+                    match exited {
+                        Some(Ok(status)) => format!("the process exited ({status})"),
+                        Some(Err(e)) => format!("the process could not be waited for: {e}"),
+                        None => "its MCP connection closed".to_owned(),
+                    }
+                }
                 None => {
                     service_ended.await;
                     "its MCP connection closed".to_owned()

@@ -58,8 +58,12 @@ fn containers_of(node: &str) -> Vec<String> {
 }
 
 fn key(session: &str) -> SessionKey {
+    key_of("acme", session)
+}
+
+fn key_of(account: &str, session: &str) -> SessionKey {
     (
-        Account::parse("acme").unwrap(),
+        Account::parse(account).unwrap(),
         SessionId::parse(session).unwrap(),
     )
 }
@@ -200,8 +204,10 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
     pool.shutdown().await;
 }
 
-/// At `max_sessions`, a new session takes the room of the least recently used idle one, whose
-/// sandbox and registry entry then go; busy sessions are never evicted.
+/// At `max_sessions`, a new session of another account takes the room of the least recently
+/// used idle one of the account holding the most, whose sandbox and registry entry then go;
+/// busy sessions are never evicted. (acme holds its quota, `max_sessions`: a third session of
+/// its own would be `limit_exceeded`, `sandbox_quota::*`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     let rig = Rig::start(2).await;
@@ -218,9 +224,9 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     }
     assert_eq!(pool.in_use(), 2);
 
-    // s1 is the least recently used: s3 takes its room.
+    // s1 is the least recently used: globex's s3 takes its room.
     let s3 = pool
-        .open(&key("s3"), None, &dflt(pool))
+        .open(&key_of("globex", "s3"), None, &dflt(pool))
         .await
         .expect("room is made");
     s3.claimed().await.expect("claimed");
