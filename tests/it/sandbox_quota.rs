@@ -1,6 +1,7 @@
 //! PROTOCOL.md "Tenancy and trust", sandboxes: one account holds at most
-//! `TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT` sessions of a worker, and a full worker makes
-//! room from the caller's own idle sessions first, never from a session running a background
+//! `TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT` sessions of a worker (at its quota, a new
+//! session recycles the account's own idle one), and a full worker makes room from the
+//! caller's own idle sessions first, never from a session running a background
 //! task nor from an account holding no more sessions than the caller. A real node with the
 //! process backend (bubblewrap), driven through the gateway.
 
@@ -95,23 +96,17 @@ fn assert_quota_refusal(r: &Value, quota: usize) {
 }
 
 /// The finding: account B opening session after session on a worker where account A runs a
-/// background server and keeps an idle session. B gets its quota (half the worker) and then
-/// `limit_exceeded`; A's task runs on and A's idle session keeps its sandbox.
+/// background server and keeps an idle session. B holds its quota (half the worker) at most,
+/// each new session recycling B's own oldest idle one; A's task runs on and A's idle session
+/// keeps its sandbox. With both of B's sessions busy, B's next one is `limit_exceeded`.
 #[tokio::test]
 async fn one_account_opening_sessions_cannot_push_another_out() {
     let c = worker("4", None).await;
     let task = background_sleep(&c, "acme", "a1").await;
     let a2 = open(&c, "acme", "a2").await;
 
-    let mut opened = Vec::new();
     for n in 1..=6 {
-        let session = format!("b{n}");
-        let r = run(&c, "globex", &session, "true").await;
-        if r["ok"] == true {
-            opened.push(session);
-            continue;
-        }
-        assert_quota_refusal(&r, 2);
+        open(&c, "globex", &format!("b{n}")).await;
     }
     assert_eq!(task_status(&c, "acme", "a1", &task).await, "running");
     assert_eq!(
@@ -119,11 +114,23 @@ async fn one_account_opening_sessions_cannot_push_another_out() {
         Some(a2.as_str()),
         "acme's idle session keeps its sandbox"
     );
-    assert_eq!(opened, ["b1", "b2"], "globex gets its quota, no more");
-    // The quota is per account: acme, holding two as well, is refused too; a third account is
-    // not (an idle session makes room for it), and acme's task still runs.
-    assert_quota_refusal(&run(&c, "acme", "a3", "true").await, 2);
-    open(&c, "initech", "c1").await;
+    for n in 1..=4 {
+        let session = format!("b{n}");
+        assert_eq!(
+            held(&c, "globex", &session).await,
+            None,
+            "{session} made room"
+        );
+    }
+    // Both of globex's sessions busy: nothing of its own can make room.
+    background_sleep(&c, "globex", "b5").await;
+    background_sleep(&c, "globex", "b6").await;
+    assert_quota_refusal(&run(&c, "globex", "b7", "true").await, 2);
+    assert_eq!(
+        held(&c, "acme", "a2").await.as_deref(),
+        Some(a2.as_str()),
+        "acme's idle session still keeps its sandbox"
+    );
     assert_eq!(task_status(&c, "acme", "a1", &task).await, "running");
 }
 
@@ -176,7 +183,7 @@ async fn a_full_worker_makes_room_from_the_callers_own_sessions_first() {
 }
 
 /// First calls of many sessions at once cannot pass the quota together: a session being
-/// created counts from its admission on.
+/// created counts from its admission on, and one running a command cannot make room.
 #[tokio::test]
 async fn concurrent_first_calls_cannot_pass_the_quota_together() {
     let c = worker("8", Some("2")).await;
@@ -184,7 +191,7 @@ async fn concurrent_first_calls_cannot_pass_the_quota_together() {
         .map(|n| {
             c.call_in_background(
                 "globex",
-                json!({"tool": "run_command", "session_id": format!("b{n}"), "arguments": {"command": "true"}}),
+                json!({"tool": "run_command", "session_id": format!("b{n}"), "arguments": {"command": "sleep 3"}}),
             )
         })
         .collect();

@@ -10,7 +10,10 @@
 //! holds. A new session of account `A` is admitted as follows:
 //!
 //! 1. `A` holds [`Limits::per_account`] sessions here (`TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT`)
-//!    → [`Refusal::AccountFull`] (`limit_exceeded`); nothing is evicted.
+//!    → `A`'s own least recently used evictable session makes room, so `A` stays at its quota;
+//!    none → [`Refusal::AccountFull`] (`limit_exceeded`). An agent that opens session after
+//!    session recycles its own idle ones and never waits out their idle TTL; it never holds
+//!    more.
 //! 2. The worker holds fewer than [`Limits::max_sessions`] (`TOOLMESH_SANDBOX_MAX_SESSIONS`)
 //!    → admitted.
 //! 3. The worker is full. The session that goes is
@@ -90,12 +93,13 @@ pub enum Admission<K> {
 /// Why a new session is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// The account holds its quota of sessions on this worker.
+    /// The account holds its quota of sessions on this worker, and none of them may make room
+    /// (in use, or running a background task).
     #[error(
         "this account holds {held} sandbox sessions on this worker, the most one account may \
-         hold there ({PER_ACCOUNT_VAR}={quota}); run the command in a session it already has, \
-         or open a new one once a session has ended (after its idle TTL with no background \
-         task running)"
+         hold there ({PER_ACCOUNT_VAR}={quota}), and each is in use or runs a background task; \
+         run the command in a session it already has, or end a background task (kill_task) \
+         to free one"
     )]
     AccountFull { held: usize, quota: usize },
     /// The worker is full and no session may make room.
@@ -124,19 +128,22 @@ impl Refusal {
 /// the order of the module's docs.
 pub fn admit<K: Clone>(account: &Account, snapshot: &Snapshot<K>, limits: Limits) -> Admission<K> {
     let own = snapshot.count(account);
-    if own >= limits.per_account {
-        return Admission::Refuse(Refusal::AccountFull {
-            held: own,
-            quota: limits.per_account,
-        });
-    }
-    if snapshot.total() < limits.max_sessions {
-        return Admission::Admit;
-    }
     let evictable = || snapshot.held.iter().filter(|h| h.evictable);
     let mine = evictable()
         .filter(|h| &h.account == account)
         .min_by_key(|h| h.last_used);
+    if own >= limits.per_account {
+        return match mine {
+            Some(victim) => Admission::Evict(victim.key.clone()),
+            None => Admission::Refuse(Refusal::AccountFull {
+                held: own,
+                quota: limits.per_account,
+            }),
+        };
+    }
+    if snapshot.total() < limits.max_sessions {
+        return Admission::Admit;
+    }
     if let Some(victim) = mine {
         return Admission::Evict(victim.key.clone());
     }
@@ -229,15 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn an_account_at_its_quota_is_refused_and_nothing_is_evicted() {
+    fn an_account_at_its_quota_recycles_its_own_idle_session_or_is_refused() {
         check(
             (8, 2),
             &[("b1", "b", 5, true), ("b2", "b", 9, true)],
             &[],
             "b",
-            account_full(2, 2),
+            Admission::Evict("b2"),
         );
-        // Also on a full worker where its own idle session could go.
+        // Never another account's, even on a full worker where one is older.
         check(
             (3, 2),
             &[
@@ -247,12 +254,31 @@ mod tests {
             ],
             &[],
             "b",
+            Admission::Evict("b2"),
+        );
+        // Its sessions are busy: refused, and nothing is evicted.
+        check(
+            (3, 2),
+            &[
+                ("a1", "a", 50, true),
+                ("b1", "b", 5, false),
+                ("b2", "b", 9, false),
+            ],
+            &[],
+            "b",
             account_full(2, 2),
         );
         // Sessions being created count: concurrent first calls cannot pass the quota together.
         check(
             (8, 2),
             &[("b1", "b", 5, true)],
+            &[("b", 1)],
+            "b",
+            Admission::Evict("b1"),
+        );
+        check(
+            (8, 2),
+            &[("b1", "b", 5, false)],
             &[("b", 1)],
             "b",
             account_full(2, 2),
