@@ -286,8 +286,13 @@ fn init_tracing(default_level: &str, exporter: Option<&crate::otel::Exporter>) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let json = std::env::var("TOOLMESH_LOG_FORMAT").as_deref() == Ok("json");
+    // Colours for a person at a terminal only: a pipe, a file or `docker logs` gets plain
+    // text, and so does anyone who sets NO_COLOR (no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let text = (!json).then(|| {
         tracing_subscriber::fmt::layer()
+            .with_ansi(colour)
             .with_writer(std::io::stderr)
             .with_filter(filter.clone())
     });
