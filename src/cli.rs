@@ -212,7 +212,9 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Node { .. } => {}
         Command::SkillService { .. } => init_tracing("info", None),
-        _ => init_tracing("warn", None),
+        // The client's own error line says what went wrong; async-nats's log of the same
+        // failure would only say it twice.
+        _ => init_tracing("warn,async_nats=off", None),
     }
     let result = match cli.command {
         Command::Node { roles } => run_node(&cli.nats_url, &roles),
@@ -247,10 +249,27 @@ pub fn main() -> ExitCode {
         // say it to, so stop quietly, as ripgrep does.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            hint(&format!("toolmesh: {e:#}"));
+            hint(&format!("toolmesh: {}", error_text(&e)));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, `: `-separated, each cause once: many errors (async-nats's among
+/// them) already print their source, which `{:#}` would print again.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -378,11 +397,17 @@ async fn run_client(
 ) -> anyhow::Result<ExitCode> {
     let nats = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
         .await
-        .with_context(|| {
-            format!(
-                "cannot connect to NATS at {} (set --nats-url or TOOLMESH_NATS_URL)",
-                redacted_url(nats_url)
-            )
+        .map_err(|e| {
+            let url = redacted_url(nats_url);
+            match e.kind() {
+                // async-nats says "authorization violation" twice over; say what to change.
+                async_nats::ConnectErrorKind::AuthorizationViolation => anyhow::anyhow!(
+                    "NATS at {url} refused the user or password in the URL (authorization violation); set them in --nats-url or TOOLMESH_NATS_URL as nats://<user>:<password>@host:port"
+                ),
+                _ => anyhow::Error::new(e).context(format!(
+                    "cannot connect to NATS at {url} (set --nats-url or TOOLMESH_NATS_URL)"
+                )),
+            }
         })?;
     match command {
         Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner { .. } => {
@@ -767,6 +792,31 @@ fn exit_for(reply: &Value) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_names_each_cause_once() {
+        /// An error that prints its source itself, as many do.
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "connection failed: {}", self.0)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = std::io::Error::other("timed out");
+        let e = anyhow::Error::new(Outer(inner)).context("cannot connect to NATS");
+        assert_eq!(
+            error_text(&e),
+            "cannot connect to NATS: connection failed: timed out"
+        );
+        let plain = anyhow::anyhow!("a").context("b");
+        assert_eq!(error_text(&plain), "b: a");
+    }
 
     #[test]
     fn urls_lose_their_credentials_and_keep_the_rest() {

@@ -198,3 +198,25 @@ async fn approvals_get_shows_the_arguments_and_checks_their_hash() {
     let hint = String::from_utf8_lossy(&out.stderr);
     assert!(hint.contains("arguments match arguments_sha256"), "{hint}");
 }
+
+/// A refused password is said once, in one line: the error names its cause once, and the NATS
+/// client's own log of the same failure stays out of the person's way (issue 29, item 8).
+#[test]
+fn a_refused_password_is_said_once() {
+    let nats = toolmesh_testkit::AuthNats::start();
+    let url = nats.url("acme").replace("acme-pw", "wrong");
+    let out = Command::new(BIN)
+        .args(["--nats-url", &url, "status"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("toolmesh runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert_eq!(
+        stderr.matches("authorization violation").count(),
+        1,
+        "the cause once: {stderr}"
+    );
+    assert!(!stderr.contains("wrong"), "no password: {stderr}");
+}
