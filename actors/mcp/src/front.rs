@@ -260,14 +260,7 @@ impl Front {
             if !approval.in_band {
                 // The client's answer would count for nothing: wait for an approver.
                 let reply = self
-                    .run(
-                        caller,
-                        &tool,
-                        &arguments,
-                        Some(Grant::Use(&approval.id)),
-                        self.settings.approval_wait_s,
-                        &ctx,
-                    )
+                    .wait_for_decision(caller, &tool, &arguments, &approval.id, &ctx)
                     .await;
                 return Ok(reply_result(reply).into());
             }
@@ -350,6 +343,20 @@ impl Front {
         if reply["error"].as_str() != Some("approval_pending") {
             return reply;
         }
+        self.wait_for_decision(caller, tool, arguments, id, ctx)
+            .await
+    }
+
+    /// The call again with approval `id`, waiting up to `TOOLMESH_MCP_APPROVAL_WAIT_S` for a
+    /// decision from any client.
+    async fn wait_for_decision(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &Value,
+        id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Value {
         self.run(
             caller,
             tool,

@@ -51,8 +51,8 @@ pub const DEFAULT_APPROVAL_WAIT_S: u64 = 120;
 pub const PROFILES: [&str; 4] = ["default", "focused", "core", "coding"];
 /// The header naming the toolmesh session of an HTTP request.
 pub const SESSION_HEADER: &str = "x-toolmesh-session";
-/// The longest token name (`"name"` in the tokens file).
-pub const MAX_TOKEN_NAME: usize = 64;
+/// The longest token name (`"name"` in the tokens file): its `decided_by` is `mcp:<name>`.
+pub const MAX_TOKEN_NAME: usize = toolmesh_kernel::wire::MAX_CLIENT_NAME;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpConfigError {
@@ -207,7 +207,7 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, String> {
         };
         let name = match entry.name {
             Some(name) => {
-                if !is_token_name(&name) {
+                if !toolmesh_kernel::wire::is_client_name(&name) {
                     return Err(format!(
                         "name {name:?}: use 1 to {MAX_TOKEN_NAME} ASCII letters, digits, '.', '_', '-' or '@'"
                     ));
@@ -235,14 +235,6 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, String> {
         );
     }
     Ok(tokens)
-}
-
-/// A token's display name: short, and plain enough for `decided_by` and a log line.
-fn is_token_name(name: &str) -> bool {
-    (1..=MAX_TOKEN_NAME).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))
 }
 
 /// A profile name as callers give it (`None`: `default`).

@@ -80,19 +80,26 @@ pub fn in_band_off_note(account: &Account) -> String {
     )
 }
 
-/// Whether `label` may name the client of an in-band decision: `mcp`, or `mcp:` and a token
-/// name of 1–64 characters from `[A-Za-z0-9_.@-]`.
+/// Whether `label` may name the client of an in-band decision: `mcp`, or `mcp:` and a
+/// [`is_client_name`].
 pub fn is_in_band_decider(label: &str) -> bool {
     match label.strip_prefix("mcp") {
         Some("") => true,
-        Some(rest) => rest.strip_prefix(':').is_some_and(|name| {
-            (1..=64).contains(&name.len())
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
-        }),
+        Some(rest) => rest.strip_prefix(':').is_some_and(is_client_name),
         None => false,
     }
+}
+
+/// The longest [`is_client_name`].
+pub const MAX_CLIENT_NAME: usize = 64;
+
+/// Whether `name` may name a client (an MCP token's `"name"`): 1 to [`MAX_CLIENT_NAME`]
+/// characters from `[A-Za-z0-9_.@-]`, plain enough for `decided_by` and a log line.
+pub fn is_client_name(name: &str) -> bool {
+    (1..=MAX_CLIENT_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
 }
 
 /// Who, on whose behalf, in which session: copied into every event and internal message.
