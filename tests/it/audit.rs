@@ -3,9 +3,6 @@
 //! (PROTOCOL.md "Tenancy and trust": the deployment's users in docker/nats.conf, a NATS user
 //! allowed everything, a misconfigured node).
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -13,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json, wait_until, AuthNats, NodeSpec, RedisServer};
 
-use crate::support::{collect, fake_workspace, Cluster, BIN};
+use crate::support::{collect, fake_workspace, Cluster, LoggedNode, BIN};
 
 const STREAM: &str = "TOOLMESH_AUDIT";
 
@@ -473,63 +470,6 @@ async fn the_audit_stream_refuses_purges_and_entry_deletes_to_every_user() {
     let (code, report, stderr) = verify(&c, "acme", &[]);
     assert_eq!(code, 0, "{report} {stderr}");
     assert_eq!(report["entries"], 2, "{report}");
-}
-
-/// A node whose log (stderr, `warn` and up) the test reads.
-struct LoggedNode {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl LoggedNode {
-    /// Starts `spec` and waits until it answers its status subject.
-    async fn start(spec: &NodeSpec, nats: &async_nats::Client) -> LoggedNode {
-        let mut child = std::process::Command::new(&spec.binary)
-            .args(["node", "--roles", &spec.roles])
-            .env("TOOLMESH_NODE_ID", &spec.node_id)
-            .env("RUST_LOG", "warn")
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("toolmesh node starts");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        std::thread::spawn({
-            let log = log.clone();
-            move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    eprintln!("{line}");
-                    log.lock().unwrap().push_str(&format!("{line}\n"));
-                }
-            }
-        });
-        let subject = format!("toolmesh.v1.status.{}", spec.node_id);
-        let answers = wait_until(Duration::from_secs(15), || {
-            let ask = nats.request(subject.clone(), "{}".into());
-            async move {
-                matches!(
-                    tokio::time::timeout(Duration::from_millis(500), ask).await,
-                    Ok(Ok(_))
-                )
-            }
-        })
-        .await;
-        assert!(answers, "node {} did not start", spec.node_id);
-        LoggedNode { child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for LoggedNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Finding 9 of issue 28: a node started with `TOOLMESH_AUDIT_MAX_AGE_S=1` rewrote the

@@ -7,9 +7,10 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use toolmesh_testkit::free_port;
+use toolmesh_testkit::raw_http::{read_response, read_until_closed};
 
 use crate::support::{node_refusal, Cluster};
 
@@ -50,38 +51,6 @@ fn get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")
 }
 
-/// Reads one response (head and `Content-Length` body) and answers its status line.
-async fn read_response(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or_else(|| panic!("a response with a Content-Length: {head}"));
-            if got.len() >= end + 4 + length {
-                return head.lines().next().unwrap_or_default().to_owned();
-            }
-        }
-        let n = stream.read(&mut buf).await.expect("the response arrives");
-        assert!(n > 0, "closed before the response: {got:?}");
-        got.extend_from_slice(&buf[..n]);
-    }
-}
-
-/// Reads until the server closes the connection (end of stream or reset).
-async fn read_until_closed(stream: &mut TcpStream) {
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            return;
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_late_request_head_is_closed_on_every_listener() {
     let timeout = Duration::from_secs(1);
@@ -91,7 +60,7 @@ async fn a_late_request_head_is_closed_on_every_listener() {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream.write_all(get(path).as_bytes()).await.unwrap();
         let status = read_response(&mut stream).await;
-        assert!(status.starts_with("http/1.1 "), "{name}: {status}");
+        assert!(status.starts_with("HTTP/1.1 "), "{name}: {status}");
 
         // Half a request head, then nothing: closed once the header timeout has passed.
         for half in [format!("POST {path} HTTP/1.1\r\nHost: te"), String::new()] {
@@ -133,7 +102,7 @@ async fn past_the_connection_cap_the_next_client_waits_for_a_free_one() {
         let status = tokio::time::timeout(WITHIN, read_response(&mut third))
             .await
             .unwrap_or_else(|_| panic!("{name}: not served after a connection closed"));
-        assert!(status.starts_with("http/1.1 "), "{name}: {status}");
+        assert!(status.starts_with("HTTP/1.1 "), "{name}: {status}");
     }
 }
 

@@ -1,12 +1,15 @@
 //! A test cluster: one nats-server, one redis-server, and `toolmesh node` processes.
 
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::Subscriber;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
-use toolmesh_testkit::{request_json, NatsServer, Node, NodeSpec, RedisServer};
+use toolmesh_testkit::{request_json, wait_until, NatsServer, Node, NodeSpec, RedisServer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
 
@@ -217,4 +220,64 @@ pub fn node_refusal(roles: &str, env: &[(&str, &str)]) -> String {
         .expect("the node runs");
     assert!(!output.status.success(), "{:?}", output.status);
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A node whose log (stderr, `warn` and up unless the spec sets `RUST_LOG`) the test reads,
+/// written as a node writes it by default (`NO_COLOR` unset).
+pub struct LoggedNode {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl LoggedNode {
+    /// Starts `spec` and waits until it answers its status subject.
+    pub async fn start(spec: &NodeSpec, nats: &async_nats::Client) -> LoggedNode {
+        let mut child = std::process::Command::new(&spec.binary)
+            .args(["node", "--roles", &spec.roles])
+            .env("TOOLMESH_NODE_ID", &spec.node_id)
+            .env("RUST_LOG", "warn")
+            .env_remove("NO_COLOR")
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("toolmesh node starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        std::thread::spawn({
+            let log = log.clone();
+            move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    eprintln!("{line}");
+                    log.lock().unwrap().push_str(&format!("{line}\n"));
+                }
+            }
+        });
+        let subject = format!("toolmesh.v1.status.{}", spec.node_id);
+        let answers = wait_until(Duration::from_secs(15), || {
+            let ask = nats.request(subject.clone(), "{}".into());
+            async move {
+                matches!(
+                    tokio::time::timeout(Duration::from_millis(500), ask).await,
+                    Ok(Ok(_))
+                )
+            }
+        })
+        .await;
+        assert!(answers, "node {} did not start", spec.node_id);
+        LoggedNode { child, log }
+    }
+
+    /// What the node has written to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for LoggedNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -3,9 +3,10 @@
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+use toolmesh_testkit::raw_http::{read_response, read_until_closed};
 
 use super::*;
 
@@ -44,28 +45,6 @@ async fn start(limits: HttpLimits) -> (String, CancellationToken, tokio::task::J
         stop.clone().cancelled_owned(),
     ));
     (addr, stop, task)
-}
-
-/// Reads one whole `hello` response (no more: the connection stays open).
-async fn read_response(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.ends_with(b"hello") {
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed before the response: {got:?}");
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8(got).unwrap()
-}
-
-/// Reads until the server closes the connection (end of stream or reset).
-async fn read_until_closed(stream: &mut TcpStream) {
-    let mut buf = [0u8; 1024];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            return;
-        }
-    }
 }
 
 #[tokio::test]
