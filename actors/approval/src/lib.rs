@@ -48,15 +48,7 @@ pub struct ApprovalSettings {
 impl std::fmt::Debug for ApprovalSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password; keep it out of logs.
-        let redis_url = match self.redis_url.split_once("://") {
-            Some((scheme, rest)) if rest.contains('@') => {
-                format!(
-                    "{scheme}://***@{}",
-                    rest.rsplit_once('@').map_or("", |(_, host)| host)
-                )
-            }
-            _ => self.redis_url.clone(),
-        };
+        let redis_url = toolmesh_kernel::text::redact_urls(&self.redis_url);
         f.debug_struct("ApprovalSettings")
             .field("redis_url", &redis_url)
             .field("config", &self.config)
