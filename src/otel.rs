@@ -1,5 +1,5 @@
 //! A node's traces: its `tracing` spans, exported as OpenTelemetry spans over OTLP/HTTP when the
-//! standard OpenTelemetry variables ask for it (README "Traces").
+//! standard OpenTelemetry variables ask for it (docs/metrics-and-traces.md).
 //!
 //! - On when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set; off
 //!   when `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`.

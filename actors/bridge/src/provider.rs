@@ -5,7 +5,9 @@
 //!
 //! A micro service cannot remove an endpoint, so a changed tool list means a new service: the
 //! new one subscribes first, then the old one stops. The old endpoints' streams still yield
-//! every request already delivered to them, and those calls run to their end.
+//! every request already delivered to them, and those calls run to their end. A request the
+//! broker routes to an old subscription in the instant between its `UNSUB` leaving and the
+//! server applying it is lost (the gateway answers `timeout`); tool lists change rarely.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -3,6 +3,13 @@
 //! Every `/api/` request carries its console token (`Authorization: Bearer`): unknown → 401,
 //! an account the token does not grant → 403, both with a contract error body. Nothing about a
 //! signed-in browser is kept here, so any console node answers any request.
+//!
+//! The stream (`GET /api/stream`) subscribes to `…approvals.<a>.requested` and `…decided` of
+//! each granted account (`…approvals.*.…` for `"*"`), flushes, and only then lists, so an
+//! approval made meanwhile is in the snapshot or announced (the page keys approvals by id). A
+//! `"*"` token's snapshot lists the accounts the page names: no subject lists every account.
+//! Events of accounts the token does not grant are dropped before they reach the browser. A
+//! browser too slow for 256 events loses its stream and reconnects to a fresh snapshot.
 
 use std::collections::HashMap;
 use std::convert::Infallible;

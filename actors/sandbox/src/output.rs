@@ -8,6 +8,20 @@
 //! A background task's spool can also hand what it has spooled to the session's workspace
 //! ([`Handover`]) when a shared cap fills up, and keep spooling into a fresh file: the text
 //! of one read may so be several files, the earlier ones already in the workspace.
+//!
+//! Caps: a spool file keeps at most `TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES` of text; past it the
+//! stream is counted, not kept. A background task's spools also take from two [`Quota`]s, the
+//! session's (`TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES`) and the worker's
+//! (`TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES`); a spool file gives its bytes back when it goes.
+//! Foreground commands are persisted at once and take from no quota.
+//!
+//! Hand-over: once a quota is more than half taken, a task's stream whose file holds 1/32 of
+//! it (or a quarter of the stream cap, whichever is less) hands the file to a spawned put into
+//! `.toolmesh/outputs/<label>-part-<n>.txt`, then spools on in a fresh file. Parts go one at a
+//! time per task and [`MAX_HANDOVERS`] at a time per worker, at most [`MAX_PARTS`] per stream
+//! per read. Text that finds no room is dropped until the next read, which counts it in
+//! `_original_chars`, `dropped_bytes` and `dropped_by`; a part the workspace refuses is dropped
+//! with what followed it, so the kept text stays one piece from the start.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,18 @@
 //! sessions): a command started with `background: true` keeps running in the session's
 //! sandbox; its output is kept until read (`task_output`), its stdin can be fed
 //! (`task_input`), and it can be killed (`kill_task`).
+//!
+//! A session runs at most [`MAX_RUNNING_TASKS`] at once and keeps its [`MAX_ENDED_TASKS`] most
+//! recently ended ones: when one more ends, the one that ended first is dropped with its spool
+//! files, and the last 1024 dropped ids are remembered, so `task_output` of one says it was
+//! dropped (`not_found`). A worker's memory for tasks is so bounded by sessions × 48 tasks ×
+//! (two previews + one write batch while running). An ended task with spooled text waits for
+//! its session's or worker's quota to be pressed (`hand_over_ended`, holding the task weakly)
+//! and then hands its text to the workspace, so ended tasks never hold a cap running ones need.
+//!
+//! `wait_for_pattern` is matched line by line (`LineScan`): `^` and `$` are a line's start and
+//! end, the line still being written counts, a match never spans lines, and a line past 1 MiB
+//! is matched on its last 64 KiB. Only kept text is scanned, off the async threads.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};

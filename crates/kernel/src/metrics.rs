@@ -1,5 +1,5 @@
 //! The node's metrics: one registry per node and the series families every actor records into
-//! (PROTOCOL.md "Durable events, audit, metrics, console"; README "Metrics").
+//! (PROTOCOL.md "Durable events, audit, metrics, console"; docs/metrics-and-traces.md).
 //!
 //! The families are defined here by meaning (calls, approvals, sandboxes, providers, egress),
 //! not by actor: an actor gets the node's [`Metrics`] handle through its spawn and records what

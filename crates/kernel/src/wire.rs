@@ -1,7 +1,8 @@
 //! Serde types of PROTOCOL.md (public) and of the internal messages between actors.
 //!
-//! These are wire types only: actors convert them into their own actix messages, which never
-//! derive `Serialize`.
+//! These are wire types only. An actor's actix messages carry the raw NATS message
+//! (`toolmesh-actix-host`, the gateway's `actor.rs`); the task that handles one parses its body
+//! into these types (`ToolRequest::parse`, `ActorCall::parse` in `answer_call`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

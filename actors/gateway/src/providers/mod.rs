@@ -7,6 +7,19 @@
 //!
 //! `reply.rs` turns a provider's answer into a ToolReply; `call.rs` (the gateway's call path)
 //! routes to the endpoint subject.
+//!
+//! Provider health is one watch per provider, not a loop per call. [`LiveTools`] keeps a
+//! `tokio::sync::watch` per provider with calls in flight, and each call holds a receiver. The
+//! first call starts the provider's `watch_instances` loop: once a second it pings every
+//! instance the catalog has (`$SRV.PING.<service>.<id>`) and has the catalog forget those with
+//! no responders. Every rebuild of the registry sets the watch of each provider the catalog no
+//! longer has, which wakes its calls with `unavailable`. The loop ends at its first tick
+//! without a receiver.
+//!
+//! One of several instances dying mid-call: NATS core cannot tell which instance of the queue
+//! group got a request. The provider still has a live instance, so its watch stays unset, and
+//! the call answers `timeout` at its deadline (the gateway publishes the cancel). It may have
+//! run in part; the caller decides whether to repeat it.
 
 pub mod catalog;
 pub mod metadata;
