@@ -14,7 +14,10 @@
 //!
 //! The mounts are the worker's, in its mount namespace: the Docker daemon must share it (it
 //! binds the workspace into the container by its path) — a worker on the host, or one in a
-//! container whose sandbox directory is bound `rshared` (compose.yml leaves the quota off).
+//! container whose sandbox directory is bound `rshared` from a shared mount of the host
+//! ([`plan`] checks which). Where neither holds, the quota is kept only if
+//! `TOOLMESH_SANDBOX_DISK_REQUIRED` is off: then the worker runs without one and says so in
+//! its log and in `sandbox_status` (compose's default, so that `up` works on any host).
 //!
 //! Everything here blocks (file system work and child processes): call it from
 //! `spawn_blocking`.
@@ -118,6 +121,83 @@ pub fn probe(dir: &Path, mb: u64) -> Result<(), String> {
             dir.display()
         )
     })
+}
+
+/// What a worker keeps of the quota asked for: the size every sandbox's disk gets (0: none)
+/// and, when the quota asked for could not be kept, why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskPlan {
+    pub mb: u64,
+    pub note: Option<String>,
+}
+
+/// Settles the quota at the worker's start: `mb` MiB when this worker can make disks the
+/// Docker daemon sees ([`shares_mounts_with_daemon`], [`probe`]), else `Err` naming the way
+/// out when `required`, or no quota and a [`DiskPlan::note`] saying why when not.
+pub fn plan(dir: &Path, mb: u64, required: bool) -> Result<DiskPlan, String> {
+    if mb == 0 {
+        return Ok(DiskPlan::default());
+    }
+    let kept = shares_mounts_with_daemon(dir).and_then(|()| probe(dir, mb));
+    match kept {
+        Ok(()) => Ok(DiskPlan { mb, note: None }),
+        Err(why) if required => Err(format!(
+            "{why} (or set TOOLMESH_SANDBOX_DISK_REQUIRED=0 to run without the quota where it \
+             cannot be kept)"
+        )),
+        Err(why) => Ok(DiskPlan {
+            mb: 0,
+            note: Some(format!(
+                "no disk quota: {DISK_VAR}={mb} asks for one, but {why}. Each sandbox's files \
+                 are a plain folder on the host's disk (TOOLMESH_SANDBOX_DISK_REQUIRED=0)"
+            )),
+        }),
+    }
+}
+
+/// Whether the Docker daemon sees the mounts this worker makes under `dir`: always for a
+/// worker outside any container (it shares the host's mount namespace, as the daemon does);
+/// for one in a container (`/.dockerenv`, `/run/.containerenv`), only when the mount holding
+/// `dir` is shared (`shared:` in `/proc/self/mountinfo`: bound `rshared` from a shared mount
+/// of the host). `Err` says what to change.
+pub fn shares_mounts_with_daemon(dir: &Path) -> Result<(), String> {
+    if !crate::in_container() {
+        return Ok(());
+    }
+    let table = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("/proc/self/mountinfo cannot be read: {e}"))?;
+    let resolved = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    match mount_holding(&table, &resolved) {
+        Some((_, true)) => Ok(()),
+        Some((mount, false)) => Err(format!(
+            "this worker runs in a container and its mount of {} (at {}) is not shared, so the \
+             Docker daemon would not see a sandbox's disk; bind the folder `rshared` \
+             (TOOLMESH_SANDBOX_DIR_PROPAGATION=rshared in compose) from a shared mount of the \
+             host (docs/operations.md)",
+            dir.display(),
+            mount.display()
+        )),
+        None => Err(format!("no mount holds {}", dir.display())),
+    }
+}
+
+/// The mount point holding `path` (the longest one it is under) in a mountinfo table, and
+/// whether that mount is shared.
+fn mount_holding(table: &str, path: &Path) -> Option<(PathBuf, bool)> {
+    table
+        .lines()
+        .zip(parse_mountinfo(table))
+        .filter(|(_, point)| path.starts_with(point))
+        .max_by_key(|(_, point)| point.components().count())
+        .map(|(line, point)| {
+            // Optional fields run from the seventh field to the lone "-".
+            let shared = line
+                .split(' ')
+                .skip(6)
+                .take_while(|f| *f != "-")
+                .any(|f| f.starts_with("shared:"));
+            (point, shared)
+        })
 }
 
 /// Whether an error says the disk (or a quota) is full.
@@ -230,6 +310,52 @@ mod tests {
         assert_eq!(
             parse_mountinfo(table),
             [PathBuf::from("/tmp/a b"), PathBuf::from("/proc")]
+        );
+    }
+
+    #[test]
+    fn the_mount_holding_a_path_tells_whether_it_is_shared() {
+        let table = "22 1 0:21 / / rw,relatime shared:1 - overlay overlay rw\n\
+                     40 22 8:1 /srv /var/lib/toolmesh-sandboxes rw master:3 - ext4 /dev/sda1 rw\n\
+                     41 22 8:1 /srv2 /var/lib/shared rw shared:7 master:3 - ext4 /dev/sda1 rw\n";
+        let at = |p: &str| mount_holding(table, Path::new(p));
+        assert_eq!(
+            at("/var/lib/toolmesh-sandboxes/n1"),
+            Some((PathBuf::from("/var/lib/toolmesh-sandboxes"), false))
+        );
+        assert_eq!(
+            at("/var/lib/shared/x"),
+            Some((PathBuf::from("/var/lib/shared"), true))
+        );
+        assert_eq!(at("/tmp"), Some((PathBuf::from("/"), true)));
+    }
+
+    #[test]
+    fn no_quota_asked_is_a_plain_folder_without_a_note() {
+        assert_eq!(
+            plan(Path::new("/nonexistent"), 0, true),
+            Ok(DiskPlan::default())
+        );
+    }
+
+    #[test]
+    fn a_quota_that_cannot_be_kept_stops_the_role_or_is_noted() {
+        // A folder under a file: no disk can be made there, as root or not.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let at = file.join("sandboxes");
+        let refused = plan(&at, 8, true).unwrap_err();
+        assert!(
+            refused.contains("TOOLMESH_SANDBOX_DISK_REQUIRED=0"),
+            "{refused}"
+        );
+        let noted = plan(&at, 8, false).unwrap();
+        assert_eq!(noted.mb, 0);
+        let note = noted.note.unwrap();
+        assert!(
+            note.starts_with("no disk quota: TOOLMESH_SANDBOX_DISK_MB=8"),
+            "{note}"
         );
     }
 

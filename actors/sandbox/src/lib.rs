@@ -115,6 +115,7 @@ impl CapacityProbe {
 async fn make_backend(
     config: &SandboxConfig,
     templates: &Templates,
+    project: Option<String>,
 ) -> Result<Arc<dyn Backend>, SandboxStartError> {
     Ok(match config.backend {
         SandboxBackend::Docker => {
@@ -127,7 +128,8 @@ async fn make_backend(
                 templates
                     .iter()
                     .map(|t| (t.image.clone(), t.limits.runtime.clone())),
-            );
+            )
+            .with_project(project);
             Arc::new(match config.docker_commands {
                 DockerCommands::Spawner => docker.with_spawner(stage_spawner(&config.dir).await?),
                 DockerCommands::Exec => docker,
@@ -172,17 +174,27 @@ pub async fn spawn(
     lifecycle: Lifecycle,
     in_flight: InFlight,
 ) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
+    let mut settings = settings;
+    let project = compose_project(&settings.config).await;
+    if let Some(project) = &project {
+        // Two clusters on one host share the default sandbox directory: each project keeps
+        // a folder of its own there, and so a deployment scope of its own.
+        settings.config.dir = settings.config.dir.join(project);
+        tracing::info!(%project, dir = %settings.config.dir.display(), "sandbox folders of this compose project");
+    }
     let config = &settings.config;
-    if config.disk_mb > 0 {
-        // No silent weakening: a quota asked for is a quota kept, or the role does not start.
-        let (dir, mb) = (config.dir.clone(), config.disk_mb);
-        tokio::task::spawn_blocking(move || disk::probe(&dir, mb))
-            .await
-            .map_err(|e| SandboxStartError::Disk(e.to_string()))?
-            .map_err(SandboxStartError::Disk)?;
+    // No silent weakening: a quota asked for is a quota kept, or the role does not start —
+    // unless the operator let it go (TOOLMESH_SANDBOX_DISK_REQUIRED=0), which is then said.
+    let (dir, mb, required) = (config.dir.clone(), config.disk_mb, config.disk_required);
+    let disk = tokio::task::spawn_blocking(move || disk::plan(&dir, mb, required))
+        .await
+        .map_err(|e| SandboxStartError::Disk(e.to_string()))?
+        .map_err(SandboxStartError::Disk)?;
+    if let Some(note) = &disk.note {
+        tracing::warn!("{note}");
     }
     let templates = checked_templates(&settings)?;
-    let backend = make_backend(config, &templates).await?;
+    let backend = make_backend(config, &templates, project.clone()).await?;
     let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
     let pool = Arc::new(Pool::new(
@@ -202,7 +214,7 @@ pub async fn spawn(
                 max_entries: config.sync_max_entries,
                 max_depth: config.sync_max_depth,
             },
-            disk_mb: config.disk_mb,
+            disk,
             metrics: settings.metrics.clone(),
         },
         registry,
@@ -225,7 +237,7 @@ pub async fn spawn(
         // Its egress network too, now that no sandbox is left on it.
         reap_egress(docker, &pool.scope(), settings.node.as_str(), None).await;
     }
-    start_egress(&pool, docker.as_ref(), &settings).await?;
+    start_egress(&pool, docker.as_ref(), &settings, project.as_deref()).await?;
     let service = Arc::new(tools::SandboxService {
         pool: pool.clone(),
         client: client.clone(),
@@ -320,6 +332,60 @@ fn checked_templates(settings: &SandboxSettings) -> Result<Templates, SandboxSta
     })
 }
 
+/// This host's name (`/etc/hostname`): in a container, Docker finds the container by it (its
+/// id, unless compose sets a hostname).
+fn own_hostname() -> Option<String> {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
+/// Whether this process runs in a container (Docker's `/.dockerenv`, Podman's
+/// `/run/.containerenv`).
+pub(crate) fn in_container() -> bool {
+    ["/.dockerenv", "/run/.containerenv"]
+        .iter()
+        .any(|marker| std::path::Path::new(marker).exists())
+}
+
+/// The compose project of the container this worker runs in (its `com.docker.compose.project`
+/// label), with the docker backend; `None` outside compose or when Docker does not say.
+async fn compose_project(config: &SandboxConfig) -> Option<String> {
+    if !in_container() {
+        return None;
+    }
+    let docker = docker_client(config)?;
+    let container = match config.egress_join.as_deref() {
+        Some(container) if container != "self" => container.to_owned(),
+        _ => own_hostname()?,
+    };
+    let inspected = docker
+        .inspect_container(
+            &container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .inspect_err(|e| tracing::debug!(error = %e, "cannot inspect this worker's container"))
+        .ok()?;
+    let project = inspected
+        .config?
+        .labels?
+        .remove("com.docker.compose.project")?;
+    project_folder(&project)
+}
+
+/// A compose project name as a folder name: compose allows `[a-z0-9_-]`; anything else (or a
+/// name that is not one path component) is refused.
+fn project_folder(project: &str) -> Option<String> {
+    let fine = !project.is_empty()
+        && !project.starts_with('.')
+        && project
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    fine.then(|| project.to_owned())
+}
+
 /// A Docker client for the egress network, with the docker backend.
 fn docker_client(config: &SandboxConfig) -> Option<bollard::Docker> {
     if config.backend != SandboxBackend::Docker {
@@ -352,6 +418,7 @@ async fn start_egress(
     pool: &Pool,
     docker: Option<&bollard::Docker>,
     settings: &SandboxSettings,
+    project: Option<&str>,
 ) -> Result<(), SandboxStartError> {
     let Some(template) = settings
         .templates
@@ -370,16 +437,12 @@ async fn start_egress(
     let placement = match settings.config.egress_join.as_deref() {
         // This container: Docker finds it by its hostname, which is its id unless set.
         Some("self") => {
-            let hostname = std::fs::read_to_string("/etc/hostname")
-                .map(|h| h.trim().to_owned())
-                .ok()
-                .filter(|h| !h.is_empty())
-                .ok_or_else(|| {
-                    refused(
-                        "TOOLMESH_SANDBOX_EGRESS_JOIN=self, but /etc/hostname names no container"
-                            .to_owned(),
-                    )
-                })?;
+            let hostname = own_hostname().ok_or_else(|| {
+                refused(
+                    "TOOLMESH_SANDBOX_EGRESS_JOIN=self, but /etc/hostname names no container"
+                        .to_owned(),
+                )
+            })?;
             egress::Placement::Join(hostname)
         }
         Some(container) => egress::Placement::Join(container.to_owned()),
@@ -388,7 +451,7 @@ async fn start_egress(
     let started = egress::SandboxEgress::start(
         docker,
         settings.node.as_str(),
-        &pool.scope(),
+        (&pool.scope(), project),
         placement,
         egress::ProxyLimits::default(),
     )
@@ -435,6 +498,22 @@ async fn housekeeping(
             if let Some(docker) = &docker {
                 reap_egress(docker, &pool.scope(), "", Some(&live)).await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::project_folder;
+
+    #[test]
+    fn a_compose_project_is_a_folder_only_when_it_is_one_plain_component() {
+        assert_eq!(
+            project_folder("toolmesh-ci").as_deref(),
+            Some("toolmesh-ci")
+        );
+        for bad in ["", "..", ".hidden", "a/b", "a b", "x\0"] {
+            assert_eq!(project_folder(bad), None, "{bad:?}");
         }
     }
 }

@@ -61,9 +61,9 @@ pub struct PoolSettings {
     pub idle_ttl: Duration,
     pub concurrency: usize,
     pub sync_limits: SyncLimits,
-    /// Each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`, [`crate::disk`]): its folder
-    /// is the mount point of an image of this size. 0: a plain folder.
-    pub disk_mb: u64,
+    /// Each sandbox's own disk (`TOOLMESH_SANDBOX_DISK_MB`, [`crate::disk`]): its folder is
+    /// the mount point of an image of `disk.mb` MiB. 0: a plain folder.
+    pub disk: crate::disk::DiskPlan,
     /// The node's metrics: each egress decision of a sandbox counts there.
     pub metrics: toolmesh_kernel::metrics::Metrics,
 }
@@ -775,7 +775,7 @@ impl Pool {
         let (folder, group, mb) = (
             folder.to_owned(),
             self.backend.sandbox_group(),
-            self.settings.disk_mb,
+            self.settings.disk.mb,
         );
         tokio::task::spawn_blocking(move || {
             crate::backend::make_private(&folder, group)?;

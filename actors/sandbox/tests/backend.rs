@@ -1061,15 +1061,21 @@ async fn check_fork_bomb(commands: Commands) {
 
 // ---- process (bubblewrap) ------------------------------------------------------------------
 
-/// The process backend with this crate's spawner program (the node uses `toolmesh` itself).
+/// This crate's spawner program (the node uses `toolmesh` itself), staged where the sandbox
+/// user reaches it as the node stages its own: `target/` may sit in a clone under a folder
+/// only root enters.
 fn spawner() -> Spawner {
-    Spawner::program(env!("CARGO_BIN_EXE_toolmesh-sandbox-spawner"))
+    static STAGED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    Spawner::program(STAGED.get_or_init(|| {
+        toolmesh_sandbox::backend::spawner::stage_in_temp(std::path::Path::new(env!(
+            "CARGO_BIN_EXE_toolmesh-sandbox-spawner"
+        )))
+        .expect("staging the spawner")
+    }))
 }
 
 fn process_backend() -> ProcessBackend {
-    ProcessBackend::new().with_spawner(Spawner::program(env!(
-        "CARGO_BIN_EXE_toolmesh-sandbox-spawner"
-    )))
+    ProcessBackend::new().with_spawner(spawner())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -90,10 +90,15 @@ impl Rig {
         let node = unique("egress-node");
         let workspace = tempfile::tempdir().expect("tempdir");
         let scope = workspace.path().display().to_string();
-        let egress =
-            SandboxEgress::start(&docker, &node, &scope, placement, ProxyLimits::default())
-                .await
-                .expect("egress starts (root and iptables)");
+        let egress = SandboxEgress::start(
+            &docker,
+            &node,
+            (&scope, None),
+            placement,
+            ProxyLimits::default(),
+        )
+        .await
+        .expect("egress starts (root and iptables)");
         let sandbox_id = unique("sbx-egress");
         let (on, decisions) = recorder();
         let registration = egress.register(
@@ -543,7 +548,7 @@ async fn networks_of_dead_workers_are_reaped_with_their_host_rules() {
             SandboxEgress::start(
                 &docker,
                 &node,
-                &scope,
+                (&scope, None),
                 Placement::Host,
                 ProxyLimits::default(),
             )
@@ -580,6 +585,62 @@ async fn networks_of_dead_workers_are_reaped_with_their_host_rules() {
     assert_eq!(rules_of(&live_bridge), 2);
     running.shutdown().await;
     assert_eq!(rules_of(&live_bridge), 0);
+}
+
+/// A killed worker's container still names its egress network. Reaping the network must
+/// leave that container able to start again (compose brings a killed worker back by starting
+/// its container: `up -d --scale sandbox=3`), which Docker refuses for a container naming a
+/// network that is gone.
+#[tokio::test]
+async fn a_killed_worker_s_container_starts_again_after_its_network_is_reaped() {
+    use toolmesh_sandbox::egress::{network_name, reap_orphans};
+    let docker = bollard::Docker::connect_with_local_defaults().expect("docker");
+    let folder = tempfile::tempdir().expect("tempdir");
+    let scope = folder.path().display().to_string();
+    let dead = unique("egress-killed");
+    let worker = unique("toolmesh-killed-worker");
+    let _cleanup = Cleanup {
+        container: worker.clone(),
+        network: network_name(&dead),
+    };
+    let killed = SandboxEgress::start(
+        &docker,
+        &dead,
+        (&scope, None),
+        Placement::Host,
+        Default::default(),
+    )
+    .await
+    .expect("egress starts");
+    // The worker's container, stopped, still naming the network (as a killed one does).
+    let docker_cli = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .expect("docker");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let image = image();
+    let (made, why) = docker_cli(&[
+        "create",
+        "--name",
+        &worker,
+        "--network",
+        killed.network(),
+        &image,
+        "true",
+    ]);
+    assert!(made, "creating the worker's container: {why}");
+    std::mem::forget(killed);
+    let reaped = reap_orphans(&docker, &scope, "egress-new-node", Some(&[]))
+        .await
+        .expect("reap");
+    assert_eq!(reaped, 1, "the killed worker's network is reaped");
+    let (started, why) = docker_cli(&["start", &worker]);
+    assert!(started, "the killed worker's container starts again: {why}");
 }
 
 // The proxy alone, from the host: credentials and bounds.

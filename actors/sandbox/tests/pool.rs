@@ -131,7 +131,7 @@ impl Rig {
                 metrics: Default::default(),
                 concurrency: 2,
                 sync_limits: SyncLimits::default(),
-                disk_mb: 64,
+                disk: toolmesh_sandbox::disk::DiskPlan { mb: 64, note: None },
             },
             SessionRegistry::new(&redis.url(), TTL).unwrap(),
             WorkspaceSync::new(nats.client().await),

@@ -254,6 +254,11 @@ pub struct SandboxConfig {
     /// Size of each sandbox's own disk, MiB (`TOOLMESH_SANDBOX_DISK_MB`); 0: no disk of its
     /// own, its folder is a plain one on the host's disk.
     pub disk_mb: u64,
+    /// Whether a disk quota that cannot be kept stops the role (`TOOLMESH_SANDBOX_DISK_REQUIRED`,
+    /// default on). Off, the worker runs without one, saying so in its log and in
+    /// `sandbox_status` (compose's default: a host whose sandbox folder is not on a shared mount
+    /// cannot have one).
+    pub disk_required: bool,
     /// A command's timeout when the call names none (`TOOLMESH_SANDBOX_TIMEOUT_S`).
     pub default_timeout: Duration,
     /// Workspace sync bounds (`TOOLMESH_SANDBOX_SYNC_MAX_FILES`, `…_MAX_FILE_BYTES`,
@@ -407,6 +412,7 @@ impl NodeConfig {
                 concurrency: env.parse("TOOLMESH_SANDBOX_CONCURRENCY", 2 * cores)?.max(1),
                 tmpfs_mb: env.parse("TOOLMESH_SANDBOX_TMPFS_MB", DEFAULT_SANDBOX_TMPFS_MB)?,
                 disk_mb: env.parse("TOOLMESH_SANDBOX_DISK_MB", DEFAULT_SANDBOX_DISK_MB)?,
+                disk_required: env.flag("TOOLMESH_SANDBOX_DISK_REQUIRED", true)?,
                 default_timeout: Duration::from_secs(
                     env.parse("TOOLMESH_SANDBOX_TIMEOUT_S", DEFAULT_SANDBOX_TIMEOUT_S)?,
                 ),

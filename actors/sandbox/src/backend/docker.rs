@@ -84,7 +84,7 @@ use super::spawner::{Spawner, SPAWNER_MOUNT};
 use super::{
     make_private, skills_dir_of, Backend, BackendError, ExecSpec, Execution, ExitStatus,
     KillSwitch, Output, SandboxRef, SandboxSpec, StartGate, StdinWriter, LABEL_MANAGED, LABEL_NODE,
-    LABEL_SANDBOX, LABEL_SCOPE, SKILLS_MOUNT,
+    LABEL_PROJECT, LABEL_SANDBOX, LABEL_SCOPE, SKILLS_MOUNT,
 };
 
 /// The uid and gid every sandboxed command runs as (both backends).
@@ -285,6 +285,8 @@ pub struct DockerBackend {
     /// Sandboxes whose commands are `docker exec`s although a spawner is configured: their
     /// runtime cannot run it ([`runs_spawner`]).
     by_exec: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The compose project every container is labelled with ([`LABEL_PROJECT`]).
+    project: Option<String>,
 }
 
 /// Runtimes that cannot run the sandbox spawner: gVisor (`runsc`, as Debian 12 ships it) has
@@ -331,7 +333,14 @@ impl DockerBackend {
             spawner: None,
             links: std::sync::Mutex::new(HashMap::new()),
             by_exec: std::sync::Mutex::new(Default::default()),
+            project: None,
         })
+    }
+
+    /// Labels every container with the worker's compose project ([`LABEL_PROJECT`]).
+    pub fn with_project(mut self, project: Option<String>) -> Self {
+        self.project = project;
+        self
     }
 
     /// The same backend running commands through `spawner` in each container (see the module
@@ -421,12 +430,15 @@ impl DockerBackend {
                 limits.tmpfs_mb.max(1)
             )
         };
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "1".to_owned()),
             (LABEL_NODE.to_owned(), spec.node_id.clone()),
             (LABEL_SANDBOX.to_owned(), spec.sandbox_id.clone()),
             (LABEL_SCOPE.to_owned(), spec.scope.clone()),
         ]);
+        if let Some(project) = &self.project {
+            labels.insert(LABEL_PROJECT.to_owned(), project.clone());
+        }
         let mut binds = vec![
             format!("{}:{WORKSPACE}:rw", workspace.display()),
             format!("{}:{SKILLS_MOUNT}:ro", skills_dir_of(workspace).display()),

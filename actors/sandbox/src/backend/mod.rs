@@ -23,6 +23,10 @@ pub const LABEL_SANDBOX: &str = "io.toolmesh.sandbox";
 /// Which deployment a sandbox belongs to (its pool's sandbox directory): workers reap only
 /// their own deployment's orphans, so two clusters (or parallel tests) can share one engine.
 pub const LABEL_SCOPE: &str = "io.toolmesh.scope";
+/// The compose project of the worker that made a sandbox container or egress network, when it
+/// runs in one: `docker ps --filter label=io.toolmesh.project=<project>` tells two clusters on
+/// one host apart (a worker outside compose sets none).
+pub const LABEL_PROJECT: &str = "io.toolmesh.project";
 
 /// Where the sandbox sees the skills `execute_skills` binds (read-only).
 pub const SKILLS_MOUNT: &str = "/skills";

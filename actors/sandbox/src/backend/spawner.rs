@@ -157,6 +157,30 @@ pub fn stage(program: &Path, dir: &Path) -> io::Result<PathBuf> {
     Ok(staged)
 }
 
+/// [`stage`] into a folder of the system's temporary directory that only this user writes
+/// (`$TMPDIR/toolmesh-spawner-<uid>`), for a program in a folder the sandbox user cannot
+/// enter: the tests run the crate's spawner from `target/`, which may sit in a clone under a
+/// private folder. A folder of that name owned by another user, or writable by others, is
+/// refused (it could hold a planted program).
+pub fn stage_in_temp(program: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = std::env::temp_dir().join(format!("toolmesh-spawner-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a folder of uid {uid} that only it writes; remove it",
+            dir.display()
+        )));
+    }
+    stage(program, &dir)
+}
+
 /// The environment variable set on every command (its execution id; information only: the
 /// spawner kills by lineage, see the module docs).
 pub const MARKER_VAR: &str = super::docker::EXEC_ID_VAR;

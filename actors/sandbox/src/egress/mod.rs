@@ -72,18 +72,18 @@ pub fn network_name(node: &str) -> String {
 }
 
 impl SandboxEgress {
-    /// Creates the network of worker `node` (deployment `scope`, labels as its containers
-    /// carry), starts the proxy where the network reaches it (see [`network`]) and, on the
-    /// host, closes the host's other ports to the network.
+    /// Creates the network of worker `node` (deployment `scope` and compose project, labels as
+    /// its containers carry), starts the proxy where the network reaches it (see [`network`])
+    /// and, on the host, closes the host's other ports to the network.
     pub async fn start(
         docker: &Docker,
         node: &str,
-        scope: &str,
+        deployment: (&str, Option<&str>),
         placement: Placement,
         limits: ProxyLimits,
     ) -> Result<Self, EgressStartError> {
         let mut network =
-            EgressNetwork::create(docker, &network_name(node), node, scope, placement).await?;
+            EgressNetwork::create(docker, &network_name(node), node, deployment, placement).await?;
         let addr = SocketAddr::new(network.proxy_ip, 0);
         let proxy = match Proxy::bind(addr, limits).await {
             Ok(proxy) => proxy,

@@ -24,7 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use bollard::models::{EndpointSettings, NetworkConnectRequest, NetworkCreateRequest};
 use bollard::Docker;
 
-use crate::backend::{LABEL_MANAGED, LABEL_NODE, LABEL_SCOPE};
+use crate::backend::{LABEL_MANAGED, LABEL_NODE, LABEL_PROJECT, LABEL_SCOPE};
 
 /// Marks a network as a worker's egress network.
 pub const LABEL_EGRESS: &str = "io.toolmesh.egress";
@@ -70,12 +70,12 @@ fn bridge_name(name: &str) -> String {
 
 impl EgressNetwork {
     /// Creates the network `name` (removing a stale one of that name first) for the worker
-    /// `node` of deployment `scope`.
+    /// `node` of deployment `scope` (and compose `project`, a label).
     pub async fn create(
         docker: &Docker,
         name: &str,
         node: &str,
-        scope: &str,
+        (scope, project): (&str, Option<&str>),
         placement: Placement,
     ) -> Result<Self, NetworkError> {
         let error = |reason: String| NetworkError {
@@ -100,12 +100,15 @@ impl EgressNetwork {
                 );
             }
         }
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "1".to_owned()),
             (LABEL_EGRESS.to_owned(), "1".to_owned()),
             (LABEL_NODE.to_owned(), node.to_owned()),
             (LABEL_SCOPE.to_owned(), scope.to_owned()),
         ]);
+        if let Some(project) = project {
+            labels.insert(LABEL_PROJECT.to_owned(), project.to_owned());
+        }
         docker
             .create_network(NetworkCreateRequest {
                 name: name.to_owned(),
@@ -336,12 +339,46 @@ pub async fn reap_orphans(
         if !orphan {
             continue;
         }
+        release_stopped_members(docker, &name).await;
         if docker.remove_network(&name).await.is_ok() {
             removed += 1;
             drop_bridge_rules(&bridge_name(&name)).await;
         }
     }
     Ok(removed)
+}
+
+/// Disconnects the stopped containers that still name network `name`: above all the killed
+/// worker's own container (placement [`Placement::Join`]). Docker removes a network whose
+/// members are all stopped, but a stopped container naming a removed network cannot start
+/// again ("network … not found"), so `docker compose up` could not bring the worker back.
+async fn release_stopped_members(docker: &Docker, name: &str) {
+    let filters = HashMap::from([
+        ("network".to_owned(), vec![name.to_owned()]),
+        (
+            "status".to_owned(),
+            vec!["exited".to_owned(), "created".to_owned(), "dead".to_owned()],
+        ),
+    ]);
+    let Ok(members) = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+    else {
+        return;
+    };
+    for id in members.into_iter().filter_map(|c| c.id) {
+        let request = bollard::models::NetworkDisconnectRequest {
+            container: Some(id.clone()),
+            force: Some(true),
+        };
+        if let Err(e) = docker.disconnect_network(name, request).await {
+            tracing::warn!(network = %name, container = %id, error = %e, "egress network: releasing a stopped member");
+        }
+    }
 }
 
 /// Deletes every `INPUT` rule that names `bridge` (rules a killed worker left).

@@ -92,8 +92,12 @@ impl SandboxService {
                 "pids": limits.pids,
                 "cpus": limits.cpus,
                 "network": template.network.wire_name(),
+                "disk_mb": (settings.disk.mb > 0).then_some(settings.disk.mb),
             },
         }));
+        if let Some(note) = &settings.disk.note {
+            fields.insert("disk_note".into(), note.clone().into());
+        }
         if let Some(session) = session {
             let (last_used, last_used_ms) = session.last_used();
             let idle = last_used.elapsed().as_secs();
