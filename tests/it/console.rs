@@ -443,6 +443,10 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
     );
     assert_eq!(approved["decided_by"], ALICE, "{approved}");
     assert_eq!(approved["reason"], "reviewed in the browser", "{approved}");
+    assert_eq!(
+        approved["stray"], "",
+        "text outside the entry's parts: {approved}"
+    );
     // Data is text on the page, never markup.
     assert!(
         approved["arguments"]

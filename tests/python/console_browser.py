@@ -67,6 +67,10 @@ def main(spec):
         tool = item.find_element(By.TAG_NAME, "h3").text.split(" ")[0]
         diff = item.find_element(By.CSS_SELECTOR, "pre.diff").text
         arguments = item.find_element(By.CSS_SELECTOR, "pre.arguments").text
+        # Text straight under the entry (not in any element of it): none belongs there.
+        stray = driver.execute_script(
+            "return Array.from(arguments[0].childNodes).filter(n => n.nodeType === 3)"
+            ".map(n => n.textContent).join('');", item)
         # Markup in the arguments stays text: no element was made from it.
         injected = len(item.find_elements(By.CSS_SELECTOR, "pre b, pre img"))
         # Approve with the keyboard: focus the reason, type, Tab to Approve, Enter.
@@ -89,7 +93,8 @@ def main(spec):
         driver.save_screenshot(spec["screenshot"])
         say(step="approved", id=approval_id, tool=tool, diff=diff, arguments=arguments,
             decided_by=decided_by, reason=shown_reason, marker=marker,
-            navigations=navigations_after, announced=live, injected=injected)
+            navigations=navigations_after, announced=live, injected=injected,
+            stray=stray)
         say(step="done")
     finally:
         driver.quit()

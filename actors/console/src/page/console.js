@@ -291,7 +291,8 @@
     const args = item.arguments !== null && item.arguments !== undefined
       ? JSON.stringify(item.arguments, null, 2)
       : a.arguments_preview + (item.arguments_truncated ? "\n(the full arguments are too large to show; this is the preview)" : "");
-    li.append(
+    // Parts a pending approval may lack are null: append() would print them as "null".
+    li.append(...[
       el("h3", { id: headingId, tabindex: "-1" }, a.tool_name + " ", el("span", { class: "risk-" + a.risk_level }, "(" + a.risk_level + " risk)")),
       el("dl", {},
         ...field("Account", a.account),
@@ -312,7 +313,7 @@
       reason,
       el("div", {}, approve, reject, dismiss),
       error,
-    );
+    ].filter((part) => part !== null));
     return li;
   }
 
