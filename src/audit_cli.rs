@@ -56,7 +56,7 @@ pub enum AuditCommand {
     },
 }
 
-pub async fn run(nats: &async_nats::Client, action: AuditCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(nats: &crate::cli::Mesh, action: AuditCommand) -> anyhow::Result<ExitCode> {
     match action {
         AuditCommand::List { account, since } => {
             let account = parse_account(&account)?;
@@ -203,7 +203,7 @@ fn missing_head_reason(kept: Option<u64>, first: Option<u64>, last: Option<u64>)
 
 /// Every entry after `since`, page by page through the query subject.
 async fn read_all(
-    nats: &async_nats::Client,
+    nats: &crate::cli::Mesh,
     account: &toolmesh_kernel::Account,
     mut since: u64,
 ) -> anyhow::Result<Vec<StoredEntry>> {

@@ -19,8 +19,9 @@ use serde_json::{json, Value};
 
 use toolmesh_kernel::config::{NodeConfig, RawEnv, DEFAULT_NATS_URL};
 use toolmesh_kernel::host::connect_client_with_inbox;
+use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
-use toolmesh_kernel::text::{display_json, display_json_pretty};
+use toolmesh_kernel::text::{display_json, display_json_pretty, DisplaySafe};
 use toolmesh_kernel::{Account, InvocationId, NodeId};
 
 #[derive(Debug, Parser)]
@@ -395,7 +396,7 @@ async fn run_client(
     inbox_prefix: Option<&str>,
     command: Command,
 ) -> anyhow::Result<ExitCode> {
-    let nats = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
+    let (nats, refusals) = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
         .await
         .map_err(|e| {
             let url = redacted_url(nats_url);
@@ -409,6 +410,10 @@ async fn run_client(
                 )),
             }
         })?;
+    let mesh = Mesh {
+        client: nats,
+        refusals,
+    };
     match command {
         Command::Node { .. } | Command::SkillService { .. } | Command::SandboxSpawner { .. } => {
             unreachable!("handled before")
@@ -451,10 +456,21 @@ async fn run_client(
                 }
                 body["approval"] = grant;
             }
-            if wait > 0 {
+            let reply = if wait > 0 {
                 body["wait_for_approval_s"] = Value::from(wait);
-            }
-            let reply = request(&nats, public::call(&account), &body, timeout + wait).await?;
+                // The call's own RunEvents say when it parks on an approval: its id is
+                // needed to hear them.
+                let invocation = match body["invocation_id"].as_str() {
+                    Some(id) => id.to_owned(),
+                    None => format!("cli-{}", uuid::Uuid::new_v4().simple()),
+                };
+                body["invocation_id"] = Value::from(invocation.clone());
+                let events = public::events(&account, &InvocationId::parse(invocation)?);
+                let call = request(&mesh, public::call(&account), &body, timeout + wait);
+                wait_telling(&mesh, call, events, &account, nats_url, wait).await?
+            } else {
+                request(&mesh, public::call(&account), &body, timeout).await?
+            };
             print_json(&reply)?;
             if reply["error"] == "approval_required" {
                 let id = reply["approval_request"]["id"].as_str().unwrap_or("appr_…");
@@ -477,19 +493,19 @@ async fn run_client(
                 name: None,
             };
             let settings = toolmesh_mcp::front_settings(&RawEnv::from_process())?;
-            toolmesh_mcp::serve_stdio(nats, settings, caller)
+            toolmesh_mcp::serve_stdio(mesh.client, mesh.refusals, settings, caller)
                 .await
                 .map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Approvals { action } => approvals(&nats, action).await,
-        Command::Audit { action } => crate::audit_cli::run(&nats, action).await,
+        Command::Approvals { action } => approvals(&mesh, action).await,
+        Command::Audit { action } => crate::audit_cli::run(&mesh, action).await,
         Command::Status { node } => {
             let subject = match node {
                 Some(node) => public::node_status(&NodeId::parse(node)?),
                 None => public::STATUS.to_owned(),
             };
-            let reply = request(&nats, subject, &json!({}), 5).await?;
+            let reply = request(&mesh, subject, &json!({}), 5).await?;
             print_json(&reply)?;
             Ok(exit_for(&reply))
         }
@@ -502,15 +518,12 @@ async fn run_client(
                 Some(id) => public::events(&account, &InvocationId::parse(id)?),
                 None => public::events_of(&account),
             };
-            replay_events(&nats, subject).await
+            replay_events(&mesh, subject).await
         }
     }
 }
 
-async fn approvals(
-    nats: &async_nats::Client,
-    action: ApprovalsCommand,
-) -> anyhow::Result<ExitCode> {
+async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<ExitCode> {
     let (subject, body) = match action {
         ApprovalsCommand::List { account } => (
             public::approvals(&parse_account(&account)?, ApprovalVerb::List),
@@ -523,7 +536,7 @@ async fn approvals(
         ApprovalsCommand::Watch { account } => {
             let account = account.map(|a| parse_account(&a)).transpose()?;
             let [requested, decided] = public::approvals_events(account.as_ref());
-            return print_streams(nats, &[requested, decided]).await;
+            return print_streams(mesh, &[requested, decided]).await;
         }
         ApprovalsCommand::Approve {
             id,
@@ -544,7 +557,7 @@ async fn approvals(
             json!({ "id": id, "approved": false, "approver": approver, "reason": reason }),
         ),
     };
-    let reply = request(nats, subject, &body, 10).await?;
+    let reply = request(mesh, subject, &body, 10).await?;
     print_json(&reply)?;
     if let Some(note) = arguments_check(&reply) {
         hint(&note);
@@ -594,8 +607,16 @@ fn parse_args(args: &str) -> anyhow::Result<Value> {
     Ok(value)
 }
 
+/// A client command's NATS connection, and what the server refused it: every request and
+/// subscription of a command ends at once, saying why, when the server refuses it
+/// (`toolmesh_kernel::permissions`).
+pub(crate) struct Mesh {
+    pub(crate) client: async_nats::Client,
+    pub(crate) refusals: Refusals,
+}
+
 pub(crate) async fn request(
-    nats: &async_nats::Client,
+    mesh: &Mesh,
     subject: String,
     body: &Value,
     timeout_s: u64,
@@ -607,7 +628,11 @@ pub(crate) async fn request(
     if let Some(headers) = environment_trace() {
         request = request.headers(headers);
     }
-    let reply = nats.send_request(subject.clone(), request).await.map_err(|e| {
+    let reply = mesh
+        .refusals
+        .guard(&subject, mesh.client.send_request(subject.clone(), request))
+        .await?
+        .map_err(|e| {
         use async_nats::RequestErrorKind::*;
         match e.kind() {
             NoResponders => anyhow::anyhow!("no toolmesh node answers on {subject}; is a node with the right role running (toolmesh node --roles all)?"),
@@ -635,7 +660,8 @@ const EVENTS_PULL_EXPIRY: Duration = Duration::from_secs(4);
 /// ordered consumer (deliver all), then follows. The ordered consumer goes on from the last
 /// stream sequence it delivered when it must be made again (a NATS restart), so nothing is
 /// printed twice or skipped. Without JetStream it falls back to live events and says so.
-async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Result<ExitCode> {
+async fn replay_events(mesh: &Mesh, subject: String) -> anyhow::Result<ExitCode> {
+    let nats = &mesh.client;
     use async_nats::jetstream::consumer::{pull, DeliverPolicy};
     use toolmesh_kernel::streams::EVENTS_STREAM;
     let mut js = async_nats::jetstream::new(nats.clone());
@@ -644,6 +670,7 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
     // A named consumer: its create request carries the filter in its subject
     // (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`), which account users are allowed.
     let name = format!("events_{}", uuid::Uuid::new_v4().simple());
+    let create = format!("$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{name}.{subject}");
     let config = pull::OrderedConfig {
         name: Some(name),
         filter_subject: subject.clone(),
@@ -653,7 +680,11 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
         max_expires: EVENTS_PULL_EXPIRY,
         ..Default::default()
     };
-    let consumer = match js.create_consumer_on_stream(config, EVENTS_STREAM).await {
+    let consumer = match mesh
+        .refusals
+        .guard(&create, js.create_consumer_on_stream(config, EVENTS_STREAM))
+        .await?
+    {
         Ok(consumer) => consumer,
         // The server has JetStream but made no consumer: most likely this user may not read
         // these events (a permissions violation leaves the request unanswered). Live events
@@ -669,7 +700,7 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
             hint(&format!(
                 "no replay ({err}): the server keeps no {EVENTS_STREAM}; showing live events only"
             ));
-            return print_streams(nats, &[subject]).await;
+            return print_streams(mesh, &[subject]).await;
         }
     };
     let mut messages = consumer.messages().await?;
@@ -698,11 +729,18 @@ async fn replay_events(nats: &async_nats::Client, subject: String) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow::Result<ExitCode> {
+async fn print_streams(mesh: &Mesh, subjects: &[String]) -> anyhow::Result<ExitCode> {
     let mut subs = Vec::new();
     for subject in subjects {
-        subs.push(nats.subscribe(subject.clone()).await?);
+        subs.push(mesh.client.subscribe(subject.clone()).await?);
     }
+    // A subscription the server refuses is silence, not an error: end on its refusal.
+    let refused = futures::future::select_all(
+        subjects
+            .iter()
+            .map(|subject| Box::pin(mesh.refusals.of_subscription(subject))),
+    );
+    tokio::pin!(refused);
     let mut sub = futures::stream::select_all(subs);
     hint(&format!(
         "watching {} (Ctrl-C to stop)",
@@ -717,6 +755,7 @@ async fn print_streams(nats: &async_nats::Client, subjects: &[String]) -> anyhow
                 });
                 emit(&display_json(&json!({ "subject": msg.subject.as_str(), "body": body })))?;
             }
+            (refused, _, _) = &mut refused => return Err(refused.into()),
             _ = tokio::signal::ctrl_c() => break,
         }
     }
@@ -748,6 +787,110 @@ fn approval_hint(id: &str, account: &Account, nats_url: &str, decided_in_band: b
     }
     text.push_str(&format!(
         "  toolmesh approvals approve {id} --account {account}\nthen repeat this command with --approval-id {id} (or add --wait 300 to wait for the decision here)."
+    ));
+    text
+}
+
+/// How often `call --wait` says it still waits.
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(30);
+
+/// `call --wait`: the call, and on stderr what it waits for while it is parked on an approval
+/// (its RunEvents on `events` say so, PROTOCOL.md "RunEvents"): at once the approval, its tool
+/// and risk and who may decide it, then a line every [`STILL_WAITING_EVERY`], and the
+/// decision when it comes. Without permission to hear the events the call just waits.
+async fn wait_telling(
+    mesh: &Mesh,
+    call: impl std::future::Future<Output = anyhow::Result<Value>>,
+    events: String,
+    account: &Account,
+    nats_url: &str,
+    wait_s: u64,
+) -> anyhow::Result<Value> {
+    let mut heard = match mesh.client.subscribe(events.clone()).await {
+        Ok(sub) => Some(sub),
+        Err(e) => {
+            hint(&format!(
+                "cannot watch {events} ({e}); waiting for the reply only"
+            ));
+            None
+        }
+    };
+    let refused = mesh.refusals.of_subscription(&events);
+    tokio::pin!(call, refused);
+    let mut parked: Option<(String, tokio::time::Instant)> = None;
+    let mut still = tokio::time::interval(STILL_WAITING_EVERY);
+    still.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            reply = &mut call => return reply,
+            refusal = &mut refused, if heard.is_some() => {
+                hint(&format!("not told while waiting: {refusal}"));
+                heard = None;
+            }
+            msg = async { heard.as_mut()?.next().await }, if heard.is_some() => {
+                let Some(msg) = msg else {
+                    heard = None;
+                    continue;
+                };
+                let Ok(event) = serde_json::from_slice::<Value>(&msg.payload) else { continue };
+                let approval = &event["approval_request"];
+                let id = approval["id"]
+                    .as_str()
+                    .or_else(|| event["approval_id"].as_str())
+                    .unwrap_or("appr_…")
+                    .to_owned();
+                match event["kind"].as_str() {
+                    Some("approval_required") if parked.is_none() => {
+                        hint(&parked_hint(&id, approval, account, nats_url, wait_s));
+                        parked = Some((id, tokio::time::Instant::now()));
+                        still.reset();
+                    }
+                    Some(kind @ ("approved" | "rejected")) => {
+                        let by = approval["decided_by"]
+                            .as_str()
+                            .map(|by| format!(" by {}", DisplaySafe(by)))
+                            .unwrap_or_default();
+                        hint(&format!("{id} {kind}{by}"));
+                        parked = None;
+                    }
+                    _ => {}
+                }
+            }
+            _ = still.tick(), if parked.is_some() => {
+                if let Some((id, since)) = &parked {
+                    let waited = since.elapsed().as_secs();
+                    hint(&format!("still waiting for {id} ({waited} s of {wait_s} s)"));
+                }
+            }
+        }
+    }
+}
+
+/// What `call --wait` says at once when its call parks on approval `id`: the first line names
+/// the approval, its tool and risk and the subject that decides it; then who decides it and
+/// the command to run.
+fn parked_hint(
+    id: &str,
+    approval: &Value,
+    account: &Account,
+    nats_url: &str,
+    wait_s: u64,
+) -> String {
+    let decide = public::approvals(account, ApprovalVerb::Decide);
+    let tool = DisplaySafe(approval["tool_name"].as_str().unwrap_or("?"));
+    let risk = approval["risk_level"].as_str().unwrap_or("?");
+    let mut text = format!(
+        "approval required: {id} ({tool}, risk {risk}) waits for a decision on {decide}; waiting up to {wait_s} s.\n"
+    );
+    if url_has_user(nats_url) {
+        text.push_str(&format!(
+            "Decide it in another terminal, as a NATS user allowed to publish on {decide} (on the compose cluster: the approver user, TOOLMESH_NATS_URL=nats://approver:<password>@<host>:4222 TOOLMESH_NATS_INBOX_PREFIX=_INBOX.approver):\n"
+        ));
+    } else {
+        text.push_str("Decide it in another terminal:\n");
+    }
+    text.push_str(&format!(
+        "  toolmesh approvals approve {id} --account {account}    (or: reject)"
     ));
     text
 }

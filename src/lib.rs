@@ -8,3 +8,4 @@ pub mod micro;
 pub mod node;
 mod otel;
 pub mod tools;
+pub mod variables;

@@ -2,6 +2,7 @@
 
 use std::io::Read as _;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -219,4 +220,87 @@ fn a_refused_password_is_said_once() {
         "the cause once: {stderr}"
     );
     assert!(!stderr.contains("wrong"), "no password: {stderr}");
+}
+
+/// `call --wait` says at once, on stderr, what it waits for: the approval, its tool and risk,
+/// the subject that decides it and the command to run (issue 29, item 4). The command as
+/// printed decides it, and the call goes on.
+#[tokio::test]
+async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
+    use tokio::io::AsyncBufReadExt as _;
+    let (_dir, path) = policy_file(GATED_STATUS);
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let mut child = tokio::process::Command::new(BIN)
+        .args([
+            "call",
+            "component_status",
+            "--account",
+            "acme",
+            "--session",
+            "s1",
+            "--wait",
+            "120",
+        ])
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("toolmesh runs");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
+        stderr: &mut tokio::io::Lines<R>,
+    ) -> String {
+        tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+            .await
+            .expect("a line on stderr while the call waits")
+            .unwrap()
+            .expect("stderr is open")
+    }
+    // The first line, while the call is parked.
+    let first = next_line(&mut stderr).await;
+    assert!(first.starts_with("approval required: appr_"), "{first}");
+    assert!(first.contains("(component_status, risk high)"), "{first}");
+    assert!(
+        first.contains("decision on toolmesh.v1.approvals.acme.decide"),
+        "{first}"
+    );
+    let id = first
+        .split_whitespace()
+        .nth(2)
+        .expect("the approval id")
+        .to_owned();
+    // Then the command that decides it, which works as printed.
+    let mut command = None;
+    while command.is_none() {
+        let line = next_line(&mut stderr).await;
+        command = line
+            .trim()
+            .strip_prefix("toolmesh ")
+            .map(|rest| rest.split("    (").next().unwrap().to_owned());
+    }
+    let command = command.unwrap();
+    assert_eq!(
+        command,
+        format!("approvals approve {id} --account acme"),
+        "{command}"
+    );
+    let decided = Command::new(BIN)
+        .args(command.split_whitespace())
+        .env("TOOLMESH_NATS_URL", c.nats.url())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("toolmesh runs");
+    assert!(decided.status.success(), "{decided:?}");
+
+    let said = next_line(&mut stderr).await;
+    assert!(said.starts_with(&format!("{id} approved")), "{said}");
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the call ends once approved")
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&out.stdout).expect("a JSON reply");
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(out.status.code(), Some(0));
 }

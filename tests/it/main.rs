@@ -16,6 +16,7 @@ mod mcp;
 mod metrics;
 mod micro;
 mod node;
+mod permissions;
 mod providers;
 mod reply_size;
 mod sandbox;

@@ -710,3 +710,42 @@ fn claude_code() -> std::path::PathBuf {
     assert!(claude.is_file(), "{} is missing", claude.display());
     claude
 }
+
+/// An MCP client that calls a session tool without naming a session hears how to name one in
+/// MCP: the `X-Toolmesh-Session` header or the token's `session`, not the request's
+/// `session_id`, which it never writes (issue 29, item 5).
+#[tokio::test]
+async fn a_call_without_a_session_says_how_an_mcp_client_names_one() {
+    use rmcp::ServiceExt as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let f = Front::start(
+        "gateway,workspace,mcp",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            f.url.as_str(),
+        )
+        .auth_header("tok-a");
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_config(
+            config,
+        ))
+        .await
+        .expect("the HTTP front answers the handshake");
+    let call = rmcp::model::CallToolRequestParams::new("read_workspace_file")
+        .with_arguments(json!({"path": "notes.md"}).as_object().unwrap().clone());
+    let result = tokio::time::timeout(CLIENT_WITHIN, client.call_tool(call))
+        .await
+        .expect("tools/call answers")
+        .expect("a tool result");
+    let reply = result.structured_content.expect("the reply");
+    assert_eq!(reply["error"], "invalid_request", "{reply}");
+    let message = reply["error_message"].as_str().unwrap();
+    assert!(message.contains("X-Toolmesh-Session header"), "{message}");
+    assert!(message.contains("\"session\""), "{message}");
+    assert!(message.contains("TOOLMESH_MCP_TOKENS"), "{message}");
+    assert!(!message.contains("session_id"), "{message}");
+    let _ = client.cancel().await;
+}

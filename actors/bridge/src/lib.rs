@@ -23,6 +23,7 @@ mod keeper;
 pub mod provider;
 pub mod reply;
 pub mod tools;
+pub mod variables;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

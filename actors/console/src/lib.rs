@@ -12,6 +12,7 @@ mod api;
 pub mod diff;
 mod mesh;
 mod page;
+pub mod variables;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -206,10 +206,13 @@ impl<'a> Call<'a> {
             (tool, request.arguments.clone(), "")
         };
         if target.spec.needs_session && self.ctx.session_id.is_none() {
+            // `needs_session`: a front that names sessions its own way (the MCP front's
+            // header) says how to name one there.
             return Err(ToolError::invalid_request(format!(
                 "{} works in a session: add \"session_id\" ([A-Za-z0-9_-]{{1,64}}) to the request",
                 target.spec.name
-            )));
+            ))
+            .with("needs_session", true));
         }
         target.validate(&arguments, pointer_prefix)?;
         self.audit = crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments);

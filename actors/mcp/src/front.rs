@@ -29,6 +29,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::{Account, VERSION};
@@ -87,6 +88,8 @@ enum Grant<'a> {
 #[derive(Clone)]
 pub struct Front {
     nats: async_nats::Client,
+    /// What the server refused the connection: a request it refused ends at once.
+    refusals: Refusals,
     settings: Arc<FrontSettings>,
     fixed: Option<Arc<Caller>>,
     /// Over HTTP, server-to-client requests of a legacy (handshake) client cannot be answered:
@@ -98,9 +101,15 @@ pub struct Front {
 }
 
 impl Front {
-    pub fn stdio(nats: async_nats::Client, settings: FrontSettings, caller: Caller) -> Front {
+    pub fn stdio(
+        nats: async_nats::Client,
+        refusals: Refusals,
+        settings: FrontSettings,
+        caller: Caller,
+    ) -> Front {
         Front {
             nats,
+            refusals,
             settings: Arc::new(settings),
             fixed: Some(Arc::new(caller)),
             http: false,
@@ -126,6 +135,7 @@ impl Front {
     pub fn http(nats: async_nats::Client, settings: Arc<FrontSettings>) -> Front {
         Front {
             nats,
+            refusals: Refusals::none(),
             settings,
             fixed: None,
             http: true,
@@ -149,11 +159,17 @@ impl Front {
         let request = async_nats::Request::new()
             .payload(payload)
             .timeout(Some(timeout));
-        match self
-            .nats
-            .send_request(subject, trace::request(request))
-            .await
-        {
+        let reply = self.refusals.guard(
+            &subject,
+            self.nats
+                .send_request(subject.clone(), trace::request(request)),
+        );
+        let reply = match reply.await {
+            Ok(reply) => reply,
+            // The server dropped the request or its reply inbox: no answer is coming.
+            Err(refused) => return failure("unavailable", &refused.to_string()),
+        };
+        match reply {
             Ok(reply) => serde_json::from_slice(&reply.payload).unwrap_or_else(|_| {
                 failure("internal", "the gateway's reply is not JSON; see its log")
             }),
@@ -404,13 +420,26 @@ impl Front {
             }
         }
         request["wait_for_approval_s"] = json!(wait_s);
+        let reply = self.ask(caller, request, &invocation, wait_s, ctx).await;
+        session_hint(reply, caller, tool)
+    }
+
+    /// [`Front::run`]'s request, with its progress and cancellation.
+    async fn ask(
+        &self,
+        caller: &Caller,
+        request: Value,
+        invocation: &str,
+        wait_s: u64,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Value {
         let token = ctx.meta.get_progress_token();
         let mut events = match token {
             Some(_) => self
                 .nats
                 .subscribe(public::events(
                     &caller.account,
-                    &toolmesh_kernel::InvocationId::parse(invocation.clone())
+                    &toolmesh_kernel::InvocationId::parse(invocation.to_owned())
                         .expect("a generated invocation id is valid"),
                 ))
                 .await
@@ -504,6 +533,21 @@ async fn next_event(events: &mut Option<async_nats::Subscriber>) -> Option<Value
         },
         None => std::future::pending().await,
     }
+}
+
+/// A call refused for want of a session says how an MCP client names one: the gateway's
+/// message speaks of the request's `session_id`, which an MCP client never writes.
+fn session_hint(mut reply: Value, caller: &Caller, tool: &str) -> Value {
+    if caller.session.is_none()
+        && reply["error"] == "invalid_request"
+        && reply["needs_session"] == true
+    {
+        reply["error_message"] = Value::from(format!(
+            "{} works in a session: send the X-Toolmesh-Session header (a session id, [A-Za-z0-9_-]{{1,64}}) with each MCP request, or give this bearer token a \"session\" in the MCP tokens file (TOOLMESH_MCP_TOKENS)",
+            toolmesh_kernel::text::display_safe(tool)
+        ));
+    }
+    reply
 }
 
 /// A reply of the call subject's failure shape made here.

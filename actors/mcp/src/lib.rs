@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
 use toolmesh_kernel::listener::HttpLimits;
+use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::{Account, Role};
 
 pub use front::{mcp_tool, reply_result, Caller, Front, FrontSettings};
@@ -251,17 +252,22 @@ pub fn caller_profile(profile: Option<&str>) -> Result<String, String> {
 }
 
 /// Serves MCP over standard input and output for one caller until the client closes it.
+/// `refusals` are the connection's (`toolmesh_kernel::host::connect_client_with_inbox`): a call
+/// the server refuses (its publish, or the reply inbox) answers at once with why, and the
+/// first such refusal is logged on stderr, where an MCP client shows a server's log.
 pub async fn serve_stdio(
     nats: async_nats::Client,
+    refusals: Refusals,
     settings: FrontSettings,
     caller: Caller,
 ) -> Result<(), String> {
-    serve_io(nats, settings, caller, rmcp::transport::stdio()).await
+    serve_io(nats, refusals, settings, caller, rmcp::transport::stdio()).await
 }
 
 /// Serves MCP over any byte stream pair (stdio, or a pipe in a bench).
 pub async fn serve_io<R, W>(
     nats: async_nats::Client,
+    refusals: Refusals,
     settings: FrontSettings,
     caller: Caller,
     io: (R, W),
@@ -271,7 +277,13 @@ where
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let profile_caller = caller.clone();
-    let front = Front::stdio(nats.clone(), settings, caller);
+    let call_subject = toolmesh_kernel::subjects::public::call(&caller.account);
+    let refused = refusals.clone();
+    let said = tokio::spawn(async move {
+        let refused = refused.of_request(&call_subject).await;
+        tracing::error!("{refused}");
+    });
+    let front = Front::stdio(nats.clone(), refusals, settings, caller);
     let watcher_front = front.clone();
     let finishing = front.clone();
     let service = front
@@ -287,6 +299,7 @@ where
         stop.clone(),
     ));
     let result = service.waiting().await;
+    said.abort();
     stop.cancel();
     let _ = watcher.await;
     // A client that cancelled a call and closed the pipe: the cancel still goes out.

@@ -25,6 +25,7 @@ pub mod skills;
 pub mod tasks;
 pub mod templates;
 pub mod tools;
+pub mod variables;
 mod worker;
 
 use std::sync::Arc;

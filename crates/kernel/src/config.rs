@@ -10,6 +10,11 @@ use std::time::Duration;
 use crate::policy::{ApprovalMode, Policy, PolicyError};
 use crate::replies::ReplyPrefixes;
 
+mod variables;
+/// The variables read here, in `audit`, `listener` and `metrics`, for the configuration
+/// reference ([`crate::settings`]).
+pub use variables::VARIABLES;
+
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_DATA_DIR: &str = "./data";

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::budget;
 use crate::error::ToolError;
 use crate::ids::{Account, InvocationId, NodeId};
+use crate::permissions::{Identity, Refusals};
 use crate::role::Role;
 use crate::subjects;
 use crate::time::elapsed_ms;
@@ -70,23 +71,47 @@ fn log_connection_event(event: async_nats::Event) {
 
 /// Connects a short-lived client (the CLI, tests): fails fast when the server is not there.
 pub async fn connect_client(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
-    connect_client_with_inbox(url, name, None).await
+    Ok(connect_client_with_inbox(url, name, None).await?.0)
 }
 
 /// [`connect_client`] with replies coming to `<inbox_prefix>.…` instead of `_INBOX.…`: a NATS
 /// user whose permissions allow subscribing only to a private inbox prefix needs this.
+/// The [`Refusals`] are what the server refuses this connection: a request raced against them
+/// ([`Refusals::guard`]) ends at once when the server drops its publish or its reply inbox,
+/// where it would otherwise wait out its timeout.
 pub async fn connect_client_with_inbox(
     url: &str,
     name: &str,
     inbox_prefix: Option<&str>,
-) -> Result<Client, async_nats::ConnectError> {
+) -> Result<(Client, Refusals), async_nats::ConnectError> {
+    let (sink, refusals) = Refusals::new(Identity {
+        user: url_user(url),
+        inbox_prefix: inbox_prefix.unwrap_or("_INBOX").to_owned(),
+    });
     let mut options = url_credentials(ConnectOptions::new(), url)
         .name(name)
-        .connection_timeout(Duration::from_secs(3));
+        .connection_timeout(Duration::from_secs(3))
+        .event_callback(move |event| {
+            let sink = sink.clone();
+            async move {
+                if let Some(violation) = sink.record(&event) {
+                    tracing::debug!(?violation, "NATS refused a permission");
+                }
+            }
+        });
     if let Some(prefix) = inbox_prefix {
         options = options.custom_inbox_prefix(prefix);
     }
-    options.connect(url).await
+    let client = options.connect(url).await?;
+    Ok((client, refusals))
+}
+
+/// The user named in the (first) server URL, percent-decoded: who the messages of a refusal
+/// name.
+pub fn url_user(url: &str) -> Option<String> {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let addr = first.parse::<async_nats::ServerAddr>().ok()?;
+    addr.username().map(percent_decode)
 }
 
 /// Credentials in the (first) server URL, `nats://user:password@host:4222`, become the

@@ -20,6 +20,7 @@ pub mod host;
 pub mod ids;
 pub mod listener;
 pub mod metrics;
+pub mod permissions;
 pub mod policy;
 pub mod replies;
 pub mod role;

@@ -1,0 +1,209 @@
+//! A permission the NATS server refuses ends a client command at once, saying which
+//! permission, on which subject, for which user, and for the reply inbox which prefix to set
+//! (issue 29, item 3): the deployment's users (docker/nats.conf) and a real node.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt as _;
+use tokio::io::AsyncBufReadExt as _;
+use toolmesh_testkit::{AuthNats, Node, NodeSpec, RedisServer};
+
+use crate::support::BIN;
+
+/// Well under the shortest timeout that used to end these commands (5 s for `status`); a
+/// refusal comes back from the server within milliseconds.
+const AT_ONCE: Duration = Duration::from_secs(4);
+
+/// One node (gateway and approval) on the deployment's NATS, as the node user.
+struct Deployment {
+    nats: AuthNats,
+    _redis: RedisServer,
+    _data: tempfile::TempDir,
+    _node: Node,
+}
+
+impl Deployment {
+    async fn start() -> Deployment {
+        let nats = AuthNats::start();
+        let redis = RedisServer::start();
+        let data = tempfile::tempdir().expect("temp dir");
+        let node = NodeSpec::new(BIN, "gateway,approval", "perm-1")
+            .env("TOOLMESH_NATS_URL", nats.url("node"))
+            .env("TOOLMESH_REDIS_URL", redis.url())
+            .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+            .start(&nats.client("node").await)
+            .await;
+        Deployment {
+            nats,
+            _redis: redis,
+            _data: data,
+            _node: node,
+        }
+    }
+
+    /// `toolmesh <args>` as `user`, with `inbox` as its inbox prefix (none: the variable
+    /// unset): exit code, stderr and how long it took. Killed after 30 s.
+    async fn cli(&self, user: &str, inbox: Option<&str>, args: &[&str]) -> (i32, String, Duration) {
+        let mut command = tokio::process::Command::new(BIN);
+        command
+            .args(args)
+            .env("TOOLMESH_NATS_URL", self.nats.url(user))
+            .env_remove("TOOLMESH_NATS_INBOX_PREFIX")
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true);
+        if let Some(prefix) = inbox {
+            command.env("TOOLMESH_NATS_INBOX_PREFIX", prefix);
+        }
+        let started = Instant::now();
+        let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+            .await
+            .unwrap_or_else(|_| panic!("toolmesh {args:?} still runs after 30 s"))
+            .expect("toolmesh runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code().unwrap_or(-1), stderr, started.elapsed())
+    }
+}
+
+#[tokio::test]
+async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
+    let d = Deployment::start().await;
+    let acme_inbox = Some("_INBOX.acme");
+
+    // The right user and prefix: the cluster answers (what follows is not a dead cluster).
+    let (code, stderr, _) = d.cli("acme", acme_inbox, &["status"]).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    // A call on another account's subject (it used to wait 150 s for `no reply`).
+    let (code, stderr, took) = d
+        .cli(
+            "acme",
+            acme_inbox,
+            &["call", "component_status", "--account", "globex"],
+        )
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("user \"acme\""), "{stderr}");
+    assert!(
+        stderr.contains("permission to publish to toolmesh.v1.call.globex"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("acme-pw"), "no password: {stderr}");
+
+    // Deciding as an account user (it used to wait 10 s).
+    let (code, stderr, took) = d
+        .cli(
+            "acme",
+            acme_inbox,
+            &[
+                "approvals",
+                "approve",
+                "appr_0123456789abcdef",
+                "--account",
+                "acme",
+            ],
+        )
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("publish to toolmesh.v1.approvals.acme.decide"),
+        "{stderr}"
+    );
+
+    // No inbox prefix: the replies' inbox is refused (it used to wait 5 s for `no reply`).
+    let (code, stderr, took) = d.cli("acme", None, &["status"]).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("user \"acme\""), "{stderr}");
+    assert!(stderr.contains("subscribe to _INBOX."), "{stderr}");
+    assert!(
+        stderr.contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme")
+            && stderr.contains("--inbox-prefix _INBOX.acme"),
+        "{stderr}"
+    );
+
+    // Watching what the user may not see ends too, instead of printing nothing forever.
+    let (code, stderr, took) = d
+        .cli(
+            "acme",
+            acme_inbox,
+            &["approvals", "watch", "--account", "globex"],
+        )
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("subscribe to toolmesh.v1.approvals.globex.requested"),
+        "{stderr}"
+    );
+}
+
+/// `toolmesh mcp` as an account user without its inbox prefix: the client's first request
+/// fails at once naming the prefix (it used to say "the gateway did not answer in time" after
+/// 30 s), and so does the log on stderr, where an MCP client shows it.
+#[tokio::test]
+async fn toolmesh_mcp_without_the_inbox_prefix_says_which_to_set() {
+    let d = Deployment::start().await;
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["mcp", "--account", "acme", "--session", "s1"])
+        .env("TOOLMESH_NATS_URL", d.nats.url("acme"))
+        .env_remove("TOOLMESH_NATS_INBOX_PREFIX")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("toolmesh mcp starts");
+    let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let mut log = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let client = ().serve(io).await.expect("the MCP handshake");
+
+    let started = Instant::now();
+    let listed = tokio::time::timeout(Duration::from_secs(20), client.list_tools(None))
+        .await
+        .expect("tools/list answers");
+    let took = started.elapsed();
+    let message = match listed {
+        Err(rmcp::ServiceError::McpError(e)) => e.message.to_string(),
+        other => panic!("tools/list should fail: {other:?}"),
+    };
+    assert!(took < AT_ONCE, "took {took:?}: {message}");
+    assert!(
+        message.contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme"),
+        "{message}"
+    );
+    assert!(message.contains("user \"acme\""), "{message}");
+
+    let call = rmcp::model::CallToolRequestParams::new("component_status");
+    let result = tokio::time::timeout(Duration::from_secs(20), client.call_tool(call))
+        .await
+        .expect("tools/call answers")
+        .expect("a tool result");
+    assert_eq!(result.is_error, Some(true));
+    let reply = result.structured_content.expect("the reply");
+    assert!(
+        reply["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme"),
+        "{reply}"
+    );
+
+    let said = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = log.next_line().await.unwrap() {
+            if line.contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme") {
+                return line;
+            }
+        }
+        panic!("stderr ended without naming the prefix");
+    })
+    .await
+    .expect("the log names the prefix");
+    assert!(said.contains("subscribe to _INBOX."), "{said}");
+    let _ = client.cancel().await;
+}
