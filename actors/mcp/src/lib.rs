@@ -20,6 +20,7 @@
 mod front;
 mod listing;
 pub mod origins;
+pub mod variables;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -24,6 +24,7 @@ pub mod permissions;
 pub mod policy;
 pub mod replies;
 pub mod role;
+pub mod settings;
 pub mod skills;
 pub mod streams;
 pub mod subjects;
