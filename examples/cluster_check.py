@@ -780,6 +780,34 @@ async def check_console(c):
     expect(status == 401, "an unknown console token gets 401", status)
 
 
+PROMETHEUS_URL = os.environ.get("TOOLMESH_PROMETHEUS_URL", "http://127.0.0.1:9090")
+NODE_SERVICES = {"gateway-a", "gateway-b", "approval", "workspace", "skills", "web", "bridge", "mcp", "console"}
+
+
+async def check_prometheus(c):
+    """The compose `prometheus` service, on the host: it scrapes every node, each scaled
+    sandbox worker included, and holds toolmesh's metrics."""
+    import urllib.parse
+    import urllib.request
+
+    def get(path):
+        with urllib.request.urlopen(PROMETHEUS_URL + path, timeout=10) as response:
+            return json.loads(response.read())
+
+    workers = len(with_role(await cluster(c["node"]), "sandbox"))
+
+    async def all_up():
+        targets = (await asyncio.to_thread(get, "/api/v1/targets?state=active"))["data"]["activeTargets"]
+        up = [t["labels"].get("service") for t in targets if t["health"] == "up"]
+        return up if NODE_SERVICES <= set(up) and up.count("sandbox") >= workers else None
+
+    up = await eventually("every node scraped and up", all_up)
+    expect(True, f"Prometheus scrapes {len(up)} nodes, {up.count('sandbox')} sandbox workers among them")
+    query = urllib.parse.quote('count(up{job="toolmesh"} == 1)')
+    counted = await asyncio.to_thread(get, f"/api/v1/query?query={query}")
+    expect(counted["status"] == "success", "Prometheus answers a query", counted)
+
+
 CHECKS = {
     "status": check_status_and_micro,
     "bridge": check_bridge,
@@ -787,6 +815,7 @@ CHECKS = {
     "egress": check_egress,
     "audit": check_audit,
     "console": check_console,
+    "prometheus": check_prometheus,
     "spread": check_spread,
     "disk": check_disk_quota,
     "accounts": check_accounts,
