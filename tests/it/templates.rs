@@ -221,14 +221,14 @@ async fn check_egress(extra: &[(&str, &str)]) {
     assert!(!left.status.success(), "{network} is left after the drain");
 }
 
-/// README's example: `pip install` from PyPI through an allow-list of `pypi.org` and
+/// docs/templates.md's example: `pip install` from PyPI through an allow-list of `pypi.org` and
 /// `*.pythonhosted.org` (PyPI is reachable from this machine's host), and an index on another
 /// host refused. The proxy's decisions are the command's `egress` events.
 #[tokio::test]
 async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
     // Where this machine reaches PyPI through an intercepting mirror (a non-public address
     // and a CA of its own), the allow-list names the mirror's addresses and pip gets its CA:
-    // what a user behind such a mirror does too (README "Sandbox templates").
+    // what a user behind such a mirror does too (docs/templates.md).
     let mut allow = vec![
         "\"pypi.org\"".to_owned(),
         "\"*.pythonhosted.org\"".to_owned(),

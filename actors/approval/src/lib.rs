@@ -110,7 +110,7 @@ pub async fn spawn(
         .map_err(ApprovalStartError::Confirm)?;
     abandon.disarm();
     let (handle, stop_notice) = ActorHandle::new(Role::Approval);
-    // Every approval node reports the one store's counts (README "Metrics": take the max).
+    // Every approval node reports the one store's counts (docs/metrics-and-traces.md: take the max).
     settings.metrics.on_scrape({
         let (store, metrics) = (store.clone(), settings.metrics.clone());
         move || {

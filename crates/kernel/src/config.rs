@@ -49,7 +49,7 @@ pub const DEFAULT_SYNC_MAX_DEPTH: usize = 64;
 /// "Large data": at least 256 MiB).
 pub const DEFAULT_SANDBOX_OUTPUT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// Unread background-task output one session keeps on its worker's disk: two tasks' worth of
-/// full streams (README "Configuration").
+/// full streams (docs/configuration.md).
 pub const DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 /// Unread background-task output one worker keeps on its disk, all sessions together.
 pub const DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES: u64 = 4 * 1024 * 1024 * 1024;

@@ -705,8 +705,8 @@ pub struct DirectFinish {
 /// public reply to the caller, then tell the gateway it did ([`ActorReply::delivered`]). This
 /// spares the reply one hop through the gateway. The gateway asks for it only for calls that
 /// used no approval (so no outcome makes it give one back) and whose caller's reply subject is
-/// under `_INBOX.` (nodes may publish there; see README "NATS permissions"). Timeouts, lost
-/// workers and no responders are still answered by the gateway.
+/// under `_INBOX.` (nodes may publish there; see docs/operations.md, "The account boundary is
+/// the broker's"). Timeouts, lost workers and no responders are still answered by the gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DirectReply {
     /// The caller's reply subject.
