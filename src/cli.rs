@@ -680,11 +680,19 @@ async fn replay_events(mesh: &Mesh, subject: String) -> anyhow::Result<ExitCode>
         max_expires: EVENTS_PULL_EXPIRY,
         ..Default::default()
     };
-    let consumer = match mesh
+    let created = mesh
         .refusals
         .guard(&create, js.create_consumer_on_stream(config, EVENTS_STREAM))
-        .await?
-    {
+        .await;
+    let created = match created {
+        Ok(created) => created,
+        // Refused at once (the server says so): this user may not read these events.
+        Err(refused) => {
+            hint(&format!("no replay of {subject}: {refused}"));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let consumer = match created {
         Ok(consumer) => consumer,
         // The server has JetStream but made no consumer: most likely this user may not read
         // these events (a permissions violation leaves the request unanswered). Live events
@@ -822,11 +830,9 @@ async fn wait_telling(
     still.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            reply = &mut call => return reply,
-            refusal = &mut refused, if heard.is_some() => {
-                hint(&format!("not told while waiting: {refusal}"));
-                heard = None;
-            }
+            // The events first: the gateway sends the decision's event before the reply, so
+            // it is here by the time the reply is, and said before it.
+            biased;
             msg = async { heard.as_mut()?.next().await }, if heard.is_some() => {
                 let Some(msg) = msg else {
                     heard = None;
@@ -862,6 +868,11 @@ async fn wait_telling(
                     hint(&format!("still waiting for {id} ({waited} s of {wait_s} s)"));
                 }
             }
+            refusal = &mut refused, if heard.is_some() => {
+                hint(&format!("not told while waiting: {refusal}"));
+                heard = None;
+            }
+            reply = &mut call => return reply,
         }
     }
 }

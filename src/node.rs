@@ -197,7 +197,7 @@ pub async fn run(
     let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(
         &toolmesh_kernel::config::RawEnv::from_process(),
     )?;
-    let nats = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
+    let (nats, refusals) = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
             format!(
@@ -271,6 +271,7 @@ pub async fn run(
                         in_flight: in_flight.clone(),
                         metrics: metrics.clone(),
                         audit: audit.clone(),
+                        refusals: refusals.clone(),
                     },
                 )
                 .await?

@@ -259,7 +259,17 @@ async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
             .expect("stderr is open")
     }
     // The first line, while the call is parked.
-    let first = next_line(&mut stderr).await;
+    let first = match tokio::time::timeout(Duration::from_secs(30), stderr.next_line()).await {
+        Ok(Ok(Some(line))) => line,
+        other => {
+            let out = child.wait_with_output().await.unwrap();
+            panic!(
+                "no approval line ({other:?}): {:?} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            )
+        }
+    };
     assert!(first.starts_with("approval required: appr_"), "{first}");
     assert!(first.contains("(component_status, risk high)"), "{first}");
     assert!(

@@ -207,3 +207,85 @@ async fn toolmesh_mcp_without_the_inbox_prefix_says_which_to_set() {
     assert!(said.contains("subscribe to _INBOX."), "{said}");
     let _ = client.cancel().await;
 }
+
+/// A gateway whose own NATS user may not publish where it routes a call (here the workspace
+/// role's run subject) answers at once, saying which subject, instead of the caller waiting
+/// out the tool's timeout; the node's log names its user.
+#[tokio::test]
+async fn a_gateway_refused_a_publish_answers_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = toolmesh_testkit::free_port();
+    let config = dir.path().join("nats.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen: 127.0.0.1:{port}
+authorization {{ users = [
+  {{ user: node, password: node-pw, permissions: {{
+      publish: {{ allow: [">"], deny: ["toolmesh.internal.v1.run.workspace"] }}
+      subscribe: {{ allow: [">"] }} }} }}
+  {{ user: admin, password: admin-pw }}
+] }}
+"#
+        ),
+    )
+    .unwrap();
+    let mut server = std::process::Command::new("nats-server")
+        .arg("-c")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server starts (apt-get install nats-server)");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let connect = || async {
+        async_nats::ConnectOptions::new()
+            .user_and_password("admin".into(), "admin-pw".into())
+            .retry_on_initial_connect()
+            .connect(format!("127.0.0.1:{port}"))
+            .await
+            .expect("connect as admin")
+    };
+    let admin = tokio::time::timeout(Duration::from_secs(10), connect())
+        .await
+        .unwrap_or_else(|_| {
+            let _ = server.kill();
+            panic!("nats-server did not listen")
+        });
+    let _server = Kill(server);
+    let redis = RedisServer::start();
+    let data = tempfile::tempdir().expect("temp dir");
+    let _node = NodeSpec::new(BIN, "gateway,workspace", "perm-gw-1")
+        .env(
+            "TOOLMESH_NATS_URL",
+            format!("nats://node:node-pw@127.0.0.1:{port}"),
+        )
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+        .start(&admin)
+        .await;
+    let started = Instant::now();
+    let reply = toolmesh_testkit::request_json_within(
+        &admin,
+        "toolmesh.v1.call.acme",
+        serde_json::json!({"tool": "list_workspace_files", "session_id": "s1", "arguments": {}}),
+        Duration::from_secs(20),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    assert!(took < AT_ONCE, "took {took:?}: {reply}");
+    let message = reply["error_message"].as_str().unwrap();
+    assert!(
+        message.contains("publish to toolmesh.internal.v1.run.workspace"),
+        "{message}"
+    );
+    assert!(!message.contains("node-pw"), "{message}");
+}

@@ -68,6 +68,8 @@ pub struct GatewayCore {
     pub replies: ReplyInbox,
     /// The audit trail (off without JetStream).
     pub audit: toolmesh_kernel::audit::AuditTrail,
+    /// What the NATS server refused this node's connection.
+    pub refusals: toolmesh_kernel::permissions::Refusals,
 }
 
 /// What a tool answered: members to serialize, members already serialized, or nothing more
@@ -528,11 +530,16 @@ impl<'a> Call<'a> {
         let request = async_nats::Request::new()
             .payload(body)
             .timeout(Some(GATE_TIMEOUT));
-        let reply = self
+        let sent = self
             .core
             .client
-            .send_request(internal::APPROVAL_GATE, trace::request(request))
+            .send_request(internal::APPROVAL_GATE, trace::request(request));
+        let reply = self
+            .core
+            .refusals
+            .guard_publish(internal::APPROVAL_GATE, sent)
             .await
+            .map_err(refused)?
             .map_err(|e| request_failed(e, Role::Approval, "the approval gate"))?;
         serde_json::from_slice(&reply.payload).map_err(|e| {
             tracing::error!(error = %e, "malformed reply from the approval actor");
@@ -691,12 +698,15 @@ impl<'a> Call<'a> {
         let request = async_nats::Request::new()
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
-        let sent = core
-            .client
-            .send_request(route.subject.to_string(), trace::request(request));
+        let subject = route.subject.to_string();
+        let sent = core.refusals.guard_publish(
+            &subject,
+            core.client
+                .send_request(subject.clone(), trace::request(request)),
+        );
         let gone = core.tools.gone(&core.client, service);
         let reply = tokio::select! {
-            reply = sent => reply,
+            reply = sent => reply.map_err(refused)?,
             () = gone => {
                 return Err(ToolError::new(
                     ErrorCode::Unavailable,
@@ -878,8 +888,12 @@ impl<'a> Call<'a> {
             .payload(body)
             .timeout(Some(timeout));
         let request = trace::request(request);
+        let subject = internal::run(role);
+        let sent = core
+            .refusals
+            .guard_publish(&subject, core.client.send_request(subject.clone(), request));
         let reply = tokio::select! {
-            reply = core.client.send_request(internal::run(role), request) => reply,
+            reply = sent => reply.map_err(refused)?,
             _ = core.lifecycle.stop.cancelled() => return Err(self.stopped().await),
         };
         match reply {
@@ -1169,6 +1183,19 @@ fn timed_out(role: Role, what: &str) -> ToolError {
 }
 
 /// Maps a failed internal request onto the protocol's codes.
+/// A request the NATS server refused this node (its user may not publish there): said in full
+/// in the node's log, and to the caller without the node's user.
+fn refused(refused: toolmesh_kernel::permissions::Refused) -> ToolError {
+    tracing::error!("{refused}");
+    ToolError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "the NATS server refused this gateway node permission to publish to {}; the node's log says which user and what to change",
+            refused.violation.subject
+        ),
+    )
+}
+
 fn request_failed(error: async_nats::RequestError, role: Role, what: &str) -> ToolError {
     use async_nats::RequestErrorKind;
     match error.kind() {
@@ -1281,6 +1308,7 @@ mod tests {
             status_cache: Default::default(),
             replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
             audit: toolmesh_kernel::audit::AuditTrail::off("n", "test"),
+            refusals: toolmesh_kernel::permissions::Refusals::none(),
         });
         let msg = Message {
             subject: "toolmesh.v1.call.a".into(),

@@ -60,6 +60,9 @@ pub struct Accounting {
     pub in_flight: InFlight,
     pub metrics: Metrics,
     pub audit: toolmesh_kernel::audit::AuditTrail,
+    /// What the NATS server refuses the node's connection: a call whose request it refuses
+    /// ends at once instead of waiting out its timeout.
+    pub refusals: toolmesh_kernel::permissions::Refusals,
 }
 
 /// Starts the gateway actor (inside an actix `System`) and returns once its subscriptions are
@@ -76,6 +79,7 @@ pub async fn spawn(
         in_flight,
         metrics,
         audit,
+        refusals,
     } = accounting;
     let group = queue::of(Role::Gateway);
     let subscribe = |subject: &'static str, queued: bool| {
@@ -138,6 +142,7 @@ pub async fn spawn(
         status_cache: Default::default(),
         replies,
         audit,
+        refusals,
     });
     let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();

@@ -25,14 +25,26 @@ use crate::wire::{
 };
 
 /// Connects a node: retries forever, so a node started before its NATS server (as in compose)
-/// comes up once the server does, and reconnects by itself after a server restart.
-pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
-    url_credentials(ConnectOptions::new(), url)
+/// comes up once the server does, and reconnects by itself after a server restart. The
+/// [`Refusals`] are what the server refuses the node: a request that races them
+/// ([`Refusals::guard_publish`]) ends when the server drops its publish.
+pub async fn connect_node(
+    url: &str,
+    name: &str,
+) -> Result<(Client, Refusals), async_nats::ConnectError> {
+    let (sink, refusals) = Refusals::new(Identity {
+        user: url_user(url),
+        inbox_prefix: "_INBOX".to_owned(),
+    });
+    let client = url_credentials(ConnectOptions::new(), url)
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(Duration::from_secs(5))
-        .event_callback(|event| async move { log_connection_event(event) })
+        .event_callback(move |event| {
+            sink.record(&event);
+            async move { log_connection_event(event) }
+        })
         .reconnect_delay_callback(|attempt| {
             // First retry at once (a server restarting is often back within milliseconds),
             // then back off to at most 2 s.
@@ -42,7 +54,8 @@ pub async fn connect_node(url: &str, name: &str) -> Result<Client, async_nats::C
             }
         })
         .connect(url)
-        .await
+        .await?;
+    Ok((client, refusals))
 }
 
 /// What a node's NATS connection reports: server errors loudly, with what to do about a

@@ -13,7 +13,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 /// What the server refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +147,10 @@ impl std::error::Error for Refused {}
 
 /// Records what the server refused (from the connection's event callback).
 #[derive(Debug, Clone)]
-pub struct RefusalSink(Arc<watch::Sender<Arc<Vec<Violation>>>>);
+pub struct RefusalSink {
+    seen: Arc<watch::Sender<Arc<Vec<Violation>>>>,
+    each: broadcast::Sender<Violation>,
+}
 
 impl RefusalSink {
     /// Records `event` when it is a permission violation; the violation, if it was one.
@@ -156,7 +159,8 @@ impl RefusalSink {
             return None;
         };
         let violation = Violation::parse(text)?;
-        self.0.send_if_modified(|seen| {
+        let _ = self.each.send(violation.clone());
+        self.seen.send_if_modified(|seen| {
             if seen.contains(&violation) {
                 return false;
             }
@@ -175,17 +179,23 @@ impl RefusalSink {
 pub struct Refusals {
     identity: Arc<Identity>,
     seen: watch::Receiver<Arc<Vec<Violation>>>,
+    each: broadcast::Sender<Violation>,
 }
 
 impl Refusals {
     /// A new record for a connection of `identity`, and the sink its event callback feeds.
     pub fn new(identity: Identity) -> (RefusalSink, Refusals) {
         let (sender, seen) = watch::channel(Arc::new(Vec::new()));
+        let (each, _) = broadcast::channel(64);
         (
-            RefusalSink(Arc::new(sender)),
+            RefusalSink {
+                seen: Arc::new(sender),
+                each: each.clone(),
+            },
             Refusals {
                 identity: Arc::new(identity),
                 seen,
+                each,
             },
         )
     }
@@ -240,6 +250,36 @@ impl Refusals {
         tokio::select! {
             done = request => Ok(done),
             refused = self.of_request(subject) => Err(refused),
+        }
+    }
+
+    /// [`Refusals::guard`] for a long-lived connection (a node's): only a refusal of
+    /// `subject` the server reports while `request` runs ends it, so a permission granted
+    /// later (a server reload) is not held against later requests. The reply inbox is not
+    /// watched: a node's is refused once, at its start, and said in its log then.
+    pub async fn guard_publish<T>(
+        &self,
+        subject: &str,
+        request: impl Future<Output = T>,
+    ) -> Result<T, Refused> {
+        let mut each = self.each.subscribe();
+        let refused = async {
+            loop {
+                match each.recv().await {
+                    Ok(v) if v.permission == Permission::Publish && v.subject == subject => {
+                        return Refused {
+                            violation: v,
+                            identity: (*self.identity).clone(),
+                        };
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        };
+        tokio::select! {
+            done = request => Ok(done),
+            refused = refused => Err(refused),
         }
     }
 
@@ -340,5 +380,24 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("subscribe to _INBOX.Xy12.*"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_connection_holds_only_new_refusals_against_a_request() {
+        let (sink, refusals) = Refusals::new(Identity {
+            user: Some("toolmesh".into()),
+            inbox_prefix: "_INBOX".into(),
+        });
+        let refusal = "Permissions Violation for Publish to \"providers.x.run\"";
+        // Refused once, then granted (a reload): the next request is not failed for it.
+        sink.record(&server_error(refusal));
+        let waiting = refusals.guard_publish("providers.x.run", std::future::pending::<()>());
+        tokio::pin!(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        // Refused while it runs: it ends.
+        sink.record(&server_error(refusal));
+        let refused = waiting.await.unwrap_err();
+        assert_eq!(refused.violation.subject, "providers.x.run");
+        assert!(refused.to_string().contains("user \"toolmesh\""));
     }
 }
