@@ -247,9 +247,18 @@ async def check_kill_worker(c):
     expect(nxt.get("ok") and nxt.get("stdout") == "again\n", "the session's next call runs", nxt)
     survivor = await holder(node, session)
     expect(survivor != victim, f"…on another worker ({survivor})")
-    # Bring the fleet back to three workers for the next checks (the killed one stays dead).
-    compose("up", "-d", "--no-recreate", "--scale", "sandbox=3", "sandbox")
+    # The survivors reap the dead worker's egress network; its stopped container must still
+    # start afterwards. Bring the fleet back to three with the command docs/operations.md gives.
+    async def reaped():
+        left = sh("docker", "network", "ls", "-q", "--filter", f"label=io.toolmesh.node={victim}")
+        return not left.strip()
+
+    await eventually("the dead worker's egress network reaped", reaped, 120)
+    compose("up", "-d", "--scale", "sandbox=3", "sandbox")
     await wait_cluster(node, 3)
+    project = os.environ.get("COMPOSE_PROJECT_NAME", "")
+    labelled = sh("docker", "network", "ls", "-q", "--filter", f"label=io.toolmesh.project={project}")
+    expect(len(labelled.split()) >= 3, "each worker's egress network carries the compose project", labelled)
 
 
 async def check_drain_worker(c):

@@ -82,3 +82,18 @@ fn links_are_found_and_urls_are_not_files() {
         ["docs/PROTOCOL.md"]
     );
 }
+
+/// README is the front door and ARCHITECTURE.md a map (STYLE.md "Docs"): guides and per-file
+/// detail go to `docs/` and `//!` docs, not back into them.
+#[test]
+fn readme_and_architecture_stay_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).expect(name);
+    let readme_lines = read("README.md").lines().count();
+    assert!(readme_lines < 300, "README.md has {readme_lines} lines; keep it under 300");
+    let map_bytes = read("ARCHITECTURE.md").len();
+    assert!(
+        map_bytes < 40 * 1024,
+        "ARCHITECTURE.md has {map_bytes} bytes; keep it under 40 KB (detail goes to //! docs)"
+    );
+}
