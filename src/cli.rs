@@ -786,13 +786,7 @@ fn approval_hint(id: &str, account: &Account, nats_url: &str, decided_in_band: b
             "Your --approve/--reject did not decide it: in-band decisions are off on this cluster (TOOLMESH_APPROVAL_IN_BAND=0).\n",
         );
     }
-    if url_has_user(nats_url) {
-        text.push_str(&format!(
-            "In another terminal, as a NATS user allowed to publish on {decide} (on the compose cluster: the approver user, TOOLMESH_NATS_URL=nats://approver:<password>@<host>:4222 TOOLMESH_NATS_INBOX_PREFIX=_INBOX.approver):\n"
-        ));
-    } else {
-        text.push_str("In another terminal:\n");
-    }
+    text.push_str(&who_decides(nats_url, &decide, "In another terminal"));
     text.push_str(&format!(
         "  toolmesh approvals approve {id} --account {account}\nthen repeat this command with --approval-id {id} (or add --wait 300 to wait for the decision here)."
     ));
@@ -893,13 +887,11 @@ fn parked_hint(
     let mut text = format!(
         "approval required: {id} ({tool}, risk {risk}) waits for a decision on {decide}; waiting up to {wait_s} s.\n"
     );
-    if url_has_user(nats_url) {
-        text.push_str(&format!(
-            "Decide it in another terminal, as a NATS user allowed to publish on {decide} (on the compose cluster: the approver user, TOOLMESH_NATS_URL=nats://approver:<password>@<host>:4222 TOOLMESH_NATS_INBOX_PREFIX=_INBOX.approver):\n"
-        ));
-    } else {
-        text.push_str("Decide it in another terminal:\n");
-    }
+    text.push_str(&who_decides(
+        nats_url,
+        &decide,
+        "Decide it in another terminal",
+    ));
     text.push_str(&format!(
         "  toolmesh approvals approve {id} --account {account}    (or: reject)"
     ));
@@ -925,6 +917,18 @@ pub fn redacted_url(nats_url: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// `lead`, then who may decide an approval on `decide`: where the caller names a NATS user (an
+/// authenticated cluster), a user allowed to publish there, as the compose cluster's approver.
+fn who_decides(nats_url: &str, decide: &impl std::fmt::Display, lead: &str) -> String {
+    if url_has_user(nats_url) {
+        format!(
+            "{lead}, as a NATS user allowed to publish on {decide} (on the compose cluster: the approver user, TOOLMESH_NATS_URL=nats://approver:<password>@<host>:4222 TOOLMESH_NATS_INBOX_PREFIX=_INBOX.approver):\n"
+        )
+    } else {
+        format!("{lead}:\n")
+    }
 }
 
 /// Whether any server of a (comma-separated) NATS URL names a user.

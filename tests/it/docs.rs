@@ -90,7 +90,10 @@ fn readme_and_architecture_stay_short() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let read = |name: &str| std::fs::read_to_string(root.join(name)).expect(name);
     let readme_lines = read("README.md").lines().count();
-    assert!(readme_lines < 300, "README.md has {readme_lines} lines; keep it under 300");
+    assert!(
+        readme_lines < 300,
+        "README.md has {readme_lines} lines; keep it under 300"
+    );
     let map_bytes = read("ARCHITECTURE.md").len();
     assert!(
         map_bytes < 40 * 1024,
