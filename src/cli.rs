@@ -296,6 +296,29 @@ fn hint(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
+/// The node's runtime (`TOOLMESH_WORKER_THREADS`): 0, one thread; n, a multi-thread runtime of
+/// n workers. Not a number stops the node naming the variable.
+fn worker_threads() -> anyhow::Result<usize> {
+    match std::env::var("TOOLMESH_WORKER_THREADS") {
+        Err(_) => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            anyhow::anyhow!(
+                "TOOLMESH_WORKER_THREADS={v:?}: use 0 (one thread) or a number of workers"
+            )
+        }),
+    }
+}
+
+/// Whether the log is JSON lines (`TOOLMESH_LOG_FORMAT`: `json`, or `text`, the default); another
+/// value stops a node naming the variable.
+fn log_format() -> anyhow::Result<bool> {
+    match std::env::var("TOOLMESH_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("" | "text") => Ok(false),
+        Ok("json") => Ok(true),
+        Ok(other) => bail!("TOOLMESH_LOG_FORMAT={other:?}: use json or text"),
+    }
+}
+
 /// The log on stderr (`RUST_LOG`, else `default_level`; `TOOLMESH_LOG_FORMAT=json`), and the
 /// spans of toolmesh's crates to `exporter` when there is one (`crate::otel`).
 fn init_tracing(default_level: &str, exporter: Option<&crate::otel::Exporter>) {
@@ -305,7 +328,7 @@ fn init_tracing(default_level: &str, exporter: Option<&crate::otel::Exporter>) {
     use tracing_subscriber::Layer as _;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let json = std::env::var("TOOLMESH_LOG_FORMAT").as_deref() == Ok("json");
+    let json = log_format().unwrap_or(false);
     // Colours for a person at a terminal only: a pipe, a file or `docker logs` gets plain
     // text, and so does anyone who sets NO_COLOR (no-color.org).
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
@@ -351,6 +374,8 @@ fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
     config.node_id = Some(node_id.to_string());
     // Dropped last, after the node stopped: its last spans leave then.
     let exporter = crate::otel::from_env(node_id.as_str())?;
+    let threads = worker_threads()?;
+    log_format()?;
     init_tracing("info", exporter.as_ref());
     let resolved = crate::node::resolve_roles(roles).map_err(anyhow::Error::msg)?;
     if resolved.is_empty() {
@@ -367,10 +392,6 @@ fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
             skipped.join(", ")
         );
     }
-    let threads = std::env::var("TOOLMESH_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(0);
     let system = if threads == 0 {
         actix_rt::System::new()
     } else {

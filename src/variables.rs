@@ -30,13 +30,13 @@ pub const VARIABLES: &[Variable] = &[
         component: Component::Node,
         default: "`0`",
         description: "`0`: the node runs on one thread; `n`: on a multi-thread runtime of `n` \
-                      workers. A value that is not a number counts as `0`.",
+                      workers.",
     },
     Variable {
         name: "TOOLMESH_LOG_FORMAT",
         component: Component::Telemetry,
-        default: "unset (text)",
-        description: "`json`: the log on stderr is JSON lines; any other value: text.",
+        default: "`text`",
+        description: "`json`: the log on stderr is JSON lines; `text`: lines for a person.",
     },
     Variable {
         name: "RUST_LOG",

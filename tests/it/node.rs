@@ -160,3 +160,31 @@ async fn a_log_to_a_pipe_has_no_colour_codes() {
         node.log()
     );
 }
+
+/// A bad value of a variable the binary reads itself stops the node at once, naming it (as
+/// the kernel's config does for its own), instead of falling back silently.
+#[test]
+fn a_bad_runtime_or_log_format_stops_the_node_naming_the_variable() {
+    for (var, value) in [
+        ("TOOLMESH_WORKER_THREADS", "four"),
+        ("TOOLMESH_LOG_FORMAT", "yaml"),
+    ] {
+        let out = std::process::Command::new(crate::support::BIN)
+            .args([
+                "node",
+                "--roles",
+                "gateway",
+                "--nats-url",
+                "nats://127.0.0.1:1",
+            ])
+            .env(var, value)
+            .output()
+            .expect("toolmesh runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{var}={value} started the node: {stderr}"
+        );
+        assert!(stderr.contains(var), "{var}={value}: {stderr}");
+    }
+}
