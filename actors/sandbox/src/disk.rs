@@ -155,14 +155,18 @@ pub fn plan(dir: &Path, mb: u64, required: bool) -> Result<DiskPlan, String> {
     }
 }
 
-/// Whether the Docker daemon sees the mounts this worker makes under `dir`: always for a
-/// worker outside any container (it shares the host's mount namespace, as the daemon does);
-/// for one in a container (`/.dockerenv`, `/run/.containerenv`), only when the mount holding
-/// `dir` is shared (`shared:` in `/proc/self/mountinfo`: bound `rshared` from a shared mount
-/// of the host). `Err` says what to change.
+/// Whether the Docker daemon sees the mounts this worker makes under `dir`: when the daemon
+/// (`dockerd`, visible in this worker's process table) shares this worker's mount namespace
+/// (a worker on the host, or beside the daemon in one container), or when the mount holding
+/// `dir` is shared (`shared:` in `/proc/self/mountinfo`: bound `rshared` from a shared mount of
+/// the host, as a worker in a container of its own needs). Where no daemon is visible, a worker
+/// outside any container (`/.dockerenv`, `/run/.containerenv`) is taken to share the host's.
+/// `Err` says what to change.
 pub fn shares_mounts_with_daemon(dir: &Path) -> Result<(), String> {
-    if !crate::in_container() {
-        return Ok(());
+    match daemon_shares_namespace() {
+        Some(true) => return Ok(()),
+        None if !crate::in_container() => return Ok(()),
+        Some(false) | None => {}
     }
     let table = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("/proc/self/mountinfo cannot be read: {e}"))?;
@@ -170,8 +174,8 @@ pub fn shares_mounts_with_daemon(dir: &Path) -> Result<(), String> {
     match mount_holding(&table, &resolved) {
         Some((_, true)) => Ok(()),
         Some((mount, false)) => Err(format!(
-            "this worker runs in a container and its mount of {} (at {}) is not shared, so the \
-             Docker daemon would not see a sandbox's disk; bind the folder `rshared` \
+            "this worker does not share the Docker daemon's mounts and its mount of {} (at {}) \
+             is not shared, so the daemon would not see a sandbox's disk; bind the folder `rshared` \
              (TOOLMESH_SANDBOX_DIR_PROPAGATION=rshared in compose) from a shared mount of the \
              host (docs/operations.md)",
             dir.display(),
@@ -179,6 +183,27 @@ pub fn shares_mounts_with_daemon(dir: &Path) -> Result<(), String> {
         )),
         None => Err(format!("no mount holds {}", dir.display())),
     }
+}
+
+/// Whether a Docker daemon this process can see runs in its mount namespace; `None` when
+/// none is visible (another pid namespace, or no daemon on this host).
+fn daemon_shares_namespace() -> Option<bool> {
+    let own = std::fs::read_link("/proc/self/ns/mnt").ok()?;
+    let daemons: Vec<_> = std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "dockerd")
+        })
+        .filter_map(|e| std::fs::read_link(e.path().join("ns/mnt")).ok())
+        .collect();
+    (!daemons.is_empty()).then(|| daemons.contains(&own))
 }
 
 /// The mount point holding `path` (the longest one it is under) in a mountinfo table, and
