@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_workspace::confine::Workspace;
-use toolmesh_workspace::search::search;
-use toolmesh_workspace::tools::search_files::SearchWorkspaceFilesArgs;
+use toolmesh_workspace::search::{search, SearchOptions};
 
 const FILES: usize = 18_000;
 const TARGET_BYTES: usize = 200_000_000;
@@ -234,9 +233,8 @@ struct Case {
 }
 
 fn run_toolmesh(ws: &Workspace, case: &Case) -> (Duration, u64, bool, u64, u64) {
-    let args = SearchWorkspaceFilesArgs {
+    let args = SearchOptions {
         query: case.query.to_owned(),
-        path: ".".to_owned(),
         is_regex: case.is_regex,
         glob: None,
         case_sensitive: false,

@@ -8,7 +8,7 @@ pub mod lint_file;
 pub mod list_files;
 pub mod multi_edit_file;
 mod read_file;
-pub mod search_files;
+mod search_files;
 mod status;
 mod write_file;
 mod write_files;

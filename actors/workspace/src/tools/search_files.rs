@@ -9,7 +9,7 @@ use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
 use super::{args, object, Call, Reply, Tool, WorkspaceService};
 use crate::confine::WorkspacePath;
-use crate::search;
+use crate::search::{self, SearchOptions};
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -64,6 +64,19 @@ fn one_hundred() -> u64 {
     100
 }
 
+impl From<SearchWorkspaceFilesArgs> for SearchOptions {
+    fn from(a: SearchWorkspaceFilesArgs) -> Self {
+        SearchOptions {
+            query: a.query,
+            is_regex: a.is_regex,
+            glob: a.glob,
+            case_sensitive: a.case_sensitive,
+            context_lines: a.context_lines,
+            max_results: a.max_results,
+        }
+    }
+}
+
 impl WorkspaceService {
     async fn search(
         &self,
@@ -73,10 +86,11 @@ impl WorkspaceService {
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
         let dir = WorkspacePath::parse(&a.path, "path")?;
+        let options = SearchOptions::from(a);
         self.blocking(ctx, session, move |ws| {
-            let outcome = search::search(ws, dir.as_path(), &a)?;
+            let outcome = search::search(ws, dir.as_path(), &options)?;
             let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
-            fields.insert("query".into(), Value::from(a.query.clone()));
+            fields.insert("query".into(), Value::from(options.query));
             if budget::fit_list(&mut fields, "results", fields_limit) {
                 // `match_count` counts the matching lines returned.
                 let kept = fields["results"].as_array().map_or(0, Vec::len);
