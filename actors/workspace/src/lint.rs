@@ -1,11 +1,11 @@
-//! `lint_workspace_file`'s lightweight built-in checks: a pure function from a file's bytes to
-//! a list of issues. Python is parsed in-process with `rustpython-parser` (no interpreter to
-//! shell out to), JSON with serde_json; every language also gets the byte-level checks (NUL
-//! bytes, invalid UTF-8, trailing whitespace). Not a formatter and not a project's lint setup.
+//! The engine of `lint_workspace_file`, lightweight built-in checks: a pure function from a
+//! file's bytes and a [`Language`] to a list of issues. Python is parsed in-process with
+//! `rustpython-parser` (no interpreter to shell out to), JSON with serde_json; every language
+//! also gets the byte-level checks (NUL bytes, invalid UTF-8, trailing whitespace). Not a
+//! formatter and not a project's lint setup.
 
 use std::path::Path;
 
-use crate::tools::lint_file::LintLanguage;
 use rustpython_parser::lexer::{lex, LexicalErrorType};
 use rustpython_parser::{parse, Mode, ParseErrorType, Tok};
 use serde::Serialize;
@@ -26,6 +26,17 @@ const PARSE_STACK_BASE: usize = 32 << 20;
 /// level in release builds, 192 in debug ones), and a level takes at least one byte of source
 /// (`-` * n, `[` * n), so this many bytes of stack per byte of source cannot overflow.
 const PARSE_STACK_PER_BYTE: usize = 256;
+
+/// The language a file is checked as; `Auto` picks it by the path's extension
+/// ([`effective_language`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    Auto,
+    Python,
+    Json,
+    Markdown,
+    Text,
+}
 
 /// How bad an issue is; only errors make the tool answer `lint_errors`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -69,8 +80,8 @@ pub fn has_errors(report: &LintReport) -> bool {
 }
 
 /// The language `auto` stands for, by the path's extension (case-insensitive).
-pub fn effective_language(path: &str, language: LintLanguage) -> LintLanguage {
-    if language != LintLanguage::Auto {
+pub fn effective_language(path: &str, language: Language) -> Language {
+    if language != Language::Auto {
         return language;
     }
     let extension = Path::new(path)
@@ -78,24 +89,24 @@ pub fn effective_language(path: &str, language: LintLanguage) -> LintLanguage {
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
     match extension.as_deref() {
-        Some("py" | "pyi") => LintLanguage::Python,
-        Some("json") => LintLanguage::Json,
-        Some("md" | "markdown") => LintLanguage::Markdown,
-        _ => LintLanguage::Text,
+        Some("py" | "pyi") => Language::Python,
+        Some("json") => Language::Json,
+        Some("md" | "markdown") => Language::Markdown,
+        _ => Language::Text,
     }
 }
 
-fn language_name(language: LintLanguage) -> &'static str {
+fn language_name(language: Language) -> &'static str {
     match language {
-        LintLanguage::Python => "python",
-        LintLanguage::Json => "json",
-        LintLanguage::Markdown => "markdown",
-        LintLanguage::Text | LintLanguage::Auto => "text",
+        Language::Python => "python",
+        Language::Json => "json",
+        Language::Markdown => "markdown",
+        Language::Text | Language::Auto => "text",
     }
 }
 
 /// Checks `content` (the bytes of the file at `path`) as `language`.
-pub fn lint(path: &str, content: &[u8], language: LintLanguage) -> LintReport {
+pub fn lint(path: &str, content: &[u8], language: Language) -> LintReport {
     let language = effective_language(path, language);
     let mut issues = Vec::new();
     // A UTF-8 byte order mark is invisible in an editor, so it is never a column: every check
@@ -134,9 +145,9 @@ pub fn lint(path: &str, content: &[u8], language: LintLanguage) -> LintReport {
     let clean = issues.is_empty();
     if clean {
         match language {
-            LintLanguage::Python => issues.extend(lint_python(path, &text)),
-            LintLanguage::Json => issues.extend(lint_json(&text, bom)),
-            LintLanguage::Markdown | LintLanguage::Text | LintLanguage::Auto => {}
+            Language::Python => issues.extend(lint_python(path, &text)),
+            Language::Json => issues.extend(lint_json(&text, bom)),
+            Language::Markdown | Language::Text | Language::Auto => {}
         }
     }
     issues.extend(trailing_whitespace(&text, language));
@@ -488,8 +499,8 @@ fn lint_json(source: &str, bom: bool) -> Vec<LintIssue> {
 
 /// One warning per line ending in whitespace (the `\r` of a CRLF is the line ending, not
 /// whitespace), up to [`MAX_WHITESPACE_WARNINGS`], then one counting the rest.
-fn trailing_whitespace(text: &str, language: LintLanguage) -> Vec<LintIssue> {
-    let hint = if language == LintLanguage::Markdown {
+fn trailing_whitespace(text: &str, language: Language) -> Vec<LintIssue> {
+    let hint = if language == Language::Markdown {
         " (in Markdown, two trailing spaces are a hard line break; a trailing backslash says so visibly)"
     } else {
         ""
@@ -537,7 +548,7 @@ mod tests {
     fn check(
         path: &str,
         content: &[u8],
-        language: LintLanguage,
+        language: Language,
         want_language: &str,
         want: &[(u64, u64, &str, &str)],
     ) {
@@ -612,7 +623,7 @@ walrus = [y for x in range(3) if (y := x * 2)]
 
     #[test]
     fn python() {
-        let py = LintLanguage::Python;
+        let py = Language::Python;
         let cases: &[LintCase] = &[
             (VALID_PYTHON, &[]),
             ("", &[]),
@@ -702,14 +713,14 @@ walrus = [y for x in range(3) if (y := x * 2)]
         check(
             "stub.pyi",
             b"def f(x: int) -> str: ...\n",
-            LintLanguage::Auto,
+            Language::Auto,
             "python",
             &[],
         );
         check(
             "M.PY",
             b"if\n",
-            LintLanguage::Auto,
+            Language::Auto,
             "python",
             &[(1, 3, "error", "SyntaxError")],
         );
@@ -719,21 +730,15 @@ walrus = [y for x in range(3) if (y := x * 2)]
     #[test]
     fn python_deep_nesting() {
         let deep = format!("x = {}1\n", "-".repeat(300_000));
-        check(
-            "deep.py",
-            deep.as_bytes(),
-            LintLanguage::Python,
-            "python",
-            &[],
-        );
+        check("deep.py", deep.as_bytes(), Language::Python, "python", &[]);
         let deep = format!("x = {}1\ny = (\n", "[".repeat(50_000));
-        let report = lint("deep.py", deep.as_bytes(), LintLanguage::Python);
+        let report = lint("deep.py", deep.as_bytes(), Language::Python);
         assert!(has_errors(&report), "{:?}", report.issues);
     }
 
     #[test]
     fn json() {
-        let js = LintLanguage::Json;
+        let js = Language::Json;
         let cases: &[LintCase] = &[
             ("{\"a\": [1, 2, {\"b\": null}], \"c\": \"é\"}\n", &[]),
             ("[]", &[]),
@@ -766,7 +771,7 @@ walrus = [y for x in range(3) if (y := x * 2)]
         check(
             "x.JSON",
             b"{",
-            LintLanguage::Auto,
+            Language::Auto,
             "json",
             &[(1, 1, "error", "EOF")],
         );
@@ -774,7 +779,7 @@ walrus = [y for x in range(3) if (y := x * 2)]
 
     #[test]
     fn generic_checks() {
-        let text = LintLanguage::Text;
+        let text = Language::Text;
         check("notes.txt", b"clean\nlines\n", text, "text", &[]);
         check("notes.txt", b"", text, "text", &[]);
         check(
@@ -793,14 +798,14 @@ walrus = [y for x in range(3) if (y := x * 2)]
         check(
             "a.py",
             b"x = 1\nab\x00c\x00\n",
-            LintLanguage::Auto,
+            Language::Auto,
             "python",
             &[(2, 3, "error", "NUL byte in the file (2 in total)")],
         );
         check(
             "b.bin",
             b"\x00",
-            LintLanguage::Auto,
+            Language::Auto,
             "text",
             &[(1, 1, "error", "NUL")],
         );
@@ -808,7 +813,7 @@ walrus = [y for x in range(3) if (y := x * 2)]
         check(
             "c.json",
             b"{\"a\":\n \"\xc3\xa9\xff\"}  ",
-            LintLanguage::Auto,
+            Language::Auto,
             "json",
             &[
                 (2, 4, "error", "not valid UTF-8"),
@@ -818,11 +823,11 @@ walrus = [y for x in range(3) if (y := x * 2)]
         check(
             "d.md",
             b"# Title  \n\nbody\n",
-            LintLanguage::Auto,
+            Language::Auto,
             "markdown",
             &[(1, 8, "warning", "hard line break")],
         );
-        check("e.markdown", b"ok\n", LintLanguage::Auto, "markdown", &[]);
+        check("e.markdown", b"ok\n", Language::Auto, "markdown", &[]);
         // A byte order mark is not a column.
         check(
             "h.txt",
@@ -838,22 +843,22 @@ walrus = [y for x in range(3) if (y := x * 2)]
             "text",
             &[(1, 2, "error", "NUL")],
         );
-        check("Makefile", b"all:\n", LintLanguage::Auto, "text", &[]);
+        check("Makefile", b"all:\n", Language::Auto, "text", &[]);
         // An explicit language wins over the extension.
         check(
             "f.txt",
             b"{",
-            LintLanguage::Json,
+            Language::Json,
             "json",
             &[(1, 1, "error", "EOF")],
         );
-        check("g.py", b"if\n", LintLanguage::Markdown, "markdown", &[]);
+        check("g.py", b"if\n", Language::Markdown, "markdown", &[]);
     }
 
     #[test]
     fn whitespace_warnings_are_capped() {
         let content = "x \n".repeat(MAX_WHITESPACE_WARNINGS + 50);
-        let report = lint("big.txt", content.as_bytes(), LintLanguage::Text);
+        let report = lint("big.txt", content.as_bytes(), Language::Text);
         assert_eq!(report.issues.len(), MAX_WHITESPACE_WARNINGS + 1);
         let last = report.issues.last().unwrap();
         assert_eq!(last.line, MAX_WHITESPACE_WARNINGS as u64 + 1);
@@ -863,7 +868,7 @@ walrus = [y for x in range(3) if (y := x * 2)]
 
     #[test]
     fn serialises_as_the_protocol_shape() {
-        let report = lint("x.json", b"{", LintLanguage::Auto);
+        let report = lint("x.json", b"{", Language::Auto);
         assert_eq!(
             serde_json::to_value(&report.issues[0]).unwrap(),
             serde_json::json!({"line": 1, "column": 1, "level": "error", "message": "invalid JSON: EOF while parsing an object"})

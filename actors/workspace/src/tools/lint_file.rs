@@ -50,6 +50,18 @@ pub enum LintLanguage {
     Text,
 }
 
+impl From<LintLanguage> for lint::Language {
+    fn from(language: LintLanguage) -> Self {
+        match language {
+            LintLanguage::Auto => lint::Language::Auto,
+            LintLanguage::Python => lint::Language::Python,
+            LintLanguage::Json => lint::Language::Json,
+            LintLanguage::Markdown => lint::Language::Markdown,
+            LintLanguage::Text => lint::Language::Text,
+        }
+    }
+}
+
 /// Lightweight built-in checks of one file.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -70,7 +82,7 @@ impl WorkspaceService {
         let path = WorkspacePath::parse(&a.path, "path")?;
         self.blocking(ctx, session, move |ws| {
             let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
-            let report = lint::lint(&path.display(), &bytes, a.language);
+            let report = lint::lint(&path.display(), &bytes, a.language.into());
             let failed = lint::has_errors(&report);
             let mut fields = object(json!({
                 "path": path.display(),

@@ -4,7 +4,7 @@
 
 mod delete_file;
 mod edit_file;
-pub mod lint_file;
+mod lint_file;
 pub mod list_files;
 pub mod multi_edit_file;
 mod read_file;
