@@ -6,7 +6,7 @@ mod delete_file;
 mod edit_file;
 mod lint_file;
 pub mod list_files;
-pub mod multi_edit_file;
+mod multi_edit_file;
 mod read_file;
 mod search_files;
 mod status;

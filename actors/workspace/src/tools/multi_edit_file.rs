@@ -9,7 +9,7 @@ use toolmesh_kernel::{Role, SessionId, ToolError};
 
 use super::{args, Call, Reply, Tool, WorkspaceService};
 use crate::confine::WorkspacePath;
-use crate::edit;
+use crate::edit::{self, Edit};
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -47,6 +47,17 @@ pub struct SnippetEdit {
     pub replace_all: Option<bool>,
 }
 
+impl From<SnippetEdit> for Edit {
+    fn from(e: SnippetEdit) -> Self {
+        Edit {
+            old_text: e.old_text,
+            new_text: e.new_text,
+            expected_replacements: e.expected_replacements,
+            replace_all: e.replace_all,
+        }
+    }
+}
+
 /// Apply several edits to one file, all or nothing.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -66,10 +77,12 @@ impl WorkspaceService {
         a: MultiEditWorkspaceFileArgs,
     ) -> Result<Map<String, Value>, ToolError> {
         let path = WorkspacePath::parse(&a.path, "path")?;
+        let edits: Vec<Edit> = a.edits.into_iter().map(Edit::from).collect();
+        let replace_all = a.replace_all;
         self.change(ctx, session, path, move |before| {
-            let applied = edit::apply_edits(before, &a.edits, a.replace_all)?;
+            let applied = edit::apply_edits(before, &edits, replace_all)?;
             let mut fields = Map::new();
-            fields.insert("edit_count".into(), Value::from(a.edits.len()));
+            fields.insert("edit_count".into(), Value::from(edits.len()));
             fields.insert("replacements".into(), Value::from(applied.replacements));
             let edits: Vec<Value> = applied
                 .edits
