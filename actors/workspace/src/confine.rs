@@ -16,28 +16,19 @@
 //! A consequence of (2): a symlink whose target is absolute is refused even when the target
 //! lies inside the workspace, since a resolution beneath the root never starts at `/`.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
-use crate::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
 use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, Metadata, OpenOptions};
-use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
-/// `list_workspace_files` never returns more entries than this (PROTOCOL.md).
-pub const LIST_MAX_RESULTS: u64 = 5000;
-/// A listing stops walking after this many directory entries and answers `truncated`, so a
-/// huge tree costs bounded time and memory (the name sort needs every match in memory).
-pub const LIST_WALK_LIMIT: usize = 100_000;
-/// `workspace_status` samples at most this many directory entries.
-pub const SAMPLE_WALK_LIMIT: usize = 5000;
 /// Longest relative path accepted (Linux `PATH_MAX`); longer ones could never be opened.
 pub const PATH_MAX_BYTES: usize = 4096;
 /// Longest single name accepted (Linux `NAME_MAX`).
@@ -244,6 +235,15 @@ impl WorkspacePath {
             pointer: self.pointer.clone(),
         }
     }
+
+    /// `self/rel`, or `self` when `rel` is empty.
+    pub(crate) fn child_or_self(&self, rel: &str) -> WorkspacePath {
+        if rel.is_empty() {
+            self.clone()
+        } else {
+            self.child(rel)
+        }
+    }
 }
 
 impl PartialEq for WorkspacePath {
@@ -274,7 +274,7 @@ fn pointer_of(field: &str) -> String {
     }
 }
 
-fn join(base: &str, name: &str) -> String {
+pub(crate) fn join(base: &str, name: &str) -> String {
     if base.is_empty() {
         name.to_owned()
     } else {
@@ -323,7 +323,7 @@ fn internal(op: &str, path: &WorkspacePath, err: &io::Error) -> ToolError {
 }
 
 /// The PROTOCOL.md code of an io error met while doing `op` on `path`.
-fn map_io(op: &str, path: &WorkspacePath, err: io::Error) -> ToolError {
+pub(crate) fn map_io(op: &str, path: &WorkspacePath, err: io::Error) -> ToolError {
     if is_escape(&err) {
         return outside(path);
     }
@@ -365,7 +365,7 @@ impl EntryType {
         }
     }
 
-    fn of(file_type: cap_std::fs::FileType) -> EntryType {
+    pub(crate) fn of(file_type: cap_std::fs::FileType) -> EntryType {
         if file_type.is_symlink() {
             EntryType::Symlink
         } else if file_type.is_dir() {
@@ -393,32 +393,6 @@ pub struct Stat {
     pub mtime_ns: i64,
 }
 
-/// One entry of `list_workspace_files`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Entry {
-    /// The last component.
-    pub name: String,
-    /// Relative to the workspace root.
-    pub path: String,
-    #[serde(rename = "type")]
-    pub kind: EntryType,
-    /// Bytes; for a symlink, the size of the link itself (it is never followed).
-    pub size: u64,
-    pub mtime_ns: i64,
-}
-
-/// The result of [`list`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ListOutcome {
-    pub entries: Vec<Entry>,
-    /// More entries matched than were returned, or the walk stopped at [`LIST_WALK_LIMIT`].
-    pub truncated: bool,
-    /// Directories that matched the walk but could not be opened (their contents are
-    /// missing from `entries`); never silently skipped, absent from JSON when empty.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unreadable: Vec<String>,
-}
-
 /// The result of [`write_atomic`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct WriteOutcome {
@@ -443,7 +417,7 @@ pub struct DeleteOutcome {
     pub kind: EntryType,
 }
 
-fn mtime_ns(meta: &Metadata) -> i64 {
+pub(crate) fn mtime_ns(meta: &Metadata) -> i64 {
     let Ok(modified) = meta.modified() else {
         return 0;
     };
@@ -942,329 +916,6 @@ pub fn delete(ws: &Workspace, path: &WorkspacePath) -> Result<DeleteOutcome, Too
     Ok(DeleteOutcome { kind })
 }
 
-// ------------------------------------------------------------------------------------------
-// Listing
-
-/// Lists `args.path` (a directory).
-///
-/// * `glob` matches the path relative to the listed directory; `*` stays within one
-///   component, `**` crosses directories. Without `recursive`, a glob still reaches as deep as
-///   it can match: one level per `/` in it, every level when it holds `**`.
-/// * Symlinked directories are listed as `symlink` and never descended into.
-/// * `max_results` is clamped to [`LIST_MAX_RESULTS`]; `name` sorts ascending by path, `mtime`
-///   and `size` descending (ties by path).
-pub fn list(ws: &Workspace, args: &ListWorkspaceFilesArgs) -> Result<ListOutcome, ToolError> {
-    let listed = WorkspacePath::parse(&args.path, "path")?;
-    let matcher = match &args.glob {
-        Some(glob) if !glob.is_empty() => Some(compile_glob(glob)?),
-        _ => None,
-    };
-    let max_depth = match &args.glob {
-        _ if args.recursive => usize::MAX,
-        Some(glob) if glob.contains("**") => usize::MAX,
-        Some(glob) => 1 + glob.matches('/').count(),
-        None => 1,
-    };
-    let max_results = usize::try_from(args.max_results.min(LIST_MAX_RESULTS)).unwrap_or(usize::MAX);
-
-    let top = ws
-        .dir()
-        .open_dir(listed.as_path())
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotADirectory => ToolError::invalid_argument(
-                listed.pointer(),
-                format!("'{listed}' is a file, not a directory; read it with read_workspace_file"),
-            ),
-            _ => map_io("list", &listed, e),
-        })?;
-
-    let mut entries = Vec::new();
-    let mut unreadable = Vec::new();
-    let mut visited = 0usize;
-    let mut walk_cut = false;
-    // Breadth-first over open directory handles: each level is read through the handle of its
-    // parent, so nothing is resolved by path again below the top.
-    let mut queue: VecDeque<(Dir, String, usize)> = VecDeque::from([(top, String::new(), 1)]);
-    'walk: while let Some((dir, rel, depth)) = queue.pop_front() {
-        let here = listed.child_or_self(&rel);
-        let read = match dir.entries() {
-            Ok(read) => read,
-            Err(e) if rel.is_empty() => return Err(map_io("list", &here, e)),
-            Err(e) => {
-                tracing::warn!(path = %DisplaySafe(&here), error = %e, "directory unreadable while listing");
-                unreadable.push(here.display());
-                continue;
-            }
-        };
-        for item in read {
-            let item = match item {
-                Ok(item) => item,
-                Err(e) => {
-                    unreadable.push(here.display());
-                    tracing::warn!(path = %DisplaySafe(&here), error = %e, "directory entry unreadable while listing");
-                    continue;
-                }
-            };
-            visited += 1;
-            if visited > LIST_WALK_LIMIT {
-                walk_cut = true;
-                break 'walk;
-            }
-            let os_name = item.file_name();
-            let name = os_name.to_string_lossy().into_owned();
-            let entry_rel = join(&rel, &name);
-            let Ok(meta) = item.metadata() else {
-                // Removed between readdir and stat: it no longer exists.
-                continue;
-            };
-            let kind = EntryType::of(meta.file_type());
-            if kind == EntryType::Dir && depth < max_depth {
-                match dir.open_dir_nofollow(&os_name) {
-                    Ok(child) => queue.push_back((child, entry_rel.clone(), depth + 1)),
-                    Err(e) => {
-                        tracing::warn!(path = %DisplaySafe(listed.child_or_self(&entry_rel)), error = %e, "directory unreadable while listing");
-                        unreadable.push(listed.child_or_self(&entry_rel).display());
-                    }
-                }
-            }
-            if kind == EntryType::Dir && !args.include_dirs {
-                continue;
-            }
-            if let Some(matcher) = &matcher {
-                if !matcher.is_match(&entry_rel) {
-                    continue;
-                }
-            }
-            entries.push(Entry {
-                name,
-                path: listed.child_or_self(&entry_rel).display(),
-                kind,
-                size: meta.len(),
-                mtime_ns: mtime_ns(&meta),
-            });
-        }
-    }
-
-    match args.sort_by {
-        SortBy::Name => entries.sort_by(|a, b| a.path.cmp(&b.path)),
-        SortBy::Mtime => entries.sort_by(|a, b| {
-            b.mtime_ns
-                .cmp(&a.mtime_ns)
-                .then_with(|| a.path.cmp(&b.path))
-        }),
-        SortBy::Size => {
-            entries.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path)))
-        }
-    }
-    let truncated = walk_cut || entries.len() > max_results;
-    entries.truncate(max_results);
-    unreadable.sort();
-    unreadable.dedup();
-    Ok(ListOutcome {
-        entries,
-        truncated,
-        unreadable,
-    })
-}
-
-impl WorkspacePath {
-    /// `self/rel`, or `self` when `rel` is empty.
-    fn child_or_self(&self, rel: &str) -> WorkspacePath {
-        if rel.is_empty() {
-            self.clone()
-        } else {
-            self.child(rel)
-        }
-    }
-}
-
-fn compile_glob(glob: &str) -> Result<GlobMatcher, ToolError> {
-    GlobBuilder::new(glob)
-        // `*` stays within one component; only `**` crosses directories.
-        .literal_separator(true)
-        .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| {
-            ToolError::invalid_argument("/glob", format!("is not a valid glob: {}", e.kind()))
-        })
-}
-
-/// Up to `limit` relative paths of regular files, breadth-first (top-level files first), names
-/// sorted within each directory, and how many files the bounded walk saw
-/// (`file_count_sampled`). The walk stops after [`SAMPLE_WALK_LIMIT`] entries and never
-/// follows symlinks.
-pub fn sample(ws: &Workspace, limit: usize) -> Result<(Vec<String>, usize), ToolError> {
-    let root = WorkspacePath::root("path");
-    let top = ws
-        .dir()
-        .open_dir(".")
-        .map_err(|e| map_io("list", &root, e))?;
-    let mut files = Vec::new();
-    let mut count = 0usize;
-    let mut visited = 0usize;
-    let mut queue: VecDeque<(Dir, String)> = VecDeque::from([(top, String::new())]);
-    'walk: while let Some((dir, rel)) = queue.pop_front() {
-        let Ok(read) = dir.entries() else {
-            continue;
-        };
-        let mut items: Vec<_> = read
-            .filter_map(Result::ok)
-            .filter_map(|item| Some((item.file_name(), item.file_type().ok()?)))
-            .collect();
-        items.sort_by(|a, b| a.0.cmp(&b.0));
-        for (os_name, file_type) in items {
-            visited += 1;
-            if visited > SAMPLE_WALK_LIMIT {
-                break 'walk;
-            }
-            let entry_rel = join(&rel, &os_name.to_string_lossy());
-            if file_type.is_dir() {
-                if let Ok(child) = dir.open_dir_nofollow(&os_name) {
-                    queue.push_back((child, entry_rel));
-                }
-            } else if file_type.is_file() {
-                count += 1;
-                if files.len() < limit {
-                    files.push(entry_rel);
-                }
-            }
-        }
-    }
-    Ok((files, count))
-}
-
 #[cfg(test)]
-mod tests {
-    //! Swaps a parent directory for a symlink at the two points of a write where a race could
-    //! matter; only here can the swap be timed exactly.
-
-    use super::*;
-
-    fn fixture() -> (tempfile::TempDir, Workspace, PathBuf) {
-        let tmp = tempfile::tempdir().unwrap();
-        let account = Account::parse("acme").unwrap();
-        let session = SessionId::parse("s1").unwrap();
-        let ws = Workspace::open(tmp.path(), &account, &session).unwrap();
-        let outside = ws.root().parent().unwrap().join("outside");
-        std::fs::create_dir(&outside).unwrap();
-        (tmp, ws, outside)
-    }
-
-    fn swap_for_link(ws: &Workspace, outside: &Path) {
-        let a = ws.root().join("a");
-        std::fs::rename(&a, ws.root().join("a_moved")).unwrap();
-        std::os::unix::fs::symlink(outside, &a).unwrap();
-    }
-
-    fn write_hooked(
-        ws: &Workspace,
-        path: &str,
-        at: Stage,
-        outside: &Path,
-    ) -> Result<WriteOutcome, ToolError> {
-        let path = WorkspacePath::parse(path, "path").unwrap();
-        let plan = plan_write(ws, &path, true)?;
-        commit(ws, &path, &plan, b"payload", true, &mut |stage| {
-            if stage == at {
-                swap_for_link(ws, outside);
-            }
-        })
-    }
-
-    #[test]
-    fn a_parent_swapped_for_a_symlink_before_it_is_opened_is_refused() {
-        let (_tmp, ws, outside) = fixture();
-        let err = write_hooked(&ws, "a/b/f.txt", Stage::ParentsCreated, &outside).unwrap_err();
-        assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{err:?}");
-        assert_eq!(
-            std::fs::read_dir(&outside).unwrap().count(),
-            0,
-            "nothing written outside"
-        );
-    }
-
-    #[test]
-    fn a_parent_swapped_after_it_is_opened_keeps_the_write_in_the_original_directory() {
-        let (_tmp, ws, outside) = fixture();
-        write_hooked(&ws, "a/f.txt", Stage::ParentOpened, &outside).unwrap();
-        assert_eq!(
-            std::fs::read_dir(&outside).unwrap().count(),
-            0,
-            "nothing written outside"
-        );
-        assert_eq!(
-            std::fs::read(ws.root().join("a_moved/f.txt")).unwrap(),
-            b"payload"
-        );
-    }
-
-    #[test]
-    fn a_batch_that_fails_midway_stops_and_names_what_was_written() {
-        let (_tmp, ws, _outside) = fixture();
-        let files: Vec<(WorkspacePath, String)> =
-            ["one.txt", "two.txt", "sub/three.txt", "four.txt"]
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    (
-                        WorkspacePath::parse(p, &format!("files/{i}/path")).unwrap(),
-                        format!("{i}"),
-                    )
-                })
-                .collect();
-        // After the checks passed, `sub` turns into a file: the third write cannot happen.
-        let err = write_batch_with(&ws, &files, true, &mut |index| {
-            if index == 2 {
-                std::fs::write(ws.root().join("sub"), "in the way").unwrap();
-            }
-        })
-        .unwrap_err();
-        assert_eq!(err.code, ErrorCode::InvalidArguments, "{err:?}");
-        assert_eq!(
-            err.details["written"],
-            serde_json::json!(["one.txt", "two.txt"])
-        );
-        assert_eq!(err.details["failed_index"], 2);
-        assert_eq!(err.details["failed_path"], "sub/three.txt");
-        assert!(
-            err.message.contains("2 of 4 files were written"),
-            "{}",
-            err.message
-        );
-        assert!(ws.root().join("two.txt").exists());
-        assert!(
-            !ws.root().join("four.txt").exists(),
-            "nothing after the failure is attempted"
-        );
-    }
-
-    #[test]
-    fn paths_normalise() {
-        let p = WorkspacePath::parse("a/./b//c/", "path").unwrap();
-        assert_eq!(p.as_str(), "a/b/c");
-        assert_eq!(p.parent().unwrap().as_str(), "a/b");
-        assert_eq!(p.file_name(), Some("c"));
-        assert_eq!(p.ancestors().collect::<Vec<_>>(), ["a", "a/b"]);
-        assert_eq!(WorkspacePath::parse("x/..", "path").unwrap().display(), ".");
-    }
-}
-
-#[cfg(test)]
-mod logs {
-    //! What the workspace actor logs about a path a caller chose.
-
-    use super::*;
-
-    #[test]
-    fn a_failed_operation_logs_its_path_escaped_on_one_line() {
-        let path = WorkspacePath::parse("a.txt\n2026-12-01 INFO forged\u{1b}[2K", "path").unwrap();
-        let logs = toolmesh_testkit::captured_logs(false, || {
-            let _ = internal("read", &path, &io::Error::other("disk on fire"));
-        });
-        assert_eq!(logs.lines().count(), 1, "{logs}");
-        assert!(
-            logs.contains(r"a.txt\u000a2026-12-01 INFO forged\u001b[2K"),
-            "{logs}"
-        );
-    }
-}
+#[path = "confine_tests.rs"]
+mod tests;

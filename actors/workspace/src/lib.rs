@@ -11,6 +11,7 @@ pub mod confine;
 pub mod edit;
 mod keeper;
 pub mod lint;
+pub mod listing;
 pub mod readstate;
 pub mod sync;
 pub mod tools;

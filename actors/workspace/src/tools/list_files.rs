@@ -8,7 +8,7 @@ use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
 use super::{args, object, Call, Reply, Tool, WorkspaceService};
-use crate::confine;
+use crate::listing::{self, ListOptions};
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -74,6 +74,29 @@ fn five_hundred() -> u64 {
     500
 }
 
+impl From<SortBy> for listing::SortBy {
+    fn from(sort_by: SortBy) -> Self {
+        match sort_by {
+            SortBy::Name => listing::SortBy::Name,
+            SortBy::Mtime => listing::SortBy::Mtime,
+            SortBy::Size => listing::SortBy::Size,
+        }
+    }
+}
+
+impl From<ListWorkspaceFilesArgs> for ListOptions {
+    fn from(a: ListWorkspaceFilesArgs) -> Self {
+        ListOptions {
+            path: a.path,
+            glob: a.glob,
+            recursive: a.recursive,
+            include_dirs: a.include_dirs,
+            max_results: a.max_results,
+            sort_by: a.sort_by.into(),
+        }
+    }
+}
+
 impl WorkspaceService {
     async fn list(
         &self,
@@ -82,10 +105,11 @@ impl WorkspaceService {
         a: ListWorkspaceFilesArgs,
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
+        let options = ListOptions::from(a);
         self.blocking(ctx, session, move |ws| {
-            let listed = confine::list(ws, &a)?;
+            let listed = listing::list(ws, &options)?;
             let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
-            fields.insert("path".into(), Value::from(a.path.clone()));
+            fields.insert("path".into(), Value::from(options.path));
             fields.insert("count".into(), Value::from(listed.entries.len()));
             if budget::fit_list(&mut fields, "entries", fields_limit) {
                 let kept = fields["entries"].as_array().map_or(0, Vec::len);

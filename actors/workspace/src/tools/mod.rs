@@ -5,7 +5,7 @@
 mod delete_file;
 mod edit_file;
 mod lint_file;
-pub mod list_files;
+mod list_files;
 mod multi_edit_file;
 mod read_file;
 mod search_files;

@@ -7,7 +7,7 @@ use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
 use super::{object, Call, Reply, Tool, WorkspaceService};
-use crate::confine;
+use crate::listing;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -39,7 +39,7 @@ impl WorkspaceService {
         fields_limit: usize,
     ) -> Result<Map<String, Value>, ToolError> {
         self.blocking(ctx, session, move |ws| {
-            let (files, sampled) = confine::sample(ws, 50)?;
+            let (files, sampled) = listing::sample(ws, 50)?;
             let mut fields = object(json!({
                 "root": ws.root().display().to_string(),
                 "files": files,

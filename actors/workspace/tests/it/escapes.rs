@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 use toolmesh_workspace::confine::{self, Workspace, WorkspacePath};
-use toolmesh_workspace::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
+use toolmesh_workspace::listing::{self, ListOptions, SortBy};
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -160,7 +160,7 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
         }
         Op::Delete => confine::delete(ws, &path()?).map(|o| json!(o)),
         Op::List { recursive } => {
-            let args = ListWorkspaceFilesArgs {
+            let args = ListOptions {
                 path: raw.clone(),
                 glob: None,
                 recursive,
@@ -168,7 +168,7 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
                 max_results: 5000,
                 sort_by: SortBy::Name,
             };
-            confine::list(ws, &args).map(|o| json!(o))
+            listing::list(ws, &args).map(|o| json!(o))
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
-use toolmesh_workspace::tools::list_files::{ListWorkspaceFilesArgs, SortBy};
+use toolmesh_workspace::listing::{self, ListOptions, SortBy};
 
 use crate::tree;
 
@@ -40,8 +40,8 @@ fn set_mtime(ws: &Workspace, rel: &str, secs: u64) {
         .unwrap();
 }
 
-fn list_args(path: &str) -> ListWorkspaceFilesArgs {
-    ListWorkspaceFilesArgs {
+fn list_args(path: &str) -> ListOptions {
+    ListOptions {
         path: path.to_owned(),
         glob: None,
         recursive: false,
@@ -51,7 +51,7 @@ fn list_args(path: &str) -> ListWorkspaceFilesArgs {
     }
 }
 
-fn paths(outcome: &confine::ListOutcome) -> Vec<&str> {
+fn paths(outcome: &listing::ListOutcome) -> Vec<&str> {
     outcome.entries.iter().map(|e| e.path.as_str()).collect()
 }
 
@@ -619,7 +619,7 @@ fn list_entry_fields() {
     set_mtime(&ws, "src/lib.rs", 1_600_000_000);
     symlink("src/lib.rs", ws.root().join("link")).unwrap();
 
-    let outcome = confine::list(&ws, &list_args("src")).unwrap();
+    let outcome = listing::list(&ws, &list_args("src")).unwrap();
     assert!(!outcome.truncated);
     assert_eq!(
         serde_json::to_value(&outcome).unwrap(),
@@ -628,7 +628,7 @@ fn list_entry_fields() {
             "mtime_ns": 1_600_000_000_000_000_000_i64,
         }], "truncated": false})
     );
-    let outcome = confine::list(&ws, &list_args(".")).unwrap();
+    let outcome = listing::list(&ws, &list_args(".")).unwrap();
     let kinds: Vec<(&str, EntryType)> = outcome
         .entries
         .iter()
@@ -644,12 +644,12 @@ fn list_entry_fields() {
 fn list_recursion_dirs_and_dot_toolmesh() {
     let (_tmp, ws) = workspace();
     sample_tree(&ws);
-    let top = confine::list(&ws, &list_args(".")).unwrap();
+    let top = listing::list(&ws, &list_args(".")).unwrap();
     assert_eq!(paths(&top), [".toolmesh", "a.txt", "b.py", "empty", "src"]);
 
-    let all = confine::list(
+    let all = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             recursive: true,
             ..list_args(".")
         },
@@ -672,9 +672,9 @@ fn list_recursion_dirs_and_dot_toolmesh() {
         ]
     );
 
-    let files = confine::list(
+    let files = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             recursive: true,
             include_dirs: false,
             ..list_args(".")
@@ -693,9 +693,9 @@ fn list_recursion_dirs_and_dot_toolmesh() {
         ]
     );
 
-    let sub = confine::list(
+    let sub = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             recursive: true,
             ..list_args("src/")
         },
@@ -712,9 +712,9 @@ fn list_globs() {
     let (_tmp, ws) = workspace();
     sample_tree(&ws);
     let glob = |path: &str, glob: &str, recursive: bool| {
-        let outcome = confine::list(
+        let outcome = listing::list(
             &ws,
-            &ListWorkspaceFilesArgs {
+            &ListOptions {
                 glob: Some(glob.to_owned()),
                 recursive,
                 ..list_args(path)
@@ -756,9 +756,9 @@ fn list_globs() {
     assert_eq!(glob(".", "{a.txt,b.py}", false), ["a.txt", "b.py"]);
     assert_eq!(glob(".", "**", true).len(), 11);
 
-    let err = confine::list(
+    let err = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             glob: Some("a[".into()),
             ..list_args(".")
         },
@@ -781,9 +781,9 @@ fn list_sorts() {
         set_mtime(&ws, name, mtime);
     }
     let sorted = |sort_by| {
-        let outcome = confine::list(
+        let outcome = listing::list(
             &ws,
-            &ListWorkspaceFilesArgs {
+            &ListOptions {
                 sort_by,
                 ..list_args(".")
             },
@@ -813,9 +813,9 @@ fn list_truncates_and_clamps() {
     for i in 0..5001 {
         std::fs::write(ws.root().join(format!("f{i:05}")), "").unwrap();
     }
-    let three = confine::list(
+    let three = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             max_results: 3,
             ..list_args(".")
         },
@@ -828,9 +828,9 @@ fn list_truncates_and_clamps() {
         "the first of the sorted whole, not of the walk"
     );
 
-    let clamped = confine::list(
+    let clamped = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             max_results: 1_000_000,
             ..list_args(".")
         },
@@ -840,9 +840,9 @@ fn list_truncates_and_clamps() {
     assert!(clamped.truncated);
 
     std::fs::remove_file(ws.root().join("f05000")).unwrap();
-    let exact = confine::list(
+    let exact = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             max_results: 5000,
             ..list_args(".")
         },
@@ -856,12 +856,12 @@ fn list_truncates_and_clamps() {
 fn list_refusals() {
     let (_tmp, ws) = workspace();
     put(&ws, "f.txt", "x");
-    let err = confine::list(&ws, &list_args("missing")).unwrap_err();
+    let err = listing::list(&ws, &list_args("missing")).unwrap_err();
     assert_eq!(err.code, ErrorCode::NotFound);
     assert!(err.message.contains("'missing'"), "{}", err.message);
-    let err = confine::list(&ws, &list_args("f.txt")).unwrap_err();
+    let err = listing::list(&ws, &list_args("f.txt")).unwrap_err();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
-    let err = confine::list(&ws, &list_args("../x")).unwrap_err();
+    let err = listing::list(&ws, &list_args("../x")).unwrap_err();
     assert_eq!(err.code, ErrorCode::PathOutsideWorkspace);
 }
 
@@ -870,9 +870,9 @@ fn list_never_descends_symlinked_dirs_but_lists_through_a_named_one() {
     let (_tmp, ws) = workspace();
     put(&ws, "real/x.txt", "x");
     symlink("real", ws.root().join("alias")).unwrap();
-    let all = confine::list(
+    let all = listing::list(
         &ws,
-        &ListWorkspaceFilesArgs {
+        &ListOptions {
             recursive: true,
             ..list_args(".")
         },
@@ -880,7 +880,7 @@ fn list_never_descends_symlinked_dirs_but_lists_through_a_named_one() {
     .unwrap();
     assert_eq!(paths(&all), ["alias", "real", "real/x.txt"]);
     // Naming an inside link as the listed path resolves it beneath the root.
-    let through = confine::list(&ws, &list_args("alias")).unwrap();
+    let through = listing::list(&ws, &list_args("alias")).unwrap();
     assert_eq!(paths(&through), ["alias/x.txt"]);
 }
 
@@ -893,27 +893,27 @@ fn sample_is_bounded_and_breadth_first() {
     put(&ws, "b.txt", "x");
     put(&ws, "a.txt", "x");
     symlink("a.txt", ws.root().join("link")).unwrap();
-    let (files, count) = confine::sample(&ws, 50).unwrap();
+    let (files, count) = listing::sample(&ws, 50).unwrap();
     assert_eq!(files, ["a.txt", "b.txt", "z/deep.txt"]);
     assert_eq!(count, 3);
 
-    let (files, count) = confine::sample(&ws, 2).unwrap();
+    let (files, count) = listing::sample(&ws, 2).unwrap();
     assert_eq!(files, ["a.txt", "b.txt"]);
     assert_eq!(count, 3, "counts beyond the sample");
 
     for i in 0..6000 {
         std::fs::write(ws.root().join(format!("many{i:04}")), "").unwrap();
     }
-    let (files, count) = confine::sample(&ws, 50).unwrap();
+    let (files, count) = listing::sample(&ws, 50).unwrap();
     assert_eq!(files.len(), 50);
     // The walk stops after SAMPLE_WALK_LIMIT entries, names sorted: a.txt, b.txt, link (not a
     // file), then the `many…` files; `z/` is never reached.
-    assert_eq!(count, confine::SAMPLE_WALK_LIMIT - 1);
+    assert_eq!(count, listing::SAMPLE_WALK_LIMIT - 1);
     assert!(!files.contains(&"z/deep.txt".to_owned()));
 }
 
 #[test]
 fn sample_of_an_empty_workspace() {
     let (_tmp, ws) = workspace();
-    assert_eq!(confine::sample(&ws, 50).unwrap(), (Vec::new(), 0));
+    assert_eq!(listing::sample(&ws, 50).unwrap(), (Vec::new(), 0));
 }
