@@ -15,6 +15,7 @@ pub mod listing;
 pub mod readstate;
 pub mod sync;
 pub mod tools;
+pub mod writing;
 
 use std::path::PathBuf;
 use std::sync::Arc;

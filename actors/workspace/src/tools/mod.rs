@@ -28,6 +28,7 @@ use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
 use crate::confine::{self, Workspace, WorkspacePath};
 use crate::edit;
 use crate::readstate::{FileLock, ReadState};
+use crate::writing;
 
 /// Largest file read whole (PROTOCOL.md); a line range may read further into a bigger file.
 pub const READ_MAX_BYTES: u64 = 2 * 1024 * 1024;
@@ -264,7 +265,7 @@ impl WorkspaceService {
                     }
                     let before = String::from_utf8(bytes).map_err(|_| not_utf8(&p))?;
                     let (after, mut fields) = change(&before)?;
-                    confine::write_atomic(ws, &p, after.as_bytes(), true)?;
+                    writing::write_atomic(ws, &p, after.as_bytes(), true)?;
                     let diff = edit::unified_diff(&p.display(), &before, &after);
                     fields.insert("path".into(), Value::from(p.display()));
                     budgeted(ws, &mut fields, "diff", &diff, budget_chars, &invocation)?;
@@ -294,7 +295,7 @@ fn budgeted(
     if cut {
         let rel = output_path(invocation, field);
         let path = WorkspacePath::parse(&rel, field)?;
-        confine::write_atomic(ws, &path, text.as_bytes(), true)?;
+        writing::write_atomic(ws, &path, text.as_bytes(), true)?;
         budget::insert_persisted(
             fields,
             field,

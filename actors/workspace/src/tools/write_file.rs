@@ -9,6 +9,7 @@ use toolmesh_kernel::{Role, SessionId, ToolError};
 
 use super::{args, object, Call, Reply, Tool, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
+use crate::writing;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -56,7 +57,7 @@ impl WorkspaceService {
         self.locked(ctx, &session, std::slice::from_ref(&path), async {
             let outcome = self
                 .blocking(ctx, session.clone(), move |ws| {
-                    confine::write_atomic(ws, &p, a.content.as_bytes(), a.overwrite)
+                    writing::write_atomic(ws, &p, a.content.as_bytes(), a.overwrite)
                 })
                 .await?;
             self.read_state

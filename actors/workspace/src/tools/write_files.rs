@@ -9,6 +9,7 @@ use toolmesh_kernel::{Role, SessionId, ToolError};
 
 use super::{args, object, Call, Reply, Tool, WorkspaceService, BATCH_MAX_FILES};
 use crate::confine::{self, WorkspacePath};
+use crate::writing;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
@@ -71,7 +72,7 @@ impl WorkspaceService {
         self.locked(ctx, &session, &paths, async {
             let written = self
                 .blocking(ctx, session.clone(), move |ws| {
-                    confine::write_batch(ws, &files, overwrite)
+                    writing::write_batch(ws, &files, overwrite)
                 })
                 .await?;
             for (path, sha) in &hashes {

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 use toolmesh_workspace::confine::{self, Workspace, WorkspacePath};
 use toolmesh_workspace::listing::{self, ListOptions, SortBy};
+use toolmesh_workspace::writing;
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -143,7 +144,7 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
         }
         Op::Stat => confine::stat(ws, &path()?).map(|s| json!(s)),
         Op::Write => {
-            confine::write_atomic(ws, &path()?, b"written by the test", true).map(|o| json!(o))
+            writing::write_atomic(ws, &path()?, b"written by the test", true).map(|o| json!(o))
         }
         Op::Batch => {
             let files = vec![
@@ -156,7 +157,7 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
                     "second".to_owned(),
                 ),
             ];
-            confine::write_batch(ws, &files, true).map(|w| json!(w))
+            writing::write_batch(ws, &files, true).map(|w| json!(w))
         }
         Op::Delete => confine::delete(ws, &path()?).map(|o| json!(o)),
         Op::List { recursive } => {

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
 use toolmesh_workspace::listing::{self, ListOptions, SortBy};
+use toolmesh_workspace::writing;
 
 use crate::tree;
 
@@ -266,7 +267,7 @@ fn sha256_is_lowercase_hex() {
 #[test]
 fn write_creates_parents_then_replaces() {
     let (_tmp, ws) = workspace();
-    let outcome = confine::write_atomic(&ws, &p("a/b/c.txt"), b"first", true).unwrap();
+    let outcome = writing::write_atomic(&ws, &p("a/b/c.txt"), b"first", true).unwrap();
     assert!(outcome.created);
     assert_eq!(outcome.bytes, 5);
     assert_eq!(
@@ -274,7 +275,7 @@ fn write_creates_parents_then_replaces() {
         b"first"
     );
 
-    let outcome = confine::write_atomic(&ws, &p("a/b/c.txt"), b"second!", true).unwrap();
+    let outcome = writing::write_atomic(&ws, &p("a/b/c.txt"), b"second!", true).unwrap();
     assert!(!outcome.created);
     assert_eq!(outcome.bytes, 7);
     assert_eq!(
@@ -282,7 +283,7 @@ fn write_creates_parents_then_replaces() {
         b"second!"
     );
 
-    let outcome = confine::write_atomic(&ws, &p("empty"), b"", true).unwrap();
+    let outcome = writing::write_atomic(&ws, &p("empty"), b"", true).unwrap();
     assert!(outcome.created);
     assert_eq!(outcome.bytes, 0);
     assert_eq!(
@@ -295,9 +296,9 @@ fn write_creates_parents_then_replaces() {
 #[test]
 fn write_without_overwrite() {
     let (_tmp, ws) = workspace();
-    let outcome = confine::write_atomic(&ws, &p("new.txt"), b"one", false).unwrap();
+    let outcome = writing::write_atomic(&ws, &p("new.txt"), b"one", false).unwrap();
     assert!(outcome.created);
-    let err = confine::write_atomic(&ws, &p("new.txt"), b"two", false).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("new.txt"), b"two", false).unwrap_err();
     assert_eq!(err.code, ErrorCode::AlreadyExists);
     assert!(
         err.message.contains("'new.txt'") && err.message.contains("overwrite"),
@@ -307,7 +308,7 @@ fn write_without_overwrite() {
     assert_eq!(std::fs::read(ws.root().join("new.txt")).unwrap(), b"one");
 
     symlink("new.txt", ws.root().join("link")).unwrap();
-    let err = confine::write_atomic(&ws, &p("link"), b"two", false).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("link"), b"two", false).unwrap_err();
     assert_eq!(
         err.code,
         ErrorCode::AlreadyExists,
@@ -331,11 +332,11 @@ fn write_refusals() {
         ("dir/file.txt/x", "beneath a file"),
         ("dir/file.txt/x/y", "deep beneath a file"),
     ] {
-        let err = confine::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        let err = writing::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidArguments, "{what}: {err:?}");
         assert_eq!(err.details["details"][0]["path"], "/path", "{what}");
     }
-    let err = confine::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true).unwrap_err();
     assert!(
         err.message.contains("'dir/file.txt' is a file"),
         "{}",
@@ -343,12 +344,12 @@ fn write_refusals() {
     );
 
     symlink("missing-target", ws.root().join("dangling")).unwrap();
-    let err = confine::write_atomic(&ws, &p("dangling"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dangling"), b"x", true).unwrap_err();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     assert!(err.message.contains("missing file"), "{}", err.message);
 
     symlink("dir", ws.root().join("dirlink")).unwrap();
-    let err = confine::write_atomic(&ws, &p("dirlink"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dirlink"), b"x", true).unwrap_err();
     assert_eq!(
         err.code,
         ErrorCode::InvalidArguments,
@@ -377,7 +378,7 @@ fn write_through_an_inside_link_keeps_the_link_and_permissions() {
     .unwrap();
     symlink("docs/readme.md", ws.root().join("README.md")).unwrap();
 
-    let outcome = confine::write_atomic(&ws, &p("README.md"), b"new", true).unwrap();
+    let outcome = writing::write_atomic(&ws, &p("README.md"), b"new", true).unwrap();
     assert!(!outcome.created);
     assert!(std::fs::symlink_metadata(ws.root().join("README.md"))
         .unwrap()
@@ -401,7 +402,7 @@ fn a_symlinked_parent_pointing_out_writes_nothing_outside() {
     std::fs::create_dir(&outside).unwrap();
     symlink(&outside, ws.root().join("out")).unwrap();
     for path in ["out/f.txt", "out/a/b/f.txt"] {
-        let err = confine::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        let err = writing::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
         assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{path}");
     }
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
@@ -411,11 +412,11 @@ fn a_symlinked_parent_pointing_out_writes_nothing_outside() {
 fn many_writes_leave_no_temp_files() {
     let (_tmp, ws) = workspace();
     for i in 0..50 {
-        confine::write_atomic(&ws, &p("same.txt"), format!("version {i}").as_bytes(), true)
+        writing::write_atomic(&ws, &p("same.txt"), format!("version {i}").as_bytes(), true)
             .unwrap();
     }
-    let _ = confine::write_atomic(&ws, &p("same.txt"), b"refused", false).unwrap_err();
-    let _ = confine::write_atomic(&ws, &p("same.txt/x"), b"refused", true).unwrap_err();
+    let _ = writing::write_atomic(&ws, &p("same.txt"), b"refused", false).unwrap_err();
+    let _ = writing::write_atomic(&ws, &p("same.txt/x"), b"refused", true).unwrap_err();
     assert_eq!(tree(ws.root()), ["same.txt"]);
     assert_eq!(
         std::fs::read(ws.root().join("same.txt")).unwrap(),
@@ -427,7 +428,7 @@ fn many_writes_leave_no_temp_files() {
 fn the_longest_name_still_writes() {
     let (_tmp, ws) = workspace();
     let name = "n".repeat(255);
-    confine::write_atomic(&ws, &p(&name), b"x", true).unwrap();
+    writing::write_atomic(&ws, &p(&name), b"x", true).unwrap();
     assert_eq!(tree(ws.root()), [name]);
 }
 
@@ -450,7 +451,7 @@ fn batch(entries: &[(&str, &str)]) -> Vec<(WorkspacePath, String)> {
 fn batch_writes_every_file_and_reports_each() {
     let (_tmp, ws) = workspace();
     put(&ws, "exists.txt", "old");
-    let written = confine::write_batch(
+    let written = writing::write_batch(
         &ws,
         &batch(&[
             ("a/one.txt", "1"),
@@ -477,7 +478,7 @@ fn batch_writes_every_file_and_reports_each() {
         serde_json::to_value(&written[0]).unwrap(),
         serde_json::json!({"path": "a/one.txt", "created": true, "bytes": 1})
     );
-    assert!(confine::write_batch(&ws, &[], true).unwrap().is_empty());
+    assert!(writing::write_batch(&ws, &[], true).unwrap().is_empty());
 }
 
 #[test]
@@ -526,7 +527,7 @@ fn a_bad_path_in_a_batch_writes_nothing() {
         ),
     ];
     for (files, overwrite, code, pointer) in cases {
-        let err = confine::write_batch(&ws, &batch(files), overwrite).unwrap_err();
+        let err = writing::write_batch(&ws, &batch(files), overwrite).unwrap_err();
         assert_eq!(err.code, code, "{files:?}: {err:?}");
         if code == ErrorCode::InvalidArguments {
             assert_eq!(err.details["details"][0]["path"], pointer, "{files:?}");
