@@ -15,7 +15,7 @@ use toolmesh_kernel::tools::ToolSpec;
 use toolmesh_kernel::wire::{self, InvocationContext, RiskLevel};
 use toolmesh_kernel::{Account, ErrorCode, ToolError};
 
-use crate::call::GatewayCore;
+use crate::core::GatewayCore;
 
 /// What a call's entries share, set once its arguments were valid.
 pub struct CallAudit {

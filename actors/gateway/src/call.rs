@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::{Client, Message};
+use async_nats::Message;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
@@ -13,9 +13,8 @@ use tracing::{field, Instrument};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::canonical::arguments_sha256;
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::config::NodeConfig;
-use toolmesh_kernel::host::{self, respond, CancelWatch, InFlight, Lifecycle, ReplyInbox};
-use toolmesh_kernel::metrics::{Metrics, UNKNOWN_TOOL};
+use toolmesh_kernel::host::{self, respond, CancelWatch};
+use toolmesh_kernel::metrics::UNKNOWN_TOOL;
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
@@ -31,8 +30,9 @@ use toolmesh_kernel::wire::{
 use toolmesh_kernel::{Account, ErrorCode, InvocationId, NodeId, Role, ToolError};
 
 use crate::builtin;
+use crate::core::{Answer, GatewayCore};
 use crate::events::RunEvents;
-use crate::providers::{self, LiveTools};
+use crate::providers;
 use crate::splice;
 use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcherArgs};
 
@@ -48,37 +48,6 @@ pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `approvals.<account>.get` reply carries around the arguments (the approval with its
 /// `decided_by` and `reason`), so the approver can always get the arguments in full.
 pub const APPROVAL_GET_ROOM: usize = 8 * 1024;
-
-/// What every call of this gateway shares.
-#[derive(Debug)]
-pub struct GatewayCore {
-    pub client: Client,
-    /// The built-in tools and the provider tools this gateway discovered, swapped whole.
-    pub tools: Arc<LiveTools>,
-    pub config: Arc<NodeConfig>,
-    pub cluster: Arc<ClusterView>,
-    /// `…decided` events, fanned out to parked calls.
-    pub decided: broadcast::Sender<Arc<ApprovalRequest>>,
-    pub lifecycle: Lifecycle,
-    pub in_flight: InFlight,
-    /// The node's metrics: each call's outcome and duration.
-    pub metrics: Metrics,
-    pub status_cache: builtin::StatusCache,
-    /// Reply subjects of calls to long-running roles (claims, then the reply).
-    pub replies: ReplyInbox,
-    /// The audit trail (off without JetStream).
-    pub audit: toolmesh_kernel::audit::AuditTrail,
-    /// What the NATS server refused this node's connection.
-    pub refusals: toolmesh_kernel::permissions::Refusals,
-}
-
-/// What a tool answered: members to serialize, members already serialized, or nothing more
-/// to do (the actor answered the caller itself: [`DirectReply`]).
-pub enum Answer {
-    Fields(Map<String, Value>),
-    Prepared(Vec<u8>),
-    Delivered(Option<ErrorCode>),
-}
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
 pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
@@ -661,7 +630,7 @@ impl<'a> Call<'a> {
 
     /// Requests the call on the provider's endpoint subject (any instance: they share it as a
     /// queue group) and turns its answer into the reply. While it waits, the call watches
-    /// the provider's health ([`LiveTools::gone`], shared by its calls in flight): once every
+    /// the provider's health ([`LiveTools::gone`](crate::providers::LiveTools::gone), shared by its calls in flight): once every
     /// instance is gone, the caller gets `unavailable` instead of waiting for the deadline. A cancel (or the node stopping) is
     /// passed on to the provider on `toolmesh.v1.providers.cancel.<service>`.
     async fn call_provider(
@@ -1280,6 +1249,10 @@ fn cancel_target(msg: &Message) -> Result<(Account, InvocationId), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmesh_kernel::config::NodeConfig;
+    use toolmesh_kernel::host::ReplyInbox;
+
+    use crate::providers::LiveTools;
 
     /// Every call is a spawned task, and spawning moves the future: rare, large states (gate,
     /// park, routing) are boxed so the common one stays small.

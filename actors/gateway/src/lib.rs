@@ -15,6 +15,7 @@ mod actor;
 mod audit;
 mod builtin;
 mod call;
+mod core;
 mod events;
 pub mod providers;
 mod splice;
@@ -130,7 +131,7 @@ pub async fn spawn(
         announces,
         lifecycle.drain.clone(),
     ));
-    let core = Arc::new(call::GatewayCore {
+    let core = Arc::new(crate::core::GatewayCore {
         client,
         tools,
         config,

@@ -8,7 +8,7 @@ use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{Role, ToolError};
 
 use super::Tool;
-use crate::call::{Answer, GatewayCore};
+use crate::core::{Answer, GatewayCore};
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {

@@ -10,7 +10,7 @@ use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
-use crate::call::{Answer, GatewayCore};
+use crate::core::{Answer, GatewayCore};
 
 /// The gateway's own tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: &[Tool] = &[

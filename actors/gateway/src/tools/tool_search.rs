@@ -11,7 +11,7 @@ use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
 use super::Tool;
 use crate::builtin;
-use crate::call::{Answer, GatewayCore};
+use crate::core::{Answer, GatewayCore};
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {
