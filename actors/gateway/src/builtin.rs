@@ -16,8 +16,6 @@ use crate::providers::catalog::ProviderStatus;
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
-use crate::tools::tool_search::ToolSearchArgs;
-
 fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
@@ -255,12 +253,21 @@ pub fn live_roles(cluster: &ClusterView) -> BTreeSet<Role> {
         .collect()
 }
 
+/// What [`tool_search`] looks for; the tool's file turns its arguments into it.
+#[derive(Debug)]
+pub struct Search {
+    pub query: String,
+    pub profile: Profile,
+    pub max_results: u64,
+    pub include_disabled: bool,
+}
+
 /// `tool_search`: scored matches over names, descriptions and groups; runs nothing.
 pub fn tool_search(
     registry: &ToolRegistry,
     policy: &Policy,
     cluster: &ClusterView,
-    args: ToolSearchArgs,
+    args: Search,
 ) -> Map<String, Value> {
     let terms: Vec<String> = args
         .query
@@ -504,7 +511,7 @@ mod tests {
             &reg,
             &Policy::default(),
             &cluster(roles),
-            ToolSearchArgs {
+            Search {
                 query: query.into(),
                 profile: Profile::Default,
                 max_results: 5,

@@ -7,7 +7,7 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, ToolRegistry, COMPON
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{Role, ToolError};
 
-use super::Tool;
+use super::tool::Tool;
 use crate::core::{Answer, GatewayCore};
 
 pub const TOOL: Tool = Tool {

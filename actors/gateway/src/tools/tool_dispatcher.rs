@@ -10,7 +10,7 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, TOOL_DISPATCHER};
 use toolmesh_kernel::wire::RiskLevel;
 use toolmesh_kernel::Role;
 
-use super::Tool;
+use super::tool::Tool;
 
 pub const TOOL: Tool = Tool {
     def: ToolDef {

@@ -9,7 +9,7 @@ use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, ToolRegistry, TOOL_S
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
-use super::Tool;
+use super::tool::Tool;
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
 
@@ -35,11 +35,17 @@ fn answer(
 ) -> Result<Answer, ToolError> {
     let args: ToolSearchArgs = serde_json::from_value(arguments)
         .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
+    let search = builtin::Search {
+        query: args.query,
+        profile: args.profile,
+        max_results: args.max_results,
+        include_disabled: args.include_disabled,
+    };
     Ok(Answer::Fields(builtin::tool_search(
         registry,
         &core.config.policy,
         &core.cluster,
-        args,
+        search,
     )))
 }
 
