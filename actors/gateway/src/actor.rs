@@ -10,7 +10,8 @@ use toolmesh_kernel::host::StopNotice;
 
 use toolmesh_kernel::wire::ApprovalRequest;
 
-use crate::call::{handle_call, handle_cancel};
+use crate::call::handle_call;
+use crate::cancel::handle_cancel;
 use crate::core::GatewayCore;
 
 /// A message on `toolmesh.v1.call.<account>`.

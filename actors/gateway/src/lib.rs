@@ -15,6 +15,7 @@ mod actor;
 mod audit;
 mod builtin;
 mod call;
+mod cancel;
 mod core;
 mod events;
 pub mod providers;
@@ -37,7 +38,8 @@ use toolmesh_kernel::subjects::{public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
 
-pub use call::{DEFAULT_ROUTE_TIMEOUT, GATE_TIMEOUT};
+pub use call::gate::GATE_TIMEOUT;
+pub use call::route::DEFAULT_ROUTE_TIMEOUT;
 
 use actor::{ApprovalDecided, AuditQueried, CallReceived, CancelReceived, Gateway};
 
