@@ -64,7 +64,7 @@ impl Call<'_> {
             invocation: self.ctx.clone(),
             tool: target.spec.name.to_string(),
             arguments,
-            event_seq: self.events.next_seq(),
+            event_seq: self.events.seq().hand_over(),
             direct: self.direct_reply(),
         };
         let body = serde_json::to_vec(&call).map_err(|e| ToolError::internal(e.to_string()))?;
@@ -87,7 +87,7 @@ impl Call<'_> {
         };
         // The common case, a success, goes to the caller as the actor wrote it.
         if let Some(success) = splice::success(&reply.payload) {
-            self.events.skip(success.events_emitted);
+            self.events.seq().handed_back(success.events_emitted);
             return Ok(Answer::Prepared(success.members));
         }
         let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
@@ -96,7 +96,7 @@ impl Call<'_> {
                 "the {role} actor sent a malformed reply; see the gateway log for 'malformed reply'"
             ))
         })?;
-        self.events.skip(answer.events_emitted);
+        self.events.seq().handed_back(answer.events_emitted);
         if answer.delivered {
             return Ok(Answer::Delivered(answer.delivered_error));
         }
