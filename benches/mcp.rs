@@ -21,7 +21,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt as _};
 use serde_json::{json, Value};
-use toolmesh_testkit::{free_port, NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{Listener, NatsServer, NodeSpec, RedisServer};
 
 mod support;
 use support::{block_on, ms, percentile};
@@ -110,19 +110,18 @@ fn main() {
         json!({"bench-token": {"account": ACCOUNT}}).to_string(),
     )
     .unwrap();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/mcp");
     block_on(async {
         let client = nats.client().await;
-        let _node = NodeSpec::new(BIN, "gateway,approval,workspace,mcp", "bench-mcp-1")
+        let node = NodeSpec::new(BIN, "gateway,approval,workspace,mcp", "bench-mcp-1")
             .env("TOOLMESH_NATS_URL", nats.url())
             .env("TOOLMESH_REDIS_URL", redis.url())
             .env("TOOLMESH_DATA_DIR", dir.path().display().to_string())
             .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-            .env("TOOLMESH_MCP_LISTEN", format!("127.0.0.1:{port}"))
+            .env("TOOLMESH_MCP_LISTEN", "127.0.0.1:0")
             .env("TOOLMESH_MCP_TOKENS", tokens.display().to_string())
             .start(&client)
             .await;
+        let url = format!("http://{}/mcp", node.addr(Listener::Mcp));
         let write = json!({"tool": "write_workspace_file", "session_id": SESSION,
             "arguments": {"path": "one-kib.txt", "content": "x".repeat(1023) + "\n"}});
         let reply = client

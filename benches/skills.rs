@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_skills::archive::{self, Caps};
-use toolmesh_testkit::{free_port, NatsServer, RedisServer};
+use toolmesh_testkit::{LogTap, NatsServer, RedisServer};
 
 mod support;
 use support::{latencies, load_average, ms, percentile, us};
@@ -195,33 +195,33 @@ impl Drop for Proc {
     }
 }
 
-/// `toolmesh skill-service --dir <dir>` on a free port; waits until it listens (it zips and
-/// hashes the skills first).
+/// `toolmesh skill-service --dir <dir>` on a port it picks; waits until it listens (it zips and
+/// hashes the skills first) and says where, in its log.
 fn start_skill_service(dir: &Path) -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_toolmesh"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolmesh"))
         .arg("skill-service")
         .arg("--dir")
         .arg(dir)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--space", SPACE])
-        .env("RUST_LOG", "warn")
+        .args(["--listen", "127.0.0.1:0", "--space", SPACE])
+        .env("RUST_LOG", "warn,toolmesh_skills::service=info")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("toolmesh skill-service starts");
-    let mut proc = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = proc.0.try_wait() {
-            panic!("the skill service exited: {status}");
+    let listening = "skill service listening url=";
+    let log = LogTap::start(child.stderr.take().expect("stderr"), move |line| {
+        if !line.contains(listening) {
+            eprintln!("{line}");
         }
-        assert!(
-            Instant::now() < deadline,
-            "the skill service did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (proc, format!("http://127.0.0.1:{port}"))
+    });
+    let proc = Proc(child);
+    let url = log
+        .find(Duration::from_secs(120), |line| {
+            let (_, rest) = line.split_once(listening)?;
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("the skill service did not listen:\n{}", log.text()));
+    (proc, url)
 }
 
 /// One `skill archive installed` line of the node's log: its numeric fields.

@@ -9,7 +9,7 @@ use async_nats::service::Info;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{free_port, request_json_within, venv_bin, wait_until};
+use toolmesh_testkit::{request_json_within, venv_bin, wait_until, ClosedPort};
 
 use crate::support::{node_refusal, Cluster};
 
@@ -516,21 +516,21 @@ impl Drop for HttpFixture {
 #[tokio::test]
 async fn an_http_server_is_served_by_url() {
     let state = tempfile::tempdir().unwrap();
-    let port = free_port();
     let child = Command::new(venv_bin("python"))
-        .args([fixture(), "--http".into(), port.to_string()])
+        .args([fixture(), "--http".into(), "0".into()])
         .env("FIXTURE_STATE_DIR", state.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("the fixture starts");
     let _server = HttpFixture(child);
+    // The fixture listens before it writes the port it was given.
+    let port_file = state.path().join("port");
     assert!(
-        wait_until(SERVE_WITHIN, || async {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        })
-        .await
+        wait_until(SERVE_WITHIN, || async { port_file.exists() }).await,
+        "the fixture did not listen"
     );
+    let port = std::fs::read_to_string(&port_file).unwrap();
     let b = Bridge::start(json!({
         "web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")}
     }))
@@ -566,9 +566,10 @@ async fn a_bad_servers_file_stops_the_node_naming_the_server_and_field() {
 #[tokio::test]
 async fn a_servers_url_credentials_stay_out_of_status() {
     // Nothing listens there: connecting fails, and the error names the URL.
+    let nowhere = ClosedPort::new();
     let url = format!(
         "http://admin:pa55word@127.0.0.1:{}/mcp?api_key=s3cret-key",
-        free_port()
+        nowhere.port()
     );
     let b = Bridge::start(json!({"remote": {"url": url}})).await;
     let failed = wait_until(SERVE_WITHIN, || async {

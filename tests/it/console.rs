@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
-use toolmesh_testkit::{free_port, request_json_within, venv_bin};
+use toolmesh_testkit::{request_json_within, venv_bin, Listener};
 
 use crate::support::Cluster;
 
@@ -39,18 +39,18 @@ impl Console {
             .to_string(),
         )
         .unwrap();
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
         let mut c = Cluster::servers().await;
-        c.start_node(
-            "gateway,approval,workspace,console",
-            &[
-                ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
-                ("TOOLMESH_CONSOLE_LISTEN", listen.as_str()),
-                ("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap()),
-            ],
-        )
-        .await;
+        let node = c
+            .start_node(
+                "gateway,approval,workspace,console",
+                &[
+                    ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
+                    ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
+                    ("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap()),
+                ],
+            )
+            .await;
+        let listen = c.nodes[node].addr(Listener::Console);
         Console {
             c,
             url: format!("http://{listen}"),

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use toolmesh_testkit::free_port;
 use toolmesh_testkit::raw_http::{read_response, read_until_closed};
+use toolmesh_testkit::Listener;
 
 use crate::support::{node_refusal, Cluster};
 
@@ -26,23 +26,21 @@ struct Listeners {
 
 impl Listeners {
     async fn start(env: &[(&str, &str)]) -> Listeners {
-        let [mcp, console, metrics] = [(); 3].map(|()| format!("127.0.0.1:{}", free_port()));
         let mut all_env = vec![
-            ("TOOLMESH_MCP_LISTEN", mcp.as_str()),
-            ("TOOLMESH_CONSOLE_LISTEN", console.as_str()),
-            ("TOOLMESH_METRICS_LISTEN", metrics.as_str()),
+            ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
+            ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
+            ("TOOLMESH_METRICS_LISTEN", "127.0.0.1:0"),
         ];
         all_env.extend_from_slice(env);
         let mut c = Cluster::servers().await;
-        c.start_node("mcp,console", &all_env).await;
-        Listeners {
-            _c: c,
-            all: vec![
-                ("mcp", mcp, "/mcp"),
-                ("console", console, "/"),
-                ("metrics", metrics, "/metrics"),
-            ],
-        }
+        let i = c.start_node("mcp,console", &all_env).await;
+        let addr = |listener| c.nodes[i].addr(listener).to_string();
+        let all = vec![
+            ("mcp", addr(Listener::Mcp), "/mcp"),
+            ("console", addr(Listener::Console), "/"),
+            ("metrics", addr(Listener::Metrics), "/metrics"),
+        ];
+        Listeners { _c: c, all }
     }
 }
 
@@ -108,7 +106,6 @@ async fn past_the_connection_cap_the_next_client_waits_for_a_free_one() {
 
 #[test]
 fn bad_http_limits_stop_the_node_naming_the_variable() {
-    let metrics = format!("127.0.0.1:{}", free_port());
     for roles in ["mcp", "console", "gateway"] {
         for (key, bad) in [
             ("TOOLMESH_HTTP_HEADER_TIMEOUT_S", "0"),
@@ -121,7 +118,7 @@ fn bad_http_limits_stop_the_node_naming_the_variable() {
                 &[
                     ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
                     ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
-                    ("TOOLMESH_METRICS_LISTEN", metrics.as_str()),
+                    ("TOOLMESH_METRICS_LISTEN", "127.0.0.1:0"),
                     (key, bad),
                 ],
             );
@@ -159,17 +156,18 @@ impl Front {
             .to_string(),
         )
         .unwrap();
-        let listen = format!("127.0.0.1:{}", free_port());
         let mut c = Cluster::servers().await;
-        c.start_node(
-            "gateway,approval,workspace,mcp",
-            &[
-                ("TOOLMESH_MCP_LISTEN", listen.as_str()),
-                ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
-                ("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000"),
-            ],
-        )
-        .await;
+        let front = c
+            .start_node(
+                "gateway,approval,workspace,mcp",
+                &[
+                    ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
+                    ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+                    ("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000"),
+                ],
+            )
+            .await;
+        let listen = c.nodes[front].addr(Listener::Mcp);
         let written = c
             .call(
                 "acme",

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{free_port, venv_bin};
+use toolmesh_testkit::{venv_bin, Listener};
 
 use crate::support::{Cluster, BIN};
 
 /// How long one client script may run (Python start-up on a busy machine included).
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
 
-/// A cluster with one node running the MCP front on a free port, and its tokens file:
+/// A cluster with one node running the MCP front on a port it picks, and its tokens file:
 /// `tok-a` → acme (profile default), `tok-c` → acme (profile coding, named `coder`), `tok-s`
 /// → acme with its own session `s1`.
 struct Front {
@@ -36,20 +36,20 @@ impl Front {
             .to_string(),
         )
         .unwrap();
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
         let mut all: Vec<(&str, &str)> = vec![
-            ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+            ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
             ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
         ];
         all.extend_from_slice(env);
         let mut c = Cluster::servers().await;
-        c.start_node(roles, &all).await;
-        Front {
-            c,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            _dir: dir,
-        }
+        let node = c.start_node(roles, &all).await;
+        // Without the role `mcp` the node serves no HTTP: its clients are stdio ones.
+        let url = if roles.split(',').any(|r| r == "mcp") {
+            format!("http://{}/mcp", c.nodes[node].addr(Listener::Mcp))
+        } else {
+            String::new()
+        };
+        Front { c, url, _dir: dir }
     }
 
     fn http(&self, token: &str, session: &str) -> Value {
@@ -58,20 +58,19 @@ impl Front {
 
     /// Another node with only the role `mcp` (same tokens); its URL.
     async fn another_front(&mut self) -> String {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
         let tokens = self._dir.path().join("tokens.json");
-        self.c
+        let node = self
+            .c
             .start_node(
                 "mcp",
                 &[
-                    ("TOOLMESH_MCP_LISTEN", listen.as_str()),
+                    ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
                     ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
                     ("TOOLMESH_MCP_APPROVAL_WAIT_S", "1"),
                 ],
             )
             .await;
-        format!("http://127.0.0.1:{port}/mcp")
+        format!("http://{}/mcp", self.c.nodes[node].addr(Listener::Mcp))
     }
 
     fn stdio(&self, session: &str, profile: &str, env: Value) -> Value {

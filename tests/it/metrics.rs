@@ -5,14 +5,16 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolmesh_testkit::free_port;
+use toolmesh_testkit::{Listener, Node};
 
 use crate::support::{node_refusal, policy_file, Cluster, GATED_STATUS};
 
-/// A fresh `TOOLMESH_METRICS_LISTEN` on loopback, and its port.
-pub(crate) fn listen() -> (String, u16) {
-    let port = free_port();
-    (format!("127.0.0.1:{port}"), port)
+/// `TOOLMESH_METRICS_LISTEN` on loopback, on a port the node picks: read it with [`port`].
+pub(crate) const LISTEN: &str = "127.0.0.1:0";
+
+/// The port `node`'s `/metrics` listens on.
+pub(crate) fn port(node: &Node) -> u16 {
+    node.addr(Listener::Metrics).port()
 }
 
 /// One scrape of `/metrics`, parsed.
@@ -80,16 +82,17 @@ async fn scrape_until(
 
 #[tokio::test]
 async fn calls_move_the_counters_and_the_histogram() {
-    let (addr, port) = listen();
     let mut c = Cluster::servers().await;
-    c.start_node(
-        "gateway,approval,workspace",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_METRICS_LISTEN", addr.as_str()),
-        ],
-    )
-    .await;
+    let node = c
+        .start_node(
+            "gateway,approval,workspace",
+            &[
+                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+                ("TOOLMESH_METRICS_LISTEN", LISTEN),
+            ],
+        )
+        .await;
+    let port = port(&c.nodes[node]);
     let calls = "toolmesh_calls_total";
     let count = "toolmesh_call_duration_seconds_count";
     let before = scrape(port).await;
@@ -202,20 +205,21 @@ async fn calls_move_the_counters_and_the_histogram() {
 async fn approvals_pending_follow_the_store_on_every_approval_node() {
     let (policy_dir, policy) = policy_file(GATED_STATUS);
     let _keep = policy_dir;
-    let (addr_a, port_a) = listen();
-    let (addr_b, port_b) = listen();
     let mut c = Cluster::servers().await;
-    c.start_node(
-        "gateway,approval",
-        &[
-            ("TOOLMESH_POLICY_FILE", policy.as_str()),
-            ("TOOLMESH_METRICS_LISTEN", addr_a.as_str()),
-        ],
-    )
-    .await;
-    // A second approval node on the same Redis reports the same counts.
-    c.start_node("approval", &[("TOOLMESH_METRICS_LISTEN", addr_b.as_str())])
+    let a = c
+        .start_node(
+            "gateway,approval",
+            &[
+                ("TOOLMESH_POLICY_FILE", policy.as_str()),
+                ("TOOLMESH_METRICS_LISTEN", LISTEN),
+            ],
+        )
         .await;
+    // A second approval node on the same Redis reports the same counts.
+    let b = c
+        .start_node("approval", &[("TOOLMESH_METRICS_LISTEN", LISTEN)])
+        .await;
+    let (port_a, port_b) = (port(&c.nodes[a]), port(&c.nodes[b]));
     let pending = "toolmesh_approvals_pending";
     let decided = "toolmesh_approvals_decided_total";
     let before = scrape(port_a).await;
@@ -255,8 +259,8 @@ async fn approvals_pending_follow_the_store_on_every_approval_node() {
 
 #[tokio::test]
 async fn sandboxes_are_gauged_by_template_and_state() {
-    let (addr, port) = listen();
-    let c = crate::sandbox::cluster_with(&[("TOOLMESH_METRICS_LISTEN", addr.as_str())]).await;
+    let c = crate::sandbox::cluster_with(&[("TOOLMESH_METRICS_LISTEN", LISTEN)]).await;
+    let port = port(&c.nodes[0]);
     let sandboxes = "toolmesh_sandboxes";
     let warm = [("template", "default"), ("state", "warm")];
     let in_use = [("template", "default"), ("state", "in_use")];
@@ -286,18 +290,19 @@ async fn sandboxes_are_gauged_by_template_and_state() {
 
 #[tokio::test]
 async fn web_fetch_egress_decisions_are_counted() {
-    let (addr, port) = listen();
     let target = toolmesh_testkit::http_target().await;
     let mut c = Cluster::servers().await;
-    c.start_node(
-        "gateway,approval,web",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
-            ("TOOLMESH_METRICS_LISTEN", addr.as_str()),
-        ],
-    )
-    .await;
+    let node = c
+        .start_node(
+            "gateway,approval,web",
+            &[
+                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+                ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
+                ("TOOLMESH_METRICS_LISTEN", LISTEN),
+            ],
+        )
+        .await;
+    let port = port(&c.nodes[node]);
     let fetch = |host: &str| json!({"tool": "web_fetch", "arguments": {"url": format!("http://{host}:{target}/")}});
     let allowed = c.call("acme", fetch("127.0.0.2")).await;
     assert_eq!(allowed["ok"], true, "{allowed}");
@@ -323,16 +328,17 @@ async fn web_fetch_egress_decisions_are_counted() {
 #[tokio::test]
 async fn provider_instances_follow_the_catalog() {
     use crate::providers::Provider;
-    let (addr, port) = listen();
     let mut c = Cluster::servers().await;
-    c.start_node(
-        "gateway,approval",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_METRICS_LISTEN", addr.as_str()),
-        ],
-    )
-    .await;
+    let node = c
+        .start_node(
+            "gateway,approval",
+            &[
+                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+                ("TOOLMESH_METRICS_LISTEN", LISTEN),
+            ],
+        )
+        .await;
+    let port = port(&c.nodes[node]);
     let instances = [("service", "tests")];
     let mut a = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;
     let _b = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;

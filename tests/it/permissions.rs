@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
 use tokio::io::AsyncBufReadExt as _;
-use toolmesh_testkit::{AuthNats, Node, NodeSpec, RedisServer};
+use toolmesh_testkit::{AuthNats, NatsServer, Node, NodeSpec, RedisServer};
 
 use crate::support::BIN;
 
@@ -213,52 +213,21 @@ async fn toolmesh_mcp_without_the_inbox_prefix_says_which_to_set() {
 /// out the tool's timeout; the node's log names its user.
 #[tokio::test]
 async fn a_gateway_refused_a_publish_answers_at_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = toolmesh_testkit::free_port();
-    let config = dir.path().join("nats.conf");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen: 127.0.0.1:{port}
-authorization {{ users = [
-  {{ user: node, password: node-pw, permissions: {{
-      publish: {{ allow: [">"], deny: ["toolmesh.internal.v1.run.workspace"] }}
-      subscribe: {{ allow: [">"] }} }} }}
-  {{ user: admin, password: admin-pw }}
-] }}
-"#
-        ),
-    )
-    .unwrap();
-    let mut server = std::process::Command::new("nats-server")
-        .arg("-c")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server starts (apt-get install nats-server)");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let connect = || async {
-        async_nats::ConnectOptions::new()
-            .user_and_password("admin".into(), "admin-pw".into())
-            .retry_on_initial_connect()
-            .connect(format!("127.0.0.1:{port}"))
-            .await
-            .expect("connect as admin")
-    };
-    let admin = tokio::time::timeout(Duration::from_secs(10), connect())
+    let server = NatsServer::start_with_config(
+        r#"authorization { users = [
+  { user: node, password: node-pw, permissions: {
+      publish: { allow: [">"], deny: ["toolmesh.internal.v1.run.workspace"] }
+      subscribe: { allow: [">"] } } }
+  { user: admin, password: admin-pw }
+] }
+"#,
+    );
+    let port = server.port();
+    let admin = async_nats::ConnectOptions::new()
+        .user_and_password("admin".into(), "admin-pw".into())
+        .connect(format!("127.0.0.1:{port}"))
         .await
-        .unwrap_or_else(|_| {
-            let _ = server.kill();
-            panic!("nats-server did not listen")
-        });
-    let _server = Kill(server);
+        .expect("connect as admin");
     let redis = RedisServer::start();
     let data = tempfile::tempdir().expect("temp dir");
     let _node = NodeSpec::new(BIN, "gateway,workspace", "perm-gw-1")

@@ -12,7 +12,7 @@ use toolmesh_kernel::ErrorCode;
 use toolmesh_skills::archive::{EntrySpec, ZipBuilder};
 use toolmesh_skills::catalog::SkillManifest;
 use toolmesh_skills::service::{RunningService, ServedSkill, ServiceCatalog, ServiceOptions};
-use toolmesh_testkit::{free_port, wait_until};
+use toolmesh_testkit::LogTap;
 
 use crate::support::{Cluster, BIN};
 
@@ -575,6 +575,12 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The URL of the `skill service listening url=…` line of `toolmesh skill-service`'s log.
+fn listening_url(line: &str) -> Option<String> {
+    let (_, rest) = line.split_once("skill service listening url=")?;
+    rest.split_whitespace().next().map(str::to_owned)
+}
+
 #[tokio::test]
 async fn the_skill_service_command_serves_a_folder_to_a_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -586,36 +592,30 @@ async fn the_skill_service_command_serves_a_folder_to_a_node() {
     )
     .unwrap();
     std::fs::write(skill.join("scripts/hello.sh"), "echo hello\n").unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = std::process::Command::new(BIN)
+    let mut child = std::process::Command::new(BIN)
         .args([
             "skill-service",
             "--dir",
             &dir.path().display().to_string(),
             "--listen",
-            &listen,
+            "127.0.0.1:0",
             "--space",
             "demo",
             "--token",
             "t0k",
         ])
+        // Its `info` line says where it listens.
+        .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start toolmesh skill-service");
+    let log = LogTap::start(child.stderr.take().unwrap(), |_| {});
     let _child = ChildGuard(child);
-    assert!(
-        wait_until(Duration::from_secs(10), || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        })
-        .await,
-        "the skill service did not listen"
-    );
+    let url = log
+        .find(Duration::from_secs(10), listening_url)
+        .unwrap_or_else(|| panic!("the skill service did not listen:\n{}", log.text()));
     let mut cluster = Cluster::servers().await;
-    let url = format!("http://{listen}");
     cluster
         .start_node(
             "gateway,approval,skills",

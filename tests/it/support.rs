@@ -208,12 +208,13 @@ pub async fn fake_workspace(client: &async_nats::Client) -> async_nats::Subscrib
 /// Runs `toolmesh node --roles <roles>` with `env` and a NATS URL where nothing listens, for a
 /// setting the node must refuse before it connects: asserts that it fails, answers its stderr.
 pub fn node_refusal(roles: &str, env: &[(&str, &str)]) -> String {
+    let nowhere = toolmesh_testkit::ClosedPort::new();
     let output = std::process::Command::new(BIN)
         .args(["node", "--roles", roles])
         .envs(env.iter().copied())
         .env(
             "TOOLMESH_NATS_URL",
-            format!("nats://127.0.0.1:{}", toolmesh_testkit::free_port()),
+            format!("nats://127.0.0.1:{}", nowhere.port()),
         )
         .env("RUST_LOG", "warn")
         .output()

@@ -146,13 +146,13 @@ async fn check_egress(extra: &[(&str, &str)]) {
         "[templates.net]\nnetwork = \"allow\"\nallow = [\"127.0.0.1/32:{port}\"]\n"
     ));
     let mut reap = ReapEgress::default();
-    let (metrics_listen, metrics_port) = crate::metrics::listen();
     let mut env = vec![
         ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
-        ("TOOLMESH_METRICS_LISTEN", metrics_listen.as_str()),
+        ("TOOLMESH_METRICS_LISTEN", crate::metrics::LISTEN),
     ];
     env.extend_from_slice(extra);
     let mut c = cluster_with(&env).await;
+    let metrics_port = crate::metrics::port(&c.nodes[0]);
     reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
     reap.node = c.nodes[0].node_id.clone();
     let invocation = "inv_egress_1";

@@ -395,15 +395,18 @@ async fn an_mcp_clients_traceparent_reaches_through_the_front_to_the_actor() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.json");
     std::fs::write(&tokens, json!({"tok-a": {"account": "acme"}}).to_string()).unwrap();
-    let port = toolmesh_testkit::free_port();
     let mut front = env.clone();
-    front.push(("TOOLMESH_MCP_LISTEN", format!("127.0.0.1:{port}")));
+    front.push(("TOOLMESH_MCP_LISTEN", "127.0.0.1:0".to_owned()));
     front.push(("TOOLMESH_MCP_TOKENS", tokens.display().to_string()));
     start_traced(&mut c, "mcp", &front).await;
+    let url = format!(
+        "http://{}/mcp",
+        c.nodes[1].addr(toolmesh_testkit::Listener::Mcp)
+    );
 
     let (trace_id, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
     let lines = crate::mcp::client(
-        json!({"http": format!("http://127.0.0.1:{port}/mcp"), "token": "tok-a", "session": "s1",
+        json!({"http": url, "token": "tok-a", "session": "s1",
                "headers": {"traceparent": format!("00-{trace_id}-{caller_span}-01")}}),
         json!({"steps": [{"call": "list_workspace_files", "args": {"path": "."}}]}),
     )

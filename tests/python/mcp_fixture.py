@@ -1,5 +1,7 @@
 """A small MCP server for the bridge's tests (tests/it/bridge.rs), written with the official
-Python SDK. Over stdio by default; `--http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
+Python SDK. Over stdio by default; `--http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp
+(`--http 0`: on a port the system picks), and writes the port to $FIXTURE_STATE_DIR/port once it
+listens.
 
 Tools: `echo` (read-only), `fail` (answers isError), `sleep` (medium: waits, records in
 $FIXTURE_STATE_DIR that it started and whether it was cancelled), `add_tool` (registers a
@@ -11,7 +13,10 @@ import argparse
 import asyncio
 import os
 import pathlib
+import socket
 
+import anyio
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -63,12 +68,22 @@ async def add_tool(name: str, ctx: Context) -> str:
     return "added " + name
 
 
+async def serve_http(port: int) -> None:
+    """What `server.run("streamable-http")` serves, on a socket bound here: its port is known
+    (and written to $FIXTURE_STATE_DIR/port) before the first client comes."""
+    sock = socket.create_server(("127.0.0.1", port))
+    record("port", str(sock.getsockname()[1]))
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level=server.settings.log_level.lower())
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int)
     args = parser.parse_args()
     record("pid", str(os.getpid()))
-    if args.http:
-        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    if args.http is not None:
+        anyio.run(serve_http, args.http)
     else:
         server.run()

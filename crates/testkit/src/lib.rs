@@ -1,8 +1,12 @@
-//! Real services for tests: `nats-server`, `redis-server` and `toolmesh node` processes on free
-//! ports, each killed and cleaned up when its handle drops. A missing binary is a panic that
-//! says which Debian package to install.
+//! Real services for tests: `nats-server`, `redis-server` and `toolmesh node` processes, each
+//! killed and cleaned up when its handle drops. A missing binary is a panic that says which
+//! Debian package to install.
+//!
+//! No port is bound, released and handed on (another process could take it in between): a
+//! server picks its own port and the test reads it back from its log (`nats-server -p -1`, a
+//! node's listeners on port 0); redis-server, which cannot, retries another port when its
+//! candidate is taken.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,14 +41,6 @@ pub fn captured_logs(json: bool, log: impl FnOnce()) -> String {
     String::from_utf8(bytes).expect("logs are UTF-8")
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released for the child to take).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port")
-}
-
 fn find_binary(name: &str, package: &str) -> PathBuf {
     let candidates = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
@@ -77,59 +73,138 @@ pub fn venv_bin(name: &str) -> PathBuf {
     path
 }
 
-fn wait_for_port(port: u16, what: &str, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening on port {port}: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{what} did not listen on port {port} within 10 s");
+/// The lines a child process writes to one of its pipes, read on a thread of their own as they
+/// come (the pipe never fills), kept, and each handed to `forward` first: to read what a
+/// server says (where it listens) while its log goes on.
+#[derive(Debug, Clone)]
+pub struct LogTap(std::sync::Arc<TapState>);
+
+#[derive(Debug, Default)]
+struct TapState {
+    /// The lines so far, and whether the pipe has closed (the process ended).
+    lines: std::sync::Mutex<(Vec<String>, bool)>,
+    changed: std::sync::Condvar,
 }
 
-/// A `nats-server` on a random port: JetStream off ([`NatsServer::start`]) or on, with its store
-/// in the server's own temp dir ([`NatsServer::start_jetstream`]), kept across
-/// [`NatsServer::restart`].
+impl LogTap {
+    pub fn start(
+        stream: impl std::io::Read + Send + 'static,
+        mut forward: impl FnMut(&str) + Send + 'static,
+    ) -> LogTap {
+        use std::io::BufRead as _;
+        let tap = LogTap(Default::default());
+        let state = tap.0.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                forward(&line);
+                state.lines.lock().unwrap().0.push(line);
+                state.changed.notify_all();
+            }
+            state.lines.lock().unwrap().1 = true;
+            state.changed.notify_all();
+        });
+        tap
+    }
+
+    /// The first answer of `find` for a line, written already or to come; `None` when the pipe
+    /// closes or `timeout` passes first.
+    pub fn find<T>(&self, timeout: Duration, mut find: impl FnMut(&str) -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = self.0.lines.lock().unwrap();
+        let mut next = 0;
+        loop {
+            while next < lines.0.len() {
+                if let Some(found) = find(&lines.0[next]) {
+                    return Some(found);
+                }
+                next += 1;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if lines.1 || left.is_zero() {
+                return None;
+            }
+            lines = self.0.changed.wait_timeout(lines, left).unwrap().0;
+        }
+    }
+
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        let lines = self.0.lines.lock().unwrap();
+        lines.0.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
+/// A loopback port held bound but not listening, for "nothing listens there": a connection to
+/// it is refused at once, and no other process can listen on it while this value lives (a
+/// port bound and released could be taken by anyone).
+#[derive(Debug)]
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    port: u16,
+}
+
+impl ClosedPort {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(([127, 0, 0, 1], 0).into())
+            .expect("bind a loopback port");
+        let port = socket.local_addr().expect("a bound port").port();
+        ClosedPort {
+            _socket: socket,
+            port,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// A `nats-server` on a port it picks itself (`-p -1`, read back from its log): JetStream off
+/// ([`NatsServer::start`]) or on, with its store in the server's own temp dir
+/// ([`NatsServer::start_jetstream`]), kept across [`NatsServer::restart`]. Its monitoring
+/// endpoint (`-m -1`) answers [`NatsServer::interest`].
 #[derive(Debug)]
 pub struct NatsServer {
     child: Child,
     port: u16,
+    monitor: u16,
     options: NatsOptions,
     dir: tempfile::TempDir,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct NatsOptions {
-    max_payload: Option<usize>,
+    /// A config file's text (the flags' port and address override its `listen`).
+    config: Option<String>,
     jetstream: bool,
 }
 
+/// How long a server gets to say it listens.
+const SERVER_START: Duration = Duration::from_secs(10);
+
 impl NatsServer {
     pub fn start() -> NatsServer {
-        Self::start_on(free_port())
-    }
-
-    /// Starts on a given port (to restart a server where clients expect it).
-    pub fn start_on(port: u16) -> NatsServer {
-        Self::spawn(
-            port,
-            NatsOptions::default(),
-            tempfile::tempdir().expect("temp dir"),
-        )
+        Self::spawn(None, NatsOptions::default(), temp_dir())
     }
 
     /// Starts with a `max_payload` of `bytes` (the default is 1 MiB), so that tests of replies
     /// too big for one message need little data.
     pub fn start_with_max_payload(bytes: usize) -> NatsServer {
+        Self::start_with_config(&format!("max_payload: {bytes}\n"))
+    }
+
+    /// Starts with a config file of `text` (users and permissions, limits); whatever `listen`
+    /// it names, the server listens on 127.0.0.1 on a port it picks.
+    pub fn start_with_config(text: &str) -> NatsServer {
         let options = NatsOptions {
-            max_payload: Some(bytes),
+            config: Some(text.to_owned()),
             ..NatsOptions::default()
         };
-        Self::spawn(free_port(), options, tempfile::tempdir().expect("temp dir"))
+        Self::spawn(None, options, temp_dir())
     }
 
     /// Starts with JetStream on; its store lives in this server's temp dir.
@@ -138,26 +213,28 @@ impl NatsServer {
             jetstream: true,
             ..NatsOptions::default()
         };
-        Self::spawn(free_port(), options, tempfile::tempdir().expect("temp dir"))
+        Self::spawn(None, options, temp_dir())
     }
 
     /// Kills the server (a crash) and starts it again on the same port with the same options
     /// and store: a JetStream server comes back with its streams.
     pub fn restart(&mut self) {
         self.kill();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
-        let fresh = Self::spawn(self.port, self.options, dir);
+        let dir = std::mem::replace(&mut self.dir, temp_dir());
+        let fresh = Self::spawn(Some(self.port), self.options.clone(), dir);
         // The old value's child is dead already; dropping it kills nothing that runs.
         *self = fresh;
     }
 
-    fn spawn(port: u16, options: NatsOptions, dir: tempfile::TempDir) -> NatsServer {
+    /// `port`: the one to listen on (a restart), or `None` for one the server picks.
+    fn spawn(port: Option<u16>, options: NatsOptions, dir: tempfile::TempDir) -> NatsServer {
         let bin = find_binary("nats-server", "nats-server");
         let mut command = Command::new(bin);
-        command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
-        if let Some(bytes) = options.max_payload {
+        let port_arg = port.map_or("-1".to_owned(), |p| p.to_string());
+        command.args(["-a", "127.0.0.1", "-p", &port_arg, "-m", "-1"]);
+        if let Some(text) = &options.config {
             let config = dir.path().join("nats.conf");
-            std::fs::write(&config, format!("max_payload: {bytes}\n")).expect("write nats.conf");
+            std::fs::write(&config, text).expect("write nats.conf");
             command.arg("-c").arg(&config);
         }
         if options.jetstream {
@@ -166,16 +243,11 @@ impl NatsServer {
                 .arg("-sd")
                 .arg(dir.path().join("jetstream"));
         }
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .current_dir(dir.path())
-            .spawn()
-            .expect("nats-server starts");
-        wait_for_port(port, "nats-server", &mut child);
+        let (child, port, monitor) = start_nats(command.current_dir(dir.path()));
         NatsServer {
             child,
             port,
+            monitor: monitor.expect("nats-server -m -1 says where it monitors"),
             options,
             dir,
         }
@@ -196,6 +268,34 @@ impl NatsServer {
             .expect("connect to test nats-server")
     }
 
+    /// How many subscriptions, of every client, a message published on `subject` (a literal
+    /// subject) would reach now, as the server's monitoring endpoint (`/subsz`) counts them:
+    /// to wait until another process has subscribed.
+    pub async fn interest(&self, subject: &str) -> u64 {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.monitor))
+            .await
+            .expect("connect to the monitoring endpoint");
+        let request = format!(
+            "GET /subsz?subs=1&test={subject} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("ask /subsz");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .expect("read /subsz");
+        let (_, body) = response
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+        let subsz: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("/subsz is not JSON ({e}): {body}"));
+        subsz["total"].as_u64().unwrap_or(0)
+    }
+
     /// Kills the server now (a crash, not a shutdown).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -209,9 +309,44 @@ impl Drop for NatsServer {
     }
 }
 
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// Starts `command` (a nats-server that logs to stderr) and waits until it is ready: the child,
+/// the client port its log names and the monitoring port if it has one. Panics with the log
+/// when the server stops first (a port in use, a bad config).
+fn start_nats(command: &mut Command) -> (Child, u16, Option<u16>) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nats-server starts");
+    let log = LogTap::start(child.stderr.take().expect("stderr"), |_| {});
+    let port_of = |line: &str, after: &str| {
+        let (_, addr) = line.split_once(after)?;
+        let addr: std::net::SocketAddr = addr.trim().parse().ok()?;
+        Some(addr.port())
+    };
+    let port = log.find(SERVER_START, |l| {
+        port_of(l, "Listening for client connections on ")
+    });
+    let ready = log.find(SERVER_START, |l| {
+        l.contains("Server is ready").then_some(())
+    });
+    let (Some(port), Some(())) = (port, ready) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("nats-server did not start:\n{}", log.text());
+    };
+    let monitor = log.find(Duration::ZERO, |l| port_of(l, "Starting http monitor on "));
+    (child, port, monitor)
+}
+
 /// nats-server with the compose cluster's `docker/nats.conf`: its users, their permissions and
-/// JetStream, on a free port with a temp store. Every password is `<user>-pw`, where `<user>` is
-/// `node` (the `toolmesh` user), `provider`, `approver` or an account (`acme`, `globex`).
+/// JetStream, on a port it picks with a temp store. Every password is `<user>-pw`, where
+/// `<user>` is `node` (the `toolmesh` user), `provider`, `approver` or an account (`acme`,
+/// `globex`).
 #[derive(Debug)]
 pub struct AuthNats {
     child: Child,
@@ -221,15 +356,15 @@ pub struct AuthNats {
 
 impl AuthNats {
     pub fn start() -> AuthNats {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
+        let dir = temp_dir();
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../docker/nats.conf"
         ))
         .expect("docker/nats.conf");
         let mut text = text
-            .replace("listen: 0.0.0.0:4222", &format!("listen: 127.0.0.1:{port}"))
+            // The flags below say where it listens.
+            .replace("listen: 0.0.0.0:4222", "")
             .replace("http: 0.0.0.0:8222", "")
             .replace(
                 "store_dir: /data",
@@ -246,14 +381,11 @@ impl AuthNats {
         }
         let config = dir.path().join("nats.conf");
         std::fs::write(&config, text).expect("write the config");
-        let mut child = Command::new(find_binary("nats-server", "nats-server"))
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts");
-        wait_for_port(port, "nats-server", &mut child);
+        let (child, port, _) = start_nats(
+            Command::new(find_binary("nats-server", "nats-server"))
+                .args(["-a", "127.0.0.1", "-p", "-1", "-c"])
+                .arg(&config),
+        );
         AuthNats {
             child,
             port,
@@ -352,8 +484,13 @@ pub mod raw_http {
     }
 }
 
-/// A `redis-server` on a random port, persisting (AOF) into its own temp dir so that a restart
-/// on the same dir keeps the data.
+/// A `redis-server` on a port of its own, persisting (AOF) into its own temp dir so that a
+/// restart on the same dir keeps the data.
+///
+/// redis-server cannot pick its port (`--port 0` means no TCP at all), so it starts on a
+/// random candidate below the range the kernel hands out for port 0 and, when that port is
+/// taken (its log says "Address already in use" and it exits), again on another: the port is
+/// never bound and released before the server takes it.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
@@ -361,19 +498,24 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
 }
 
+/// How many taken candidate ports [`RedisServer::start`] tries past.
+const REDIS_TRIES: usize = 50;
+
 impl RedisServer {
     pub fn start() -> RedisServer {
-        Self::start_on(free_port())
+        let dir = temp_dir();
+        for _ in 0..REDIS_TRIES {
+            match Self::spawn(candidate_port(), &dir) {
+                Ok((child, port)) => return RedisServer { child, port, dir },
+                Err(PortTaken) => continue,
+            }
+        }
+        panic!("redis-server found no free port in {REDIS_TRIES} tries");
     }
 
-    /// Starts on a given port (for a client configured before its server exists).
-    pub fn start_on(port: u16) -> RedisServer {
-        let dir = tempfile::tempdir().expect("temp dir");
-        Self::spawn(port, dir)
-    }
-
-    fn spawn(port: u16, dir: tempfile::TempDir) -> RedisServer {
-        // `*self = …` in `restart` drops the old value, which kills an already dead child.
+    /// Starts redis-server on `port`: `Err` when the port is taken; a panic with its log when
+    /// it stops for another reason.
+    fn spawn(port: u16, dir: &tempfile::TempDir) -> Result<(Child, u16), PortTaken> {
         let bin = find_binary("redis-server", "redis-server");
         let mut child = Command::new(bin)
             .args([
@@ -390,12 +532,25 @@ impl RedisServer {
                 "--dir",
             ])
             .arg(dir.path())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        wait_for_port(port, "redis-server", &mut child);
-        RedisServer { child, port, dir }
+        // It logs to stdout; "Ready" comes once it listens and has loaded its AOF.
+        let log = LogTap::start(child.stdout.take().expect("stdout"), |_| {});
+        let ready = log.find(SERVER_START, |l| {
+            l.contains("Ready to accept connections").then_some(())
+        });
+        if ready.is_some() {
+            return Ok((child, port));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = log.text();
+        if text.contains("Address already in use") {
+            return Err(PortTaken);
+        }
+        panic!("redis-server did not start on port {port}:\n{text}");
     }
 
     pub fn port(&self) -> u16 {
@@ -410,33 +565,108 @@ impl RedisServer {
         self.dir.path()
     }
 
-    /// Kills the server (SIGKILL); `restart` brings it back with its data.
+    /// Kills the server (SIGKILL); `restart` brings it back with its data, on its port.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// Kills the server (SIGKILL) and starts it again on the same port and data directory.
+    /// Kills the server (SIGKILL) if it runs and starts it again on the same port and data
+    /// directory (clients expect it there: a port taken meanwhile is a panic).
     pub fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
-        *self = Self::spawn(self.port, dir);
+        self.kill();
+        let (child, _) = Self::spawn(self.port, &self.dir).unwrap_or_else(|PortTaken| {
+            panic!("port {} was taken while redis-server was down", self.port)
+        });
+        self.child = child;
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
-/// A `toolmesh node` process (the real binary), stopped on drop.
+/// redis-server reported its port in use.
+#[derive(Debug)]
+struct PortTaken;
+
+/// A random port below the kernel's ephemeral range (`ip_local_port_range`), where no port-0
+/// listener or outgoing connection of this machine lands; anything else there is a retry.
+fn candidate_port() -> u16 {
+    use std::hash::BuildHasher as _;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    let (from, to) = if low > 11_000 {
+        (10_000, low)
+    } else {
+        (10_000, 65_536)
+    };
+    let random = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    u16::try_from(from + random % (to - from)).expect("a port number")
+}
+
+/// A `toolmesh node` process (the real binary), stopped on drop. Its log (stderr) goes on to
+/// this process's stderr as before, and is read for the addresses its listeners bound: give a
+/// listener port 0 (`TOOLMESH_MCP_LISTEN=127.0.0.1:0`) and ask [`Node::addr`].
 #[derive(Debug)]
 pub struct Node {
     child: Child,
     pub node_id: String,
+    log: LogTap,
+}
+
+/// A listener of a node, which logs the address it bound at `info` (the node's log
+/// level is raised to `info` for these lines only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `TOOLMESH_MCP_LISTEN` (role `mcp`).
+    Mcp,
+    /// `TOOLMESH_CONSOLE_LISTEN` (role `console`).
+    Console,
+    /// `TOOLMESH_METRICS_LISTEN`.
+    Metrics,
+}
+
+impl Listener {
+    const ALL: [Listener; 3] = [Listener::Mcp, Listener::Console, Listener::Metrics];
+
+    /// The log target and the start of the message of the line that names the address.
+    fn line(self) -> (&'static str, &'static str) {
+        match self {
+            Listener::Mcp => ("toolmesh_mcp", "MCP over streamable HTTP at /mcp"),
+            Listener::Console => ("toolmesh_console", "approvals console at "),
+            Listener::Metrics => ("toolmesh::metrics", "serving metrics at /metrics"),
+        }
+    }
+
+    /// The address in `line` when it is this listener's line, in the text or the JSON format.
+    fn addr_in(self, line: &str) -> Option<std::net::SocketAddr> {
+        let (target, message) = self.line();
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
+            let fields = &json["fields"];
+            if json["target"] != target || !fields["message"].as_str()?.starts_with(message) {
+                return None;
+            }
+            return fields["addr"].as_str()?.parse().ok();
+        }
+        let (_, rest) = line.split_once(&format!(" {target}: {message}"))?;
+        let (_, addr) = rest.split_once(" addr=")?;
+        addr.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Whether `line` is an `info` line of this listener's target (shown only because the
+    /// level was raised for it).
+    fn is_info_of(self, line: &str) -> bool {
+        let (target, _) = self.line();
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(json) => json["level"] == "INFO" && json["target"] == target,
+            Err(_) => line.contains(&format!(" INFO {target}: ")),
+        }
+    }
 }
 
 /// How to start a node.
@@ -465,19 +695,44 @@ impl NodeSpec {
 
     /// Starts the node and waits until it answers `toolmesh.v1.status.<node_id>`.
     pub async fn start(&self, nats: &async_nats::Client) -> Node {
+        let chosen = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "RUST_LOG")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var("RUST_LOG").ok());
+        // The listeners' address lines at `info` first, so that a level the caller sets for
+        // one of their targets wins.
+        let raised: Vec<String> = Listener::ALL
+            .iter()
+            .map(|l| format!("{}=info", l.line().0))
+            .collect();
+        let filter = format!(
+            "{},{}",
+            raised.join(","),
+            chosen.as_deref().unwrap_or("warn")
+        );
         let mut cmd = Command::new(&self.binary);
         cmd.args(["node", "--roles", &self.roles])
             .env("TOOLMESH_NODE_ID", &self.node_id)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
+        cmd.env("RUST_LOG", filter);
         let mut child = cmd.spawn().expect("toolmesh node starts");
+        // Passed on as an inherited stderr would show it (past the test harness's capture),
+        // without the lines only the raised level let through.
+        let hide_raised = chosen.is_none();
+        let log = LogTap::start(child.stderr.take().expect("stderr"), move |line| {
+            if hide_raised && Listener::ALL.iter().any(|l| l.is_info_of(line)) {
+                return;
+            }
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        });
         let subject = format!("toolmesh.v1.status.{}", self.node_id);
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -498,6 +753,7 @@ impl NodeSpec {
         Node {
             child,
             node_id: self.node_id.clone(),
+            log,
         }
     }
 }
@@ -505,6 +761,20 @@ impl NodeSpec {
 impl Node {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The address `listener` bound, as the node logged it (before it answered status, so
+    /// this waits only for the log's reader). Panics when the node has no such listener.
+    pub fn addr(&self, listener: Listener) -> std::net::SocketAddr {
+        self.log
+            .find(Duration::from_secs(10), |line| listener.addr_in(line))
+            .unwrap_or_else(|| {
+                panic!(
+                    "node {} logged no address of its {listener:?} listener:\n{}",
+                    self.node_id,
+                    self.log.text()
+                )
+            })
     }
 
     /// SIGKILL: the node dies without draining.
@@ -667,4 +937,117 @@ pub async fn http_target() -> u16 {
         }
     });
     port
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `line` is `listener`'s line naming `addr`, or no line of it (`None`).
+    fn check(listener: Listener, line: &str, addr: Option<&str>) {
+        let expected = addr.map(|a| a.parse().unwrap());
+        assert_eq!(listener.addr_in(line), expected, "{listener:?} in {line}");
+    }
+
+    #[test]
+    fn a_nodes_listener_lines_name_their_addresses() {
+        let text = "2026-12-04T22:46:40.583768Z  INFO";
+        check(
+            Listener::Metrics,
+            &format!("{text} toolmesh::metrics: serving metrics at /metrics addr=127.0.0.1:34447"),
+            Some("127.0.0.1:34447"),
+        );
+        check(
+            Listener::Mcp,
+            &format!("{text} toolmesh_mcp: MCP over streamable HTTP at /mcp addr=127.0.0.1:37989"),
+            Some("127.0.0.1:37989"),
+        );
+        check(
+            Listener::Console,
+            &format!("{text} toolmesh_console: approvals console at http://127.0.0.1:46327/ addr=127.0.0.1:46327"),
+            Some("127.0.0.1:46327"),
+        );
+        check(
+            Listener::Mcp,
+            r#"{"timestamp":"2026-12-04T22:46:44.616294Z","level":"INFO","fields":{"message":"MCP over streamable HTTP at /mcp","addr":"127.0.0.1:43449"},"target":"toolmesh_mcp"}"#,
+            Some("127.0.0.1:43449"),
+        );
+        // Another listener's line, another line of the target, another target.
+        check(
+            Listener::Console,
+            &format!("{text} toolmesh_mcp: MCP over streamable HTTP at /mcp addr=127.0.0.1:1"),
+            None,
+        );
+        check(
+            Listener::Console,
+            &format!("{text} toolmesh_console: TOOLMESH_CONSOLE_TOKENS is not set"),
+            None,
+        );
+        check(
+            Listener::Metrics,
+            r#"{"level":"INFO","fields":{"message":"serving metrics at /metrics","addr":"127.0.0.1:2"},"target":"other"}"#,
+            None,
+        );
+    }
+
+    #[test]
+    fn only_the_raised_info_lines_are_hidden() {
+        let raised = |line: &str| Listener::ALL.iter().any(|l| l.is_info_of(line));
+        assert!(raised(
+            "2026-12-04T22:46:40Z  INFO toolmesh_mcp: MCP over streamable HTTP"
+        ));
+        assert!(raised(r#"{"level":"INFO","target":"toolmesh::metrics"}"#));
+        assert!(!raised(
+            "2026-12-04T22:46:40Z  WARN toolmesh_console: no tokens"
+        ));
+        assert!(!raised(
+            "2026-12-04T22:46:40Z  INFO toolmesh::node: started"
+        ));
+    }
+
+    #[tokio::test]
+    async fn nats_picks_its_port_keeps_it_across_a_restart_and_counts_interest() {
+        let mut nats = NatsServer::start();
+        let port = nats.port();
+        let client = nats.client().await;
+        assert_eq!(nats.interest("a.b").await, 0);
+        let _sub = client.subscribe("a.*").await.unwrap();
+        client.flush().await.unwrap();
+        assert_eq!(nats.interest("a.b").await, 1);
+        nats.restart();
+        assert_eq!(nats.port(), port);
+        nats.client().await.flush().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn two_redis_servers_get_two_ports_and_one_comes_back_on_its_own() {
+        let first = RedisServer::start();
+        let mut second = RedisServer::start();
+        assert_ne!(first.port(), second.port());
+        let port = second.port();
+        second.restart();
+        assert_eq!(second.port(), port);
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("redis-server listens again");
+    }
+
+    #[test]
+    fn a_taken_candidate_port_is_retried() {
+        let dir = temp_dir();
+        let first = RedisServer::start();
+        assert!(matches!(
+            RedisServer::spawn(first.port(), &dir),
+            Err(PortTaken)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_refuses_connections() {
+        let closed = ClosedPort::new();
+        let refused = tokio::net::TcpStream::connect(("127.0.0.1", closed.port()))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde_json::json;
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::ApprovalStatus;
-use toolmesh_testkit::{free_port, wait_until, NatsServer, RedisServer};
+use toolmesh_testkit::{wait_until, NatsServer, RedisServer};
 
 use crate::support::*;
 
@@ -62,9 +62,10 @@ async fn a_pending_approval_survives_a_redis_restart() {
 #[actix_rt::test]
 async fn redis_down_at_startup_answers_unavailable_until_it_is_up() {
     let nats = NatsServer::start();
-    let port = free_port();
-    let redis_url = format!("redis://127.0.0.1:{port}");
-    let desk = Desk::start(&nats.url(), &redis_url, config(3600, true)).await;
+    // A port of Redis's own, then Redis down: the actor starts without it.
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let desk = Desk::start(&nats.url(), &redis.url(), config(3600, true)).await;
     let client = nats.client().await;
 
     let reply =
@@ -81,7 +82,7 @@ async fn redis_down_at_startup_answers_unavailable_until_it_is_up() {
     .unwrap();
     assert_eq!(refusal(outcome).0, "unavailable");
 
-    let _redis = RedisServer::start_on(port);
+    redis.restart();
     assert!(
         wait_until(PATIENCE, || async {
             toolmesh_testkit::request_json(&client, "toolmesh.v1.approvals.acme.list", json!({}))
