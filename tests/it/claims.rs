@@ -156,6 +156,8 @@ async fn a_claimed_call_gets_the_reply_of_its_worker() {
             publish_claim(&client, &reply, &node("worker-a"))
                 .await
                 .unwrap();
+            // The worker's own run time, not a wait: the reply comes a while after the
+            // claim (both on the reply subject, so in that order anyway).
             tokio::time::sleep(Duration::from_millis(300)).await;
             client
                 .publish(reply, reply_body(json!({"exit_code": 0, "stdout": "hi"})))
@@ -240,6 +242,8 @@ async fn the_latest_claim_is_the_one_watched() {
             publish_claim(&client, &reply, &node("worker-ha"))
                 .await
                 .unwrap();
+            // A's own time with the call before it hands it on, not a wait: the claims
+            // reach the gateway in order on the reply subject anyway.
             tokio::time::sleep(Duration::from_millis(200)).await;
             publish_claim(&client, &reply, &node("worker-hb"))
                 .await
@@ -269,7 +273,8 @@ async fn a_draining_worker_is_not_lost() {
                 .unwrap();
             heart.abort();
             beat(&client, "worker-d", true).await;
-            // Longer than a node takes to drop out of the view.
+            // Longer than a node takes to drop out of the view: the test's subject (the
+            // reply still counts after it), not a wait for an event.
             tokio::time::sleep(Duration::from_secs(8)).await;
             client
                 .publish(reply, reply_body(json!({"exit_code": 0})))

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use toolmesh_testkit::wait_until;
 
 use crate::support::{node_refusal, Cluster, BIN};
 
@@ -159,8 +160,7 @@ async fn the_cli_follows_across_a_nats_restart_without_gaps_or_duplicates() {
     assert_one_call(&cli.next(2), "inv-before");
     c.nats.restart();
     // The node and the test client reconnect; the next call is kept and followed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let answered = wait_until(Duration::from_secs(20), || async {
         let body = br#"{"tool":"component_status","invocation_id":"inv-probe"}"#;
         let answer = tokio::time::timeout(
             Duration::from_secs(2),
@@ -168,18 +168,12 @@ async fn the_cli_follows_across_a_nats_restart_without_gaps_or_duplicates() {
                 .request("toolmesh.v1.call.acme", body.as_slice().into()),
         )
         .await;
-        if let Ok(Ok(msg)) = answer {
-            let reply: Value = serde_json::from_slice(&msg.payload).expect("json");
-            if reply["ok"] == true {
-                break;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no answer after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let Ok(Ok(msg)) = answer else { return false };
+        let reply: Value = serde_json::from_slice(&msg.payload).expect("json");
+        reply["ok"] == true
+    })
+    .await;
+    assert!(answered, "no answer after the restart");
     finished_call(&c, "inv-after").await;
     let mut seen = cli.next(2);
     // The probe may have needed tries; each answered try is one call of its own.
@@ -206,9 +200,17 @@ async fn without_jetstream_status_says_so_and_calls_answer() {
         &["--account", "acme", "--invocation", "inv-live1"],
     );
     let wait = std::time::Instant::now() + Duration::from_secs(10);
-    let mut events = c.watch("toolmesh.v1.events.acme.inv-live1").await;
-    // Give the CLI its subscription: it prints only what comes after it.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let subject = "toolmesh.v1.events.acme.inv-live1";
+    let mut events = c.watch(subject).await;
+    // The CLI prints only what comes after its subscription: wait until the server has it
+    // (the test's own and the CLI's).
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            c.nats.interest(subject).await >= 2
+        })
+        .await,
+        "the CLI did not subscribe"
+    );
     finished_call(&c, "inv-live1").await;
     let _ = crate::support::collect(&mut events, 2, Duration::from_secs(5)).await;
     assert_one_call(&cli.next(2), "inv-live1");

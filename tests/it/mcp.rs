@@ -90,32 +90,94 @@ impl Front {
 }
 
 /// Runs the client script with `spec` (plus `extra` members); its output lines.
-pub(crate) async fn client(mut spec: Value, extra: Value) -> Vec<Value> {
-    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
-        spec.extend(extra);
+pub(crate) async fn client(spec: Value, extra: Value) -> Vec<Value> {
+    LiveClient::start(spec, extra).finish().await
+}
+
+/// The MCP client running, its lines read as it prints them: for a test that acts on what the
+/// client has seen so far.
+struct LiveClient {
+    child: tokio::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl LiveClient {
+    /// Runs `mcp_client.py` with `spec` and `extra`'s fields (its steps, its mode).
+    fn start(mut spec: Value, extra: Value) -> LiveClient {
+        use tokio::io::AsyncBufReadExt as _;
+        if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+            spec.extend(extra);
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_client.py");
+        let mut child = tokio::process::Command::new(venv_bin("python"))
+            .arg(script)
+            .arg(spec.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the venv's python starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = reader.next_line().await {
+                let line = serde_json::from_str(&l).unwrap_or_else(|_| json!({"unparsed": l}));
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        LiveClient {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_client.py");
-    let child = tokio::process::Command::new(venv_bin("python"))
-        .arg(script)
-        .arg(spec.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the venv's python starts");
-    let out = tokio::time::timeout(CLIENT_WITHIN, child.wait_with_output())
-        .await
-        .expect("the MCP client finishes in time")
-        .unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!({"unparsed": l})))
-        .collect();
-    assert!(
-        !lines.iter().any(|l| l.get("fatal").is_some()),
-        "the client failed: {lines:#?}"
-    );
-    lines
+
+    /// Waits for a line that passes `wanted` (seen already, or to come); that line. Panics
+    /// when the client ends or [`CLIENT_WITHIN`] passes first.
+    async fn line(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        if let Some(line) = self.seen.iter().find(|l| wanted(l)) {
+            return line.clone();
+        }
+        let found = tokio::time::timeout(CLIENT_WITHIN, async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
+                if wanted(&line) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            _ => panic!(
+                "the client did not print the line waited for: {:#?}",
+                self.seen
+            ),
+        }
+    }
+
+    /// Waits for the client to finish; every line it printed.
+    async fn finish(mut self) -> Vec<Value> {
+        let ended = tokio::time::timeout(CLIENT_WITHIN, async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line);
+            }
+            self.child.wait().await
+        })
+        .await;
+        ended.expect("the MCP client finishes in time").unwrap();
+        let lines = self.seen;
+        assert!(
+            !lines.iter().any(|l| l.get("fatal").is_some()),
+            "the client failed: {lines:#?}"
+        );
+        lines
+    }
 }
 
 /// The line of step `i`.
@@ -442,23 +504,24 @@ async fn a_client_without_elicitation_waits_for_an_out_of_band_decision() {
     let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
     let mut requested = f.c.watch("toolmesh.v1.approvals.acme.requested").await;
     let spec = f.http("tok-c", "w1");
-    let run = tokio::spawn(client(
+    let mut run = LiveClient::start(
         spec,
         json!({"steps": [{"call": "write_workspace_file", "progress": true,
                            "args": {"path": "later.txt", "content": "approved"}}]}),
-    ));
+    );
     let msg = tokio::time::timeout(Duration::from_secs(60), requested.next())
         .await
         .expect("an approval is requested")
         .unwrap();
     let approval: Value = serde_json::from_slice(&msg.payload).unwrap();
     let id = approval["id"].as_str().unwrap();
-    // Let the client see a progress notification or two first.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The client sees a progress notification naming the approval first.
+    run.line(|l| l["progress_of"] == 0 && l["message"].as_str().unwrap_or_default().contains(id))
+        .await;
     assert!(!f.workspace_file("w1", "later.txt").exists());
     let decided = f.c.decide("acme", id, true).await;
     assert_eq!(decided["ok"], true, "{decided}");
-    let lines = run.await.unwrap();
+    let lines = run.finish().await;
     let ok = reply(&lines, 0);
     assert_eq!(ok["ok"], true, "{ok:#}");
     assert_eq!(
@@ -573,20 +636,27 @@ async fn a_provider_tool_appears_in_the_list() {
     assert_eq!(echoed["ok"], true, "{echoed:#}");
 
     // A stdio client hears notifications/tools/list_changed when the provider goes.
-    let stdio = tokio::spawn(client(
+    let mut stdio = LiveClient::start(
         f.stdio("v2", "default", json!({})),
-        json!({"mode": "legacy", "steps": [{"sleep": 1}, {"wait_list_changed": 60}]}),
-    ));
+        json!({"mode": "legacy", "steps": [{"list": true}, {"wait_list_changed": 60}]}),
+    );
     // Clients of 2026-07-28, over HTTP and stdio, hear it on a subscriptions/listen stream.
-    let listens = [f.http("tok-a", "v3"), f.stdio("v4", "default", json!({}))]
-        .map(|spec| tokio::spawn(client(spec, json!({"steps": [{"listen_changed": 60}]}))));
-    // Their first checks (at start) have seen the provider's tool.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut listens = [f.http("tok-a", "v3"), f.stdio("v4", "default", json!({}))]
+        .map(|spec| LiveClient::start(spec, json!({"steps": [{"listen_changed": 60}]})));
+    // The provider goes only once each front watches the list with the provider's tool in
+    // it: a connected client's front checked the list at once (the stdio client has listed
+    // it), and a listen stream is open.
+    let listed = stdio.line(|l| l["step"] == 0).await;
+    let tools = listed["tools"].as_array().expect("a list");
+    assert!(tool(tools, "mcp_echo").is_some(), "{listed:#}");
+    for listen in &mut listens {
+        listen.line(|l| l.get("listening").is_some()).await;
+    }
     let _ = provider.kill().await;
-    let lines = stdio.await.unwrap();
+    let lines = stdio.finish().await;
     assert_eq!(step(&lines, 1)["list_changed"], true, "{lines:#?}");
     for listen in listens {
-        let lines = listen.await.unwrap();
+        let lines = listen.finish().await;
         let heard = lines
             .iter()
             .find(|l| l.get("listen_changed").is_some())

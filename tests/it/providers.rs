@@ -368,7 +368,18 @@ async fn calls_in_flight_to_a_provider_share_one_health_watch() {
         })
         .await
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every call has reached the gateway (the node's status counts what it holds).
+    let status = format!("toolmesh.v1.status.{}", cluster.nodes[0].node_id);
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            request_json(&cluster.client, status.as_str(), json!({})).await["in_flight"]
+                .as_u64()
+                .unwrap_or(0)
+                >= CALLS as u64
+        })
+        .await,
+        "the calls are not all in flight"
+    );
     // The gateway pings the provider's instance once a second for all of them, not once
     // a second for each.
     let mut pings = cluster

@@ -443,6 +443,21 @@ async fn escaped_processes_end_with_their_command_in_bubblewrap() {
 
 /// `run_command` of `command` in session s1 of acme as `invocation`: the reply and the
 /// RunEvents published for it, up to `finished`.
+/// Waits (at most 60 s) for a `stdout` RunEvent of `events` that carries `text`.
+async fn wait_for_stdout(events: &mut async_nats::Subscriber, text: &str) {
+    let seen = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(msg) = events.next().await {
+            let event: Value = serde_json::from_slice(&msg.payload).expect("event is JSON");
+            if event["kind"] == "stdout" && event["data"].as_str().unwrap_or("").contains(text) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(seen, Ok(true), "no stdout event with {text:?}");
+}
+
 async fn run_with_events(c: &Cluster, invocation: &str, command: &str) -> (Value, Vec<Value>) {
     let mut events = c
         .client
@@ -495,17 +510,25 @@ async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads()
         .collect();
     assert_eq!(streamed, "€\n", "no event may carry half a character");
 
+    // Once the first two bytes are out, the command says so on stderr, and the read that
+    // waits for that finds stdout still empty.
     let started = tool(
         &c,
         "s1",
         "run_command",
-        json!({"command": r"printf '\342\202'; sleep 2; printf '\254\n'; echo done", "background": true}),
+        json!({"command": r"printf '\342\202'; echo half >&2; sleep 2; printf '\254\n'; echo done", "background": true}),
     )
     .await;
     assert_eq!(started["ok"], true, "{started}");
     let task = started["task_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let early = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
+    let early = tool(
+        &c,
+        "s1",
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": "half", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(early["matched"], true, "{early}");
     assert_eq!(
         early["stdout"], "",
         "half a character stays for the next read: {early}"
@@ -524,6 +547,9 @@ async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads()
 async fn a_cancel_kills_the_running_command() {
     let c = cluster().await;
     let invocation = "inv_cancel_1";
+    let mut events = c
+        .watch(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await;
     let client = c.client.clone();
     let call = tokio::spawn(async move {
         toolmesh_testkit::request_json(
@@ -534,9 +560,9 @@ async fn a_cancel_kills_the_running_command() {
         )
         .await
     });
-    // Wait until it runs, then cancel.
+    // Wait until it runs (its first line is an event), then cancel.
     let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_for_stdout(&mut events, "started").await;
     let ack = toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme".to_owned(),
@@ -875,17 +901,20 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
         );
     }
 
-    // Kill the holder mid-command: the caller hears of it well before its 120 s deadline.
+    // Kill the holder mid-command (once its first line is an event): the caller hears of it
+    // well before its 120 s deadline.
+    let mut events = c.watch("toolmesh.v1.events.acme.inv_holder_killed").await;
     let client = c.client.clone();
     let running = tokio::spawn(async move {
         toolmesh_testkit::request_json(
             &client,
             "toolmesh.v1.call.acme".to_owned(),
-            json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "sleep 100", "timeout": 90}}),
+            json!({"tool": "run_command", "session_id": "s1", "invocation_id": "inv_holder_killed",
+                   "arguments": {"command": "echo running; sleep 100", "timeout": 90}}),
         )
         .await
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_stdout(&mut events, "running").await;
     let killed_at = Instant::now();
     c.nodes[victim].kill();
     let r = running.await.unwrap();

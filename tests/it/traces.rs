@@ -332,6 +332,7 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
         )
         .await;
     assert_eq!(failed["error"], "unknown_tool", "{failed}");
+    // The test's subject: nothing arrives within a while (here 300 ms), not a wait.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         collector.spans.lock().unwrap().is_empty(),

@@ -9,10 +9,12 @@ SPEC: {"raw_post": URL, "token"?} (one bare POST; prints {"status"}), or {"http"
 handshake); "elicit"?: "accept" | "decline" | "cancel" (without it the client declares no
 elicitation); "steps": [{"list": true} | {"call": NAME, "args"?: {...}, "progress"?: bool,
 "cancel_after_progress"?: N, "input_responses"?, "request_state"?} |
-{"call_once": NAME, "args"?} (one round: an InputRequiredResult is printed as "once") | {"sleep": S} | {"wait_list_changed": S} | {"listen_changed": S}
+{"call_once": NAME, "args"?} (one round: an InputRequiredResult is printed as "once") | {"wait_list_changed": S} | {"listen_changed": S}
 (a subscriptions/listen stream, 2026-07-28) | {"wait_list_has": NAME, "within"?: S}].
 A step line is {"step": i, ...}: for a list {"tools": [...]}, for a call {"result": {...},
 "progress": [messages]} or {"cancelled": true, "progress": [...]}, for a failure {"error": text}.
+A call with "progress" also prints {"progress_of": i, "message": text} as each notification
+comes, for a test that waits for one while the call runs.
 """
 
 import json
@@ -113,9 +115,6 @@ async def main(spec):
                                 heard = type(event).__name__ == "ToolsListChanged"
                                 break
                     emit({"step": i, "listen_changed": heard, "honored": honored})
-                elif "sleep" in step:
-                    await anyio.sleep(step["sleep"])
-                    emit({"step": i})
                 elif "wait_list_has" in step:
                     found = False
                     with anyio.move_on_after(step.get("within", 60)):
@@ -133,6 +132,7 @@ async def main(spec):
 
                     async def on_progress(value, total, message):
                         progress.append(message)
+                        emit({"progress_of": i, "message": message})
                         if cancel_after is not None and len(progress) >= cancel_after:
                             done.set()
 

@@ -276,6 +276,7 @@ async fn check_start_gate(sbx: &Sandbox) {
         .backend
         .exec(&sbx.sandbox, sh("touch /workspace/ran"), gate);
     let open_later = async {
+        // The test's subject: nothing runs within 300 ms while the gate is closed.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!marker.exists(), "ran before its gate opened");
         opener.open();
@@ -293,6 +294,7 @@ async fn check_start_gate(sbx: &Sandbox) {
         .exec(&sbx.sandbox, sh("touch /workspace/ran"), gate)
         .await;
     assert!(refused.is_err(), "a dropped gate starts nothing");
+    // The test's subject: nothing runs within 300 ms after the gate was dropped.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!marker.exists(), "ran although its gate was dropped");
 }
@@ -368,6 +370,7 @@ async fn wait_for_growth(sbx: &Sandbox, name: &str, len: u64) {
 /// the loop writing it is left in the sandbox.
 async fn assert_stopped(sbx: &Sandbox, name: &str) {
     let before = workspace_len(sbx, name);
+    // The check itself: no growth within a second (the loop writes 5 times a second).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = workspace_len(sbx, name);
     assert_eq!(before, after, "{name} still grows");
@@ -400,7 +403,8 @@ async fn check_escapees_end_with_their_command(sbx: &Sandbox) {
         .await;
     wait_for_output(&mut exec, "started").await;
     wait_for_growth(sbx, "killed", 0).await;
-    // While the command runs, so does what it started.
+    // While the command runs, so does what it started: given half a second in which a
+    // wrong sweep would kill it (the test's subject, not a wait), it still grows.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let len = workspace_len(sbx, "killed");
     wait_for_growth(sbx, "killed", len).await;

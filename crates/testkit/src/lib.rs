@@ -1012,8 +1012,13 @@ mod tests {
         let client = nats.client().await;
         assert_eq!(nats.interest("a.b").await, 0);
         let _sub = client.subscribe("a.*").await.unwrap();
-        client.flush().await.unwrap();
-        assert_eq!(nats.interest("a.b").await, 1);
+        // The server has the subscription a moment after the client sent it.
+        assert!(
+            wait_until(Duration::from_secs(5), || async {
+                nats.interest("a.b").await == 1
+            })
+            .await
+        );
         nats.restart();
         assert_eq!(nats.port(), port);
         nats.client().await.flush().await.unwrap();
