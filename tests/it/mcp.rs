@@ -598,6 +598,81 @@ async fn progress_streams_and_cancellation_kills_the_command() {
     }
 }
 
+/// A stdio client that goes away with a call in flight, without cancelling it first, takes
+/// the call with it: the front cancels the invocation as soon as the pipe closes. The client
+/// here does what the MCP Python SDK does when it leaves: close the server's stdin, give it
+/// 2 s to exit, then kill it. (rmcp alone would cancel the call only after a 5 s drain.)
+#[tokio::test]
+async fn a_stdio_client_that_leaves_cancels_its_calls() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let f = Front::start(
+        "gateway,approval,workspace,sandbox",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_SANDBOX_BACKEND", "process"),
+            ("TOOLMESH_SANDBOX_DISK_MB", "0"),
+        ],
+    )
+    .await;
+    let mut events = f.c.watch("toolmesh.v1.events.acme.>").await;
+    let spec = f.stdio("leaves", "coding", json!({}));
+    let argv: Vec<String> = serde_json::from_value(spec["stdio"].clone()).unwrap();
+    let mut server = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("toolmesh mcp starts");
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "leaver", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_command", "_meta": {"progressToken": "p"},
+            "arguments": {"command": "echo started; sleep 60; echo never"}}}),
+    ] {
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    // Running: its first output came back as progress.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = stdout.next_line().await.unwrap() {
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["method"] == "notifications/progress" {
+                return;
+            }
+        }
+        panic!("toolmesh mcp ended before the command's progress");
+    })
+    .await
+    .expect("the command's first output as progress");
+    drop(stdin);
+    if tokio::time::timeout(Duration::from_secs(2), server.wait())
+        .await
+        .is_err()
+    {
+        server.kill().await.unwrap();
+    }
+    let end = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(msg) = events.next().await {
+            let event: Value = serde_json::from_slice(&msg.payload).unwrap();
+            if event["kind"] == "finished" && event["dispatched_tool_name"] == "run_command" {
+                return event;
+            }
+        }
+        Value::Null
+    })
+    .await
+    .expect("the call ends long before its command's 60 s");
+    assert_eq!(end["error"], "cancelled", "{end:#}");
+}
+
 /// A provider tool is listed once its provider starts (`examples/provider.py`, a NATS micro
 /// service), and calls go to it; when it goes, a stdio client is told the list changed.
 #[tokio::test]

@@ -98,6 +98,10 @@ pub struct Front {
     /// Calls in flight. A stdio client may cancel a call and close the pipe at once: the
     /// process waits for them ([`Front::finish_calls`]) so the cancel reaches the mesh.
     calls: tokio_util::task::TaskTracker,
+    /// The client is gone (stdio: its end of the pipe closed): every call in flight is
+    /// cancelled at once, as an MCP cancellation would, rather than when rmcp's drain gives up
+    /// on it (5 s, past the 2 s a client such as the Python SDK waits before killing us).
+    gone: CancellationToken,
 }
 
 impl Front {
@@ -114,7 +118,14 @@ impl Front {
             fixed: Some(Arc::new(caller)),
             http: false,
             calls: Default::default(),
+            gone: CancellationToken::new(),
         }
+    }
+
+    /// The client went away: cancels every call in flight ([`Front::finish_calls`] then waits
+    /// for their cancels to be answered).
+    pub fn client_gone(&self) {
+        self.gone.cancel();
     }
 
     /// Waits, at most `within`, for the calls in flight to end (a cancelled one ends once
@@ -140,6 +151,7 @@ impl Front {
             fixed: None,
             http: true,
             calls: Default::default(),
+            gone: CancellationToken::new(),
         }
     }
 
@@ -457,7 +469,7 @@ impl Front {
         loop {
             tokio::select! {
                 reply = &mut reply => return reply,
-                _ = ctx.ct.cancelled() => {
+                _ = cancelled(&ctx.ct, &self.gone) => {
                     let cancel = self.request(
                         public::cancel(&caller.account),
                         json!({"invocation_id": invocation}),
@@ -518,7 +530,12 @@ impl Front {
             "message": message,
         }));
         if let Ok(param) = param {
-            let _ = ctx.peer.notify_progress(param).await;
+            // The send waits for the transport's word, which never comes once the client is
+            // gone: a cancellation must not wait behind it.
+            tokio::select! {
+                _ = ctx.peer.notify_progress(param) => {}
+                _ = cancelled(&ctx.ct, &self.gone) => {}
+            }
         }
     }
 }
@@ -548,6 +565,14 @@ fn session_hint(mut reply: Value, caller: &Caller, tool: &str) -> Value {
         ));
     }
     reply
+}
+
+/// An MCP cancellation of the request, or the client gone.
+async fn cancelled(request: &CancellationToken, gone: &CancellationToken) {
+    tokio::select! {
+        _ = request.cancelled() => {}
+        _ = gone.cancelled() => {}
+    }
 }
 
 /// A reply of the call subject's failure shape made here.

@@ -287,8 +287,14 @@ where
     let front = Front::stdio(nats.clone(), refusals, settings, caller);
     let watcher_front = front.clone();
     let finishing = front.clone();
+    let (reader, writer) = io;
+    let gone = front.clone();
+    let reader = EndSignal {
+        inner: reader,
+        on_end: Some(Box::new(move || gone.client_gone())),
+    };
     let service = front
-        .serve(io)
+        .serve((reader, writer))
         .await
         .map_err(|e| format!("the MCP handshake failed: {e}"))?;
     let peer = service.peer().clone();
@@ -309,6 +315,34 @@ where
         .await;
     result.map_err(|e| format!("the MCP connection ended: {e}"))?;
     Ok(())
+}
+
+/// A reader that calls `on_end` once when its stream ends (a read of no bytes into room for
+/// some): the stdio client closed its end of the pipe.
+struct EndSignal<R> {
+    inner: R,
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let room = buf.remaining();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(())))
+            && room > 0
+            && buf.filled().len() == before
+        {
+            if let Some(on_end) = self.on_end.take() {
+                on_end();
+            }
+        }
+        polled
+    }
 }
 
 /// The HTTP router: `/mcp` behind the Origin check, then the bearer-token check.
