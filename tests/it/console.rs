@@ -2,12 +2,11 @@
 //! page in a real headless Chromium driven by Selenium (`tests/python/console_browser.py`).
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
-use toolmesh_testkit::{request_json_within, venv_bin, Listener};
+use toolmesh_testkit::{request_json_within, Listener};
 
 use crate::support::Cluster;
 
@@ -396,19 +395,11 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
     std::fs::create_dir_all(&artifacts).unwrap();
     let screenshot = artifacts.join("console-approved.png");
     let _ = std::fs::remove_file(&screenshot);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/console_browser.py");
     let spec = json!({
         "url": con.url, "token": "tok-acme", "reason": "reviewed in the browser",
         "screenshot": screenshot,
     });
-    let mut child = tokio::process::Command::new(venv_bin("python"))
-        .arg(script)
-        .arg(spec.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the venv's python starts");
+    let mut child = crate::support::python_script("console_browser.py", &spec);
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     // Signed in, the stream live, the no-reload marker set: only now is the approval made.
     let ready = next_line(&mut lines).await;

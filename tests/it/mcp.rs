@@ -109,15 +109,7 @@ impl LiveClient {
         if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
             spec.extend(extra);
         }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_client.py");
-        let mut child = tokio::process::Command::new(venv_bin("python"))
-            .arg(script)
-            .arg(spec.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the venv's python starts");
+        let mut child = crate::support::python_script("mcp_client.py", &spec);
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {

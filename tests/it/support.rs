@@ -13,6 +13,22 @@ use toolmesh_testkit::{request_json, wait_until, NatsServer, Node, NodeSpec, Red
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
 
+/// Runs `tests/python/<script>` with the venv's python and `spec` as its one argument: its
+/// stdout piped for the test to read (a JSON line per step), its stderr the test's own.
+pub fn python_script(script: &str, spec: &Value) -> tokio::process::Child {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    tokio::process::Command::new(toolmesh_testkit::venv_bin("python"))
+        .arg(script)
+        .arg(spec.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the venv's python starts")
+}
+
 pub struct Cluster {
     pub nats: NatsServer,
     pub redis: RedisServer,

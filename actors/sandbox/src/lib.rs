@@ -176,7 +176,12 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<(ActorHandle, CapacityProbe), SandboxStartError> {
     let mut settings = settings;
-    let project = compose_project(&settings.config).await;
+    // One Docker client for the compose project and the egress network (docker backend).
+    let docker = docker_client(&settings.config);
+    let project = match &docker {
+        Some(docker) => compose_project(docker, &settings.config).await,
+        None => None,
+    };
     if let Some(project) = &project {
         // Two clusters on one host share the default sandbox directory: each project keeps
         // a folder of its own there, and so a deployment scope of its own.
@@ -233,7 +238,6 @@ pub async fn spawn(
         // this run creates any, every sandbox carrying this node's id is one of them.
         pool.reap_orphans(settings.node.as_str(), None).await;
     }
-    let docker = docker_client(config);
     if let Some(docker) = &docker {
         // Its egress network too, now that no sandbox is left on it.
         reap_egress(docker, &pool.scope(), settings.node.as_str(), None).await;
@@ -352,11 +356,10 @@ pub(crate) fn in_container() -> bool {
 
 /// The compose project of the container this worker runs in (its `com.docker.compose.project`
 /// label), with the docker backend; `None` outside compose or when Docker does not say.
-async fn compose_project(config: &SandboxConfig) -> Option<String> {
+async fn compose_project(docker: &bollard::Docker, config: &SandboxConfig) -> Option<String> {
     if !in_container() {
         return None;
     }
-    let docker = docker_client(config)?;
     let container = match config.egress_join.as_deref() {
         Some(container) if container != "self" => container.to_owned(),
         _ => own_hostname()?,
