@@ -377,14 +377,18 @@ pub async fn run(
             Role::Console => {
                 let config = console_config.take().expect("read above");
                 let listen = config.listen;
-                let (handle, _addr) =
-                    toolmesh_console::spawn(nats.clone(), config, lifecycle.clone())
-                        .await
-                        .with_context(|| {
-                            format!(
+                let (handle, _addr) = toolmesh_console::spawn(
+                    nats.clone(),
+                    config,
+                    registry.clone(),
+                    lifecycle.clone(),
+                )
+                .await
+                .with_context(|| {
+                    format!(
                         "cannot serve the approvals console on {listen} (TOOLMESH_CONSOLE_LISTEN)"
                     )
-                        })?;
+                })?;
                 handle
             }
             Role::Web => {

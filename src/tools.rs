@@ -1,21 +1,32 @@
 //! The built-in tools of a node: every actor's table in one registry, for the gateway. This
 //! crate links every actor crate, so it is the one place the whole set is known.
 
-use toolmesh_kernel::tools::{RegistryError, ToolDef, ToolRegistry, ToolTable};
+use toolmesh_kernel::tools::{Listed, RegistryError, ToolRegistry};
 
-/// Every built-in tool's definition, in the order of PROTOCOL.md's tool table.
-pub fn definitions() -> impl Iterator<Item = &'static ToolDef> {
-    toolmesh_gateway::tools::TOOLS
-        .definitions()
-        .chain(toolmesh_workspace::tools::TOOLS.definitions())
-        .chain(toolmesh_skills::tools::TOOLS.definitions())
-        .chain(toolmesh_sandbox::tools::TOOLS.definitions())
-        .chain(toolmesh_web::tools::TOOLS.definitions())
+/// Every built-in tool, in the order of PROTOCOL.md's tool table.
+pub fn listed() -> impl Iterator<Item = &'static dyn Listed> {
+    let as_listed = |tool: &&'static dyn Listed| *tool;
+    let gateway = toolmesh_gateway::tools::LISTED.iter().map(as_listed);
+    let workspace = toolmesh_workspace::tools::TOOLS
+        .iter()
+        .map(|t| *t as &dyn Listed);
+    let skills = toolmesh_skills::tools::TOOLS
+        .iter()
+        .map(|t| *t as &dyn Listed);
+    let sandbox = toolmesh_sandbox::tools::TOOLS
+        .iter()
+        .map(|t| *t as &dyn Listed);
+    let web = toolmesh_web::tools::TOOLS.iter().map(|t| *t as &dyn Listed);
+    gateway
+        .chain(workspace)
+        .chain(skills)
+        .chain(sandbox)
+        .chain(web)
 }
 
 /// The registry of every built-in tool.
 pub fn registry() -> Result<ToolRegistry, RegistryError> {
-    ToolRegistry::new(definitions())
+    ToolRegistry::new(listed())
 }
 
 #[cfg(test)]
@@ -23,48 +34,73 @@ mod tests {
     use serde_json::{json, Value};
     use toolmesh_kernel::tools::args::Profile;
     use toolmesh_kernel::tools::{
-        COMPONENT_STATUS, DETAIL_MESSAGE_CHARS, TOOL_DISPATCHER, TOOL_DISPATCHER_ALIAS, TOOL_SEARCH,
+        find, DETAIL_MESSAGE_CHARS, TOOL_DISPATCHER, TOOL_DISPATCHER_ALIAS,
     };
     use toolmesh_kernel::{ErrorCode, Role};
 
     use super::*;
 
-    #[test]
-    fn every_protocol_tool_is_registered_with_its_risk() {
-        let reg = registry().unwrap();
-        let expect = [
-            ("component_status", "low"),
-            ("tool_dispatcher", "low"),
-            ("tool_search", "low"),
-            ("workspace_status", "low"),
-            ("list_workspace_files", "low"),
-            ("read_workspace_file", "low"),
-            ("search_workspace_files", "low"),
-            ("lint_workspace_file", "low"),
-            ("write_workspace_file", "medium"),
-            ("write_workspace_files", "medium"),
-            ("edit_workspace_file", "medium"),
-            ("multi_edit_workspace_file", "medium"),
-            ("delete_workspace_file", "high"),
-            ("list_skills", "low"),
-            ("search_skills", "low"),
-            ("load_skill", "low"),
-            ("execute_skills", "high"),
-            ("sandbox_status", "low"),
-            ("list_tasks", "low"),
-            ("task_output", "low"),
-            ("kill_task", "medium"),
-            ("run_command", "high"),
-            ("run_code", "high"),
-            ("task_input", "high"),
-            ("web_fetch", "low"),
-            ("web_search", "low"),
-        ];
-        assert_eq!(reg.iter().count(), expect.len());
-        for (name, risk) in expect {
-            let tool = reg.get(name).unwrap_or_else(|| panic!("{name} missing"));
-            assert_eq!(tool.spec.risk_level.as_str(), risk, "{name}");
+    /// The tools of PROTOCOL.md's tool table: name, group, risk and side effects, from its
+    /// rows (`| group | `a`, `b` (alias `c`) | risk | `effect` |`).
+    fn protocol_tools() -> Vec<(String, String, String, String)> {
+        let protocol = include_str!("../docs/PROTOCOL.md");
+        let table = protocol
+            .split("| group | tool | risk | side effects |")
+            .nth(1)
+            .expect("PROTOCOL.md has the tool table");
+        let mut tools = Vec::new();
+        for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+            let [group, names, risk, effects] = cells[..] else {
+                panic!("a row of four cells: {row}");
+            };
+            let effects = effects.replace(['`', '–'], "");
+            // Names are the backticked words outside parentheses (aliases are inside).
+            let outside: String = names
+                .split('(')
+                .map(|p| p.split(')').next_back().unwrap())
+                .collect();
+            for name in outside.split('`').skip(1).step_by(2) {
+                tools.push((name.into(), group.into(), risk.into(), effects.clone()));
+            }
         }
+        tools
+    }
+
+    /// The golden list is PROTOCOL.md's table: every tool of every table is a row of it with
+    /// the same group, risk and side effects, and every row is a tool.
+    #[test]
+    fn the_tables_hold_exactly_the_tools_of_protocol_md() {
+        let reg = registry().unwrap();
+        let documented = protocol_tools();
+        assert_eq!(documented.len(), 26, "{documented:?}");
+        let registered: Vec<_> = reg
+            .iter()
+            .map(|t| {
+                let effects: Vec<String> = t
+                    .spec
+                    .side_effects
+                    .iter()
+                    .map(|e| {
+                        serde_json::to_value(e)
+                            .unwrap()
+                            .as_str()
+                            .unwrap()
+                            .to_owned()
+                    })
+                    .collect();
+                (
+                    t.spec.name.to_string(),
+                    t.spec.group.as_str().to_owned(),
+                    t.spec.risk_level.as_str().to_owned(),
+                    effects.join(", "),
+                )
+            })
+            .collect();
+        let (mut registered, mut documented) = (registered, documented);
+        registered.sort();
+        documented.sort();
+        assert_eq!(registered, documented);
         assert_eq!(
             reg.get(TOOL_DISPATCHER_ALIAS).unwrap().spec.name,
             TOOL_DISPATCHER
@@ -125,7 +161,7 @@ mod tests {
     #[test]
     fn every_tool_of_every_table_has_a_unique_name_and_a_schema_that_compiles() {
         let reg = registry().expect("names are unique and every schema compiles");
-        let tables = toolmesh_gateway::tools::TOOLS.len()
+        let tables = toolmesh_gateway::tools::LISTED.len()
             + toolmesh_workspace::tools::TOOLS.len()
             + toolmesh_skills::tools::TOOLS.len()
             + toolmesh_sandbox::tools::TOOLS.len()
@@ -148,20 +184,20 @@ mod tests {
         type Has = fn(&str) -> bool;
         let tables: [(Role, Has); 5] = [
             (Role::Gateway, |n| {
-                toolmesh_gateway::tools::TOOLS.find(n).is_some()
+                find(toolmesh_gateway::tools::LISTED, n).is_some()
             }),
             (Role::Workspace, |n| {
-                toolmesh_workspace::tools::TOOLS.find(n).is_some()
+                find(toolmesh_workspace::tools::TOOLS, n).is_some()
             }),
             (Role::Skills, |n| {
-                toolmesh_skills::tools::TOOLS.find(n).is_some()
+                find(toolmesh_skills::tools::TOOLS, n).is_some()
             }),
             (Role::Sandbox, |n| {
-                toolmesh_sandbox::tools::TOOLS.find(n).is_some()
+                find(toolmesh_sandbox::tools::TOOLS, n).is_some()
             }),
-            (Role::Web, |n| toolmesh_web::tools::TOOLS.find(n).is_some()),
+            (Role::Web, |n| find(toolmesh_web::tools::TOOLS, n).is_some()),
         ];
-        for def in definitions() {
+        for def in listed().map(|t| t.def()) {
             for (role, has) in tables {
                 assert_eq!(has(def.name), def.role == role, "{} in {role}", def.name);
             }
@@ -172,11 +208,17 @@ mod tests {
         // Only the tools that run a command make a sandbox for the session.
         let creating: Vec<&str> = toolmesh_sandbox::tools::TOOLS
             .iter()
-            .filter(|t| t.creates_sandbox())
-            .map(|t| t.def.name)
+            .filter(|t| t.placement().creates_sandbox)
+            .map(|t| t.def().name)
             .collect();
         assert_eq!(creating, ["execute_skills", "run_command", "run_code"]);
-        assert!(!toolmesh_sandbox::tools::creates_sandbox("nope"));
+        // The gateway answers every tool of its own but the dispatcher, which its call path
+        // runs.
+        let answered: Vec<&str> = toolmesh_gateway::tools::TOOLS
+            .iter()
+            .map(|t| t.def().name)
+            .collect();
+        assert_eq!(answered, ["component_status", "tool_search"]);
     }
 
     fn check(tool: &str, args: Value, expect_paths: &[&str]) {
@@ -297,8 +339,8 @@ mod tests {
         assert!(focused.contains("read_workspace_file"));
         assert!(!focused.contains("run_command"));
         let coding = reg.profile(Profile::Coding);
-        assert!(coding.contains("run_command") && coding.contains(TOOL_SEARCH));
-        assert!(!coding.contains("web_fetch") && !coding.contains(COMPONENT_STATUS));
+        assert!(coding.contains("run_command") && coding.contains("tool_search"));
+        assert!(!coding.contains("web_fetch") && !coding.contains("component_status"));
     }
 
     #[test]

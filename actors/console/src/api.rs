@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmesh_kernel::tools::ToolRegistry;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -47,6 +48,8 @@ const MAX_REASON: usize = 2000;
 
 struct Console {
     nats: async_nats::Client,
+    /// The built-in tools: how an approver sees each one's arguments.
+    tools: Arc<ToolRegistry>,
     tokens: Option<HashMap<String, Arc<Grant>>>,
     stop: CancellationToken,
 }
@@ -56,11 +59,13 @@ type Shared = State<Arc<Console>>;
 /// The router: `/` (the page), `/console.js`, `/console.css` and `/api/…`.
 pub fn router(
     nats: async_nats::Client,
+    tools: Arc<ToolRegistry>,
     config: &ConsoleConfig,
     stop: CancellationToken,
 ) -> axum::Router {
     let state = Arc::new(Console {
         nats,
+        tools,
         tokens: config.tokens.clone(),
         stop,
     });
@@ -204,7 +209,7 @@ async fn list(State(console): Shared, headers: HeaderMap, Path(raw): Path<String
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    match mesh::pending(&console.nats, &account).await {
+    match mesh::pending(&console.nats, &console.tools, &account).await {
         Ok(items) => reply(json!({"ok": true, "approvals": items})),
         Err(failed) => reply(failed),
     }
@@ -230,7 +235,7 @@ async fn one(
     if !is_ok(&got) {
         return reply(got);
     }
-    let mut shown = mesh::from_get(got);
+    let mut shown = mesh::from_get(got, &console.tools);
     shown["ok"] = Value::Bool(true);
     reply(shown)
 }
@@ -398,7 +403,7 @@ async fn feed(
     let mut approvals = Vec::new();
     let mut errors = Vec::new();
     for account in &listed {
-        match mesh::pending(&console.nats, account).await {
+        match mesh::pending(&console.nats, &console.tools, account).await {
             Ok(items) => approvals.extend(items),
             Err(failed) => errors.push(json!({"account": account, "error": failed["error"], "error_message": failed["error_message"]})),
         }
@@ -430,7 +435,7 @@ async fn feed(
             continue;
         }
         let sent = if msg.subject.ends_with(".requested") {
-            let shown = mesh::detailed(&console.nats, approval).await;
+            let shown = mesh::detailed(&console.nats, &console.tools, approval).await;
             tx.send(event("requested", &shown)).await
         } else {
             tx.send(event("decided", &json!({"approval": approval})))

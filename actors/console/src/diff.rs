@@ -6,44 +6,45 @@
 
 use serde_json::Value;
 use similar::TextDiff;
+use toolmesh_kernel::tools::Review;
+
+fn text<'v>(value: &'v Value, member: &str) -> Option<&'v str> {
+    value.get(member).and_then(Value::as_str)
+}
 
 /// The longest text one diff side may have; past it the diff is left out (the arguments are
 /// still shown in full).
 const MAX_SIDE: usize = 256 * 1024;
 
-/// The unified diff of an edit tool's arguments, `None` for other tools or unusable arguments.
-pub fn of_tool(tool: &str, arguments: &Value) -> Option<String> {
-    let path = arguments.get("path").and_then(Value::as_str);
-    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
-    match tool {
-        "edit_workspace_file" => {
-            let path = path?;
-            Some(unified(
-                path,
-                &text(arguments, "old_text")?,
-                &text(arguments, "new_text")?,
-            )?)
-        }
-        "multi_edit_workspace_file" => {
-            let path = path?;
-            let edits = arguments.get("edits")?.as_array()?;
-            let parts = edits
-                .iter()
-                .map(|e| unified(path, &text(e, "old_text")?, &text(e, "new_text")?))
-                .collect::<Option<Vec<_>>>()?;
-            Some(parts.concat())
-        }
-        "write_workspace_file" => unified(path?, "", &text(arguments, "content")?),
-        "write_workspace_files" => {
-            let files = arguments.get("files")?.as_array()?;
-            let parts = files
-                .iter()
-                .map(|f| unified(f.get("path")?.as_str()?, "", &text(f, "content")?))
-                .collect::<Option<Vec<_>>>()?;
-            Some(parts.concat())
-        }
-        _ => None,
-    }
+/// The unified diff of a call's arguments as its tool's definition says to show them
+/// ([`Review`]); `None` for a tool shown as plain arguments, or arguments that do not have the
+/// members the review names.
+pub fn of_review(review: Review, arguments: &Value) -> Option<String> {
+    let Review::Diff {
+        each,
+        path,
+        old,
+        new,
+    } = review
+    else {
+        return None;
+    };
+    let items = match each {
+        None => std::slice::from_ref(arguments),
+        Some(member) => arguments.get(member)?.as_array()?.as_slice(),
+    };
+    let parts = items
+        .iter()
+        .map(|item| {
+            let path = text(item, path).or_else(|| text(arguments, path))?;
+            let old = match old {
+                Some(member) => text(item, member)?,
+                None => "",
+            };
+            unified(path, old, text(item, new)?)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(parts.concat())
 }
 
 fn unified(path: &str, old: &str, new: &str) -> Option<String> {
@@ -69,40 +70,59 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn check(tool: &str, arguments: Value, expect: Option<&str>) {
+    /// The reviews of the workspace's edit, multi-edit, write and batch-write tools, as their
+    /// definitions say.
+    const fn diff(
+        each: Option<&'static str>,
+        old: Option<&'static str>,
+        new: &'static str,
+    ) -> Review {
+        Review::Diff {
+            each,
+            path: "path",
+            old,
+            new,
+        }
+    }
+    const EDIT: Review = diff(None, Some("old_text"), "new_text");
+    const MULTI_EDIT: Review = diff(Some("edits"), Some("old_text"), "new_text");
+    const WRITE: Review = diff(None, None, "content");
+    const WRITE_MANY: Review = diff(Some("files"), None, "content");
+
+    fn check(review: Review, arguments: Value, expect: Option<&str>) {
         assert_eq!(
-            of_tool(tool, &arguments).as_deref(),
+            of_review(review, &arguments).as_deref(),
             expect,
-            "{tool} {arguments}"
+            "{review:?} {arguments}"
         );
     }
 
     #[test]
     fn diffs_of_edit_tools() {
         check(
-            "edit_workspace_file",
+            EDIT,
             json!({"path": "a.txt", "old_text": "one\ntwo\n", "new_text": "one\n2\n"}),
             Some("--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"),
         );
         check(
-            "write_workspace_file",
+            WRITE,
             json!({"path": "n.txt", "content": "<b>hi</b>\n"}),
             Some("--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+<b>hi</b>\n"),
         );
         check(
-            "multi_edit_workspace_file",
+            MULTI_EDIT,
             json!({"path": "m", "edits": [{"old_text": "x\n", "new_text": "y\n"}]}),
             Some("--- a/m\n+++ b/m\n@@ -1 +1 @@\n-x\n+y\n"),
         );
         check(
-            "write_workspace_files",
+            WRITE_MANY,
             json!({"files": [{"path": "p", "content": "z\n"}]}),
             Some("--- /dev/null\n+++ b/p\n@@ -0,0 +1 @@\n+z\n"),
         );
-        check("run_command", json!({"command": "ls"}), None);
-        check("edit_workspace_file", json!({"path": "a"}), None);
+        check(Review::Arguments, json!({"command": "ls"}), None);
+        check(EDIT, json!({"path": "a"}), None);
         check(
-            "write_workspace_file",
+            WRITE,
             json!({"path": "big", "content": "x".repeat(MAX_SIDE + 1)}),
             None,
         );

@@ -187,9 +187,11 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Grant>>, String> {
 }
 
 /// Starts the role `console`: the page and its API on `config.listen` until the node drains.
+/// `tools` are the built-in tools, whose definitions say how an approver sees a call.
 pub async fn spawn(
     nats: async_nats::Client,
     config: ConsoleConfig,
+    tools: std::sync::Arc<toolmesh_kernel::tools::ToolRegistry>,
     lifecycle: Lifecycle,
 ) -> std::io::Result<(ActorHandle, SocketAddr)> {
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -204,7 +206,7 @@ pub async fn spawn(
         Some(_) => {}
     }
     let stop = lifecycle.drain.child_token();
-    let app = router(nats, &config, stop.clone());
+    let app = router(nats, tools, &config, stop.clone());
     let (handle, mut notice) = ActorHandle::new(Role::Console);
     tokio::spawn(async move {
         toolmesh_kernel::listener::serve(listener, app, config.http, stop.cancelled_owned()).await;

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
+use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Account;
 
 /// How long one approvals request may take.
@@ -70,7 +71,7 @@ pub fn is_ok(reply: &Value) -> bool {
 /// What the page shows of one approval: the ApprovalRequest (`approval`) and, from `get`,
 /// `arguments` (null when truncated), `user_id`, `agent_id` and the edit's `diff`. When `get`
 /// fails the approval is still shown, with `detail_error` saying why the rest is missing.
-pub async fn detailed(nats: &async_nats::Client, approval: Value) -> Value {
+pub async fn detailed(nats: &async_nats::Client, tools: &ToolRegistry, approval: Value) -> Value {
     let account = approval
         .get("account")
         .and_then(Value::as_str)
@@ -86,18 +87,22 @@ pub async fn detailed(nats: &async_nats::Client, approval: Value) -> Value {
     if !is_ok(&got) {
         return json!({"approval": approval, "detail_error": got.get("error_message").cloned().unwrap_or(Value::Null)});
     }
-    from_get(got)
+    from_get(got, tools)
 }
 
 /// A `get` reply as the page shows it.
-pub fn from_get(got: Value) -> Value {
+pub fn from_get(got: Value, tools: &ToolRegistry) -> Value {
     let approval = got.get("approval").cloned().unwrap_or(Value::Null);
     let tool = approval
         .get("tool_name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let arguments = got.get("arguments").cloned().unwrap_or(Value::Null);
-    let diff = crate::diff::of_tool(tool, &arguments);
+    // Built-in tools say how an approver sees their arguments; a provider's are shown as
+    // they are.
+    let diff = tools
+        .get(tool)
+        .and_then(|t| crate::diff::of_review(t.spec.review, &arguments));
     json!({
         "approval": approval,
         "arguments": arguments,
@@ -109,7 +114,11 @@ pub fn from_get(got: Value) -> Value {
 }
 
 /// The pending approvals of one account, each detailed; the failed `list` reply otherwise.
-pub async fn pending(nats: &async_nats::Client, account: &Account) -> Result<Vec<Value>, Value> {
+pub async fn pending(
+    nats: &async_nats::Client,
+    tools: &ToolRegistry,
+    account: &Account,
+) -> Result<Vec<Value>, Value> {
     let listed = approvals(nats, account, ApprovalVerb::List, json!({})).await;
     if !is_ok(&listed) {
         return Err(listed);
@@ -120,7 +129,7 @@ pub async fn pending(nats: &async_nats::Client, account: &Account) -> Result<Vec
         .cloned()
         .unwrap_or_default();
     Ok(futures::stream::iter(items)
-        .map(|a| detailed(nats, a))
+        .map(|a| detailed(nats, tools, a))
         .buffered(GET_CONCURRENCY)
         .collect()
         .await)

@@ -421,7 +421,7 @@ pub fn unknown_tool(name: &str) -> ToolError {
 mod tests {
     use super::*;
     use toolmesh_kernel::tools::args::NoArgs;
-    use toolmesh_kernel::tools::{schema_of, ToolDef};
+    use toolmesh_kernel::tools::{schema_of, DefWithSchema, Listed, Review, ToolDef};
     use toolmesh_kernel::wire::{Heartbeat, NodeStatus, RiskLevel};
     use toolmesh_kernel::NodeId;
 
@@ -477,15 +477,16 @@ mod tests {
                 side_effects: &[],
                 needs_session: false,
                 role: *role,
+                profiles: &[],
+                review: Review::Arguments,
+            })
+            .map(|def| DefWithSchema {
+                def: Box::leak(Box::new(def)),
                 schema: schema_of::<NoArgs>,
-            });
-        use toolmesh_kernel::tools::ToolTable;
-        let defs: Vec<ToolDef> = crate::tools::TOOLS
-            .definitions()
-            .cloned()
-            .chain(neighbours)
-            .collect();
-        ToolRegistry::new(&defs).unwrap()
+            })
+            .collect::<Vec<_>>();
+        let neighbours = neighbours.iter().map(|n| n as &dyn Listed);
+        ToolRegistry::new(crate::tools::LISTED.iter().copied().chain(neighbours)).unwrap()
     }
 
     fn cluster(roles: &[Role]) -> ClusterView {

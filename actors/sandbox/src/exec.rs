@@ -4,13 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::Client;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
 use toolmesh_kernel::host::CancelWatch;
-use toolmesh_kernel::subjects::public;
-use toolmesh_kernel::wire::{self, InvocationContext, RunEventKind};
+use toolmesh_kernel::tools::EventSink;
+use toolmesh_kernel::wire::RunEventKind;
 
 use tokio::sync::mpsc;
 
@@ -26,63 +25,23 @@ const EVENT_INTERVAL: Duration = Duration::from_millis(50);
 /// After a kill, how long the output may take to end.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// Publishes a call's `stdout` / `stderr` events, counting them (gap-free `seq`).
-pub struct EventSink<'a> {
-    client: &'a Client,
-    ctx: &'a InvocationContext,
-    tool: &'a str,
-    subject: String,
-    next_seq: u64,
-    pub emitted: u64,
+/// A `stdout` / `stderr` event carrying `data` (lossy UTF-8).
+async fn publish_data(events: &EventSink<'_>, kind: RunEventKind, data: &[u8]) {
+    let mut extra = Map::with_capacity(1);
+    extra.insert(
+        "data".into(),
+        Value::from(String::from_utf8_lossy(data).into_owned()),
+    );
+    events.publish(kind, &extra).await;
 }
 
-impl<'a> EventSink<'a> {
-    pub fn new(
-        client: &'a Client,
-        ctx: &'a InvocationContext,
-        tool: &'a str,
-        first_seq: u64,
-    ) -> Self {
-        Self {
-            client,
-            ctx,
-            tool,
-            subject: public::events(&ctx.account, &ctx.invocation_id),
-            next_seq: first_seq,
-            emitted: 0,
-        }
-    }
-
-    async fn publish(&mut self, kind: RunEventKind, data: &[u8]) {
-        let mut extra = Map::with_capacity(1);
-        extra.insert(
-            "data".into(),
-            Value::from(String::from_utf8_lossy(data).into_owned()),
-        );
-        self.publish_fields(kind, &extra).await;
-    }
-
-    /// An `egress` event: the decision's `host`, `port` and `allowed`.
-    async fn publish_decision(&mut self, decision: &Decision) {
-        let extra = match decision.event() {
-            Value::Object(fields) => fields,
-            _ => Map::new(),
-        };
-        self.publish_fields(RunEventKind::Egress, &extra).await;
-    }
-
-    async fn publish_fields(&mut self, kind: RunEventKind, extra: &Map<String, Value>) {
-        let body = wire::run_event(self.ctx, self.tool, self.next_seq, kind, extra);
-        if let Err(e) = self
-            .client
-            .publish(self.subject.clone(), Bytes::from(body))
-            .await
-        {
-            tracing::warn!(error = %e, "cannot publish an output event");
-        }
-        self.next_seq += 1;
-        self.emitted += 1;
-    }
+/// An `egress` event: the decision's `host`, `port` and `allowed`.
+async fn publish_decision(events: &EventSink<'_>, decision: &Decision) {
+    let extra = match decision.event() {
+        Value::Object(fields) => fields,
+        _ => Map::new(),
+    };
+    events.publish(RunEventKind::Egress, &extra).await;
 }
 
 /// The length of `bytes` without a trailing UTF-8 sequence that is cut short (at most three
@@ -183,7 +142,7 @@ pub async fn run_to_end(
     label: &str,
     stdin: Option<Bytes>,
     timeout: Duration,
-    events: &mut EventSink<'_>,
+    events: &EventSink<'_>,
     cancel: &mut CancelWatch,
     mut decisions: Option<&mut mpsc::Receiver<Decision>>,
 ) -> CommandOutcome {
@@ -211,7 +170,7 @@ pub async fn run_to_end(
                 Some(decision) => {
                     flush(events, &mut out, RunEventKind::Stdout, false).await;
                     flush(events, &mut err, RunEventKind::Stderr, false).await;
-                    events.publish_decision(&decision).await;
+                    publish_decision(events, &decision).await;
                 }
                 // A later command of the sandbox took its decisions over.
                 None => listening = false,
@@ -251,7 +210,7 @@ pub async fn run_to_end(
     flush(events, &mut err, RunEventKind::Stderr, true).await;
     if let Some(decisions) = decisions.as_mut() {
         while let Ok(decision) = decisions.try_recv() {
-            events.publish_decision(&decision).await;
+            publish_decision(events, &decision).await;
         }
     }
     let exit_code = if timed_out || cancelled {
@@ -284,7 +243,7 @@ async fn next_decision(decisions: &mut Option<&mut mpsc::Receiver<Decision>>) ->
     }
 }
 
-async fn flush(events: &mut EventSink<'_>, stream: &mut Stream, kind: RunEventKind, last: bool) {
+async fn flush(events: &EventSink<'_>, stream: &mut Stream, kind: RunEventKind, last: bool) {
     let ready = stream.take_pending(last);
     let mut rest = &ready[..];
     while !rest.is_empty() {
@@ -293,7 +252,7 @@ async fn flush(events: &mut EventSink<'_>, stream: &mut Stream, kind: RunEventKi
         if cut < rest.len() {
             cut = utf8_complete_len(&rest[..cut]).max(1);
         }
-        events.publish(kind, &rest[..cut]).await;
+        publish_data(events, kind, &rest[..cut]).await;
         rest = &rest[cut..];
     }
 }

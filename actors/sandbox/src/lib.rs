@@ -288,6 +288,7 @@ pub async fn spawn(
         }),
     );
     let worker = worker::SandboxWorker {
+        server: toolmesh_actix_host::ToolServer::new(client.clone(), Role::Sandbox, tools::TOOLS),
         client,
         service,
         cluster,

@@ -19,21 +19,19 @@
 //! worker is lost instead of at the call's deadline.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_nats::{Client, Message};
-use toolmesh_actix_host::Handler;
+use toolmesh_actix_host::{Handler, Routed, ToolServer};
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::host::{answer, publish_claim};
+use toolmesh_kernel::host::publish_claim;
 use toolmesh_kernel::subjects::internal;
-use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 use tracing::Instrument;
 
 use crate::pool::{OpenError, SessionKey, SessionUse};
 use crate::templates::{bound_elsewhere, Template};
-use crate::tools::{creates_sandbox, Answer, SandboxService};
+use crate::tools::{Placed, Placement, SandboxEntry, SandboxService};
 
 /// A routed call; `forwarded` when another worker handed it to this one.
 pub struct RunRequested {
@@ -44,6 +42,8 @@ pub struct RunRequested {
 /// Places each call (hosted by [`toolmesh_actix_host`], a task per call).
 pub struct SandboxWorker {
     pub client: Client,
+    /// Runs the calls placed here ([`crate::tools::TOOLS`]).
+    pub server: ToolServer<Placed, dyn SandboxEntry>,
     pub service: Arc<SandboxService>,
     pub cluster: Arc<ClusterView>,
     pub node: NodeId,
@@ -76,7 +76,7 @@ enum Target {
 }
 
 /// Where a call goes whose claim of its session was refused (nothing ran).
-enum Placed {
+enum Next {
     On(NodeId),
     /// The holder is gone: claim the session in its place and run the call here.
     TakeOver(NodeId),
@@ -106,64 +106,65 @@ fn raced(winner: NodeId, forwarded: bool) -> Result<NodeId, ToolError> {
 
 impl SandboxWorker {
     async fn place_and_run(&self, msg: Message, forwarded: bool) {
-        let started = Instant::now();
-        let call = match ActorCall::parse(&msg.payload) {
-            Ok(call) => call,
-            Err(error) => {
-                self.reply(&msg, None, ActorReply::error(error), started)
-                    .await;
-                return;
-            }
+        let Some(routed) = Routed::take(&self.client, Role::Sandbox, msg).await else {
+            return;
         };
-        let span = trace::actor_span(Role::Sandbox, &call, msg.headers.as_ref());
+        let call = &routed.call;
         async {
-            self.claim(&msg).await;
+            self.claim(&routed.msg).await;
+            let placement = match self.server.find(call) {
+                Ok(tool) => tool.placement(),
+                Err(unknown) => {
+                    return routed
+                        .answer(&self.client, ActorReply::error(unknown))
+                        .await
+                }
+            };
             let mut taking_over: Option<NodeId> = None;
-            let (answer, opened) = loop {
+            let (reply, opened) = loop {
                 let target = match &taking_over {
-                    None => self.place(&call, forwarded).await,
-                    Some(gone) => self.take_over(&call, gone).await,
+                    None => self.place(call, placement, forwarded).await,
+                    Some(gone) => self.take_over(call, placement, gone).await,
                 };
                 let placed = match target {
                     Ok(Target::Here { session, opened }) => {
                         let fresh = session.as_ref().filter(|_| opened).map(|s| Arc::clone(s));
-                        let answer = self.service.run(&call, session).await;
+                        let host = Placed {
+                            service: self.service.clone(),
+                            session,
+                        };
+                        let reply = self.server.run(&host, &routed).await;
                         // A session opened here may have been handed its sandbox before its
                         // claim came back; the tool ran nothing unless the claim held.
                         let Some(fresh) = fresh else {
-                            break (answer, opened);
+                            break (reply, opened);
                         };
                         match fresh.claimed().await {
-                            Ok(()) => break (answer, true),
+                            Ok(()) => break (reply, true),
                             Err(refused) => {
                                 self.place_refused(refused, forwarded, taking_over.is_some())
                             }
                         }
                     }
-                    Ok(Target::On(node)) => Placed::On(node),
+                    Ok(Target::On(node)) => Next::On(node),
                     Err(refused) => self.place_refused(refused, forwarded, taking_over.is_some()),
                 };
                 match placed {
-                    Placed::On(node) => {
-                        self.hand_over(&msg, &node).await;
+                    Next::On(node) => {
+                        self.hand_over(&routed.msg, &node).await;
                         return;
                     }
-                    Placed::Refused(error) => {
+                    Next::Refused(error) => {
                         // Nothing ran: the gateway may give the call's approval back.
-                        self.reply(&msg, Some(&call), ActorReply::refused(error), started)
+                        routed
+                            .answer(&self.client, ActorReply::refused(error))
                             .await;
                         return;
                     }
-                    Placed::TakeOver(gone) => taking_over = Some(gone),
+                    Next::TakeOver(gone) => taking_over = Some(gone),
                 }
             };
-            let Answer { result, events } = answer;
-            let mut reply = match result {
-                Ok(fields) => ActorReply::ok(fields),
-                Err(error) => ActorReply::error(error),
-            };
-            reply.events_emitted = events;
-            self.reply(&msg, Some(&call), reply, started).await;
+            routed.answer(&self.client, reply).await;
             if opened {
                 // Not before: creating a container beside the first command slows it down
                 // (measured by benches/sandbox.rs, section 2).
@@ -171,7 +172,7 @@ impl SandboxWorker {
                 tokio::spawn(async move { pool.fill_warm().await });
             }
         }
-        .instrument(span)
+        .instrument(routed.span())
         .await
     }
 
@@ -182,24 +183,6 @@ impl SandboxWorker {
         if let Err(e) = publish_claim(&self.client, reply, &self.node).await {
             tracing::warn!(error = %e, "cannot send a claim");
         }
-    }
-
-    async fn reply(
-        &self,
-        msg: &Message,
-        call: Option<&ActorCall>,
-        reply: ActorReply,
-        started: Instant,
-    ) {
-        let finish = call.and_then(ActorCall::direct_finish);
-        answer(
-            &self.client,
-            msg.reply.as_ref(),
-            finish.as_ref(),
-            reply,
-            started,
-        )
-        .await;
     }
 
     /// Hands the call to `node`'s own subject; `node` answers the gateway directly.
@@ -234,11 +217,21 @@ impl SandboxWorker {
 
     /// Where the call runs; `Err` when it cannot run here, a claim refused among them (see
     /// [`Self::place_refused`]).
-    async fn place(&self, call: &ActorCall, forwarded: bool) -> Result<Target, OpenError> {
-        self.service.precheck(call)?;
+    async fn place(
+        &self,
+        call: &ActorCall,
+        placement: &Placement,
+        forwarded: bool,
+    ) -> Result<Target, OpenError> {
+        if let Some(precheck) = placement.precheck {
+            precheck(&self.service)?;
+        }
         self.check_health().await?;
         let key = session_key(call)?;
-        let named = self.service.named_template(call).await?;
+        let named = self
+            .service
+            .named_template(placement.template, &call.arguments)
+            .await?;
         let pool = &self.service.pool;
         if let Some(session) = pool.local(&key) {
             if let Some(named) = named.as_ref().filter(|t| t.name != session.template.name) {
@@ -253,7 +246,7 @@ impl SandboxWorker {
                 });
             }
         }
-        if !creates_sandbox(&call.tool) {
+        if !placement.creates_sandbox {
             if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
                 if holder.node != self.node && !forwarded && self.live_sandbox_node(&holder.node) {
                     return Ok(Target::On(holder.node));
@@ -283,9 +276,17 @@ impl SandboxWorker {
     }
 
     /// Opens the call's session here in place of `gone`, its holder that is no longer live.
-    async fn take_over(&self, call: &ActorCall, gone: &NodeId) -> Result<Target, OpenError> {
+    async fn take_over(
+        &self,
+        call: &ActorCall,
+        placement: &Placement,
+        gone: &NodeId,
+    ) -> Result<Target, OpenError> {
         let key = session_key(call)?;
-        let template = self.template_or_default(self.service.named_template(call).await?);
+        let named = (self.service)
+            .named_template(placement.template, &call.arguments)
+            .await?;
+        let template = self.template_or_default(named);
         self.service
             .pool
             .open(&key, Some(gone), &template)
@@ -297,20 +298,20 @@ impl SandboxWorker {
     /// claim) after the tool waited for it; nothing ran. Held by a live worker: hand the call
     /// over; by one that is gone (or that handed the call back to us): take the session over.
     /// `took_over`: the refused claim already replaced a holder that was gone.
-    fn place_refused(&self, refused: OpenError, forwarded: bool, took_over: bool) -> Placed {
+    fn place_refused(&self, refused: OpenError, forwarded: bool, took_over: bool) -> Next {
         let holder = match refused {
-            OpenError::Failed(error) => return Placed::Refused(error),
+            OpenError::Failed(error) => return Next::Refused(error),
             OpenError::HeldBy(holder) => holder,
         };
         if took_over {
             return match raced(holder, forwarded) {
-                Ok(node) => Placed::On(node),
-                Err(error) => Placed::Refused(error),
+                Ok(node) => Next::On(node),
+                Err(error) => Next::Refused(error),
             };
         }
         match self.live_holder(holder, forwarded) {
-            Ok(node) => Placed::On(node),
-            Err(gone) => Placed::TakeOver(gone),
+            Ok(node) => Next::On(node),
+            Err(gone) => Next::TakeOver(gone),
         }
     }
 

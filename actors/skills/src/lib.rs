@@ -91,8 +91,9 @@ pub async fn spawn(
         drainable(bundles, drain).map(loader::SkillRequested::Bundle),
     );
     let loader = loader::SkillLoader {
+        server: toolmesh_actix_host::ToolServer::new(client.clone(), Role::Skills, tools::TOOLS)
+            .claiming_as(settings.node),
         client,
-        node: settings.node,
         service,
     };
     let handle = toolmesh_actix_host::start(Role::Skills, "skills", loader, requests, in_flight);

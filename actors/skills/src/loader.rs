@@ -5,11 +5,9 @@
 use std::sync::Arc;
 
 use async_nats::{Client, Message};
-use toolmesh_actix_host::{answer_call, Handler};
-use toolmesh_kernel::budget;
-use toolmesh_kernel::host::{publish_claim, respond};
+use toolmesh_actix_host::{Handler, ToolServer};
+use toolmesh_kernel::host::respond;
 use toolmesh_kernel::skills as bundles;
-use toolmesh_kernel::{NodeId, Role};
 use tracing::Instrument;
 
 use crate::tools::SkillsService;
@@ -24,7 +22,7 @@ pub enum SkillRequested {
 
 pub struct SkillLoader {
     pub client: Client,
-    pub node: NodeId,
+    pub server: ToolServer<SkillsService>,
     pub service: Arc<SkillsService>,
 }
 
@@ -41,20 +39,7 @@ impl Handler for SkillLoader {
 
 impl SkillLoader {
     async fn run(&self, msg: Message) {
-        let reply_to = msg.reply.clone();
-        answer_call(&self.client, Role::Skills, msg, |call| async move {
-            // A load may download an archive: claim it, so a lost node is noticed at once.
-            if call.tool == "load_skill" {
-                if let Some(reply) = &reply_to {
-                    if let Err(e) = publish_claim(&self.client, reply, &self.node).await {
-                        tracing::debug!(error = %e, "could not publish a claim");
-                    }
-                }
-            }
-            let fields_limit = budget::fields_limit(self.client.max_payload());
-            self.service.run(&call, fields_limit).await
-        })
-        .await;
+        self.server.answer(&self.service, msg).await;
     }
 
     async fn bundle(&self, msg: Message) {

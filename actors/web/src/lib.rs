@@ -76,7 +76,10 @@ pub async fn spawn(
     let handle = toolmesh_actix_host::start(
         Role::Web,
         "web",
-        runner::WebRunner { client, service },
+        runner::WebRunner {
+            server: toolmesh_actix_host::ToolServer::new(client, Role::Web, tools::TOOLS),
+            service,
+        },
         drainable(calls, lifecycle.drain),
         in_flight,
     );

@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use async_nats::{Client, Message};
-use toolmesh_actix_host::{answer_call, Handler};
-use toolmesh_kernel::Role;
+use async_nats::Message;
+use toolmesh_actix_host::{Handler, ToolServer};
 
 use crate::tools::WebService;
 
 pub struct WebRunner {
-    pub client: Client,
+    pub server: ToolServer<WebService>,
     pub service: Arc<WebService>,
 }
 
@@ -18,9 +17,6 @@ impl Handler for WebRunner {
     type Request = Message;
 
     async fn handle(&self, msg: Message) {
-        answer_call(&self.client, Role::Web, msg, |call| async move {
-            self.service.run(&call).await
-        })
-        .await;
+        self.server.answer(&self.service, msg).await;
     }
 }

@@ -6,15 +6,13 @@
 
 use std::sync::Arc;
 
-use async_nats::{Client, Message};
-use toolmesh_actix_host::{answer_call, Handler};
-use toolmesh_kernel::budget;
-use toolmesh_kernel::Role;
+use async_nats::Message;
+use toolmesh_actix_host::{Handler, ToolServer};
 
 use crate::tools::WorkspaceService;
 
 pub struct WorkspaceKeeper {
-    pub client: Client,
+    pub server: ToolServer<WorkspaceService>,
     pub service: Arc<WorkspaceService>,
 }
 
@@ -22,10 +20,6 @@ impl Handler for WorkspaceKeeper {
     type Request = Message;
 
     async fn handle(&self, msg: Message) {
-        answer_call(&self.client, Role::Workspace, msg, |call| async move {
-            let fields_limit = budget::fields_limit(self.client.max_payload());
-            self.service.run(&call, fields_limit).await
-        })
-        .await;
+        self.server.answer(&self.service, msg).await;
     }
 }

@@ -80,7 +80,11 @@ pub async fn spawn(
         Role::Workspace,
         "workspace",
         keeper::WorkspaceKeeper {
-            client: client.clone(),
+            server: toolmesh_actix_host::ToolServer::new(
+                client.clone(),
+                Role::Workspace,
+                tools::TOOLS,
+            ),
             service,
         },
         drainable(calls, drain),

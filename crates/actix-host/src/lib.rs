@@ -1,5 +1,6 @@
 //! toolmesh-actix-host: runs a [`Handler`] of NATS requests as an actix actor, the skeleton the
-//! workspace, sync, web, skills and sandbox actors share.
+//! workspace, sync, web, skills and sandbox actors share, and the one generic host of their
+//! tools ([`ToolServer`], [`Routed`]).
 //!
 //! The actor owns the role's requests as one stream (drainable subscriptions, see
 //! [`toolmesh_kernel::host::drainable`]) and runs each request as a task of its own, counted in
@@ -19,12 +20,12 @@ use actix::{
 };
 use async_nats::{Client, Message};
 use futures::Stream;
-use serde_json::{Map, Value};
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
-use toolmesh_kernel::trace;
+use toolmesh_kernel::tools::{self, ClaimTo, EventSink, Runnable, ToolCall};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::{budget, trace};
+use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 use tracing::Instrument as _;
 
 /// What an actor does with one request; shared by the tasks of all requests.
@@ -70,29 +71,140 @@ where
     handle
 }
 
-/// Answers a routed tool call: the message's body is an [`ActorCall`] (a malformed one is
-/// answered `invalid_request`), `run` computes the tool's fields or error in `role`'s span
-/// ([`trace::actor_span`], a child of the gateway's), and the answer goes out through
-/// [`host::answer`] (to the gateway, or to the caller for a direct reply).
-pub async fn answer_call<F, Fut>(client: &Client, role: Role, msg: Message, run: F)
-where
-    F: FnOnce(ActorCall) -> Fut,
-    Fut: Future<Output = Result<Map<String, Value>, ToolError>>,
-{
-    let started = Instant::now();
-    let (reply, finish) = match ActorCall::parse(&msg.payload) {
-        Err(error) => (ActorReply::error(error), None),
-        Ok(call) => {
-            let finish = call.direct_finish();
-            let span = trace::actor_span(role, &call, msg.headers.as_ref());
-            let reply = match run(call).instrument(span).await {
-                Ok(fields) => ActorReply::ok(fields),
-                Err(error) => ActorReply::error(error),
-            };
-            (reply, finish)
+/// A routed tool call as an actor took it: parsed, with its span (a child of the gateway's,
+/// [`trace::actor_span`]) and what answering it needs.
+pub struct Routed {
+    pub msg: Message,
+    pub call: ActorCall,
+    span: tracing::Span,
+    started: Instant,
+}
+
+impl Routed {
+    /// Reads the call in `msg`; a malformed one is answered `invalid_request` here (`None`).
+    pub async fn take(client: &Client, role: Role, msg: Message) -> Option<Routed> {
+        let started = Instant::now();
+        match ActorCall::parse(&msg.payload) {
+            Ok(call) => Some(Routed {
+                span: trace::actor_span(role, &call, msg.headers.as_ref()),
+                msg,
+                call,
+                started,
+            }),
+            Err(error) => {
+                let reply = ActorReply::error(error);
+                host::answer(client, msg.reply.as_ref(), None, reply, started).await;
+                None
+            }
         }
-    };
-    host::answer(client, msg.reply.as_ref(), finish.as_ref(), reply, started).await;
+    }
+
+    /// The call's span; the actor's work on it runs inside.
+    pub fn span(&self) -> tracing::Span {
+        self.span.clone()
+    }
+
+    /// Answers the call: to the gateway, or to the caller when it asked for a direct reply
+    /// ([`host::answer`]).
+    pub async fn answer(&self, client: &Client, reply: ActorReply) {
+        let finish = self.call.direct_finish();
+        let to = self.msg.reply.as_ref();
+        host::answer(client, to, finish.as_ref(), reply, self.started).await;
+    }
+}
+
+/// The generic host of an actor's tools: finds the call's tool in the actor's table
+/// (`unknown_tool` for a name it lacks), refuses a call without the session its definition
+/// needs, parses the arguments into the tool's type, runs it with the call's event numbering
+/// and fields limit, and answers. `E` is the table's entry type: [`Runnable`] itself, or an
+/// actor's own trait over it that carries facts of its own (the sandbox's placement).
+pub struct ToolServer<H: 'static, E: ?Sized + Runnable<H> + 'static = dyn Runnable<H>> {
+    pub client: Client,
+    pub role: Role,
+    pub table: &'static [&'static E],
+    /// The node named in claims ([`toolmesh_kernel::tools::ToolCall::claim`]); `None` for an
+    /// actor whose tools claim nothing.
+    pub node: Option<NodeId>,
+    host: std::marker::PhantomData<fn(&H)>,
+}
+
+impl<H: Sync + 'static, E: ?Sized + Runnable<H> + 'static> ToolServer<H, E> {
+    pub fn new(client: Client, role: Role, table: &'static [&'static E]) -> Self {
+        Self {
+            client,
+            role,
+            table,
+            node: None,
+            host: std::marker::PhantomData,
+        }
+    }
+
+    /// This server's tools may claim their calls as `node`.
+    pub fn claiming_as(mut self, node: NodeId) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// Answers the routed call in `msg` with `host`.
+    pub async fn answer(&self, host: &H, msg: Message) {
+        let Some(routed) = Routed::take(&self.client, self.role, msg).await else {
+            return;
+        };
+        async {
+            let reply = self.run(host, &routed).await;
+            routed.answer(&self.client, reply).await;
+        }
+        .instrument(routed.span())
+        .await
+    }
+
+    /// The entry of the call's tool: `unknown_tool` when the table lacks it.
+    pub fn find(&self, call: &ActorCall) -> Result<&'static E, ToolError> {
+        tools::find(self.table, &call.tool).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::UnknownTool,
+                format!("the {} actor does not serve {:?}", self.role, call.tool),
+            )
+        })
+    }
+
+    /// Runs the routed call's tool with `host`; the reply counts the events it published.
+    pub async fn run(&self, host: &H, routed: &Routed) -> ActorReply {
+        let call = &routed.call;
+        let events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
+        let tool_call = ToolCall {
+            ctx: &call.invocation,
+            arguments: &call.arguments,
+            fields_limit: budget::fields_limit(self.client.max_payload()),
+            events,
+            claim_to: routed
+                .msg
+                .reply
+                .as_ref()
+                .zip(self.node.as_ref())
+                .map(|(reply, node)| ClaimTo {
+                    client: &self.client,
+                    reply,
+                    node,
+                }),
+        };
+        let result = match self.find(call) {
+            Ok(tool) if tool.def().needs_session && call.invocation.session_id.is_none() => {
+                Err(ToolError::invalid_request(format!(
+                    "{} works in a session: add \"session_id\"",
+                    call.tool
+                )))
+            }
+            Ok(tool) => tool.run_value(host, &tool_call).await,
+            Err(unknown) => Err(unknown),
+        };
+        let mut reply = match result {
+            Ok(fields) => ActorReply::ok(fields),
+            Err(error) => ActorReply::error(error),
+        };
+        reply.events_emitted = tool_call.events.emitted();
+        reply
+    }
 }
 
 /// The actor behind [`start`].

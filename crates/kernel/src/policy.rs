@@ -264,6 +264,8 @@ risk_level = "critical"
                 subject: "tickets.create".into(),
             }),
             needs_session: false,
+            profiles: &[],
+            review: crate::tools::Review::Arguments,
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! These are wire types only. An actor's actix messages carry the raw NATS message
 //! (`toolmesh-actix-host`, the gateway's `actor.rs`); the task that handles one parses its body
-//! into these types (`ToolRequest::parse`, `ActorCall::parse` in `answer_call`).
+//! into these types (`ToolRequest::parse`, `ActorCall::parse` in the actors' tool host).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::broadcast;
 use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::ReplyInbox;
-use toolmesh_kernel::tools::{ToolRegistry, ToolTable};
+use toolmesh_kernel::tools::ToolRegistry;
 
 use super::handle_call;
 use crate::core::GatewayCore;
@@ -30,7 +30,7 @@ async fn a_call_future_stays_small() {
     let core = Arc::new(GatewayCore {
         client: client.clone(),
         tools: Arc::new(LiveTools::new(Arc::new(
-            ToolRegistry::new(tools::TOOLS.definitions()).expect("the gateway's tools"),
+            ToolRegistry::new(tools::LISTED.iter().copied()).expect("the gateway's tools"),
         ))),
         config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
         cluster: Default::default(),

@@ -21,7 +21,7 @@ use toolmesh_kernel::metrics::UNKNOWN_TOOL;
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
-use toolmesh_kernel::tools::{RegisteredTool, Runs, ToolRegistry, ToolTable, TOOL_DISPATCHER};
+use toolmesh_kernel::tools::{self as registry_tools, RegisteredTool, Runs, ToolRegistry};
 use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{
     self, finished_extra, InvocationContext, ReplyWriter, RunEventKind, ToolRequest,
@@ -152,7 +152,7 @@ impl<'a> Call<'a> {
         let tool = registry
             .get(&request.tool)
             .ok_or_else(|| builtin::unknown_tool(&request.tool))?;
-        let (target, arguments, pointer_prefix) = if tool.spec.name == TOOL_DISPATCHER {
+        let (target, arguments, pointer_prefix) = if tool.spec.is_dispatcher() {
             match Box::pin(self.dispatch(tool, &request.arguments)).await? {
                 Dispatch::Answered(fields) => return Ok(Answer::Fields(fields)),
                 Dispatch::Call(inner, arguments) => (inner, arguments, "/arguments"),
@@ -280,8 +280,7 @@ impl<'a> Call<'a> {
         arguments: &Value,
     ) -> Result<Dispatch<'a>, ToolError> {
         dispatcher.validate(arguments, "")?;
-        let args: ToolDispatcherArgs = serde_json::from_value(arguments.clone())
-            .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
+        let args: ToolDispatcherArgs = registry_tools::parse_args(arguments)?;
         let core: &'a GatewayCore = self.core;
         let registry: &'a ToolRegistry = self.registry;
         let selection = builtin::dispatcher_selection(
@@ -347,15 +346,11 @@ impl<'a> Call<'a> {
     ) -> Result<Answer, ToolError> {
         let core = self.core;
         match &target.spec.runs {
-            Runs::Gateway => tools::TOOLS
-                .find(&target.spec.name)
-                .and_then(|tool| tool.answer(core, self.registry, &self.ctx, arguments))
-                .unwrap_or_else(|| {
-                    Err(ToolError::internal(format!(
-                        "the gateway has no handler for {}; this is a bug, see the gateway log",
-                        target.spec.name
-                    )))
-                }),
+            // The dispatcher never gets here (`run` takes it before the gate), so every other
+            // gateway tool is an entry of the table.
+            Runs::Gateway => registry_tools::find(tools::TOOLS, &target.spec.name)
+                .ok_or_else(|| builtin::unknown_tool(&target.spec.name))?
+                .answer_value(core, self.registry, &self.ctx, &arguments),
             Runs::Actor(role) => Box::pin(self.route(target, *role, arguments)).await,
             Runs::Provider(route) => Box::pin(self.call_provider(target, route, arguments)).await,
         }

@@ -305,8 +305,7 @@ mod tests {
 
     /// The gateway's own tools stand for the built-ins (the gateway sees no actor's table).
     fn builtin() -> ToolRegistry {
-        use toolmesh_kernel::tools::ToolTable;
-        ToolRegistry::new(crate::tools::TOOLS.definitions()).unwrap()
+        ToolRegistry::new(crate::tools::LISTED.iter().copied()).unwrap()
     }
 
     fn info(service: &str, id: &str, tools: &[&str]) -> Seen {

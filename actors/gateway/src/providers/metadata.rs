@@ -105,6 +105,8 @@ pub fn tool_of(
             subject: Arc::from(subject),
         }),
         needs_session: meta.needs_session,
+        profiles: &[],
+        review: toolmesh_kernel::tools::Review::Arguments,
     };
     RegisteredTool::from_schema(spec, meta.input_schema)
         .map_err(|e| format!("input_schema is not a usable JSON Schema: {e}"))

@@ -1,41 +1,47 @@
-//! What one of the gateway's own tools is: its definition and how it is answered.
+//! What one of the gateway's own tools is: a [`Define`] (its definition and argument type)
+//! that answers at once ([`Builtin`]), from the registry the call took when it arrived and the
+//! cluster view. `tool_dispatcher` answers nothing itself: the call path runs it before the
+//! gate, so it is listed ([`super::listed`]) but is no entry of [`super::TOOLS`].
 
 use serde_json::Value;
-use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolRegistry};
+use toolmesh_kernel::tools::{parse_args, Define, Listed, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
 use crate::core::{Answer, GatewayCore};
 
-/// One tool of the gateway: its definition and how it is answered.
-#[derive(Debug)]
-pub struct Tool {
-    pub def: ToolDef,
-    /// `None` for `tool_dispatcher`, which the call path runs before the approval gate.
-    pub(super) answer: Option<AnswerFn>,
-}
-
-impl TableEntry for Tool {
-    fn def(&self) -> &ToolDef {
-        &self.def
-    }
-}
-
-/// Answers with the registry the call took when it arrived (built-in and provider tools).
-pub(super) type AnswerFn =
-    fn(&GatewayCore, &ToolRegistry, &InvocationContext, Value) -> Result<Answer, ToolError>;
-
-impl Tool {
-    /// Answers a call of this tool whose arguments are valid (and approved, when the policy
-    /// asks); `None` when the call path runs it.
-    pub(crate) fn answer(
+/// How a tool of the gateway answers a call whose arguments are valid (and approved, when the
+/// policy asks).
+pub trait Builtin: Define {
+    fn answer(
         &self,
         core: &GatewayCore,
         registry: &ToolRegistry,
         ctx: &InvocationContext,
-        arguments: Value,
-    ) -> Option<Result<Answer, ToolError>> {
-        self.answer
-            .map(|answer| answer(core, registry, ctx, arguments))
+        args: Self::Args,
+    ) -> Result<Answer, ToolError>;
+}
+
+/// An entry of [`super::TOOLS`]: implemented for every [`Builtin`].
+pub trait Answering: Listed {
+    /// Parses the arguments into the tool's type, then answers.
+    fn answer_value(
+        &self,
+        core: &GatewayCore,
+        registry: &ToolRegistry,
+        ctx: &InvocationContext,
+        arguments: &Value,
+    ) -> Result<Answer, ToolError>;
+}
+
+impl<T: Builtin> Answering for T {
+    fn answer_value(
+        &self,
+        core: &GatewayCore,
+        registry: &ToolRegistry,
+        ctx: &InvocationContext,
+        arguments: &Value,
+    ) -> Result<Answer, ToolError> {
+        self.answer(core, registry, ctx, parse_args(arguments)?)
     }
 }

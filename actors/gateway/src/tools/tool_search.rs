@@ -3,50 +3,53 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup, ToolRegistry, TOOL_SEARCH};
+use toolmesh_kernel::tools::{Define, Review, ToolDef, ToolGroup, ToolRegistry};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{ErrorCode, Role, ToolError};
+use toolmesh_kernel::{Role, ToolError};
 
-use super::tool::Tool;
+use super::tool::Builtin;
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: TOOL_SEARCH,
-        group: ToolGroup::Dispatcher,
-        description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: false,
-        role: Role::Gateway,
-        schema: schema_of::<ToolSearchArgs>,
-    },
-    answer: Some(answer),
-};
+pub struct ToolSearch;
 
-fn answer(
-    core: &GatewayCore,
-    registry: &ToolRegistry,
-    _ctx: &InvocationContext,
-    arguments: Value,
-) -> Result<Answer, ToolError> {
-    let args: ToolSearchArgs = serde_json::from_value(arguments)
-        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))?;
-    let search = builtin::Search {
-        query: args.query,
-        profile: args.profile,
-        max_results: args.max_results,
-        include_disabled: args.include_disabled,
+impl Define for ToolSearch {
+    type Args = ToolSearchArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "tool_search",
+    group: ToolGroup::Dispatcher,
+    description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: false,
+    role: Role::Gateway,
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
     };
-    Ok(Answer::Fields(builtin::tool_search(
-        registry,
-        &core.config.policy,
-        &core.cluster,
-        search,
-    )))
+}
+
+impl Builtin for ToolSearch {
+    fn answer(
+        &self,
+        core: &GatewayCore,
+        registry: &ToolRegistry,
+        _ctx: &InvocationContext,
+        args: ToolSearchArgs,
+    ) -> Result<Answer, ToolError> {
+        let search = builtin::Search {
+            query: args.query,
+            profile: args.profile,
+            max_results: args.max_results,
+            include_disabled: args.include_disabled,
+        };
+        Ok(Answer::Fields(builtin::tool_search(
+            registry,
+            &core.config.policy,
+            &core.cluster,
+            search,
+        )))
+    }
 }
 
 /// Scored search over tool names, descriptions and groups.

@@ -6,23 +6,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::skills::SkillBundles;
 use toolmesh_kernel::tools::args::OneOrMany;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{
+    parse_args, Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult,
+};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
 
-use super::{args, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT};
+use super::{
+    short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf, WORKSPACE_MOUNT,
+};
 use crate::backend::ExecSpec;
 use crate::pool::Session;
 use crate::templates::Template;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct ExecuteSkills;
+
+impl Define for ExecuteSkills {
+    type Args = ExecuteSkillsArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "execute_skills",
         group: ToolGroup::Skills,
         description: "Run a workflow prompt with the named skills inside the session's sandbox.",
@@ -30,19 +37,28 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<ExecuteSkillsArgs>,
-    },
-    precheck: Some(precheck),
-    template: TemplateOf::Skills,
-    run: Run::InSandbox(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: &'a Session,
-) -> BoxFuture<'a, Result<Answer, ToolError>> {
-    Box::pin(async move { service.execute_skills(call, session, args(call)?).await })
+impl SandboxTool for ExecuteSkills {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: true,
+        template: TemplateOf::Skills,
+        precheck: Some(precheck),
+    };
+}
+
+impl Tool for ExecuteSkills {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: ExecuteSkillsArgs) -> ToolResult {
+        placed
+            .service
+            .execute_skills(call, placed.sandbox()?, a)
+            .await
+    }
 }
 
 /// Refused on a worker without a skill runner, before a sandbox is made for the session.
@@ -65,9 +81,9 @@ fn precheck(service: &SandboxService) -> Result<(), ToolError> {
 /// `invalid_arguments`.
 pub(super) async fn template_of(
     service: &SandboxService,
-    call: &ActorCall,
+    arguments: &serde_json::Value,
 ) -> Result<Option<Arc<Template>>, ToolError> {
-    let a: ExecuteSkillsArgs = args(call)?;
+    let a: ExecuteSkillsArgs = parse_args(arguments)?;
     let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
     if names.is_empty() {
         return Ok(None);
@@ -132,10 +148,10 @@ impl SandboxService {
     /// fields (seed 001's SkillRuntimeResult).
     async fn execute_skills(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         a: ExecuteSkillsArgs,
-    ) -> Result<Answer, ToolError> {
+    ) -> ToolResult {
         // The skills are installed into the sandbox before its command, so after its claim.
         session.claimed().await?;
         let runner = self.skill_runner.clone().ok_or_else(|| {
@@ -174,7 +190,7 @@ impl SandboxService {
             stdin: true,
             exec_id: format!("exec-{}", short_id()),
         };
-        let (outcome, sync, events) = self
+        let (outcome, sync) = self
             .run_foreground(
                 call,
                 session,
@@ -209,6 +225,6 @@ impl SandboxService {
                     Err(error)
                 }
             });
-        Ok(Answer { result, events })
+        result
     }
 }

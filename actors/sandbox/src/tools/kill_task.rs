@@ -1,18 +1,20 @@
 //! `kill_task`: a background task stopped, its whole process tree with it.
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::Role;
 
-use super::{args, no_task, object, Run, SandboxService, TemplateOf, Tool};
-use crate::pool::SessionUse;
+use super::{no_task, object, Placed, Placement, SandboxTool, TemplateOf};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct KillTask;
+
+impl Define for KillTask {
+    type Args = TaskIdArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "kill_task",
         group: ToolGroup::Sandbox,
         description: "Stop a background task.",
@@ -20,24 +22,27 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::ProcessControl],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<TaskIdArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::Quick(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: Option<SessionUse>,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move {
-        let a: TaskIdArgs = args(call)?;
-        let session = session.ok_or_else(|| no_task(&a.task_id))?;
+impl SandboxTool for KillTask {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: false,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for KillTask {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, _call: &ToolCall<'_>, a: TaskIdArgs) -> ToolResult {
+        let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
         let task = session.tasks.get(&a.task_id)?;
         let killed = task.kill().await;
-        service.push_quietly(&session).await;
+        placed.service.push_quietly(session).await;
         let (status, exit_code) = task.status();
         Ok(object(json!({
             "task_id": a.task_id,
@@ -45,7 +50,7 @@ fn run<'a>(
             "status": status.as_str(),
             "exit_code": exit_code,
         })))
-    })
+    }
 }
 
 /// Name a background task.

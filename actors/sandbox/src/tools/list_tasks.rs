@@ -2,19 +2,22 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
-use toolmesh_kernel::{budget, Role, ToolError};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
+use toolmesh_kernel::{budget, Role};
 
-use super::{args, object, Run, SandboxService, TemplateOf, Tool};
-use crate::pool::{Session, SessionUse};
+use super::{object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
+use crate::pool::Session;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct ListTasks;
+
+impl Define for ListTasks {
+    type Args = ListTasksArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "list_tasks",
         group: ToolGroup::Sandbox,
         description: "List the background tasks of the session.",
@@ -22,22 +25,26 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<ListTasksArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::Quick(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: Option<SessionUse>,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move {
-        let _: ListTasksArgs = args(call)?;
-        Ok(service.list_tasks(session.as_deref().map(Arc::as_ref)))
-    })
+impl SandboxTool for ListTasks {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: false,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for ListTasks {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, _call: &ToolCall<'_>, _a: ListTasksArgs) -> ToolResult {
+        let session = placed.session.as_deref().map(Arc::as_ref);
+        Ok(placed.service.list_tasks(session))
+    }
 }
 
 /// List the session's background tasks.

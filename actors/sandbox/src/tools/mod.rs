@@ -18,18 +18,15 @@ use std::time::Duration;
 
 use async_nats::Client;
 use bytes::Bytes;
-use futures::future::BoxFuture;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
-use toolmesh_kernel::wire::ActorCall;
+use toolmesh_kernel::tools::{Runnable, Tool, ToolCall};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
-use crate::exec::{run_to_end, CommandOutcome, EventSink};
+use crate::exec::{run_to_end, CommandOutcome};
 use crate::output::{
     persisted_entry, spool_dir_of, Cap, Captured, Handover, Part, Quota, SpoolSettings,
 };
@@ -37,76 +34,75 @@ use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::templates::Template;
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
-pub const TOOLS: &[Tool] = &[
-    execute_skills::TOOL,
-    status::TOOL,
-    run_command::TOOL,
-    run_code::TOOL,
-    list_tasks::TOOL,
-    task_output::TOOL,
-    task_input::TOOL,
-    kill_task::TOOL,
+pub const TOOLS: &[&dyn SandboxEntry] = &[
+    &execute_skills::ExecuteSkills,
+    &status::Status,
+    &run_command::RunCommand,
+    &run_code::RunCode,
+    &list_tasks::ListTasks,
+    &task_output::TaskOutput,
+    &task_input::TaskInput,
+    &kill_task::KillTask,
 ];
 
-/// Tools that create the session's sandbox when it has none yet.
-pub fn creates_sandbox(tool: &str) -> bool {
-    TOOLS.find(tool).is_some_and(Tool::creates_sandbox)
+/// A tool of the sandbox worker: a [`Tool`] run with the call's placement, and how its calls
+/// are placed.
+pub trait SandboxTool: Tool<Host = Placed> {
+    const PLACEMENT: &'static Placement;
 }
 
-/// One tool of the sandbox worker: its definition, a check before placement and its handler.
-#[derive(Debug)]
-pub struct Tool {
-    pub def: ToolDef,
-    /// Refusals that need no sandbox (checked before one is created for the session).
-    precheck: Option<Precheck>,
-    /// Where a call names its sandbox template.
-    template: TemplateOf,
-    run: Run,
+/// An entry of [`TOOLS`]: implemented for every [`SandboxTool`].
+pub trait SandboxEntry: Runnable<Placed> {
+    fn placement(&self) -> &'static Placement;
 }
 
-impl TableEntry for Tool {
-    fn def(&self) -> &ToolDef {
-        &self.def
+impl<T: SandboxTool> SandboxEntry for T {
+    fn placement(&self) -> &'static Placement {
+        T::PLACEMENT
     }
 }
 
+/// How a sandbox tool's calls are placed (`worker.rs`).
+#[derive(Debug)]
+pub struct Placement {
+    /// A call creates the session's sandbox when it has none yet (and runs in it); otherwise
+    /// it runs with the session's sandbox when this worker holds one, and publishes no events.
+    pub creates_sandbox: bool,
+    /// Where a call names its sandbox template.
+    pub template: TemplateOf,
+    /// Refusals that need no sandbox (checked before one is created for the session).
+    pub precheck: Option<Precheck>,
+}
+
+/// A refusal that needs no sandbox.
+pub type Precheck = fn(&SandboxService) -> Result<(), ToolError>;
+
 /// Where a call names the sandbox template it needs (PROTOCOL.md "Sandbox templates").
 #[derive(Debug, Clone, Copy)]
-enum TemplateOf {
+pub enum TemplateOf {
     /// Its optional `template` argument.
     Argument,
     /// The `requires_sandbox` of the skills it names (`execute_skills`).
     Skills,
 }
 
-impl Tool {
-    /// Whether a call creates the session's sandbox when it has none yet.
-    pub fn creates_sandbox(&self) -> bool {
-        matches!(self.run, Run::InSandbox(_))
+/// What a sandbox tool runs with: the worker's service and the session this worker holds for
+/// the call, when it holds one (always, for a tool that creates it).
+pub struct Placed {
+    pub service: Arc<SandboxService>,
+    pub session: Option<SessionUse>,
+}
+
+impl Placed {
+    /// The session's sandbox, for a tool that creates it (placement made sure it is here).
+    fn sandbox(&self) -> Result<&Session, ToolError> {
+        self.session.as_deref().map(Arc::as_ref).ok_or_else(|| {
+            ToolError::internal(
+                "a command reached the sandbox tools without a session; this is a bug",
+            )
+        })
     }
 }
-
-/// A refusal that needs no sandbox.
-type Precheck = fn(&SandboxService) -> Result<(), ToolError>;
-
-/// How a tool runs.
-#[derive(Debug)]
-enum Run {
-    /// In the session's sandbox, created for the call when the session has none yet; may
-    /// publish events.
-    InSandbox(
-        for<'a> fn(
-            &'a SandboxService,
-            &'a ActorCall,
-            &'a Session,
-        ) -> BoxFuture<'a, Result<Answer, ToolError>>,
-    ),
-    /// Without creating a sandbox, with the session's when it has one; publishes no events.
-    Quick(for<'a> fn(&'a SandboxService, &'a ActorCall, Option<SessionUse>) -> Fields<'a>),
-}
-
-/// What a quick tool answers.
-type Fields<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 /// Where inside the sandbox the session's workspace is.
 pub const WORKSPACE_MOUNT: &str = "/workspace";
@@ -132,40 +128,6 @@ impl std::fmt::Debug for SandboxService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxService").finish_non_exhaustive()
     }
-}
-
-/// A tool's reply (fields or error) and how many events it published.
-#[derive(Debug)]
-pub struct Answer {
-    pub result: Result<Map<String, Value>, ToolError>,
-    pub events: u64,
-}
-
-impl Answer {
-    /// A failure before the tool produced an answer of its own.
-    pub fn failed(error: ToolError) -> Self {
-        Answer {
-            result: Err(error),
-            events: 0,
-        }
-    }
-}
-
-impl From<Result<Answer, ToolError>> for Answer {
-    fn from(result: Result<Answer, ToolError>) -> Self {
-        result.unwrap_or_else(Answer::failed)
-    }
-}
-
-impl From<Result<Map<String, Value>, ToolError>> for Answer {
-    fn from(result: Result<Map<String, Value>, ToolError>) -> Self {
-        Answer { result, events: 0 }
-    }
-}
-
-fn args<T: DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
-    serde_json::from_value(call.arguments.clone())
-        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, e.to_string()))
 }
 
 fn object(value: Value) -> Map<String, Value> {
@@ -225,28 +187,17 @@ impl SandboxService {
         }
     }
 
-    /// Refusals that need no sandbox (checked before one is created for the session): a tool
-    /// this worker does not have among them.
-    pub fn precheck(&self, call: &ActorCall) -> Result<(), ToolError> {
-        let tool = TOOLS
-            .find(&call.tool)
-            .ok_or_else(|| unknown_tool(&call.tool))?;
-        tool.precheck.map_or(Ok(()), |check| check(self))
-    }
-
-    /// The template the call names: its `template` argument, or the one its skills'
+    /// The template a call names: its `template` argument, or the one its skills'
     /// `requires_sandbox` names; `None` when it names none (the session's, or `default` for a
     /// new sandbox). A name no template has is `invalid_arguments`.
     pub async fn named_template(
         &self,
-        call: &ActorCall,
+        of: TemplateOf,
+        arguments: &Value,
     ) -> Result<Option<Arc<Template>>, ToolError> {
-        let tool = TOOLS
-            .find(&call.tool)
-            .ok_or_else(|| unknown_tool(&call.tool))?;
         let templates = &self.pool.settings.templates;
-        match tool.template {
-            TemplateOf::Argument => match call.arguments.get("template") {
+        match of {
+            TemplateOf::Argument => match arguments.get("template") {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(name)) => templates
                     .resolve(name, "/template")
@@ -256,22 +207,7 @@ impl SandboxService {
                     "must be the name of a sandbox template",
                 )),
             },
-            TemplateOf::Skills => execute_skills::template_of(self, call).await,
-        }
-    }
-
-    pub async fn run(&self, call: &ActorCall, session: Option<SessionUse>) -> Answer {
-        let Some(tool) = TOOLS.find(&call.tool) else {
-            return Answer::failed(unknown_tool(&call.tool));
-        };
-        match tool.run {
-            Run::Quick(run) => run(self, call, session).await.into(),
-            Run::InSandbox(run) => {
-                let Some(session) = session else {
-                    return Answer::failed(no_session());
-                };
-                run(self, call, &session).await.into()
-            }
+            TemplateOf::Skills => execute_skills::template_of(self, arguments).await,
         }
     }
 
@@ -343,7 +279,7 @@ impl SandboxService {
     /// `persisted_outputs`, with `truncated: true` and `max_bytes` when it passed the cap.
     async fn put_output(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         fields: &mut Map<String, Value>,
         field: &str,
@@ -363,7 +299,7 @@ impl SandboxService {
         // when there are none) goes there now, unless that is nothing.
         let mut parts = output.parts;
         if let Some(file) = output.file.filter(|f| f.bytes > 0 || parts.is_empty()) {
-            let path = output_path(&call.invocation.invocation_id, field);
+            let path = output_path(&call.ctx.invocation_id, field);
             let persisted = self
                 .pool
                 .sync()
@@ -423,23 +359,20 @@ impl SandboxService {
     }
 
     /// Runs one foreground process to its end: pull, exec (under the worker's concurrency
-    /// cap), push. Returns the outcome, the sync report and the events it published.
+    /// cap), push; its output streams as the call's events. Returns the outcome and the sync
+    /// report.
     async fn run_foreground(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         spec: ExecSpec,
         stdin: Option<Bytes>,
         timeout: Duration,
-    ) -> Result<(CommandOutcome, Value, u64), ToolError> {
+    ) -> Result<(CommandOutcome, Value), ToolError> {
         let before = async {
             self.pull(session).await?;
-            let mut cancel = CancelWatch::listen(
-                &self.client,
-                &call.invocation.account,
-                &call.invocation.invocation_id,
-            )
-            .await;
+            let mut cancel =
+                CancelWatch::listen(&self.client, &call.ctx.account, &call.ctx.invocation_id).await;
             // Wait for a slot in arrival order (a burst is queued, not failed).
             let permit = tokio::select! {
                 permit = self.pool.permits.clone().acquire_owned() => permit.map_err(|_| ToolError::new(ErrorCode::Cancelled, "the sandbox worker is shutting down"))?,
@@ -451,7 +384,6 @@ impl SandboxService {
         // Listening before the command starts, so its first request is heard.
         let mut decisions = self.pool.decisions_of(&session.sandbox.sandbox_id);
         let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
-        let mut events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
         let spool = self.spool_settings(session);
         let outcome = run_to_end(
             execution,
@@ -459,7 +391,7 @@ impl SandboxService {
             &label,
             stdin,
             timeout,
-            &mut events,
+            &call.events,
             &mut cancel,
             decisions.as_mut().map(|d| &mut d.rx),
         )
@@ -467,12 +399,12 @@ impl SandboxService {
         drop(decisions);
         drop(permit);
         let sync = self.push(session).await;
-        Ok((outcome, sync, events.emitted))
+        Ok((outcome, sync))
     }
 
     async fn finish(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         mut fields: Map<String, Value>,
         outcome: CommandOutcome,
@@ -516,17 +448,6 @@ impl SandboxService {
             "command": command,
         }))
     }
-}
-
-fn unknown_tool(name: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::UnknownTool,
-        format!("the sandbox actor has no tool {name:?}"),
-    )
-}
-
-fn no_session() -> ToolError {
-    ToolError::internal("a command reached the sandbox tools without a session; this is a bug")
 }
 
 fn no_task(task_id: &str) -> ToolError {

@@ -4,21 +4,25 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, ToolError};
 
 use super::{
-    args, check_env, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT,
+    check_env, short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf,
+    WORKSPACE_MOUNT,
 };
 use crate::backend::ExecSpec;
 use crate::pool::Session;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct RunCode;
+
+impl Define for RunCode {
+    type Args = RunCodeArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "run_code",
         group: ToolGroup::Sandbox,
         description: "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
@@ -26,19 +30,25 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<RunCodeArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::InSandbox(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: &'a Session,
-) -> BoxFuture<'a, Result<Answer, ToolError>> {
-    Box::pin(async move { service.run_code(call, session, args(call)?).await })
+impl SandboxTool for RunCode {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: true,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for RunCode {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: RunCodeArgs) -> ToolResult {
+        placed.service.run_code(call, placed.sandbox()?, a).await
+    }
 }
 
 /// Marks the line a snippet runner prints when the image lacks the interpreter.
@@ -74,12 +84,7 @@ pub struct RunCodeArgs {
 }
 
 impl SandboxService {
-    async fn run_code(
-        &self,
-        call: &ActorCall,
-        session: &Session,
-        a: RunCodeArgs,
-    ) -> Result<Answer, ToolError> {
+    async fn run_code(&self, call: &ToolCall<'_>, session: &Session, a: RunCodeArgs) -> ToolResult {
         let env = a.env.unwrap_or_default();
         check_env(&env)?;
         let timeout = a
@@ -105,7 +110,7 @@ impl SandboxService {
             stdin: true,
             exec_id: format!("exec-{}", short_id()),
         };
-        let (outcome, sync, events) = self
+        let (outcome, sync) = self
             .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
             .await?;
         if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
@@ -115,7 +120,7 @@ impl SandboxService {
                     "the sandbox image has no {language} interpreter ({interpreter}); use another language or an image that has it (TOOLMESH_SANDBOX_IMAGE)"
                 ),
             ));
-            return Ok(Answer { result, events });
+            return result;
         }
         let mut fields = self.base_fields(session, &command);
         fields.insert("execution_model".into(), "snippet_runner".into());
@@ -125,6 +130,6 @@ impl SandboxService {
         let result = self
             .finish(call, session, fields, outcome, sync, timeout)
             .await;
-        Ok(Answer { result, events })
+        result
     }
 }

@@ -4,42 +4,52 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, ToolError};
 
 use super::{
-    args, check_env, short_id, Answer, Run, SandboxService, TemplateOf, Tool, WORKSPACE_MOUNT,
+    check_env, short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf,
+    WORKSPACE_MOUNT,
 };
 use crate::backend::ExecSpec;
 use crate::pool::Session;
 use crate::tasks::TaskStatus;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "run_command",
-        group: ToolGroup::Sandbox,
-        description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
-        risk_level: RiskLevel::High,
-        side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        needs_session: true,
-        role: Role::Sandbox,
-        schema: schema_of::<RunCommandArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::InSandbox(run),
-};
+pub struct RunCommand;
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: &'a Session,
-) -> BoxFuture<'a, Result<Answer, ToolError>> {
-    Box::pin(async move { service.run_command(call, session, args(call)?).await })
+impl Define for RunCommand {
+    type Args = RunCommandArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "run_command",
+    group: ToolGroup::Sandbox,
+    description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
+    risk_level: RiskLevel::High,
+    side_effects: &[SideEffect::IsolatedRuntimeExecution],
+    needs_session: true,
+    role: Role::Sandbox,
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl SandboxTool for RunCommand {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: true,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for RunCommand {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: RunCommandArgs) -> ToolResult {
+        placed.service.run_command(call, placed.sandbox()?, a).await
+    }
 }
 
 /// Run a shell command in the session's sandbox.
@@ -69,10 +79,10 @@ pub struct RunCommandArgs {
 impl SandboxService {
     async fn run_command(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         a: RunCommandArgs,
-    ) -> Result<Answer, ToolError> {
+    ) -> ToolResult {
         let cwd = resolve_cwd(a.cwd.as_deref())?;
         let env = a.env.unwrap_or_default();
         check_env(&env)?;
@@ -111,15 +121,15 @@ impl SandboxService {
             fields.insert("task_id".into(), task_id.into());
             fields.insert("status".into(), TaskStatus::Running.as_str().into());
             fields.insert("started_at".into(), task.started_at.clone().into());
-            return Ok(Ok(fields).into());
+            return Ok(fields);
         }
-        let (outcome, sync, events) = self
+        let (outcome, sync) = self
             .run_foreground(call, session, spec, None, timeout)
             .await?;
         let result = self
             .finish(call, session, fields, outcome, sync, timeout)
             .await;
-        Ok(Answer { result, events })
+        result
     }
 }
 

@@ -2,20 +2,23 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
+use toolmesh_kernel::Role;
 
-use super::{args, object, Run, SandboxService, TemplateOf, Tool};
-use crate::pool::{Session, SessionUse};
+use super::{object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
+use crate::pool::Session;
 use crate::templates::Template;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct Status;
+
+impl Define for Status {
+    type Args = StatusArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "sandbox_status",
         group: ToolGroup::Sandbox,
         description:
@@ -24,31 +27,35 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<StatusArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::Quick(run),
-};
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: Option<SessionUse>,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move {
-        let _: StatusArgs = args(call)?;
-        let session = session.as_deref().map(Arc::as_ref);
+impl SandboxTool for Status {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: false,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for Status {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, _a: StatusArgs) -> ToolResult {
+        let service = &placed.service;
+        let session = placed.session.as_deref().map(Arc::as_ref);
         // The session's template; before it has a sandbox, the one its first would be of.
         let template = match session {
             Some(session) => session.template.clone(),
             None => service
-                .named_template(call)
+                .named_template(TemplateOf::Argument, call.arguments)
                 .await?
                 .unwrap_or_else(|| service.pool.settings.templates.default_template().clone()),
         };
         Ok(service.status(session, &template))
-    })
+    }
 }
 
 /// The session sandbox's status.

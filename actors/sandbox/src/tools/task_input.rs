@@ -1,18 +1,20 @@
 //! `task_input`: text written to a background task's standard input.
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::Role;
 
-use super::{args, no_task, object, Run, SandboxService, TemplateOf, Tool};
-use crate::pool::SessionUse;
+use super::{no_task, object, Placed, Placement, SandboxTool, TemplateOf};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct TaskInput;
+
+impl Define for TaskInput {
+    type Args = TaskInputArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "task_input",
         group: ToolGroup::Sandbox,
         description: "Write to a background task's standard input.",
@@ -20,21 +22,24 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<TaskInputArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::Quick(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    _service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: Option<SessionUse>,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move {
-        let a: TaskInputArgs = args(call)?;
-        let session = session.ok_or_else(|| no_task(&a.task_id))?;
+impl SandboxTool for TaskInput {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: false,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for TaskInput {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, _call: &ToolCall<'_>, a: TaskInputArgs) -> ToolResult {
+        let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
         let task = session.tasks.get(&a.task_id)?;
         task.write_input(&a.input).await?;
         Ok(object(json!({
@@ -42,7 +47,7 @@ fn run<'a>(
             "bytes_written": a.input.len(),
             "status": task.status().0.as_str(),
         })))
-    })
+    }
 }
 
 /// Feed a background task's standard input.

@@ -2,19 +2,22 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{args, no_task, object, Run, SandboxService, TemplateOf, Tool};
-use crate::pool::{Session, SessionUse};
+use super::{no_task, object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
+use crate::pool::Session;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct TaskOutput;
+
+impl Define for TaskOutput {
+    type Args = TaskOutputArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "task_output",
         group: ToolGroup::Sandbox,
         description:
@@ -23,23 +26,26 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Sandbox,
-        schema: schema_of::<TaskOutputArgs>,
-    },
-    precheck: None,
-    template: TemplateOf::Argument,
-    run: Run::Quick(run),
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SandboxService,
-    call: &'a ActorCall,
-    session: Option<SessionUse>,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move {
-        let a: TaskOutputArgs = args(call)?;
-        let session = session.ok_or_else(|| no_task(&a.task_id))?;
-        service.task_output(call, &session, a).await
-    })
+impl SandboxTool for TaskOutput {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: false,
+        template: TemplateOf::Argument,
+        precheck: None,
+    };
+}
+
+impl Tool for TaskOutput {
+    type Host = Placed;
+
+    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: TaskOutputArgs) -> ToolResult {
+        let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
+        placed.service.task_output(call, session, a).await
+    }
 }
 
 /// `task_output` waits this long for a pattern when the call names no timeout.
@@ -66,7 +72,7 @@ pub struct TaskOutputArgs {
 impl SandboxService {
     async fn task_output(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         session: &Session,
         a: TaskOutputArgs,
     ) -> Result<Map<String, Value>, ToolError> {

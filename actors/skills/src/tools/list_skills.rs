@@ -1,16 +1,19 @@
 //! `list_skills`: the active skills, local ones and those of the configured skill spaces.
 
-use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::NoArgs;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
 use toolmesh_kernel::{budget, Role, ToolError};
 
-use super::{fields, SkillsService, Tool};
+use super::{fields, SkillsService};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct ListSkills;
+
+impl Define for ListSkills {
+    type Args = NoArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "list_skills",
         group: ToolGroup::Skills,
         description: "List the active skills: local ones and those of the configured skill spaces.",
@@ -18,17 +21,17 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: false,
         role: Role::Skills,
-        schema: schema_of::<NoArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SkillsService,
-    _call: &'a ActorCall,
-    fields_limit: usize,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { service.list_skills(fields_limit).await })
+impl Tool for ListSkills {
+    type Host = SkillsService;
+
+    async fn run(&self, service: &SkillsService, call: &ToolCall<'_>, _args: NoArgs) -> ToolResult {
+        service.list_skills(call.fields_limit).await
+    }
 }
 
 impl SkillsService {

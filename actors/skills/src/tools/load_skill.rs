@@ -1,36 +1,46 @@
 //! `load_skill`: a skill's SKILL.md instructions, a remote skill downloaded and verified first.
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget::insert_budgeted;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
 use toolmesh_kernel::{Role, ToolError};
 
-use super::{arguments, list_files, SkillsService, Tool};
+use super::{list_files, SkillsService};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "load_skill",
-        group: ToolGroup::Skills,
-        description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: false,
-        role: Role::Skills,
-        schema: schema_of::<LoadSkillArgs>,
-    },
-    run,
-};
+pub struct LoadSkill;
 
-fn run<'a>(
-    service: &'a SkillsService,
-    call: &'a ActorCall,
-    _fields_limit: usize,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { service.load_skill(arguments(call)?).await })
+impl Define for LoadSkill {
+    type Args = LoadSkillArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "load_skill",
+    group: ToolGroup::Skills,
+    description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: false,
+    role: Role::Skills,
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl Tool for LoadSkill {
+    type Host = SkillsService;
+
+    async fn run(
+        &self,
+        service: &SkillsService,
+        call: &ToolCall<'_>,
+        args: LoadSkillArgs,
+    ) -> ToolResult {
+        // A load may download an archive: claim it, so a lost node is noticed at once.
+        call.claim().await;
+        service.load_skill(args).await
+    }
 }
 
 /// Load a skill's instructions.

@@ -11,14 +11,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use toolmesh_kernel::skills::{
     BundleChunk, BundleChunkHeader, BundleCursor, BundlePage, BundleRequest, SkillHead,
     BUNDLE_CONTENT_BUDGET,
 };
-use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
-use toolmesh_kernel::wire::ActorCall;
+use toolmesh_kernel::tools::Table;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::archive::Caps;
@@ -31,24 +29,11 @@ const BUNDLE_INSTRUCTIONS_BUDGET: usize = 128 * 1024;
 const BUNDLE_HEADS_BUDGET: usize = 192 * 1024;
 
 /// The skill loader's tools.
-pub const TOOLS: &[Tool] = &[list_skills::TOOL, search_skills::TOOL, load_skill::TOOL];
-
-/// One skill tool: its definition and its handler (given the most bytes its result fields
-/// may take).
-#[derive(Debug)]
-pub struct Tool {
-    pub def: ToolDef,
-    run: for<'a> fn(&'a SkillsService, &'a ActorCall, usize) -> Reply<'a>,
-}
-
-impl TableEntry for Tool {
-    fn def(&self) -> &ToolDef {
-        &self.def
-    }
-}
-
-/// What a handler answers.
-type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
+pub const TOOLS: Table<SkillsService> = &[
+    &list_skills::ListSkills,
+    &search_skills::SearchSkills,
+    &load_skill::LoadSkill,
+];
 
 /// Everything the tools need.
 #[derive(Debug, Clone)]
@@ -56,11 +41,6 @@ pub struct SkillsService {
     pub skills_dir: PathBuf,
     pub loader: Loader,
     pub budget_chars: usize,
-}
-
-fn arguments<T: serde::de::DeserializeOwned>(call: &ActorCall) -> Result<T, ToolError> {
-    serde_json::from_value(call.arguments.clone())
-        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, format!("arguments: {e}")))
 }
 
 fn fields(value: Value) -> Map<String, Value> {
@@ -73,22 +53,6 @@ fn fields(value: Value) -> Map<String, Value> {
 impl SkillsService {
     pub async fn catalog(&self) -> Catalog {
         catalog::catalog(&self.skills_dir, &self.loader.service).await
-    }
-
-    /// Runs one routed call; `fields_limit` ([`toolmesh_kernel::budget::fields_limit`]) is
-    /// what the lists of `list_skills` and `search_skills` are cut to, with `truncated: true`.
-    pub async fn run(
-        &self,
-        call: &ActorCall,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let tool = TOOLS.find(&call.tool).ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::UnknownTool,
-                format!("the skills actor does not run '{}'", call.tool),
-            )
-        })?;
-        (tool.run)(self, call, fields_limit).await
     }
 
     async fn resolve(&self, catalog: &Catalog, name: &str) -> Result<LoadedSkill, ToolError> {

@@ -1,18 +1,21 @@
 //! `search_skills`: fuzzy search over skill names, aliases, tags, descriptions and examples.
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::RiskLevel;
 use toolmesh_kernel::{budget, Role, ToolError};
 
-use super::{arguments, fields, SkillsService, Tool};
+use super::{fields, SkillsService};
 use crate::search;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct SearchSkills;
+
+impl Define for SearchSkills {
+    type Args = SearchSkillsArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "search_skills",
         group: ToolGroup::Skills,
         description: "Fuzzy search over skill names, aliases, tags, descriptions and examples.",
@@ -20,17 +23,22 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: false,
         role: Role::Skills,
-        schema: schema_of::<SearchSkillsArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a SkillsService,
-    call: &'a ActorCall,
-    fields_limit: usize,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { service.search_skills(arguments(call)?, fields_limit).await })
+impl Tool for SearchSkills {
+    type Host = SkillsService;
+
+    async fn run(
+        &self,
+        service: &SkillsService,
+        call: &ToolCall<'_>,
+        args: SearchSkillsArgs,
+    ) -> ToolResult {
+        service.search_skills(args, call.fields_limit).await
+    }
 }
 
 /// Fuzzy search over skills.

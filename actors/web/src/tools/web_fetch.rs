@@ -3,22 +3,24 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
 use url::Url;
 
-use super::{args, Tool, WebService, MAX_CHARS_CAP};
+use super::{WebService, MAX_CHARS_CAP};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct WebFetch;
+
+impl Define for WebFetch {
+    type Args = WebFetchArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "web_fetch",
         group: ToolGroup::Web,
         description:
@@ -27,16 +29,22 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::NetworkEgress],
         needs_session: false,
         role: Role::Web,
-        schema: schema_of::<WebFetchArgs>,
-    },
-    run,
-};
+        profiles: &[],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a WebService,
-    call: &'a ActorCall,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { service.web_fetch(call, args(call)?).await })
+impl Tool for WebFetch {
+    type Host = WebService;
+
+    async fn run(
+        &self,
+        service: &WebService,
+        call: &ToolCall<'_>,
+        args: WebFetchArgs,
+    ) -> ToolResult {
+        service.web_fetch(call, args).await
+    }
 }
 
 /// Fetch a public URL as text (SSRF-safe).
@@ -60,18 +68,14 @@ fn thirty() -> u64 {
 impl WebService {
     async fn web_fetch(
         &self,
-        call: &ActorCall,
+        call: &ToolCall<'_>,
         args: WebFetchArgs,
     ) -> Result<Map<String, Value>, ToolError> {
         let url = Url::parse(args.url.trim())
             .map_err(|e| ToolError::invalid_argument("/url", format!("not a URL: {e}")))?;
         let timeout = Duration::from_secs(args.timeout);
-        let mut cancel = CancelWatch::listen(
-            &self.client,
-            &call.invocation.account,
-            &call.invocation.invocation_id,
-        )
-        .await;
+        let mut cancel =
+            CancelWatch::listen(&self.client, &call.ctx.account, &call.ctx.invocation_id).await;
         let fetched = tokio::select! {
             outcome = tokio::time::timeout(timeout, self.fetcher.fetch(url)) => match outcome {
                 Ok(fetched) => {
@@ -115,16 +119,11 @@ impl WebService {
         fields.insert("preview_chars".into(), Value::from(cut.preview_chars()));
         fields.insert("body_truncated".into(), Value::Bool(fetched.body_truncated));
         if cut.truncated {
-            if let Some(session) = &call.invocation.session_id {
-                let path = output_path(&call.invocation.invocation_id, "text");
+            if let Some(session) = &call.ctx.session_id {
+                let path = output_path(&call.ctx.invocation_id, "text");
                 match self
                     .sync
-                    .put_file(
-                        &call.invocation.account,
-                        session,
-                        &path,
-                        Bytes::from(fetched.text),
-                    )
+                    .put_file(&call.ctx.account, session, &path, Bytes::from(fetched.text))
                     .await
                 {
                     Ok(()) => {

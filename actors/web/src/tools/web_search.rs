@@ -1,18 +1,20 @@
 //! `web_search`: a web search through the configured provider.
 
-use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
-use toolmesh_kernel::wire::{ActorCall, RiskLevel, SideEffect};
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
 
-use super::{args, Tool, WebService};
+use super::WebService;
 use crate::search::Query;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct WebSearch;
+
+impl Define for WebSearch {
+    type Args = WebSearchArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "web_search",
         group: ToolGroup::Web,
         description:
@@ -21,16 +23,22 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::NetworkEgress],
         needs_session: false,
         role: Role::Web,
-        schema: schema_of::<WebSearchArgs>,
-    },
-    run,
-};
+        profiles: &[],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(
-    service: &'a WebService,
-    call: &'a ActorCall,
-) -> BoxFuture<'a, Result<Map<String, Value>, ToolError>> {
-    Box::pin(async move { service.web_search(args(call)?).await })
+impl Tool for WebSearch {
+    type Host = WebService;
+
+    async fn run(
+        &self,
+        service: &WebService,
+        _call: &ToolCall<'_>,
+        args: WebSearchArgs,
+    ) -> ToolResult {
+        service.web_search(args).await
+    }
 }
 
 /// Search the web through the configured provider.

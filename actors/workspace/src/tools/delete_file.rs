@@ -3,15 +3,19 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct DeleteFile;
+
+impl Define for DeleteFile {
+    type Args = PathArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "delete_workspace_file",
         group: ToolGroup::Workspace,
         description:
@@ -20,17 +24,24 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::WorkspaceDelete],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<PathArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Tool for DeleteFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: PathArgs,
+    ) -> ToolResult {
         service
-            .delete(call.ctx, call.session, args(call.arguments)?)
+            .delete(call.ctx, call.session()?.clone(), args)
             .await
-    })
+    }
 }
 
 /// Delete a file, a symlink (not its target) or an empty directory.

@@ -3,16 +3,20 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
-use super::{args, Call, Reply, Tool, WorkspaceService};
+use super::WorkspaceService;
 use crate::confine::WorkspacePath;
 use crate::edit;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct EditFile;
+
+impl Define for EditFile {
+    type Args = EditWorkspaceFileArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "edit_workspace_file",
         group: ToolGroup::Workspace,
         description: "Replace an exact snippet in a file read before; returns a unified diff.",
@@ -20,17 +24,27 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::WorkspaceWrite],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<EditWorkspaceFileArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Diff {
+            each: None,
+            path: "path",
+            old: Some("old_text"),
+            new: "new_text",
+        },
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
-        service
-            .edit(call.ctx, call.session, args(call.arguments)?)
-            .await
-    })
+impl Tool for EditFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: EditWorkspaceFileArgs,
+    ) -> ToolResult {
+        service.edit(call.ctx, call.session()?.clone(), args).await
+    }
 }
 
 /// Replace an exact snippet (a prior read of the file is required).

@@ -3,39 +3,45 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, ErrorCode, Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService, EDIT_MAX_BYTES};
+use super::{object, WorkspaceService, EDIT_MAX_BYTES};
 use crate::confine::{self, WorkspacePath};
 use crate::lint;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "lint_workspace_file",
-        group: ToolGroup::Workspace,
-        description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Workspace,
-        schema: schema_of::<LintWorkspaceFileArgs>,
-    },
-    run,
-};
+pub struct LintFile;
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Define for LintFile {
+    type Args = LintWorkspaceFileArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "lint_workspace_file",
+    group: ToolGroup::Workspace,
+    description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: true,
+    role: Role::Workspace,
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl Tool for LintFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: LintWorkspaceFileArgs,
+    ) -> ToolResult {
         service
-            .lint(
-                call.ctx,
-                call.session,
-                args(call.arguments)?,
-                call.fields_limit,
-            )
+            .lint(call.ctx, call.session()?.clone(), args, call.fields_limit)
             .await
-    })
+    }
 }
 
 /// The language `lint_workspace_file` checks as.

@@ -3,38 +3,44 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use super::{object, WorkspaceService};
 use crate::listing::{self, ListOptions};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "list_workspace_files",
-        group: ToolGroup::Workspace,
-        description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Workspace,
-        schema: schema_of::<ListWorkspaceFilesArgs>,
-    },
-    run,
-};
+pub struct ListFiles;
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Define for ListFiles {
+    type Args = ListWorkspaceFilesArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "list_workspace_files",
+    group: ToolGroup::Workspace,
+    description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: true,
+    role: Role::Workspace,
+        profiles: &[Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl Tool for ListFiles {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: ListWorkspaceFilesArgs,
+    ) -> ToolResult {
         service
-            .list(
-                call.ctx,
-                call.session,
-                args(call.arguments)?,
-                call.fields_limit,
-            )
+            .list(call.ctx, call.session()?.clone(), args, call.fields_limit)
             .await
-    })
+    }
 }
 
 /// How `list_workspace_files` orders entries.

@@ -14,15 +14,12 @@ mod write_file;
 mod write_files;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{TableEntry, ToolDef, ToolTable};
-use toolmesh_kernel::wire::{ActorCall, InvocationContext};
+use toolmesh_kernel::tools::Table;
+use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
 
 use crate::confine::{self, Workspace, WorkspacePath};
@@ -40,42 +37,18 @@ pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const BATCH_MAX_FILES: usize = 100;
 
 /// The workspace actor's tools, in the order of PROTOCOL.md's tool table.
-pub const TOOLS: &[Tool] = &[
-    status::TOOL,
-    list_files::TOOL,
-    read_file::TOOL,
-    search_files::TOOL,
-    lint_file::TOOL,
-    write_file::TOOL,
-    write_files::TOOL,
-    edit_file::TOOL,
-    multi_edit_file::TOOL,
-    delete_file::TOOL,
+pub const TOOLS: Table<WorkspaceService> = &[
+    &status::Status,
+    &list_files::ListFiles,
+    &read_file::ReadFile,
+    &search_files::SearchFiles,
+    &lint_file::LintFile,
+    &write_file::WriteFile,
+    &write_files::WriteFiles,
+    &edit_file::EditFile,
+    &multi_edit_file::MultiEditFile,
+    &delete_file::DeleteFile,
 ];
-
-/// One workspace tool: its definition and its handler.
-#[derive(Debug)]
-pub struct Tool {
-    pub def: ToolDef,
-    run: for<'a> fn(&'a WorkspaceService, Call<'a>) -> Reply<'a>,
-}
-
-impl TableEntry for Tool {
-    fn def(&self) -> &ToolDef {
-        &self.def
-    }
-}
-
-/// What a handler gets of its call.
-struct Call<'a> {
-    ctx: &'a InvocationContext,
-    session: SessionId,
-    arguments: &'a Value,
-    fields_limit: usize,
-}
-
-/// What a handler answers.
-type Reply<'a> = BoxFuture<'a, Result<Map<String, Value>, ToolError>>;
 
 fn dot() -> String {
     ".".into()
@@ -93,11 +66,6 @@ pub struct WorkspaceService {
     pub data_dir: PathBuf,
     pub read_state: ReadState,
     pub budget_chars: usize,
-}
-
-fn args<T: DeserializeOwned>(value: &Value) -> Result<T, ToolError> {
-    serde_json::from_value(value.clone())
-        .map_err(|e| ToolError::new(ErrorCode::InvalidArguments, format!("arguments: {e}")))
 }
 
 fn object(value: Value) -> Map<String, Value> {
@@ -128,36 +96,6 @@ fn too_large(path: &WorkspacePath, size: u64, limit: u64) -> ToolError {
 }
 
 impl WorkspaceService {
-    /// Runs one routed call. `fields_limit`: the most bytes its result fields may take
-    /// ([`budget::fields_limit`] of the connection's `max_payload`); list results are cut to it
-    /// with `truncated: true`.
-    pub async fn run(
-        self: &Arc<Self>,
-        call: &ActorCall,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let tool = TOOLS.find(&call.tool).ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::UnknownTool,
-                format!("the workspace actor does not serve {}", call.tool),
-            )
-        })?;
-        let ctx = &call.invocation;
-        let session = ctx.session_id.clone().ok_or_else(|| {
-            ToolError::invalid_request(format!(
-                "{} works in a session: add \"session_id\"",
-                call.tool
-            ))
-        })?;
-        let call = Call {
-            ctx,
-            session,
-            arguments: &call.arguments,
-            fields_limit,
-        };
-        (tool.run)(self, call).await
-    }
-
     /// Opens the session's workspace and runs `work` on the blocking pool.
     async fn blocking<T, F>(
         &self,

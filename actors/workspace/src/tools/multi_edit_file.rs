@@ -3,16 +3,20 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
-use super::{args, Call, Reply, Tool, WorkspaceService};
+use super::WorkspaceService;
 use crate::confine::WorkspacePath;
 use crate::edit::{self, Edit};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct MultiEditFile;
+
+impl Define for MultiEditFile {
+    type Args = MultiEditWorkspaceFileArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "multi_edit_workspace_file",
         group: ToolGroup::Workspace,
         description:
@@ -21,17 +25,29 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::WorkspaceWrite],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<MultiEditWorkspaceFileArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Coding],
+        review: Review::Diff {
+            each: Some("edits"),
+            path: "path",
+            old: Some("old_text"),
+            new: "new_text",
+        },
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Tool for MultiEditFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: MultiEditWorkspaceFileArgs,
+    ) -> ToolResult {
         service
-            .multi_edit(call.ctx, call.session, args(call.arguments)?)
+            .multi_edit(call.ctx, call.session()?.clone(), args)
             .await
-    })
+    }
 }
 
 /// One edit of `multi_edit_workspace_file`.

@@ -4,36 +4,45 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
 use super::{
-    args, budgeted, not_utf8, too_large, Call, Reply, Tool, WorkspaceService, EDIT_MAX_BYTES,
-    INLINE_READ_MAX_BYTES, READ_MAX_BYTES,
+    budgeted, not_utf8, too_large, WorkspaceService, EDIT_MAX_BYTES, INLINE_READ_MAX_BYTES,
+    READ_MAX_BYTES,
 };
 use crate::confine::{self, Workspace, WorkspacePath};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "read_workspace_file",
-        group: ToolGroup::Workspace,
-        description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Workspace,
-        schema: schema_of::<ReadWorkspaceFileArgs>,
-    },
-    run,
-};
+pub struct ReadFile;
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
-        service
-            .read(call.ctx, call.session, args(call.arguments)?)
-            .await
-    })
+impl Define for ReadFile {
+    type Args = ReadWorkspaceFileArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "read_workspace_file",
+    group: ToolGroup::Workspace,
+    description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: true,
+    role: Role::Workspace,
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl Tool for ReadFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: ReadWorkspaceFileArgs,
+    ) -> ToolResult {
+        service.read(call.ctx, call.session()?.clone(), args).await
+    }
 }
 
 /// Read a UTF-8 text file, optionally a line range.

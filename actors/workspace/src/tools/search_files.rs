@@ -3,39 +3,45 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use super::{object, WorkspaceService};
 use crate::confine::WorkspacePath;
 use crate::search::{self, SearchOptions};
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
-        name: "search_workspace_files",
-        group: ToolGroup::Workspace,
-        description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Workspace,
-        schema: schema_of::<SearchWorkspaceFilesArgs>,
-    },
-    run,
-};
+pub struct SearchFiles;
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Define for SearchFiles {
+    type Args = SearchWorkspaceFilesArgs;
+    const DEF: &'static ToolDef = &ToolDef {
+    name: "search_workspace_files",
+    group: ToolGroup::Workspace,
+    description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
+    risk_level: RiskLevel::Low,
+    side_effects: &[],
+    needs_session: true,
+    role: Role::Workspace,
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
+
+impl Tool for SearchFiles {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: SearchWorkspaceFilesArgs,
+    ) -> ToolResult {
         service
-            .search(
-                call.ctx,
-                call.session,
-                args(call.arguments)?,
-                call.fields_limit,
-            )
+            .search(call.ctx, call.session()?.clone(), args, call.fields_limit)
             .await
-    })
+    }
 }
 
 /// Search file contents (ripgrep-class engine, `.gitignore` respected).

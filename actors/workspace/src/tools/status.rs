@@ -2,15 +2,19 @@
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::NoArgs;
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
 use toolmesh_kernel::{budget, Role, SessionId, ToolError};
 
-use super::{object, Call, Reply, Tool, WorkspaceService};
+use super::{object, WorkspaceService};
 use crate::listing;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct Status;
+
+impl Define for Status {
+    type Args = NoArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "workspace_status",
         group: ToolGroup::Workspace,
         description: "The session workspace root and a sample of up to 50 files.",
@@ -18,17 +22,24 @@ pub const TOOL: Tool = Tool {
         side_effects: &[],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<NoArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Focused, Profile::Coding],
+        review: Review::Arguments,
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Tool for Status {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        _args: NoArgs,
+    ) -> ToolResult {
         service
-            .status(call.ctx, call.session, call.fields_limit)
+            .status(call.ctx, call.session()?.clone(), call.fields_limit)
             .await
-    })
+    }
 }
 
 impl WorkspaceService {

@@ -3,16 +3,20 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService};
+use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
 use crate::writing;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct WriteFile;
+
+impl Define for WriteFile {
+    type Args = WriteWorkspaceFileArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "write_workspace_file",
         group: ToolGroup::Workspace,
         description:
@@ -21,17 +25,27 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::WorkspaceWrite],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<WriteWorkspaceFileArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Coding],
+        review: Review::Diff {
+            each: None,
+            path: "path",
+            old: None,
+            new: "content",
+        },
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
-        service
-            .write(call.ctx, call.session, args(call.arguments)?)
-            .await
-    })
+impl Tool for WriteFile {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: WriteWorkspaceFileArgs,
+    ) -> ToolResult {
+        service.write(call.ctx, call.session()?.clone(), args).await
+    }
 }
 
 /// Write a whole file (creating parent directories).

@@ -3,16 +3,20 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{schema_of, ToolDef, ToolGroup};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
 use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
 use toolmesh_kernel::{Role, SessionId, ToolError};
 
-use super::{args, object, Call, Reply, Tool, WorkspaceService, BATCH_MAX_FILES};
+use super::{object, WorkspaceService, BATCH_MAX_FILES};
 use crate::confine::{self, WorkspacePath};
 use crate::writing;
 
-pub const TOOL: Tool = Tool {
-    def: ToolDef {
+pub struct WriteFiles;
+
+impl Define for WriteFiles {
+    type Args = WriteWorkspaceFilesArgs;
+    const DEF: &'static ToolDef = &ToolDef {
         name: "write_workspace_files",
         group: ToolGroup::Workspace,
         description: "Write up to 100 whole files in the workspace in one call.",
@@ -20,17 +24,29 @@ pub const TOOL: Tool = Tool {
         side_effects: &[SideEffect::WorkspaceWrite],
         needs_session: true,
         role: Role::Workspace,
-        schema: schema_of::<WriteWorkspaceFilesArgs>,
-    },
-    run,
-};
+        profiles: &[Profile::Coding],
+        review: Review::Diff {
+            each: Some("files"),
+            path: "path",
+            old: None,
+            new: "content",
+        },
+    };
+}
 
-fn run<'a>(service: &'a WorkspaceService, call: Call<'a>) -> Reply<'a> {
-    Box::pin(async move {
+impl Tool for WriteFiles {
+    type Host = WorkspaceService;
+
+    async fn run(
+        &self,
+        service: &WorkspaceService,
+        call: &ToolCall<'_>,
+        args: WriteWorkspaceFilesArgs,
+    ) -> ToolResult {
         service
-            .write_many(call.ctx, call.session, args(call.arguments)?)
+            .write_many(call.ctx, call.session()?.clone(), args)
             .await
-    })
+    }
 }
 
 /// One file of a batch write.

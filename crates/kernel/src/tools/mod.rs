@@ -4,11 +4,17 @@
 //! provider tools (PROTOCOL.md "Tool providers") are the same kind of value; only where they
 //! run differs.
 //!
-//! The built-in definitions live with the actors that run them, one table per actor; the node
-//! assembles the registry from every table. This module knows no tool but the gateway's own
-//! names the profiles need.
+//! The built-in definitions live with the actors that run them ([`Define`], [`Tool`]), one
+//! table per actor; the node assembles the registry from every table. This module knows no
+//! tool but the dispatcher, which the gateway's call path runs.
 
 pub mod args;
+mod tool;
+
+pub use tool::{
+    find, parse_args, ClaimTo, DefWithSchema, Define, EventSink, Listed, Runnable, Table, Tool,
+    ToolCall, ToolResult,
+};
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -149,8 +155,6 @@ impl Runs {
 
 pub const TOOL_DISPATCHER: &str = "tool_dispatcher";
 pub const TOOL_DISPATCHER_ALIAS: &str = "agentengine_tool_dispatcher";
-pub const TOOL_SEARCH: &str = "tool_search";
-pub const COMPONENT_STATUS: &str = "component_status";
 
 const BOUNDARY_GATEWAY: &str =
     "answered by the gateway from the cluster view and tool registry; reads no files and runs nothing";
@@ -181,12 +185,22 @@ pub struct ToolSpec {
     pub runs: Runs,
     /// Workspace, sandbox and `execute_skills` tools need a `session_id`.
     pub needs_session: bool,
+    /// The named profiles it belongs to besides `default` (none for a provider's tool).
+    pub profiles: &'static [Profile],
+    /// How an approver sees its arguments.
+    pub review: Review,
 }
 
 impl ToolSpec {
     /// How it runs, for `tool_search` and `describe`.
     pub fn execution(&self) -> Cow<'static, str> {
         self.runs.execution()
+    }
+
+    /// Whether this is `tool_dispatcher`, which the gateway's call path runs (a `call` goes
+    /// on as the tool it names) and no profile or group selection includes.
+    pub fn is_dispatcher(&self) -> bool {
+        self.runs == Runs::Gateway && self.name == TOOL_DISPATCHER
     }
 }
 
@@ -206,9 +220,10 @@ impl std::fmt::Debug for RegisteredTool {
 }
 
 impl RegisteredTool {
-    /// A built-in tool from its definition; `Err` when its schema does not compile.
-    pub fn from_def(def: &ToolDef) -> Result<Self, RegistryError> {
-        Self::from_schema(def.spec(), (def.schema)()).map_err(|message| RegistryError::Schema {
+    /// A built-in tool from its table entry; `Err` when its schema does not compile.
+    pub fn from_listed(tool: &dyn Listed) -> Result<Self, RegistryError> {
+        let def = tool.def();
+        Self::from_schema(def.spec(), tool.schema()).map_err(|message| RegistryError::Schema {
             tool: def.name,
             message,
         })
@@ -301,9 +316,27 @@ pub const DETAIL_MESSAGE_CHARS: usize = 300;
 /// two ends around `…(N chars hidden)…` and is then no longer exact.
 pub const DETAIL_PATH_CHARS: usize = 256;
 
-/// A built-in tool's definition: a `const` in the file of the actor that implements it, listed
-/// in that actor's table. Its boundary follows from its group and side effects, where it runs
-/// from its role.
+/// How an approver sees a call's arguments (the console shows them; a diff besides when the
+/// tool says how to make one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    /// The arguments as they are.
+    Arguments,
+    /// The arguments and the unified diff of the change they make: for the arguments
+    /// themselves, or for each item of the array member `each`, the file named by the string
+    /// member `path` (of the item, else of the arguments) goes from member `old` (an empty file
+    /// when `None`) to member `new`.
+    Diff {
+        each: Option<&'static str>,
+        path: &'static str,
+        old: Option<&'static str>,
+        new: &'static str,
+    },
+}
+
+/// A built-in tool's definition: [`Define::DEF`] of the tool's type, in the file of the actor
+/// that runs it. Its boundary follows from its group and side effects, where it runs from its
+/// role, its schema from its argument type.
 #[derive(Debug, Clone)]
 pub struct ToolDef {
     pub name: &'static str,
@@ -315,8 +348,10 @@ pub struct ToolDef {
     pub needs_session: bool,
     /// The actor that runs it.
     pub role: Role,
-    /// The JSON Schema of its arguments: [`schema_of`] its argument type.
-    pub schema: fn() -> Value,
+    /// The named profiles it belongs to besides `default` (which has every tool).
+    pub profiles: &'static [Profile],
+    /// How an approver sees its arguments.
+    pub review: Review,
 }
 
 impl ToolDef {
@@ -346,32 +381,9 @@ impl ToolDef {
             boundary: Cow::Borrowed(boundary),
             runs,
             needs_session: self.needs_session,
+            profiles: self.profiles,
+            review: self.review,
         }
-    }
-}
-
-/// One entry of an actor's tool table (`TOOLS` in `actors/<actor>/src/tools/mod.rs`): a
-/// definition and whatever the actor runs the tool with.
-pub trait TableEntry: Sync + 'static {
-    fn def(&self) -> &ToolDef;
-}
-
-/// The lookups every tool table answers, for any [`TableEntry`] type.
-pub trait ToolTable<T> {
-    /// The definitions, in the table's order, for the registry.
-    fn definitions(self) -> impl Iterator<Item = &'static ToolDef>;
-    /// The tool of this name, if the table has it: a name it lacks finds nothing, never
-    /// another tool.
-    fn find(self, name: &str) -> Option<&'static T>;
-}
-
-impl<T: TableEntry> ToolTable<T> for &'static [T] {
-    fn definitions(self) -> impl Iterator<Item = &'static ToolDef> {
-        self.iter().map(TableEntry::def)
-    }
-
-    fn find(self, name: &str) -> Option<&'static T> {
-        self.iter().find(|tool| tool.def().name == name)
     }
 }
 
@@ -399,20 +411,21 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The registry of `defs`, in their order; `Err` when two share a name or a schema does
+    /// The registry of `tools`, in their order; `Err` when two share a name or a schema does
     /// not compile.
     pub fn new<'a>(
-        defs: impl IntoIterator<Item = &'a ToolDef>,
+        tools: impl IntoIterator<Item = &'a dyn Listed>,
     ) -> Result<ToolRegistry, RegistryError> {
         let mut registry = ToolRegistry {
             tools: Vec::new(),
             by_name: HashMap::new(),
         };
-        for def in defs {
-            if registry.by_name.contains_key(def.name) {
-                return Err(RegistryError::Duplicate(def.name));
+        for tool in tools {
+            let name = tool.def().name;
+            if registry.by_name.contains_key(name) {
+                return Err(RegistryError::Duplicate(name));
             }
-            registry.extend([Arc::new(RegisteredTool::from_def(def)?)]);
+            registry.extend([Arc::new(RegisteredTool::from_listed(tool)?)]);
         }
         Ok(registry)
     }
@@ -466,38 +479,18 @@ impl ToolRegistry {
         self.tools.iter().map(|t| &**t)
     }
 
-    /// The tools of a profile (never the dispatcher itself).
+    /// The tools of a profile (never the dispatcher itself): every tool for `default`, else
+    /// those whose definitions name the profile.
     pub fn profile(&self, profile: Profile) -> BTreeSet<&str> {
-        const FOCUSED: [&str; 10] = [
-            "list_skills",
-            "search_skills",
-            "load_skill",
-            "workspace_status",
-            "search_workspace_files",
-            "edit_workspace_file",
-            "lint_workspace_file",
-            COMPONENT_STATUS,
-            "sandbox_status",
-            "read_workspace_file",
-        ];
-        let dispatchable = self.iter().filter(|t| t.spec.name != TOOL_DISPATCHER);
-        match profile {
-            Profile::Focused | Profile::Core => FOCUSED
-                .into_iter()
-                .filter(|name| self.by_name.contains_key(*name))
-                .collect(),
-            // Every built-in tool and every provider tool.
-            Profile::Default => dispatchable.map(|t| t.spec.name.as_ref()).collect(),
-            Profile::Coding => dispatchable
-                .filter(|t| {
-                    matches!(
-                        t.spec.group,
-                        ToolGroup::Workspace | ToolGroup::Sandbox | ToolGroup::Skills
-                    ) || t.spec.name == TOOL_SEARCH
-                })
-                .map(|t| t.spec.name.as_ref())
-                .collect(),
-        }
+        let profile = match profile {
+            Profile::Core => Profile::Focused,
+            other => other,
+        };
+        self.iter()
+            .filter(|t| !t.spec.is_dispatcher())
+            .filter(|t| profile == Profile::Default || t.spec.profiles.contains(&profile))
+            .map(|t| t.spec.name.as_ref())
+            .collect()
     }
 
     /// The union of `include` entries (groups, profiles, tool names), without the dispatcher.
@@ -511,13 +504,13 @@ impl ToolRegistry {
             if !named || self.iter().any(|t| t.spec.group == group) {
                 out.extend(
                     self.iter()
-                        .filter(|t| t.spec.group == group && t.spec.name != TOOL_DISPATCHER)
+                        .filter(|t| t.spec.group == group && !t.spec.is_dispatcher())
                         .map(|t| t.spec.name.as_ref()),
                 );
             } else if let Ok(profile) = serde_json::from_value::<Profile>(Value::from(item)) {
                 out.extend(self.profile(profile));
             } else if let Some(tool) = self.get(item) {
-                if tool.spec.name != TOOL_DISPATCHER {
+                if !tool.spec.is_dispatcher() {
                     out.insert(tool.spec.name.as_ref());
                 }
             } else {
@@ -536,17 +529,31 @@ mod tests {
     use super::*;
     use args::NoArgs;
 
-    fn def(name: &'static str, group: ToolGroup, schema: fn() -> Value) -> ToolDef {
-        ToolDef {
+    fn def(name: &'static str, group: ToolGroup, schema: fn() -> Value) -> DefWithSchema {
+        let role = if group == ToolGroup::Dispatcher {
+            Role::Gateway
+        } else {
+            Role::Web
+        };
+        let def = ToolDef {
             name,
             group,
             description: "a tool of the tests",
             risk_level: RiskLevel::Low,
             side_effects: &[],
             needs_session: false,
-            role: Role::Web,
+            role,
+            profiles: &[Profile::Coding],
+            review: Review::Arguments,
+        };
+        DefWithSchema {
+            def: Box::leak(Box::new(def)),
             schema,
         }
+    }
+
+    fn listed(entries: &[DefWithSchema]) -> impl Iterator<Item = &dyn Listed> {
+        entries.iter().map(|e| e as &dyn Listed)
     }
 
     #[test]
@@ -555,7 +562,7 @@ mod tests {
             def("a_tool", ToolGroup::Web, schema_of::<NoArgs>),
             def(TOOL_DISPATCHER, ToolGroup::Dispatcher, schema_of::<NoArgs>),
         ];
-        let reg = ToolRegistry::new(&defs).unwrap();
+        let reg = ToolRegistry::new(listed(&defs)).unwrap();
         assert_eq!(reg.iter().count(), 2);
         assert_eq!(reg.get("a_tool").unwrap().spec.execution(), "web_actor");
         assert_eq!(
@@ -563,8 +570,12 @@ mod tests {
             TOOL_DISPATCHER
         );
         assert!(reg.get("read_workspace_file").is_none());
-        // A profile names only tools the registry has.
+        // A profile has the tools whose definitions name it, never the dispatcher.
         assert!(reg.profile(Profile::Focused).is_empty());
+        assert_eq!(
+            reg.profile(Profile::Coding).into_iter().collect::<Vec<_>>(),
+            ["a_tool"]
+        );
         assert!(reg.select(&["read_workspace_file".into()]).is_err());
     }
 
@@ -575,7 +586,7 @@ mod tests {
             def("twice", ToolGroup::Skills, schema_of::<NoArgs>),
         ];
         assert_eq!(
-            ToolRegistry::new(&defs).unwrap_err(),
+            ToolRegistry::new(listed(&defs)).unwrap_err(),
             RegistryError::Duplicate("twice")
         );
     }
@@ -583,7 +594,7 @@ mod tests {
     #[test]
     fn a_schema_that_does_not_compile_is_refused() {
         let defs = [def("broken", ToolGroup::Web, || json!({"type": "nope"}))];
-        let error = ToolRegistry::new(&defs).unwrap_err();
+        let error = ToolRegistry::new(listed(&defs)).unwrap_err();
         assert!(
             matches!(error, RegistryError::Schema { tool: "broken", .. }),
             "{error:?}"
