@@ -84,8 +84,7 @@ impl ApprovalService {
         if more {
             fields.insert("truncated".into(), Value::Bool(true));
         }
-        // The reply is `ok` and these fields: leave room for `"ok":true`.
-        let limit = budget::reply_limit(self.nats.max_payload()).saturating_sub(16);
+        let limit = budget::listing_limit(self.nats.max_payload());
         budget::fit_list(&mut fields, "approvals", limit);
         Ok(fields)
     }
@@ -118,8 +117,7 @@ impl ApprovalService {
                 fields.insert("arguments".into(), Value::Null);
             }
         }
-        // The reply is `ok` and these fields: leave room for `"ok":true`.
-        let limit = budget::reply_limit(self.nats.max_payload()).saturating_sub(16);
+        let limit = budget::listing_limit(self.nats.max_payload());
         let complete = fields.get("arguments").is_some_and(|a| !a.is_null());
         if !complete || budget::json_len(&fields) > limit {
             fields.insert("arguments".into(), Value::Null);

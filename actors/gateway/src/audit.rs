@@ -102,9 +102,7 @@ async fn query(core: &GatewayCore, msg: &Message) -> Result<Map<String, Value>, 
             ))
         })?;
     let (since, limit) = parse_query(&msg.payload)?;
-    // Room for the envelope and `more`.
-    let max_bytes =
-        toolmesh_kernel::budget::reply_limit(core.client.max_payload()).saturating_sub(64);
+    let max_bytes = toolmesh_kernel::budget::listing_limit(core.client.max_payload());
     let page = core
         .audit
         .read(&account, since, limit, max_bytes)

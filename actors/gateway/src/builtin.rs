@@ -421,46 +421,46 @@ pub fn unknown_tool(name: &str) -> ToolError {
 mod tests {
     use super::*;
     use toolmesh_kernel::tools::args::NoArgs;
-    use toolmesh_kernel::tools::{schema_of, DefWithSchema, Listed, Review, ToolDef};
+    use toolmesh_kernel::tools::{schema_of, BuiltinGroup, DefWithSchema, Listed, Review, ToolDef};
     use toolmesh_kernel::wire::{Heartbeat, NodeStatus, RiskLevel};
     use toolmesh_kernel::NodeId;
 
     /// Stand-ins for some of the actors' tools (name, group, role, description): the gateway
     /// knows no actor, so its tests rank among these and its own tools.
-    const NEIGHBOURS: [(&str, ToolGroup, Role, &str); 6] = [
+    const NEIGHBOURS: [(&str, BuiltinGroup, Role, &str); 6] = [
         (
             "list_workspace_files",
-            ToolGroup::Workspace,
+            BuiltinGroup::Workspace,
             Role::Workspace,
             "List files and directories of the workspace with an optional glob, recursion and sorting.",
         ),
         (
             "read_workspace_file",
-            ToolGroup::Workspace,
+            BuiltinGroup::Workspace,
             Role::Workspace,
             "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
         ),
         (
             "write_workspace_file",
-            ToolGroup::Workspace,
+            BuiltinGroup::Workspace,
             Role::Workspace,
             "Write a whole file in the workspace, atomically, creating parent directories.",
         ),
         (
             "run_command",
-            ToolGroup::Sandbox,
+            BuiltinGroup::Sandbox,
             Role::Sandbox,
             "Run a shell command in the session's sandbox, in the foreground or as a background task.",
         ),
         (
             "run_code",
-            ToolGroup::Sandbox,
+            BuiltinGroup::Sandbox,
             Role::Sandbox,
             "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
         ),
         (
             "web_fetch",
-            ToolGroup::Web,
+            BuiltinGroup::Web,
             Role::Web,
             "Fetch a public http(s) URL and return its text with scripts and styles removed.",
         ),
@@ -471,7 +471,7 @@ mod tests {
             .iter()
             .map(|(name, group, role, description)| ToolDef {
                 name,
-                group: group.clone(),
+                group: *group,
                 description,
                 risk_level: RiskLevel::Low,
                 side_effects: &[],

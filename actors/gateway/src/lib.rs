@@ -17,7 +17,6 @@ mod builtin;
 mod call;
 mod cancel;
 mod core;
-mod events;
 pub mod providers;
 mod splice;
 pub mod tools;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
+use toolmesh_kernel::events::EventSink;
 use toolmesh_kernel::host::CancelWatch;
-use toolmesh_kernel::tools::EventSink;
 use toolmesh_kernel::wire::RunEventKind;
 
 use tokio::sync::mpsc;

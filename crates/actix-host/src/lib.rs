@@ -21,8 +21,9 @@ use actix::{
 use async_nats::{Client, Message};
 use futures::Stream;
 use tokio_util::task::TaskTracker;
+use toolmesh_kernel::events::EventSink;
 use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
-use toolmesh_kernel::tools::{self, ClaimTo, EventSink, Runnable, ToolCall};
+use toolmesh_kernel::tools::{self, ClaimTo, Runnable, ToolCall};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{budget, trace};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};

@@ -9,7 +9,9 @@
 //!   client);
 //! * [`routed_limit`]: an `ActorReply` to the gateway, which re-wraps its members (`ok`,
 //!   `invocation_id`, `dispatched_tool_name`) for the caller;
-//! * [`fields_limit`]: a tool's own result fields, inside that `ActorReply`.
+//! * [`fields_limit`]: a tool's own result fields, inside that `ActorReply`;
+//! * [`listing_limit`]: the members of a reply its sender wraps in `ok` and a page's own
+//!   members (`more`, `truncated`) itself: an approvals list, an audit page, the node list.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -24,6 +26,10 @@ pub const GATEWAY_ROOM: usize = 1024;
 /// Bytes of the `ActorReply` envelope around a tool's fields (`reply`, `ok`,
 /// `events_emitted`, `not_run`).
 pub const ACTOR_ROOM: usize = 512;
+
+/// Bytes of the envelope a sender puts around a listing's members itself (`"ok":true`, a
+/// page's `more` or `truncated`, the braces).
+pub const ENVELOPE_ROOM: usize = 64;
 
 /// The largest body a reply to its final reader may have.
 pub fn reply_limit(max_payload: usize) -> usize {
@@ -40,6 +46,12 @@ pub fn routed_limit(max_payload: usize) -> usize {
 /// the reply carrying them fits wherever it goes.
 pub fn fields_limit(max_payload: usize) -> usize {
     routed_limit(max_payload).saturating_sub(ACTOR_ROOM)
+}
+
+/// The most bytes the members of a listing may take, its sender adding the envelope
+/// ([`ENVELOPE_ROOM`]) within [`reply_limit`].
+pub fn listing_limit(max_payload: usize) -> usize {
+    reply_limit(max_payload).saturating_sub(ENVELOPE_ROOM)
 }
 
 /// Bytes of `value` serialized as compact JSON, without building the text.

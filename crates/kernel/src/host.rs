@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::budget;
 use crate::error::ToolError;
+use crate::events::EventSeq;
 use crate::ids::{Account, InvocationId, NodeId};
 use crate::permissions::{Identity, Refusals};
 use crate::role::Role;
@@ -298,7 +299,7 @@ pub async fn answer(
     let event = run_event(
         invocation,
         &direct.event_tool,
-        event_seq.saturating_add(reply.events_emitted),
+        finished_seq(*event_seq, reply.events_emitted),
         RunEventKind::Finished,
         &finished_extra(error, duration_ms, dispatched),
     );
@@ -315,6 +316,14 @@ pub async fn answer(
     let ack = ActorReply::delivered(reply.events_emitted.saturating_add(1), error);
     let body = serde_json::to_vec(&ack).expect("a reply serializes");
     respond(client, request_reply, body).await;
+}
+
+/// The `seq` of the `finished` event an actor publishes in the gateway's place: after the
+/// `emitted` events of its own, which ran on from `first` ([`EventSeq`]).
+fn finished_seq(first: u64, emitted: u64) -> u64 {
+    let mut seq = EventSeq::from(first);
+    seq.handed_back(emitted);
+    seq.hand_out()
 }
 
 /// What goes out in place of a reply over the limit: the error, with the reply's

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod config;
 pub mod egress;
 pub mod error;
+pub mod events;
 pub mod host;
 pub mod ids;
 pub mod listener;

@@ -30,8 +30,8 @@ use toolmesh_kernel::{Account, ErrorCode, ToolError};
 
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
-use crate::events::RunEvents;
 use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcherArgs};
+use toolmesh_kernel::events::RunEvents;
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
 pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {

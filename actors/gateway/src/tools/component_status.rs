@@ -2,9 +2,9 @@
 //! (`builtin::component_status`).
 
 use toolmesh_kernel::tools::args::{NoArgs, Profile};
-use toolmesh_kernel::tools::{Define, Review, ToolDef, ToolGroup, ToolRegistry};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::tools::{BuiltinGroup, Define, ToolDef, ToolRegistry};
+use toolmesh_kernel::wire::InvocationContext;
+use toolmesh_kernel::ToolError;
 
 use super::tool::Builtin;
 use crate::core::{Answer, GatewayCore};
@@ -14,15 +14,11 @@ pub struct ComponentStatus;
 impl Define for ComponentStatus {
     type Args = NoArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "component_status",
-    group: ToolGroup::Platform,
-    description: "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: false,
-    role: Role::Gateway,
+        name: "component_status",
+        description: "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime.",
+        group: BuiltinGroup::Platform,
         profiles: &[Profile::Focused],
-        review: Review::Arguments,
+        ..super::GATEWAY
     };
 }
 

@@ -6,24 +6,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolmesh_kernel::tools::args::{OneOrMany, Profile};
-use toolmesh_kernel::tools::{Define, Review, ToolDef, ToolGroup, TOOL_DISPATCHER};
-use toolmesh_kernel::wire::RiskLevel;
-use toolmesh_kernel::Role;
+use toolmesh_kernel::tools::{Define, ToolDef, TOOL_DISPATCHER};
 
 pub struct ToolDispatcher;
 
 impl Define for ToolDispatcher {
     type Args = ToolDispatcherArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: TOOL_DISPATCHER,
-    group: ToolGroup::Dispatcher,
-    description: "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: false,
-    role: Role::Gateway,
-        profiles: &[],
-        review: Review::Arguments,
+        name: TOOL_DISPATCHER,
+        description: "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.",
+        ..super::GATEWAY
     };
 }
 

@@ -4,9 +4,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, ToolDef, ToolGroup, ToolRegistry};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::tools::{Define, ToolDef, ToolRegistry};
+use toolmesh_kernel::wire::InvocationContext;
+use toolmesh_kernel::ToolError;
 
 use super::tool::Builtin;
 use crate::builtin;
@@ -17,15 +17,10 @@ pub struct ToolSearch;
 impl Define for ToolSearch {
     type Args = ToolSearchArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "tool_search",
-    group: ToolGroup::Dispatcher,
-    description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: false,
-    role: Role::Gateway,
+        name: "tool_search",
+        description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
         profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::GATEWAY
     };
 }
 

@@ -11,18 +11,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::skills::SkillBundles;
 use toolmesh_kernel::tools::args::OneOrMany;
-use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{
-    parse_args, Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult,
+    parse_args, BuiltinGroup, Define, Tool, ToolCall, ToolDef, ToolResult,
 };
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::{ErrorCode, Role, ToolError};
+use toolmesh_kernel::{ErrorCode, ToolError};
 
 use super::{
     short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf, WORKSPACE_MOUNT,
 };
 use crate::backend::ExecSpec;
-use crate::pool::Session;
 use crate::templates::Template;
 
 pub struct ExecuteSkills;
@@ -31,14 +29,11 @@ impl Define for ExecuteSkills {
     type Args = ExecuteSkillsArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "execute_skills",
-        group: ToolGroup::Skills,
         description: "Run a workflow prompt with the named skills inside the session's sandbox.",
+        group: BuiltinGroup::Skills,
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        needs_session: true,
-        role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
@@ -53,11 +48,82 @@ impl SandboxTool for ExecuteSkills {
 impl Tool for ExecuteSkills {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: ExecuteSkillsArgs) -> ToolResult {
-        placed
-            .service
-            .execute_skills(call, placed.sandbox()?, a)
+    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let (service, session) = (&placed.service, placed.sandbox()?);
+        // The skills are installed into the sandbox before its command, so after its claim.
+        session.claimed().await?;
+        let runner = service.skill_runner.clone().ok_or_else(|| {
+            ToolError::internal("execute_skills reached a worker without a runner")
+        })?;
+        let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(service.default_timeout);
+        if !names.is_empty() {
+            let bundles = SkillBundles::fetch(&service.client, &names).await?;
+            let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
+            tokio::task::spawn_blocking(move || crate::skills::install(&dir, &bundles))
+                .await
+                .map_err(|e| ToolError::internal(format!("installing skills: {e}")))??;
+        }
+        let mut env = BTreeMap::new();
+        // The environment cannot carry an unbounded prompt (execve caps one string at 128
+        // KiB); stdin always has the whole of it.
+        if a.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
+            env.insert(
+                "TOOLMESH_WORKFLOW_PROMPT".to_owned(),
+                a.workflow_prompt.clone(),
+            );
+        }
+        env.insert("TOOLMESH_SKILL_NAMES".to_owned(), names.join(","));
+        env.insert(
+            "TOOLMESH_SKILLS_DIR".to_owned(),
+            crate::backend::SKILLS_MOUNT.to_owned(),
+        );
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), runner.clone()],
+            cwd: WORKSPACE_MOUNT.to_owned(),
+            env,
+            stdin: true,
+            exec_id: format!("exec-{}", short_id()),
+        };
+        let (outcome, sync) = service
+            .run_foreground(
+                call,
+                session,
+                spec,
+                Some(Bytes::from(a.workflow_prompt)),
+                timeout,
+            )
+            .await?;
+        let output_files = sync.get("changed").cloned().unwrap_or_else(|| json!([]));
+        let exit_code = outcome.exit_code;
+        let mut fields = service.base_fields(session, &runner);
+        fields.insert(
+            "execution_context".into(),
+            format!("skill-runtime/{}", service.backend_name()).into(),
+        );
+        fields.insert("skill_names".into(), json!(names));
+        fields.insert("output_files".into(), output_files);
+        let result = service
+            .finish(call, session, fields, outcome, sync, timeout)
             .await
+            .and_then(|fields| match exit_code {
+                Some(0) => Ok(fields),
+                code => {
+                    let mut error = ToolError::new(
+                        ErrorCode::CommandFailed,
+                        format!(
+                            "the skill runner exited with {}; its output is in stdout/stderr",
+                            code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
+                        ),
+                    );
+                    error.details = fields;
+                    Err(error)
+                }
+            });
+        result
     }
 }
 
@@ -140,91 +206,4 @@ pub struct ExecuteSkillsArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout: Option<u64>,
-}
-
-impl SandboxService {
-    /// Runs the skill runner in the session's sandbox with the named skills under `/skills`.
-    /// `ok` only when it exits 0 in time; a non-zero exit is `command_failed` with the same
-    /// fields (seed 001's SkillRuntimeResult).
-    async fn execute_skills(
-        &self,
-        call: &ToolCall<'_>,
-        session: &Session,
-        a: ExecuteSkillsArgs,
-    ) -> ToolResult {
-        // The skills are installed into the sandbox before its command, so after its claim.
-        session.claimed().await?;
-        let runner = self.skill_runner.clone().ok_or_else(|| {
-            ToolError::internal("execute_skills reached a worker without a runner")
-        })?;
-        let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(self.default_timeout);
-        if !names.is_empty() {
-            let bundles = SkillBundles::fetch(&self.client, &names).await?;
-            let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
-            tokio::task::spawn_blocking(move || crate::skills::install(&dir, &bundles))
-                .await
-                .map_err(|e| ToolError::internal(format!("installing skills: {e}")))??;
-        }
-        let mut env = BTreeMap::new();
-        // The environment cannot carry an unbounded prompt (execve caps one string at 128
-        // KiB); stdin always has the whole of it.
-        if a.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
-            env.insert(
-                "TOOLMESH_WORKFLOW_PROMPT".to_owned(),
-                a.workflow_prompt.clone(),
-            );
-        }
-        env.insert("TOOLMESH_SKILL_NAMES".to_owned(), names.join(","));
-        env.insert(
-            "TOOLMESH_SKILLS_DIR".to_owned(),
-            crate::backend::SKILLS_MOUNT.to_owned(),
-        );
-        let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), runner.clone()],
-            cwd: WORKSPACE_MOUNT.to_owned(),
-            env,
-            stdin: true,
-            exec_id: format!("exec-{}", short_id()),
-        };
-        let (outcome, sync) = self
-            .run_foreground(
-                call,
-                session,
-                spec,
-                Some(Bytes::from(a.workflow_prompt)),
-                timeout,
-            )
-            .await?;
-        let output_files = sync.get("changed").cloned().unwrap_or_else(|| json!([]));
-        let exit_code = outcome.exit_code;
-        let mut fields = self.base_fields(session, &runner);
-        fields.insert(
-            "execution_context".into(),
-            format!("skill-runtime/{}", self.backend_name()).into(),
-        );
-        fields.insert("skill_names".into(), json!(names));
-        fields.insert("output_files".into(), output_files);
-        let result = self
-            .finish(call, session, fields, outcome, sync, timeout)
-            .await
-            .and_then(|fields| match exit_code {
-                Some(0) => Ok(fields),
-                code => {
-                    let mut error = ToolError::new(
-                        ErrorCode::CommandFailed,
-                        format!(
-                            "the skill runner exited with {}; its output is in stdout/stderr",
-                            code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
-                        ),
-                    );
-                    error.details = fields;
-                    Err(error)
-                }
-            });
-        result
-    }
 }

@@ -3,12 +3,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::Role;
 
-use super::{no_task, object, Placed, Placement, SandboxTool, TemplateOf};
+use super::{no_task, object, Placed, Placement, SandboxTool};
 
 pub struct KillTask;
 
@@ -16,29 +14,21 @@ impl Define for KillTask {
     type Args = TaskIdArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "kill_task",
-        group: ToolGroup::Sandbox,
         description: "Stop a background task.",
         risk_level: RiskLevel::Medium,
         side_effects: &[SideEffect::ProcessControl],
-        needs_session: true,
-        role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for KillTask {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: false,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::QUICK;
 }
 
 impl Tool for KillTask {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, _call: &ToolCall<'_>, a: TaskIdArgs) -> ToolResult {
+    async fn run(&self, placed: &Self::Host, _call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
         let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
         let task = session.tasks.get(&a.task_id)?;
         let killed = task.kill().await;

@@ -15,6 +15,9 @@ mod task_output;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::Role;
 
 use async_nats::Client;
 use bytes::Bytes;
@@ -32,6 +35,14 @@ use crate::output::{
 };
 use crate::pool::{backend_error, Pool, Session, SessionUse};
 use crate::templates::Template;
+
+/// What a sandbox worker's tool definition says unless it says otherwise: the sandbox group and
+/// role, low risk, no side effect, a session, the `coding` profile.
+pub(crate) const SANDBOX: ToolDef = ToolDef {
+    needs_session: true,
+    profiles: &[Profile::Coding],
+    ..ToolDef::of(BuiltinGroup::Sandbox, Role::Sandbox)
+};
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: &[&dyn SandboxEntry] = &[
@@ -73,6 +84,21 @@ pub struct Placement {
     /// Refusals that need no sandbox (checked before one is created for the session).
     pub precheck: Option<Precheck>,
 }
+
+/// A tool that runs without creating a sandbox, with the session's when this worker holds
+/// one; its `template` argument names the template.
+const QUICK: Placement = Placement {
+    creates_sandbox: false,
+    template: TemplateOf::Argument,
+    precheck: None,
+};
+
+/// A tool that runs a command in the session's sandbox, created for it when the session has
+/// none; its `template` argument names the template.
+const IN_SANDBOX: Placement = Placement {
+    creates_sandbox: true,
+    ..QUICK
+};
 
 /// A refusal that needs no sandbox.
 pub type Precheck = fn(&SandboxService) -> Result<(), ToolError>;

@@ -6,17 +6,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::ToolError;
 
-use super::{
-    check_env, short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf,
-    WORKSPACE_MOUNT,
-};
+use super::{check_env, short_id, Placed, Placement, SandboxTool, WORKSPACE_MOUNT};
 use crate::backend::ExecSpec;
-use crate::pool::Session;
 
 pub struct RunCode;
 
@@ -24,30 +19,71 @@ impl Define for RunCode {
     type Args = RunCodeArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "run_code",
-        group: ToolGroup::Sandbox,
         description: "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        needs_session: true,
-        role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for RunCode {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: true,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::IN_SANDBOX;
 }
 
 impl Tool for RunCode {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: RunCodeArgs) -> ToolResult {
-        placed.service.run_code(call, placed.sandbox()?, a).await
+    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let (service, session) = (&placed.service, placed.sandbox()?);
+        let env = a.env.unwrap_or_default();
+        check_env(&env)?;
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(service.default_timeout);
+        let (language, interpreter, ext) = match a.language {
+            CodeLanguage::Python => ("python", "python3", "py"),
+            CodeLanguage::Javascript => ("javascript", "node", "js"),
+            CodeLanguage::Bash => ("bash", "bash", "sh"),
+        };
+        let path = format!("/tmp/toolmesh-run-code-{}.{ext}", short_id());
+        // The snippet arrives on stdin, so its size is bounded by nothing but NATS; the
+        // interpreter check gives a clear error instead of "sh: 1: node: not found".
+        let script = format!(
+            "command -v {interpreter} >/dev/null 2>&1 || {{ echo \"{MISSING_INTERPRETER} {interpreter}\" >&2; exit 127; }}; cat > \"$0\" && exec {interpreter} \"$0\""
+        );
+        let command = format!("{interpreter} {path}");
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), script, path.clone()],
+            cwd: WORKSPACE_MOUNT.to_owned(),
+            env,
+            stdin: true,
+            exec_id: format!("exec-{}", short_id()),
+        };
+        let (outcome, sync) = service
+            .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
+            .await?;
+        if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
+            let result = Err(ToolError::invalid_argument(
+                "/language",
+                format!(
+                    "the sandbox image has no {language} interpreter ({interpreter}); use another language or an image that has it (TOOLMESH_SANDBOX_IMAGE)"
+                ),
+            ));
+            return result;
+        }
+        let mut fields = service.base_fields(session, &command);
+        fields.insert("execution_model".into(), "snippet_runner".into());
+        fields.insert(
+            "boundary".into(),
+            service.boundary(&session.template).into(),
+        );
+        fields.insert("language".into(), language.into());
+        fields.insert("path".into(), path.into());
+        let result = service
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await;
+        result
     }
 }
 
@@ -81,55 +117,4 @@ pub struct RunCodeArgs {
     /// `default` for a new sandbox.
     #[serde(default)]
     pub template: Option<String>,
-}
-
-impl SandboxService {
-    async fn run_code(&self, call: &ToolCall<'_>, session: &Session, a: RunCodeArgs) -> ToolResult {
-        let env = a.env.unwrap_or_default();
-        check_env(&env)?;
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(self.default_timeout);
-        let (language, interpreter, ext) = match a.language {
-            CodeLanguage::Python => ("python", "python3", "py"),
-            CodeLanguage::Javascript => ("javascript", "node", "js"),
-            CodeLanguage::Bash => ("bash", "bash", "sh"),
-        };
-        let path = format!("/tmp/toolmesh-run-code-{}.{ext}", short_id());
-        // The snippet arrives on stdin, so its size is bounded by nothing but NATS; the
-        // interpreter check gives a clear error instead of "sh: 1: node: not found".
-        let script = format!(
-            "command -v {interpreter} >/dev/null 2>&1 || {{ echo \"{MISSING_INTERPRETER} {interpreter}\" >&2; exit 127; }}; cat > \"$0\" && exec {interpreter} \"$0\""
-        );
-        let command = format!("{interpreter} {path}");
-        let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), script, path.clone()],
-            cwd: WORKSPACE_MOUNT.to_owned(),
-            env,
-            stdin: true,
-            exec_id: format!("exec-{}", short_id()),
-        };
-        let (outcome, sync) = self
-            .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
-            .await?;
-        if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
-            let result = Err(ToolError::invalid_argument(
-                "/language",
-                format!(
-                    "the sandbox image has no {language} interpreter ({interpreter}); use another language or an image that has it (TOOLMESH_SANDBOX_IMAGE)"
-                ),
-            ));
-            return result;
-        }
-        let mut fields = self.base_fields(session, &command);
-        fields.insert("execution_model".into(), "snippet_runner".into());
-        fields.insert("boundary".into(), self.boundary(&session.template).into());
-        fields.insert("language".into(), language.into());
-        fields.insert("path".into(), path.into());
-        let result = self
-            .finish(call, session, fields, outcome, sync, timeout)
-            .await;
-        result
-    }
 }

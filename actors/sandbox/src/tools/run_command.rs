@@ -6,17 +6,12 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::ToolError;
 
-use super::{
-    check_env, short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf,
-    WORKSPACE_MOUNT,
-};
+use super::{check_env, short_id, Placed, Placement, SandboxTool, WORKSPACE_MOUNT};
 use crate::backend::ExecSpec;
-use crate::pool::Session;
 use crate::tasks::TaskStatus;
 
 pub struct RunCommand;
@@ -24,31 +19,72 @@ pub struct RunCommand;
 impl Define for RunCommand {
     type Args = RunCommandArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "run_command",
-    group: ToolGroup::Sandbox,
-    description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
-    risk_level: RiskLevel::High,
-    side_effects: &[SideEffect::IsolatedRuntimeExecution],
-    needs_session: true,
-    role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        name: "run_command",
+        description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
+        risk_level: RiskLevel::High,
+        side_effects: &[SideEffect::IsolatedRuntimeExecution],
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for RunCommand {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: true,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::IN_SANDBOX;
 }
 
 impl Tool for RunCommand {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: RunCommandArgs) -> ToolResult {
-        placed.service.run_command(call, placed.sandbox()?, a).await
+    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let (service, session) = (&placed.service, placed.sandbox()?);
+        let cwd = resolve_cwd(a.cwd.as_deref())?;
+        let env = a.env.unwrap_or_default();
+        check_env(&env)?;
+        let timeout = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(service.default_timeout);
+        let exec_id = format!("exec-{}", short_id());
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), a.command.clone()],
+            cwd: cwd.clone(),
+            env,
+            stdin: a.background,
+            exec_id: exec_id.clone(),
+        };
+        let mut fields = service.base_fields(session, &a.command);
+        fields.insert("cwd".into(), cwd.into());
+        if a.background {
+            let ((), execution) = service
+                .start_after(session, spec, service.pull(session))
+                .await?;
+            let task_id = format!("task-{}", short_id());
+            let task = session
+                .tasks
+                .start(
+                    task_id.clone(),
+                    a.command.clone(),
+                    execution,
+                    service.task_spool_settings(session),
+                )
+                .map_err(|refused| {
+                    let (error, execution) = *refused;
+                    let kill = execution.kill.clone();
+                    tokio::spawn(async move { kill.kill().await });
+                    error
+                })?;
+            fields.insert("background".into(), true.into());
+            fields.insert("task_id".into(), task_id.into());
+            fields.insert("status".into(), TaskStatus::Running.as_str().into());
+            fields.insert("started_at".into(), task.started_at.clone().into());
+            return Ok(fields);
+        }
+        let (outcome, sync) = service
+            .run_foreground(call, session, spec, None, timeout)
+            .await?;
+        let result = service
+            .finish(call, session, fields, outcome, sync, timeout)
+            .await;
+        result
     }
 }
 
@@ -74,63 +110,6 @@ pub struct RunCommandArgs {
     /// `default` for a new sandbox.
     #[serde(default)]
     pub template: Option<String>,
-}
-
-impl SandboxService {
-    async fn run_command(
-        &self,
-        call: &ToolCall<'_>,
-        session: &Session,
-        a: RunCommandArgs,
-    ) -> ToolResult {
-        let cwd = resolve_cwd(a.cwd.as_deref())?;
-        let env = a.env.unwrap_or_default();
-        check_env(&env)?;
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(self.default_timeout);
-        let exec_id = format!("exec-{}", short_id());
-        let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), a.command.clone()],
-            cwd: cwd.clone(),
-            env,
-            stdin: a.background,
-            exec_id: exec_id.clone(),
-        };
-        let mut fields = self.base_fields(session, &a.command);
-        fields.insert("cwd".into(), cwd.into());
-        if a.background {
-            let ((), execution) = self.start_after(session, spec, self.pull(session)).await?;
-            let task_id = format!("task-{}", short_id());
-            let task = session
-                .tasks
-                .start(
-                    task_id.clone(),
-                    a.command.clone(),
-                    execution,
-                    self.task_spool_settings(session),
-                )
-                .map_err(|refused| {
-                    let (error, execution) = *refused;
-                    let kill = execution.kill.clone();
-                    tokio::spawn(async move { kill.kill().await });
-                    error
-                })?;
-            fields.insert("background".into(), true.into());
-            fields.insert("task_id".into(), task_id.into());
-            fields.insert("status".into(), TaskStatus::Running.as_str().into());
-            fields.insert("started_at".into(), task.started_at.clone().into());
-            return Ok(fields);
-        }
-        let (outcome, sync) = self
-            .run_foreground(call, session, spec, None, timeout)
-            .await?;
-        let result = self
-            .finish(call, session, fields, outcome, sync, timeout)
-            .await;
-        result
-    }
 }
 
 /// `cwd` relative to `/workspace` unless absolute; no NUL, no climbing above `/workspace` when

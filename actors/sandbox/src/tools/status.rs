@@ -6,9 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::RiskLevel;
-use toolmesh_kernel::Role;
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::{object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
 use crate::pool::Session;
@@ -20,30 +18,21 @@ impl Define for Status {
     type Args = StatusArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "sandbox_status",
-        group: ToolGroup::Sandbox,
         description:
             "The session sandbox's backend, limits, lifetime and boundary; runs no command.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Sandbox,
         profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for Status {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: false,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::QUICK;
 }
 
 impl Tool for Status {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, _a: StatusArgs) -> ToolResult {
+    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, _a: Self::Args) -> ToolResult {
         let service = &placed.service;
         let session = placed.session.as_deref().map(Arc::as_ref);
         // The session's template; before it has a sandbox, the one its first would be of.

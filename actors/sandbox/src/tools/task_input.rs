@@ -3,12 +3,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::Role;
 
-use super::{no_task, object, Placed, Placement, SandboxTool, TemplateOf};
+use super::{no_task, object, Placed, Placement, SandboxTool};
 
 pub struct TaskInput;
 
@@ -16,29 +14,21 @@ impl Define for TaskInput {
     type Args = TaskInputArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "task_input",
-        group: ToolGroup::Sandbox,
         description: "Write to a background task's standard input.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        needs_session: true,
-        role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for TaskInput {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: false,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::QUICK;
 }
 
 impl Tool for TaskInput {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, _call: &ToolCall<'_>, a: TaskInputArgs) -> ToolResult {
+    async fn run(&self, placed: &Self::Host, _call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
         let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
         let task = session.tasks.get(&a.task_id)?;
         task.write_input(&a.input).await?;

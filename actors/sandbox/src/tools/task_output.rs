@@ -4,14 +4,11 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::RiskLevel;
-use toolmesh_kernel::{Role, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::ToolError;
 
-use super::{no_task, object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
-use crate::pool::Session;
+use super::{no_task, object, Placed, Placement, SandboxTool};
 
 pub struct TaskOutput;
 
@@ -19,32 +16,69 @@ impl Define for TaskOutput {
     type Args = TaskOutputArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "task_output",
-        group: ToolGroup::Sandbox,
         description:
             "Read a background task's new output, optionally waiting for a regex to appear.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: true,
-        role: Role::Sandbox,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::SANDBOX
     };
 }
 
 impl SandboxTool for TaskOutput {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: false,
-        template: TemplateOf::Argument,
-        precheck: None,
-    };
+    const PLACEMENT: &'static Placement = &super::QUICK;
 }
 
 impl Tool for TaskOutput {
     type Host = Placed;
 
-    async fn run(&self, placed: &Placed, call: &ToolCall<'_>, a: TaskOutputArgs) -> ToolResult {
+    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let service = &placed.service;
         let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
-        placed.service.task_output(call, session, a).await
+        let task = session.tasks.get(&a.task_id)?;
+        if a.timeout.is_some_and(|t| t > 300) {
+            return Err(ToolError::invalid_argument(
+                "/timeout",
+                "timeout is at most 300 seconds",
+            ));
+        }
+        let pattern = match a.wait_for_pattern.as_deref() {
+            None => None,
+            Some(p) => Some(regex::Regex::new(p).map_err(|e| {
+                ToolError::invalid_argument("/wait_for_pattern", format!("not a valid regex: {e}"))
+            })?),
+        };
+        let wait = a
+            .timeout
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_PATTERN_WAIT);
+        let read = task.read(pattern.as_ref(), wait).await;
+        service.push_quietly(session).await;
+        let mut fields = object(json!({"task_id": a.task_id}));
+        let dropped_bytes = read.dropped_bytes();
+        let dropped_cap = read.dropped_cap();
+        let persist_error = read.persist_error().map(ToolError::brief);
+        service
+            .put_output(call, session, &mut fields, "stdout", read.stdout)
+            .await;
+        service
+            .put_output(call, session, &mut fields, "stderr", read.stderr)
+            .await;
+        fields.insert("status".into(), read.status.as_str().into());
+        fields.insert("exit_code".into(), read.exit_code.into());
+        if let Some(matched) = read.matched {
+            fields.insert("matched".into(), matched.into());
+        }
+        if dropped_bytes > 0 {
+            // Unread output past the cap was counted (`_original_chars`), not kept.
+            fields.insert("dropped_bytes".into(), dropped_bytes.into());
+            if let Some(cap) = dropped_cap {
+                // Which cap: the stream's, the session's or the worker's; or the workspace
+                // that did not take a part of it (`persist_error` says why).
+                fields.insert("dropped_by".into(), cap.as_str().into());
+            }
+            if let Some(error) = persist_error {
+                fields.insert("persist_error".into(), error);
+            }
+        }
+        Ok(fields)
     }
 }
 
@@ -67,59 +101,4 @@ pub struct TaskOutputArgs {
     /// `default` for a new sandbox.
     #[serde(default)]
     pub template: Option<String>,
-}
-
-impl SandboxService {
-    async fn task_output(
-        &self,
-        call: &ToolCall<'_>,
-        session: &Session,
-        a: TaskOutputArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let task = session.tasks.get(&a.task_id)?;
-        if a.timeout.is_some_and(|t| t > 300) {
-            return Err(ToolError::invalid_argument(
-                "/timeout",
-                "timeout is at most 300 seconds",
-            ));
-        }
-        let pattern = match a.wait_for_pattern.as_deref() {
-            None => None,
-            Some(p) => Some(regex::Regex::new(p).map_err(|e| {
-                ToolError::invalid_argument("/wait_for_pattern", format!("not a valid regex: {e}"))
-            })?),
-        };
-        let wait = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_PATTERN_WAIT);
-        let read = task.read(pattern.as_ref(), wait).await;
-        self.push_quietly(session).await;
-        let mut fields = object(json!({"task_id": a.task_id}));
-        let dropped_bytes = read.dropped_bytes();
-        let dropped_cap = read.dropped_cap();
-        let persist_error = read.persist_error().map(ToolError::brief);
-        self.put_output(call, session, &mut fields, "stdout", read.stdout)
-            .await;
-        self.put_output(call, session, &mut fields, "stderr", read.stderr)
-            .await;
-        fields.insert("status".into(), read.status.as_str().into());
-        fields.insert("exit_code".into(), read.exit_code.into());
-        if let Some(matched) = read.matched {
-            fields.insert("matched".into(), matched.into());
-        }
-        if dropped_bytes > 0 {
-            // Unread output past the cap was counted (`_original_chars`), not kept.
-            fields.insert("dropped_bytes".into(), dropped_bytes.into());
-            if let Some(cap) = dropped_cap {
-                // Which cap: the stream's, the session's or the worker's; or the workspace
-                // that did not take a part of it (`persist_error` says why).
-                fields.insert("dropped_by".into(), cap.as_str().into());
-            }
-            if let Some(error) = persist_error {
-                fields.insert("persist_error".into(), error);
-            }
-        }
-        Ok(fields)
-    }
 }

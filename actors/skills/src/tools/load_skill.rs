@@ -2,12 +2,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 use toolmesh_kernel::budget::insert_budgeted;
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::RiskLevel;
-use toolmesh_kernel::{Role, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::ToolError;
 
 use super::{list_files, SkillsService};
 
@@ -16,47 +14,22 @@ pub struct LoadSkill;
 impl Define for LoadSkill {
     type Args = LoadSkillArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "load_skill",
-    group: ToolGroup::Skills,
-    description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: false,
-    role: Role::Skills,
-        profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        name: "load_skill",
+        description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
+        ..super::SKILLS
     };
 }
 
 impl Tool for LoadSkill {
     type Host = SkillsService;
 
-    async fn run(
-        &self,
-        service: &SkillsService,
-        call: &ToolCall<'_>,
-        args: LoadSkillArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
         // A load may download an archive: claim it, so a lost node is noticed at once.
         call.claim().await;
-        service.load_skill(args).await
-    }
-}
-
-/// Load a skill's instructions.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LoadSkillArgs {
-    #[schemars(length(min = 1))]
-    pub skill_name: String,
-}
-
-impl SkillsService {
-    async fn load_skill(&self, args: LoadSkillArgs) -> Result<Map<String, Value>, ToolError> {
-        let catalog = self.catalog().await;
-        let loaded = self.resolve(&catalog, args.skill_name.trim()).await?;
+        let catalog = service.catalog().await;
+        let loaded = service.resolve(&catalog, args.skill_name.trim()).await?;
         let root = loaded.root.clone();
-        let caps = self.loader.caps;
+        let caps = service.loader.caps;
         let files = tokio::task::spawn_blocking(move || list_files(&root, caps))
             .await
             .map_err(|e| ToolError::internal(format!("listing task failed: {e}")))??;
@@ -87,7 +60,7 @@ impl SkillsService {
             &mut out,
             "instructions",
             &loaded.doc.instructions,
-            self.budget_chars,
+            service.budget_chars,
         );
         out.insert(
             "tags".into(),
@@ -118,4 +91,12 @@ impl SkillsService {
         out.insert("warnings".into(), json!(loaded.warnings));
         Ok(out)
     }
+}
+
+/// Load a skill's instructions.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSkillArgs {
+    #[schemars(length(min = 1))]
+    pub skill_name: String,
 }

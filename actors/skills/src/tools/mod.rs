@@ -9,6 +9,9 @@ mod search_skills;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::Role;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -22,6 +25,13 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 use crate::archive::Caps;
 use crate::cache::{self, LoadedSkill, Loader};
 use crate::catalog::{self, Catalog, Source};
+
+/// What a skill tool's definition says unless it says otherwise: the skills group and role, low
+/// risk, no side effect, no session, the `focused` and `coding` profiles.
+pub(crate) const SKILLS: ToolDef = ToolDef {
+    profiles: &[Profile::Focused, Profile::Coding],
+    ..ToolDef::of(BuiltinGroup::Skills, Role::Skills)
+};
 
 /// Instructions sent in the skill heads of a bundle's first page, at most (all skills).
 const BUNDLE_INSTRUCTIONS_BUDGET: usize = 128 * 1024;

@@ -2,11 +2,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::RiskLevel;
-use toolmesh_kernel::{budget, Role, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::{budget, ToolError};
 
 use super::{fields, SkillsService};
 use crate::search;
@@ -17,27 +15,34 @@ impl Define for SearchSkills {
     type Args = SearchSkillsArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "search_skills",
-        group: ToolGroup::Skills,
         description: "Fuzzy search over skill names, aliases, tags, descriptions and examples.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[],
-        needs_session: false,
-        role: Role::Skills,
-        profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        ..super::SKILLS
     };
 }
 
 impl Tool for SearchSkills {
     type Host = SkillsService;
 
-    async fn run(
-        &self,
-        service: &SkillsService,
-        call: &ToolCall<'_>,
-        args: SearchSkillsArgs,
-    ) -> ToolResult {
-        service.search_skills(args, call.fields_limit).await
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
+        if args.query.trim().is_empty() {
+            return Err(ToolError::invalid_argument(
+                "/query",
+                "the query is empty; say what the skill should do",
+            ));
+        }
+        let catalog = service.catalog().await;
+        let hits = search::search(
+            &args.query,
+            catalog.skills.iter().map(|s| &s.manifest),
+            usize::try_from(args.max_results).unwrap_or(usize::MAX),
+        );
+        let mut out = fields(json!({
+            "query": args.query,
+            "results": hits,
+            "warnings": catalog.warnings,
+        }));
+        budget::fit_list(&mut out, "results", call.fields_limit);
+        Ok(out)
     }
 }
 
@@ -53,32 +58,4 @@ pub struct SearchSkillsArgs {
 }
 fn ten() -> u64 {
     10
-}
-
-impl SkillsService {
-    async fn search_skills(
-        &self,
-        args: SearchSkillsArgs,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        if args.query.trim().is_empty() {
-            return Err(ToolError::invalid_argument(
-                "/query",
-                "the query is empty; say what the skill should do",
-            ));
-        }
-        let catalog = self.catalog().await;
-        let hits = search::search(
-            &args.query,
-            catalog.skills.iter().map(|s| &s.manifest),
-            usize::try_from(args.max_results).unwrap_or(usize::MAX),
-        );
-        let mut out = fields(json!({
-            "query": args.query,
-            "results": hits,
-            "warnings": catalog.warnings,
-        }));
-        budget::fit_list(&mut out, "results", fields_limit);
-        Ok(out)
-    }
 }

@@ -13,9 +13,19 @@ mod web_search;
 
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::tools::Table;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::wire::SideEffect;
+use toolmesh_kernel::Role;
 
 use crate::fetch::Fetcher;
 use crate::search::SearchProvider;
+
+/// What a web tool's definition says unless it says otherwise: the web group and role, low risk,
+/// network egress, no session, no named profile.
+pub(crate) const WEB: ToolDef = ToolDef {
+    side_effects: &[SideEffect::NetworkEgress],
+    ..ToolDef::of(BuiltinGroup::Web, Role::Web)
+};
 
 /// The web actor's tools.
 pub const TOOLS: Table<WebService> = &[&web_fetch::WebFetch, &web_search::WebSearch];

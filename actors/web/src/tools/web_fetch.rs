@@ -9,9 +9,8 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::{budget, ErrorCode, ToolError};
 use url::Url;
 
 use super::{WebService, MAX_CHARS_CAP};
@@ -22,69 +21,30 @@ impl Define for WebFetch {
     type Args = WebFetchArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "web_fetch",
-        group: ToolGroup::Web,
         description:
             "Fetch a public http(s) URL and return its text with scripts and styles removed.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[SideEffect::NetworkEgress],
-        needs_session: false,
-        role: Role::Web,
-        profiles: &[],
-        review: Review::Arguments,
+        ..super::WEB
     };
 }
 
 impl Tool for WebFetch {
     type Host = WebService;
 
-    async fn run(
-        &self,
-        service: &WebService,
-        call: &ToolCall<'_>,
-        args: WebFetchArgs,
-    ) -> ToolResult {
-        service.web_fetch(call, args).await
-    }
-}
-
-/// Fetch a public URL as text (SSRF-safe).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WebFetchArgs {
-    #[schemars(length(min = 1))]
-    pub url: String,
-    #[serde(default)]
-    #[schemars(range(min = 1))]
-    pub max_chars: Option<u64>,
-    /// Seconds.
-    #[serde(default = "thirty")]
-    #[schemars(range(min = 1, max = 300))]
-    pub timeout: u64,
-}
-fn thirty() -> u64 {
-    30
-}
-
-impl WebService {
-    async fn web_fetch(
-        &self,
-        call: &ToolCall<'_>,
-        args: WebFetchArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
         let url = Url::parse(args.url.trim())
             .map_err(|e| ToolError::invalid_argument("/url", format!("not a URL: {e}")))?;
         let timeout = Duration::from_secs(args.timeout);
         let mut cancel =
-            CancelWatch::listen(&self.client, &call.ctx.account, &call.ctx.invocation_id).await;
+            CancelWatch::listen(&service.client, &call.ctx.account, &call.ctx.invocation_id).await;
         let fetched = tokio::select! {
-            outcome = tokio::time::timeout(timeout, self.fetcher.fetch(url)) => match outcome {
+            outcome = tokio::time::timeout(timeout, service.fetcher.fetch(url)) => match outcome {
                 Ok(fetched) => {
                     // `toolmesh_egress_decisions_total{source="web"}`: a page fetched was
                     // allowed, a `blocked_url` refused; other failures decided nothing.
                     match &fetched {
-                        Ok(_) => self.metrics.egress_decision(EgressSource::Web, true),
+                        Ok(_) => service.metrics.egress_decision(EgressSource::Web, true),
                         Err(e) if e.code == ErrorCode::BlockedUrl => {
-                            self.metrics.egress_decision(EgressSource::Web, false)
+                            service.metrics.egress_decision(EgressSource::Web, false)
                         }
                         Err(_) => {}
                     }
@@ -103,7 +63,7 @@ impl WebService {
         };
         let budget_chars = args
             .max_chars
-            .map_or(self.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
+            .map_or(service.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
         let cut = budget::cut(&fetched.text, budget_chars);
         let mut fields = Map::new();
         fields.insert("url".into(), Value::from(args.url.clone()));
@@ -121,7 +81,7 @@ impl WebService {
         if cut.truncated {
             if let Some(session) = &call.ctx.session_id {
                 let path = output_path(&call.ctx.invocation_id, "text");
-                match self
+                match service
                     .sync
                     .put_file(&call.ctx.account, session, &path, Bytes::from(fetched.text))
                     .await
@@ -141,4 +101,22 @@ impl WebService {
         }
         Ok(fields)
     }
+}
+
+/// Fetch a public URL as text (SSRF-safe).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebFetchArgs {
+    #[schemars(length(min = 1))]
+    pub url: String,
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_chars: Option<u64>,
+    /// Seconds.
+    #[serde(default = "thirty")]
+    #[schemars(range(min = 1, max = 300))]
+    pub timeout: u64,
+}
+fn thirty() -> u64 {
+    30
 }

@@ -3,9 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{RiskLevel, SideEffect};
-use toolmesh_kernel::{budget, ErrorCode, Role, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
 use super::WebService;
 use crate::search::Query;
@@ -16,28 +15,36 @@ impl Define for WebSearch {
     type Args = WebSearchArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "web_search",
-        group: ToolGroup::Web,
         description:
             "Search the web through the configured provider; returns titles, URLs and snippets.",
-        risk_level: RiskLevel::Low,
-        side_effects: &[SideEffect::NetworkEgress],
-        needs_session: false,
-        role: Role::Web,
-        profiles: &[],
-        review: Review::Arguments,
+        ..super::WEB
     };
 }
 
 impl Tool for WebSearch {
     type Host = WebService;
 
-    async fn run(
-        &self,
-        service: &WebService,
-        _call: &ToolCall<'_>,
-        args: WebSearchArgs,
-    ) -> ToolResult {
-        service.web_search(args).await
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
+        let Some(provider) = &service.search else {
+            return Err(ToolError::new(
+                ErrorCode::ProviderNotConfigured,
+                "no web search provider is configured; set TOOLMESH_WEB_SEARCH_PROVIDER to http \
+                 (with TOOLMESH_WEB_SEARCH_URL) or fake on the web nodes",
+            ));
+        };
+        let results = provider
+            .search(Query {
+                query: &args.query,
+                max_results: args.max_results as usize,
+                recency_days: args.recency_days,
+            })
+            .await?;
+        let mut fields = Map::new();
+        fields.insert("query".into(), Value::from(args.query));
+        fields.insert("provider".into(), Value::from(provider.name()));
+        fields.insert("results".into(), Value::Array(results));
+        budget::fit_list(&mut fields, "results", call.fields_limit);
+        Ok(fields)
     }
 }
 
@@ -56,33 +63,4 @@ pub struct WebSearchArgs {
 }
 fn five() -> u64 {
     5
-}
-
-impl WebService {
-    async fn web_search(&self, args: WebSearchArgs) -> Result<Map<String, Value>, ToolError> {
-        let Some(provider) = &self.search else {
-            return Err(ToolError::new(
-                ErrorCode::ProviderNotConfigured,
-                "no web search provider is configured; set TOOLMESH_WEB_SEARCH_PROVIDER to http \
-                 (with TOOLMESH_WEB_SEARCH_URL) or fake on the web nodes",
-            ));
-        };
-        let results = provider
-            .search(Query {
-                query: &args.query,
-                max_results: args.max_results as usize,
-                recency_days: args.recency_days,
-            })
-            .await?;
-        let mut fields = Map::new();
-        fields.insert("query".into(), Value::from(args.query));
-        fields.insert("provider".into(), Value::from(provider.name()));
-        fields.insert("results".into(), Value::Array(results));
-        budget::fit_list(
-            &mut fields,
-            "results",
-            budget::fields_limit(self.client.max_payload()),
-        );
-        Ok(fields)
-    }
 }

@@ -2,11 +2,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, SessionId, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
 use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
@@ -17,29 +15,35 @@ impl Define for DeleteFile {
     type Args = PathArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "delete_workspace_file",
-        group: ToolGroup::Workspace,
         description:
             "Delete a file, a symlink (not its target) or an empty directory of the workspace.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::WorkspaceDelete],
-        needs_session: true,
-        role: Role::Workspace,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        ..super::WORKSPACE
     };
 }
 
 impl Tool for DeleteFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: PathArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        let name = path.display();
+        let p = path.clone();
         service
-            .delete(call.ctx, call.session()?.clone(), args)
+            .locked(call.ctx, &session, std::slice::from_ref(&path), async {
+                let outcome = service
+                    .blocking(call.ctx, session.clone(), move |ws| confine::delete(ws, &p))
+                    .await?;
+                service
+                    .read_state
+                    .forget(&call.ctx.account, &session, &name)
+                    .await?;
+                Ok(object(
+                    json!({"path": name, "deleted": true, "type": outcome.kind}),
+                ))
+            })
             .await
     }
 }
@@ -49,29 +53,4 @@ impl Tool for DeleteFile {
 #[serde(deny_unknown_fields)]
 pub struct PathArgs {
     pub path: String,
-}
-
-impl WorkspaceService {
-    async fn delete(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: PathArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        let name = path.display();
-        let p = path.clone();
-        self.locked(ctx, &session, std::slice::from_ref(&path), async {
-            let outcome = self
-                .blocking(ctx, session.clone(), move |ws| confine::delete(ws, &p))
-                .await?;
-            self.read_state
-                .forget(&ctx.account, &session, &name)
-                .await?;
-            Ok(object(
-                json!({"path": name, "deleted": true, "type": outcome.kind}),
-            ))
-        })
-        .await
-    }
 }

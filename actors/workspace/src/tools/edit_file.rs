@@ -4,9 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, SessionId, ToolError};
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::WorkspaceService;
 use crate::confine::WorkspacePath;
@@ -18,32 +16,33 @@ impl Define for EditFile {
     type Args = EditWorkspaceFileArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "edit_workspace_file",
-        group: ToolGroup::Workspace,
         description: "Replace an exact snippet in a file read before; returns a unified diff.",
-        risk_level: RiskLevel::Medium,
-        side_effects: &[SideEffect::WorkspaceWrite],
-        needs_session: true,
-        role: Role::Workspace,
         profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Diff {
-            each: None,
-            path: "path",
-            old: Some("old_text"),
-            new: "new_text",
-        },
+        review: Review::diff("path", Some("old_text"), "new_text"),
+        ..super::WRITING
     };
 }
 
 impl Tool for EditFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: EditWorkspaceFileArgs,
-    ) -> ToolResult {
-        service.edit(call.ctx, call.session()?.clone(), args).await
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        service
+            .change(call.ctx, session, path, move |before| {
+                let applied = edit::apply_edit(
+                    before,
+                    &a.old_text,
+                    &a.new_text,
+                    a.expected_replacements,
+                    a.replace_all,
+                )?;
+                let mut fields = Map::new();
+                fields.insert("replacements".into(), Value::from(applied.replacements));
+                Ok((applied.content, fields))
+            })
+            .await
     }
 }
 
@@ -59,28 +58,4 @@ pub struct EditWorkspaceFileArgs {
     pub expected_replacements: u64,
     #[serde(default)]
     pub replace_all: bool,
-}
-
-impl WorkspaceService {
-    async fn edit(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: EditWorkspaceFileArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        self.change(ctx, session, path, move |before| {
-            let applied = edit::apply_edit(
-                before,
-                &a.old_text,
-                &a.new_text,
-                a.expected_replacements,
-                a.replace_all,
-            )?;
-            let mut fields = Map::new();
-            fields.insert("replacements".into(), Value::from(applied.replacements));
-            Ok((applied.content, fields))
-        })
-        .await
-    }
 }

@@ -2,11 +2,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{budget, ErrorCode, Role, SessionId, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
 use super::{object, WorkspaceService, EDIT_MAX_BYTES};
 use crate::confine::{self, WorkspacePath};
@@ -17,29 +16,51 @@ pub struct LintFile;
 impl Define for LintFile {
     type Args = LintWorkspaceFileArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "lint_workspace_file",
-    group: ToolGroup::Workspace,
-    description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: true,
-    role: Role::Workspace,
+        name: "lint_workspace_file",
+        description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
         profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        ..super::WORKSPACE
     };
 }
 
 impl Tool for LintFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: LintWorkspaceFileArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let fields_limit = call.fields_limit;
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
         service
-            .lint(call.ctx, call.session()?.clone(), args, call.fields_limit)
+            .blocking(call.ctx, session, move |ws| {
+                let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
+                let report = lint::lint(&path.display(), &bytes, a.language.into());
+                let failed = lint::has_errors(&report);
+                let mut fields = object(json!({
+                    "path": path.display(),
+                    "language": report.language,
+                    "issues": report.issues,
+                    "lint_model": lint::LINT_MODEL,
+                }));
+                // An error's envelope (code, message) takes a little more: leave it room.
+                budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
+                if failed {
+                    let errors = report
+                        .issues
+                        .iter()
+                        .filter(|i| i.level == lint::LintLevel::Error)
+                        .count();
+                    let mut error = ToolError::new(
+                        ErrorCode::LintErrors,
+                        format!(
+                            "{} has {errors} error-level issue(s); see issues",
+                            path.display()
+                        ),
+                    );
+                    error.details = fields;
+                    return Err(error);
+                }
+                Ok(fields)
+            })
             .await
     }
 }
@@ -75,47 +96,4 @@ pub struct LintWorkspaceFileArgs {
     pub path: String,
     #[serde(default)]
     pub language: LintLanguage,
-}
-
-impl WorkspaceService {
-    async fn lint(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: LintWorkspaceFileArgs,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        self.blocking(ctx, session, move |ws| {
-            let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
-            let report = lint::lint(&path.display(), &bytes, a.language.into());
-            let failed = lint::has_errors(&report);
-            let mut fields = object(json!({
-                "path": path.display(),
-                "language": report.language,
-                "issues": report.issues,
-                "lint_model": lint::LINT_MODEL,
-            }));
-            // An error's envelope (code, message) takes a little more: leave it room.
-            budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
-            if failed {
-                let errors = report
-                    .issues
-                    .iter()
-                    .filter(|i| i.level == lint::LintLevel::Error)
-                    .count();
-                let mut error = ToolError::new(
-                    ErrorCode::LintErrors,
-                    format!(
-                        "{} has {errors} error-level issue(s); see issues",
-                        path.display()
-                    ),
-                );
-                error.details = fields;
-                return Err(error);
-            }
-            Ok(fields)
-        })
-        .await
-    }
 }

@@ -2,11 +2,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{budget, Role, SessionId, ToolError};
+use serde_json::Value;
+use toolmesh_kernel::budget;
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::{object, WorkspaceService};
 use crate::listing::{self, ListOptions};
@@ -16,29 +14,31 @@ pub struct ListFiles;
 impl Define for ListFiles {
     type Args = ListWorkspaceFilesArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "list_workspace_files",
-    group: ToolGroup::Workspace,
-    description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: true,
-    role: Role::Workspace,
-        profiles: &[Profile::Coding],
-        review: Review::Arguments,
+        name: "list_workspace_files",
+        description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
+        ..super::WORKSPACE
     };
 }
 
 impl Tool for ListFiles {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: ListWorkspaceFilesArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let fields_limit = call.fields_limit;
+        let session = call.session()?.clone();
+        let options = ListOptions::from(a);
         service
-            .list(call.ctx, call.session()?.clone(), args, call.fields_limit)
+            .blocking(call.ctx, session, move |ws| {
+                let listed = listing::list(ws, &options)?;
+                let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
+                fields.insert("path".into(), Value::from(options.path));
+                fields.insert("count".into(), Value::from(listed.entries.len()));
+                if budget::fit_list(&mut fields, "entries", fields_limit) {
+                    let kept = fields["entries"].as_array().map_or(0, Vec::len);
+                    fields.insert("count".into(), Value::from(kept));
+                }
+                Ok(fields)
+            })
             .await
     }
 }
@@ -100,29 +100,5 @@ impl From<ListWorkspaceFilesArgs> for ListOptions {
             max_results: a.max_results,
             sort_by: a.sort_by.into(),
         }
-    }
-}
-
-impl WorkspaceService {
-    async fn list(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: ListWorkspaceFilesArgs,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let options = ListOptions::from(a);
-        self.blocking(ctx, session, move |ws| {
-            let listed = listing::list(ws, &options)?;
-            let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
-            fields.insert("path".into(), Value::from(options.path));
-            fields.insert("count".into(), Value::from(listed.entries.len()));
-            if budget::fit_list(&mut fields, "entries", fields_limit) {
-                let kept = fields["entries"].as_array().map_or(0, Vec::len);
-                fields.insert("count".into(), Value::from(kept));
-            }
-            Ok(fields)
-        })
-        .await
     }
 }

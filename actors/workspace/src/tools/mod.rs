@@ -14,6 +14,10 @@ mod write_file;
 mod write_files;
 
 use std::path::PathBuf;
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::Role;
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
@@ -26,6 +30,21 @@ use crate::confine::{self, Workspace, WorkspacePath};
 use crate::edit;
 use crate::readstate::{FileLock, ReadState};
 use crate::writing;
+
+/// What a workspace tool's definition says unless it says otherwise: the workspace group and
+/// role, low risk, no side effect, a session, the `coding` profile, arguments shown as they are.
+pub(crate) const WORKSPACE: ToolDef = ToolDef {
+    needs_session: true,
+    profiles: &[Profile::Coding],
+    ..ToolDef::of(BuiltinGroup::Workspace, Role::Workspace)
+};
+
+/// A workspace tool that writes files: medium risk, `workspace_write`.
+pub(crate) const WRITING: ToolDef = ToolDef {
+    risk_level: RiskLevel::Medium,
+    side_effects: &[SideEffect::WorkspaceWrite],
+    ..WORKSPACE
+};
 
 /// Largest file read whole (PROTOCOL.md); a line range may read further into a bigger file.
 pub const READ_MAX_BYTES: u64 = 2 * 1024 * 1024;

@@ -3,10 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, SessionId, ToolError};
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::WorkspaceService;
 use crate::confine::WorkspacePath;
@@ -18,34 +15,35 @@ impl Define for MultiEditFile {
     type Args = MultiEditWorkspaceFileArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "multi_edit_workspace_file",
-        group: ToolGroup::Workspace,
         description:
             "Apply several snippet edits to one file, all or nothing; returns a unified diff.",
-        risk_level: RiskLevel::Medium,
-        side_effects: &[SideEffect::WorkspaceWrite],
-        needs_session: true,
-        role: Role::Workspace,
-        profiles: &[Profile::Coding],
-        review: Review::Diff {
-            each: Some("edits"),
-            path: "path",
-            old: Some("old_text"),
-            new: "new_text",
-        },
+        review: Review::diff_each("edits", "path", Some("old_text"), "new_text"),
+        ..super::WRITING
     };
 }
 
 impl Tool for MultiEditFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: MultiEditWorkspaceFileArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        let edits: Vec<Edit> = a.edits.into_iter().map(Edit::from).collect();
+        let replace_all = a.replace_all;
         service
-            .multi_edit(call.ctx, call.session()?.clone(), args)
+            .change(call.ctx, session, path, move |before| {
+                let applied = edit::apply_edits(before, &edits, replace_all)?;
+                let mut fields = Map::new();
+                fields.insert("edit_count".into(), Value::from(edits.len()));
+                fields.insert("replacements".into(), Value::from(applied.replacements));
+                let edits: Vec<Value> = applied
+                    .edits
+                    .iter()
+                    .map(|(index, n)| json!({"index": index, "replacements": n}))
+                    .collect();
+                fields.insert("edits".into(), Value::from(edits));
+                Ok((applied.content, fields))
+            })
             .await
     }
 }
@@ -83,31 +81,4 @@ pub struct MultiEditWorkspaceFileArgs {
     pub edits: Vec<SnippetEdit>,
     #[serde(default)]
     pub replace_all: bool,
-}
-
-impl WorkspaceService {
-    async fn multi_edit(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: MultiEditWorkspaceFileArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        let edits: Vec<Edit> = a.edits.into_iter().map(Edit::from).collect();
-        let replace_all = a.replace_all;
-        self.change(ctx, session, path, move |before| {
-            let applied = edit::apply_edits(before, &edits, replace_all)?;
-            let mut fields = Map::new();
-            fields.insert("edit_count".into(), Value::from(edits.len()));
-            fields.insert("replacements".into(), Value::from(applied.replacements));
-            let edits: Vec<Value> = applied
-                .edits
-                .iter()
-                .map(|(index, n)| json!({"index": index, "replacements": n}))
-                .collect();
-            fields.insert("edits".into(), Value::from(edits));
-            Ok((applied.content, fields))
-        })
-        .await
-    }
 }

@@ -5,9 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{Role, SessionId, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::ToolError;
 
 use super::{
     budgeted, not_utf8, too_large, WorkspaceService, EDIT_MAX_BYTES, INLINE_READ_MAX_BYTES,
@@ -20,28 +19,72 @@ pub struct ReadFile;
 impl Define for ReadFile {
     type Args = ReadWorkspaceFileArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "read_workspace_file",
-    group: ToolGroup::Workspace,
-    description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: true,
-    role: Role::Workspace,
+        name: "read_workspace_file",
+        description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
         profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        ..super::WORKSPACE
     };
 }
 
 impl Tool for ReadFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: ReadWorkspaceFileArgs,
-    ) -> ToolResult {
-        service.read(call.ctx, call.session()?.clone(), args).await
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        if let (Some(start), Some(end)) = (a.start_line, a.end_line) {
+            if end < start {
+                return Err(ToolError::invalid_argument(
+                    "/end_line",
+                    "must not be before start_line",
+                ));
+            }
+        }
+        let budget_chars = a
+            .max_chars
+            .map_or(service.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
+        let invocation = call.ctx.invocation_id.to_string();
+        let ranged = a.start_line.is_some() || a.end_line.is_some();
+        // A small file is opened, read and rendered right here: handing ~20 µs of cached file
+        // work to the blocking pool and back costs more than the work (two thread wake-ups).
+        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
+        // blocking pool as every other file operation does.
+        let ws = Workspace::open(&service.data_dir, &call.ctx.account, &session)?;
+        let (file, size) = confine::open_sized(&ws, &path)?;
+        let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
+            let text = read_opened_text(file, size, &path, ranged)?;
+            if text.rendered_bound() <= budget_chars {
+                render_read(&ws, &path, text, &a, budget_chars, &invocation)?
+            } else {
+                let p = path.clone();
+                service
+                    .offload(move || render_read(&ws, &p, text, &a, budget_chars, &invocation))
+                    .await?
+            }
+        } else {
+            let p = path.clone();
+            service
+                .offload(move || {
+                    let text = if ranged && size > EDIT_MAX_BYTES {
+                        read_streamed_range(file, size, &p, a.start_line.unwrap_or(1), a.end_line)?
+                    } else {
+                        read_opened_text(file, size, &p, ranged)?
+                    };
+                    render_read(&ws, &p, text, &a, budget_chars, &invocation)
+                })
+                .await?
+        };
+        if let Some(sha) = sha {
+            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
+            // recorded still returns the file; a later edit then says file_not_read, which is
+            // the safe side.
+            let recorded = service
+                .read_state
+                .record_pipelined(&call.ctx.account, &session, path.display().as_str(), &sha)
+                .await;
+            fields.insert("read_state_recorded".into(), Value::Bool(recorded));
+        }
+        Ok(fields)
     }
 }
 
@@ -61,68 +104,6 @@ pub struct ReadWorkspaceFileArgs {
     pub max_chars: Option<u64>,
     #[serde(default = "super::yes")]
     pub include_line_numbers: bool,
-}
-
-impl WorkspaceService {
-    async fn read(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: ReadWorkspaceFileArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        if let (Some(start), Some(end)) = (a.start_line, a.end_line) {
-            if end < start {
-                return Err(ToolError::invalid_argument(
-                    "/end_line",
-                    "must not be before start_line",
-                ));
-            }
-        }
-        let budget_chars = a
-            .max_chars
-            .map_or(self.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
-        let invocation = ctx.invocation_id.to_string();
-        let ranged = a.start_line.is_some() || a.end_line.is_some();
-        // A small file is opened, read and rendered right here: handing ~20 µs of cached file
-        // work to the blocking pool and back costs more than the work (two thread wake-ups).
-        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
-        // blocking pool as every other file operation does.
-        let ws = Workspace::open(&self.data_dir, &ctx.account, &session)?;
-        let (file, size) = confine::open_sized(&ws, &path)?;
-        let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
-            let text = read_opened_text(file, size, &path, ranged)?;
-            if text.rendered_bound() <= budget_chars {
-                render_read(&ws, &path, text, &a, budget_chars, &invocation)?
-            } else {
-                let p = path.clone();
-                self.offload(move || render_read(&ws, &p, text, &a, budget_chars, &invocation))
-                    .await?
-            }
-        } else {
-            let p = path.clone();
-            self.offload(move || {
-                let text = if ranged && size > EDIT_MAX_BYTES {
-                    read_streamed_range(file, size, &p, a.start_line.unwrap_or(1), a.end_line)?
-                } else {
-                    read_opened_text(file, size, &p, ranged)?
-                };
-                render_read(&ws, &p, text, &a, budget_chars, &invocation)
-            })
-            .await?
-        };
-        if let Some(sha) = sha {
-            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
-            // recorded still returns the file; a later edit then says file_not_read, which is
-            // the safe side.
-            let recorded = self
-                .read_state
-                .record_pipelined(&ctx.account, &session, path.display().as_str(), &sha)
-                .await;
-            fields.insert("read_state_recorded".into(), Value::Bool(recorded));
-        }
-        Ok(fields)
-    }
 }
 
 /// A text file read for `read_workspace_file`.

@@ -2,11 +2,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel};
-use toolmesh_kernel::{budget, Role, SessionId, ToolError};
+use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::{object, WorkspaceService};
 use crate::confine::WorkspacePath;
@@ -17,29 +16,33 @@ pub struct SearchFiles;
 impl Define for SearchFiles {
     type Args = SearchWorkspaceFilesArgs;
     const DEF: &'static ToolDef = &ToolDef {
-    name: "search_workspace_files",
-    group: ToolGroup::Workspace,
-    description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
-    risk_level: RiskLevel::Low,
-    side_effects: &[],
-    needs_session: true,
-    role: Role::Workspace,
+        name: "search_workspace_files",
+        description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
         profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::Arguments,
+        ..super::WORKSPACE
     };
 }
 
 impl Tool for SearchFiles {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: SearchWorkspaceFilesArgs,
-    ) -> ToolResult {
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let fields_limit = call.fields_limit;
+        let session = call.session()?.clone();
+        let dir = WorkspacePath::parse(&a.path, "path")?;
+        let options = SearchOptions::from(a);
         service
-            .search(call.ctx, call.session()?.clone(), args, call.fields_limit)
+            .blocking(call.ctx, session, move |ws| {
+                let outcome = search::search(ws, dir.as_path(), &options)?;
+                let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
+                fields.insert("query".into(), Value::from(options.query));
+                if budget::fit_list(&mut fields, "results", fields_limit) {
+                    // `match_count` counts the matching lines returned.
+                    let kept = fields["results"].as_array().map_or(0, Vec::len);
+                    fields.insert("match_count".into(), Value::from(kept));
+                }
+                Ok(fields)
+            })
             .await
     }
 }
@@ -80,30 +83,5 @@ impl From<SearchWorkspaceFilesArgs> for SearchOptions {
             context_lines: a.context_lines,
             max_results: a.max_results,
         }
-    }
-}
-
-impl WorkspaceService {
-    async fn search(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: SearchWorkspaceFilesArgs,
-        fields_limit: usize,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let dir = WorkspacePath::parse(&a.path, "path")?;
-        let options = SearchOptions::from(a);
-        self.blocking(ctx, session, move |ws| {
-            let outcome = search::search(ws, dir.as_path(), &options)?;
-            let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
-            fields.insert("query".into(), Value::from(options.query));
-            if budget::fit_list(&mut fields, "results", fields_limit) {
-                // `match_count` counts the matching lines returned.
-                let kept = fields["results"].as_array().map_or(0, Vec::len);
-                fields.insert("match_count".into(), Value::from(kept));
-            }
-            Ok(fields)
-        })
-        .await
     }
 }

@@ -2,11 +2,8 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolGroup, ToolResult};
-use toolmesh_kernel::wire::{InvocationContext, RiskLevel, SideEffect};
-use toolmesh_kernel::{Role, SessionId, ToolError};
+use serde_json::json;
+use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
@@ -18,33 +15,39 @@ impl Define for WriteFile {
     type Args = WriteWorkspaceFileArgs;
     const DEF: &'static ToolDef = &ToolDef {
         name: "write_workspace_file",
-        group: ToolGroup::Workspace,
         description:
             "Write a whole file in the workspace, atomically, creating parent directories.",
-        risk_level: RiskLevel::Medium,
-        side_effects: &[SideEffect::WorkspaceWrite],
-        needs_session: true,
-        role: Role::Workspace,
-        profiles: &[Profile::Coding],
-        review: Review::Diff {
-            each: None,
-            path: "path",
-            old: None,
-            new: "content",
-        },
+        review: Review::diff("path", None, "content"),
+        ..super::WRITING
     };
 }
 
 impl Tool for WriteFile {
     type Host = WorkspaceService;
 
-    async fn run(
-        &self,
-        service: &WorkspaceService,
-        call: &ToolCall<'_>,
-        args: WriteWorkspaceFileArgs,
-    ) -> ToolResult {
-        service.write(call.ctx, call.session()?.clone(), args).await
+    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+        let session = call.session()?.clone();
+        let path = WorkspacePath::parse(&a.path, "path")?;
+        let sha = confine::sha256_of(a.content.as_bytes());
+        let p = path.clone();
+        service
+            .locked(call.ctx, &session, std::slice::from_ref(&path), async {
+                let outcome = service
+                    .blocking(call.ctx, session.clone(), move |ws| {
+                        writing::write_atomic(ws, &p, a.content.as_bytes(), a.overwrite)
+                    })
+                    .await?;
+                service
+                    .read_state
+                    .record(&call.ctx.account, &session, path.display().as_str(), &sha)
+                    .await?;
+                Ok(object(json!({
+                    "path": path.display(),
+                    "bytes_written": outcome.bytes,
+                    "created": outcome.created,
+                })))
+            })
+            .await
     }
 }
 
@@ -56,33 +59,4 @@ pub struct WriteWorkspaceFileArgs {
     pub content: String,
     #[serde(default = "super::yes")]
     pub overwrite: bool,
-}
-
-impl WorkspaceService {
-    async fn write(
-        &self,
-        ctx: &InvocationContext,
-        session: SessionId,
-        a: WriteWorkspaceFileArgs,
-    ) -> Result<Map<String, Value>, ToolError> {
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        let sha = confine::sha256_of(a.content.as_bytes());
-        let p = path.clone();
-        self.locked(ctx, &session, std::slice::from_ref(&path), async {
-            let outcome = self
-                .blocking(ctx, session.clone(), move |ws| {
-                    writing::write_atomic(ws, &p, a.content.as_bytes(), a.overwrite)
-                })
-                .await?;
-            self.read_state
-                .record(&ctx.account, &session, path.display().as_str(), &sha)
-                .await?;
-            Ok(object(json!({
-                "path": path.display(),
-                "bytes_written": outcome.bytes,
-                "created": outcome.created,
-            })))
-        })
-        .await
-    }
 }

@@ -12,8 +12,8 @@ pub mod args;
 mod tool;
 
 pub use tool::{
-    find, parse_args, ClaimTo, DefWithSchema, Define, EventSink, Listed, Runnable, Table, Tool,
-    ToolCall, ToolResult,
+    find, parse_args, ClaimTo, DefWithSchema, Define, Listed, Runnable, Table, Tool, ToolCall,
+    ToolResult,
 };
 
 use std::borrow::Cow;
@@ -98,6 +98,31 @@ impl ToolGroup {
     }
 }
 
+/// The group of a built-in tool (PROTOCOL.md's tool table), as its [`ToolDef`] names it; the
+/// registry names it as a [`ToolGroup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltinGroup {
+    Platform,
+    Dispatcher,
+    Workspace,
+    Skills,
+    Sandbox,
+    Web,
+}
+
+impl From<BuiltinGroup> for ToolGroup {
+    fn from(group: BuiltinGroup) -> Self {
+        match group {
+            BuiltinGroup::Platform => ToolGroup::Platform,
+            BuiltinGroup::Dispatcher => ToolGroup::Dispatcher,
+            BuiltinGroup::Workspace => ToolGroup::Workspace,
+            BuiltinGroup::Skills => ToolGroup::Skills,
+            BuiltinGroup::Sandbox => ToolGroup::Sandbox,
+            BuiltinGroup::Web => ToolGroup::Web,
+        }
+    }
+}
+
 impl Serialize for ToolGroup {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
@@ -170,7 +195,6 @@ const BOUNDARY_SKILLS_RUN: &str =
     "runs the skill runner inside the session's sandbox with skills mounted read-only";
 const BOUNDARY_WEB: &str =
     "egress to public http(s) addresses only; private, loopback and metadata addresses are refused";
-const BOUNDARY_EXTERNAL: &str = "runs outside the node, wherever its provider runs it";
 
 /// The description of one tool, built in or from a provider.
 #[derive(Debug, Clone)]
@@ -334,13 +358,41 @@ pub enum Review {
     },
 }
 
+impl Review {
+    /// The diff of the file named by member `path`, from member `old` (empty when `None`) to
+    /// member `new`.
+    pub const fn diff(path: &'static str, old: Option<&'static str>, new: &'static str) -> Self {
+        Review::Diff {
+            each: None,
+            path,
+            old,
+            new,
+        }
+    }
+
+    /// [`Review::diff`] of each item of the array member `each`.
+    pub const fn diff_each(
+        each: &'static str,
+        path: &'static str,
+        old: Option<&'static str>,
+        new: &'static str,
+    ) -> Self {
+        Review::Diff {
+            each: Some(each),
+            path,
+            old,
+            new,
+        }
+    }
+}
+
 /// A built-in tool's definition: [`Define::DEF`] of the tool's type, in the file of the actor
 /// that runs it. Its boundary follows from its group and side effects, where it runs from its
 /// role, its schema from its argument type.
 #[derive(Debug, Clone)]
 pub struct ToolDef {
     pub name: &'static str,
-    pub group: ToolGroup,
+    pub group: BuiltinGroup,
     pub description: &'static str,
     pub risk_level: RiskLevel,
     pub side_effects: &'static [SideEffect],
@@ -355,17 +407,34 @@ pub struct ToolDef {
 }
 
 impl ToolDef {
+    /// A definition of a tool of `group` that `role` runs, with the usual defaults: low risk,
+    /// no side effect, no session, no named profile, arguments shown as they are. An actor's
+    /// tools start from one such base and name what differs (`..BASE`); `name` and
+    /// `description` are always their own.
+    pub const fn of(group: BuiltinGroup, role: Role) -> ToolDef {
+        ToolDef {
+            name: "",
+            group,
+            description: "",
+            risk_level: RiskLevel::Low,
+            side_effects: &[],
+            needs_session: false,
+            role,
+            profiles: &[],
+            review: Review::Arguments,
+        }
+    }
+
     /// Its description in the registry.
     pub fn spec(&self) -> ToolSpec {
-        let boundary = match (&self.group, self.side_effects) {
-            (ToolGroup::Platform | ToolGroup::Dispatcher, _) => BOUNDARY_GATEWAY,
-            (ToolGroup::Workspace, []) => BOUNDARY_WORKSPACE_READ,
-            (ToolGroup::Workspace, _) => BOUNDARY_WORKSPACE_WRITE,
-            (ToolGroup::Sandbox, _) => BOUNDARY_SANDBOX,
-            (ToolGroup::Skills, []) => BOUNDARY_SKILLS_READ,
-            (ToolGroup::Skills, _) => BOUNDARY_SKILLS_RUN,
-            (ToolGroup::Web, _) => BOUNDARY_WEB,
-            (ToolGroup::External | ToolGroup::Mcp | ToolGroup::Named(_), _) => BOUNDARY_EXTERNAL,
+        let boundary = match (self.group, self.side_effects) {
+            (BuiltinGroup::Platform | BuiltinGroup::Dispatcher, _) => BOUNDARY_GATEWAY,
+            (BuiltinGroup::Workspace, []) => BOUNDARY_WORKSPACE_READ,
+            (BuiltinGroup::Workspace, _) => BOUNDARY_WORKSPACE_WRITE,
+            (BuiltinGroup::Sandbox, _) => BOUNDARY_SANDBOX,
+            (BuiltinGroup::Skills, []) => BOUNDARY_SKILLS_READ,
+            (BuiltinGroup::Skills, _) => BOUNDARY_SKILLS_RUN,
+            (BuiltinGroup::Web, _) => BOUNDARY_WEB,
         };
         let runs = if self.role == Role::Gateway {
             Runs::Gateway
@@ -374,7 +443,7 @@ impl ToolDef {
         };
         ToolSpec {
             name: Cow::Borrowed(self.name),
-            group: self.group.clone(),
+            group: self.group.into(),
             description: Cow::Borrowed(self.description),
             risk_level: self.risk_level,
             side_effects: Cow::Borrowed(self.side_effects),
@@ -529,22 +598,17 @@ mod tests {
     use super::*;
     use args::NoArgs;
 
-    fn def(name: &'static str, group: ToolGroup, schema: fn() -> Value) -> DefWithSchema {
-        let role = if group == ToolGroup::Dispatcher {
+    fn def(name: &'static str, group: BuiltinGroup, schema: fn() -> Value) -> DefWithSchema {
+        let role = if group == BuiltinGroup::Dispatcher {
             Role::Gateway
         } else {
             Role::Web
         };
         let def = ToolDef {
             name,
-            group,
             description: "a tool of the tests",
-            risk_level: RiskLevel::Low,
-            side_effects: &[],
-            needs_session: false,
-            role,
             profiles: &[Profile::Coding],
-            review: Review::Arguments,
+            ..ToolDef::of(group, role)
         };
         DefWithSchema {
             def: Box::leak(Box::new(def)),
@@ -559,8 +623,12 @@ mod tests {
     #[test]
     fn a_registry_holds_its_definitions_and_nothing_else() {
         let defs = [
-            def("a_tool", ToolGroup::Web, schema_of::<NoArgs>),
-            def(TOOL_DISPATCHER, ToolGroup::Dispatcher, schema_of::<NoArgs>),
+            def("a_tool", BuiltinGroup::Web, schema_of::<NoArgs>),
+            def(
+                TOOL_DISPATCHER,
+                BuiltinGroup::Dispatcher,
+                schema_of::<NoArgs>,
+            ),
         ];
         let reg = ToolRegistry::new(listed(&defs)).unwrap();
         assert_eq!(reg.iter().count(), 2);
@@ -582,8 +650,8 @@ mod tests {
     #[test]
     fn two_tools_of_one_name_are_refused() {
         let defs = [
-            def("twice", ToolGroup::Web, schema_of::<NoArgs>),
-            def("twice", ToolGroup::Skills, schema_of::<NoArgs>),
+            def("twice", BuiltinGroup::Web, schema_of::<NoArgs>),
+            def("twice", BuiltinGroup::Skills, schema_of::<NoArgs>),
         ];
         assert_eq!(
             ToolRegistry::new(listed(&defs)).unwrap_err(),
@@ -593,7 +661,7 @@ mod tests {
 
     #[test]
     fn a_schema_that_does_not_compile_is_refused() {
-        let defs = [def("broken", ToolGroup::Web, || json!({"type": "nope"}))];
+        let defs = [def("broken", BuiltinGroup::Web, || json!({"type": "nope"}))];
         let error = ToolRegistry::new(listed(&defs)).unwrap_err();
         assert!(
             matches!(error, RegistryError::Schema { tool: "broken", .. }),

@@ -12,9 +12,7 @@
 //! row in PROTOCOL.md's tool table (ARCHITECTURE.md, "Adding a tool").
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -22,9 +20,9 @@ use serde_json::{Map, Value};
 
 use super::{schema_of, ToolDef};
 use crate::error::{ErrorCode, ToolError};
+use crate::events::EventSink;
 use crate::ids::SessionId;
-use crate::subjects::public;
-use crate::wire::{self, InvocationContext, RunEventKind};
+use crate::wire::InvocationContext;
 
 /// A tool's fields on success, its error otherwise.
 pub type ToolResult = Result<Map<String, Value>, ToolError>;
@@ -167,64 +165,5 @@ impl ToolCall<'_> {
             .session_id
             .as_ref()
             .ok_or_else(|| ToolError::invalid_request("this tool works in a session"))
-    }
-}
-
-/// Publishes a call's RunEvents from the actor, numbering them on from the gateway's
-/// (`ActorCall.event_seq`) without gaps, and counts them for `events_emitted`.
-#[derive(Debug)]
-pub struct EventSink<'a> {
-    client: Option<&'a async_nats::Client>,
-    ctx: &'a InvocationContext,
-    tool: &'a str,
-    first_seq: u64,
-    emitted: AtomicU64,
-}
-
-impl<'a> EventSink<'a> {
-    /// Events of `ctx`'s call from `first_seq` on.
-    pub fn new(
-        client: &'a async_nats::Client,
-        ctx: &'a InvocationContext,
-        tool: &'a str,
-        first_seq: u64,
-    ) -> Self {
-        Self {
-            client: Some(client),
-            ctx,
-            tool,
-            first_seq,
-            emitted: AtomicU64::new(0),
-        }
-    }
-
-    /// A sink that publishes nothing (unit tests of tools).
-    pub fn none(ctx: &'a InvocationContext, tool: &'a str) -> Self {
-        Self {
-            client: None,
-            ctx,
-            tool,
-            first_seq: 0,
-            emitted: AtomicU64::new(0),
-        }
-    }
-
-    /// Publishes one event of `kind` with `extra` members; a failed publish is logged, and
-    /// its `seq` still counts (the gateway's numbering stays gap-free from its side).
-    pub async fn publish(&self, kind: RunEventKind, extra: &Map<String, Value>) {
-        let Some(client) = self.client else {
-            return;
-        };
-        let seq = self.first_seq + self.emitted.fetch_add(1, Ordering::Relaxed);
-        let body = wire::run_event(self.ctx, self.tool, seq, kind, extra);
-        let subject = public::events(&self.ctx.account, &self.ctx.invocation_id);
-        if let Err(e) = client.publish(subject, Bytes::from(body)).await {
-            tracing::warn!(error = %e, "cannot publish a run event");
-        }
-    }
-
-    /// How many events this call published.
-    pub fn emitted(&self) -> u64 {
-        self.emitted.load(Ordering::Relaxed)
     }
 }
