@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::backend::{Execution, Output};
 use crate::egress::Decision;
-use crate::output::{Captured, Spool, SpoolSettings, Utf8Decoder};
+use crate::output::{utf8_complete_len, Captured, Spool, SpoolSettings, Utf8Decoder};
 
 /// Output streamed as events per stream; past it, no more events (the reply still has it).
 pub const STREAM_CAP: usize = 1024 * 1024;
@@ -42,28 +42,6 @@ async fn publish_decision(events: &EventSink<'_>, decision: &Decision) {
         _ => Map::new(),
     };
     events.publish(RunEventKind::Egress, &extra).await;
-}
-
-/// The length of `bytes` without a trailing UTF-8 sequence that is cut short (at most three
-/// bytes, which the next read may complete). Output arrives in pipe-sized pieces that can end
-/// inside a character; sending such a piece as text would turn both halves into U+FFFD.
-/// Invalid bytes that no later byte can complete are left for the lossy conversion.
-pub fn utf8_complete_len(bytes: &[u8]) -> usize {
-    let len = bytes.len();
-    for back in 1..=len.min(4) {
-        let byte = bytes[len - back];
-        if byte & 0xC0 == 0x80 {
-            continue; // a continuation byte: the character starts further back
-        }
-        let needs = match byte {
-            0xF0..=0xF7 => 4,
-            0xE0..=0xEF => 3,
-            0xC0..=0xDF => 2,
-            _ => 1,
-        };
-        return if needs > back { len - back } else { len };
-    }
-    len
 }
 
 /// Takes the front of `buffer` that ends on a whole character, leaving a character cut short
