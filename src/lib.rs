@@ -3,6 +3,7 @@
 
 mod audit_cli;
 pub mod cli;
+pub mod configs;
 pub mod metrics;
 pub mod micro;
 pub mod node;

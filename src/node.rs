@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::budget;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
-use toolmesh_kernel::config::NodeConfig;
+use toolmesh_kernel::config::{NodeConfig, RawEnv};
 use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::metrics::{Metrics, MetricsConfig, SandboxState, METRICS_LISTEN_VAR};
 use toolmesh_kernel::subjects::{internal, public, queue};
@@ -116,6 +116,10 @@ pub async fn run(
     roles: Vec<Role>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Each actor's config, read by its own crate before anything starts.
+    let config = Arc::new(config);
+    let env = RawEnv::from_process();
+    let actors = crate::configs::ActorConfigs::from_env(&env, &config)?;
     // Watched from the first instant, so that the signal handlers it installs
     // (`host::shutdown_signal`) are in place before the actors start: a SIGTERM during the start
     // (a sandbox worker making its warm sandboxes) drains the node once it is up, instead of
@@ -134,13 +138,12 @@ pub async fn run(
     });
     // Let the watcher run once now, so the handlers exist before anything else happens.
     tokio::task::yield_now().await;
-    let config = Arc::new(config);
     let id = node_id(&config)?;
     let registry = Arc::new(crate::tools::registry().context("the built-in tools")?);
     // A `[tools.<name>]` entry that names no built-in tool is for a provider tool of that
     // name (the policy file checked that it is a tool name): kept, and said once here, since
     // a misspelt built-in name would otherwise change nothing unnoticed.
-    for tool in config.policy.overridden_tools() {
+    for tool in actors.gateway.policy.overridden_tools() {
         if registry.get(tool).is_none() {
             tracing::info!(tool, "the policy file sets a risk level for a tool that is not built in; it applies to a provider tool of that name");
         }
@@ -148,32 +151,26 @@ pub async fn run(
     // The bridge's MCP servers file, validated before anything connects: a bad file stops the
     // node with the server and field it names.
     let mut bridge_config = if roles.contains(&Role::Bridge) {
-        Some(toolmesh_bridge::BridgeConfig::from_env(
-            &toolmesh_kernel::config::RawEnv::from_process(),
-        )?)
+        Some(toolmesh_bridge::BridgeConfig::from_env(&env)?)
     } else {
         None
     };
     // The MCP front's settings and tokens file, read before anything connects.
     let mut mcp_config = if roles.contains(&Role::Mcp) {
-        Some(toolmesh_mcp::McpConfig::from_env(
-            &toolmesh_kernel::config::RawEnv::from_process(),
-        )?)
+        Some(toolmesh_mcp::McpConfig::from_env(&env)?)
     } else {
         None
     };
     // The console's listen address and tokens file, read before anything connects.
     let mut console_config = if roles.contains(&Role::Console) {
-        Some(toolmesh_console::ConsoleConfig::from_env(
-            &toolmesh_kernel::config::RawEnv::from_process(),
-        )?)
+        Some(toolmesh_console::ConsoleConfig::from_env(&env)?)
     } else {
         None
     };
     // The sandbox templates, validated before anything connects the same way.
     let templates = if roles.contains(&Role::Sandbox) {
         Some(toolmesh_sandbox::templates::Templates::from_env(
-            &toolmesh_kernel::config::RawEnv::from_process(),
+            &env,
             &config.sandbox,
         )?)
     } else {
@@ -183,7 +180,7 @@ pub async fn run(
     // node naming the variable.
     let metrics = Metrics::new();
     let node_stop = CancellationToken::new();
-    let metrics_config = MetricsConfig::from_env(&toolmesh_kernel::config::RawEnv::from_process())?;
+    let metrics_config = MetricsConfig::from_env(&env)?;
     if let Some(listen) = metrics_config.listen {
         crate::metrics::serve(
             listen,
@@ -194,9 +191,7 @@ pub async fn run(
         .await
         .with_context(|| format!("cannot serve metrics on {listen} ({METRICS_LISTEN_VAR})"))?;
     }
-    let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(
-        &toolmesh_kernel::config::RawEnv::from_process(),
-    )?;
+    let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(&env)?;
     let (nats, refusals) = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
         .with_context(|| {
@@ -263,7 +258,7 @@ pub async fn run(
             Role::Gateway => {
                 toolmesh_gateway::spawn(
                     nats.clone(),
-                    config.clone(),
+                    actors.gateway.clone(),
                     registry.clone(),
                     cluster.clone(),
                     lifecycle.clone(),

@@ -11,6 +11,7 @@ use toolmesh_kernel::settings::{Component, Variable};
 /// Every table, each declared beside the code that reads its variables.
 pub const TABLES: &[&[Variable]] = &[
     toolmesh_kernel::config::VARIABLES,
+    toolmesh_gateway::variables::VARIABLES,
     toolmesh_sandbox::variables::VARIABLES,
     toolmesh_bridge::variables::VARIABLES,
     toolmesh_mcp::variables::VARIABLES,

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::policy::{ApprovalMode, Policy};
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{RegisteredTool, ToolGroup, ToolRegistry};
 
+use crate::config::GatewayConfig;
 use crate::providers::catalog::ProviderStatus;
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, Role, ToolError};
@@ -59,7 +59,7 @@ impl StatusCache {
         registry: &ToolRegistry,
         providers: &[ProviderStatus],
         cluster: &ClusterView,
-        config: &NodeConfig,
+        config: &GatewayConfig,
         ctx: &InvocationContext,
     ) -> Vec<u8> {
         let mode = config.policy.mode_for(&ctx.account);
@@ -102,9 +102,10 @@ impl StatusCache {
     }
 }
 
-fn workspace_root(config: &NodeConfig, ctx: &InvocationContext) -> Option<String> {
+fn workspace_root(config: &GatewayConfig, ctx: &InvocationContext) -> Option<String> {
     ctx.session_id.as_ref().map(|s| {
         config
+            .node
             .data_dir
             .join("accounts")
             .join(ctx.account.as_str())
@@ -122,7 +123,7 @@ pub fn component_status(
     registry: &ToolRegistry,
     providers: &[ProviderStatus],
     cluster: &ClusterView,
-    config: &NodeConfig,
+    config: &GatewayConfig,
     mode: ApprovalMode,
     workspace_root: Option<String>,
 ) -> Map<String, Value> {
@@ -138,36 +139,36 @@ pub fn component_status(
     let sandbox_backend = workers
         .first()
         .map(|s| s.backend.clone())
-        .unwrap_or_else(|| config.sandbox.backend.wire_name().to_owned());
+        .unwrap_or_else(|| config.reported.sandbox_backend.clone());
     let sandbox_enabled = running(Role::Sandbox);
     let enabled = |on: bool| if on { "enabled" } else { "disabled" };
-    let skills = &config.skills;
+    let reported = &config.reported;
     object(json!({
         "summary": {
             // toolmesh binds no model, knowledge base or memory: the agent runtime does.
             "model": null,
             "knowledge_base_bound": false,
             "long_term_memory_bound": false,
-            "skill_space_bound": !skills.space_ids.is_empty() && skills.service_url.is_some(),
+            "skill_space_bound": !reported.skill_space_ids.is_empty() && reported.skill_service_configured,
             "isolated_execution": enabled(sandbox_enabled),
             "sandbox_direct_tools": enabled(sandbox_enabled),
         },
         "skill_space": {
-            "space_ids": skills.space_ids,
-            "service_configured": skills.service_url.is_some(),
+            "space_ids": reported.skill_space_ids,
+            "service_configured": reported.skill_service_configured,
             "enabled": running(Role::Skills),
             "tools": names_of(registry, ToolGroup::Skills),
         },
         "skill_runtime": {
             "backend": sandbox_backend,
-            "enabled": skills.runner_command.is_some() && running(Role::Skills) && sandbox_enabled,
-            "runner_configured": skills.runner_command.is_some(),
+            "enabled": reported.skill_runner_configured && running(Role::Skills) && sandbox_enabled,
+            "runner_configured": reported.skill_runner_configured,
             "template_bound": sandbox_enabled,
         },
         "sandbox": {
             "backend": sandbox_backend,
             "enabled": sandbox_enabled,
-            "image": config.sandbox.image,
+            "image": reported.sandbox_image,
             "workers": workers.len(),
             "capacity": workers.iter().map(|s| s.capacity).sum::<u64>(),
             "in_use": workers.iter().map(|s| s.in_use).sum::<u64>(),
@@ -181,12 +182,12 @@ pub fn component_status(
         },
         "web": {
             "enabled": running(Role::Web),
-            "search_provider": config.web.search_provider,
+            "search_provider": reported.web_search_provider,
             "tools": names_of(registry, ToolGroup::Web),
         },
         "approval": {
             "mode": mode,
-            "in_band": config.approval.in_band,
+            "in_band": reported.approval_in_band,
             "enabled": running(Role::Approval),
         },
         "cluster": {
@@ -196,7 +197,7 @@ pub fn component_status(
         // Tool providers this gateway discovered (PROTOCOL.md "Tool providers").
         "providers": providers,
         // Whether RunEvents are replayable (PROTOCOL.md "Durable events, audit, metrics").
-        "events": config.events.status(),
+        "events": config.node.events.status(),
     }))
 }
 

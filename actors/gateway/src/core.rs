@@ -8,13 +8,13 @@ use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::wire::ApprovalRequest;
 use toolmesh_kernel::ErrorCode;
 
 use crate::builtin;
+use crate::config::GatewayConfig;
 use crate::providers::LiveTools;
 
 /// What every call of this gateway shares.
@@ -23,7 +23,7 @@ pub struct GatewayCore {
     pub client: Client,
     /// The built-in tools and the provider tools this gateway discovered, swapped whole.
     pub tools: Arc<LiveTools>,
-    pub config: Arc<NodeConfig>,
+    pub config: Arc<GatewayConfig>,
     pub cluster: Arc<ClusterView>,
     /// `…decided` events, fanned out to parked calls.
     pub decided: broadcast::Sender<Arc<ApprovalRequest>>,

@@ -16,10 +16,12 @@ mod audit;
 mod builtin;
 mod call;
 mod cancel;
+pub mod config;
 mod core;
 pub mod providers;
 mod splice;
 pub mod tools;
+pub mod variables;
 
 use std::sync::Arc;
 
@@ -28,7 +30,6 @@ use futures::StreamExt;
 use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::{
     confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle, ReplyInbox,
 };
@@ -39,6 +40,7 @@ use toolmesh_kernel::Role;
 
 pub use call::gate::GATE_TIMEOUT;
 pub use call::route::DEFAULT_ROUTE_TIMEOUT;
+pub use config::{GatewayConfig, Reported};
 
 use actor::{ApprovalDecided, AuditQueried, CallReceived, CancelReceived, Gateway};
 
@@ -71,7 +73,7 @@ pub struct Accounting {
 /// live on the server.
 pub async fn spawn(
     client: async_nats::Client,
-    config: Arc<NodeConfig>,
+    config: Arc<GatewayConfig>,
     registry: Arc<ToolRegistry>,
     cluster: Arc<ClusterView>,
     lifecycle: Lifecycle,
@@ -149,7 +151,7 @@ pub async fn spawn(
     let (handle, stop_notice) = ActorHandle::new(Role::Gateway);
     let drain = lifecycle.drain.clone();
     // Public requests that ask for a reply anywhere but an inbox are dropped unread.
-    let replies = core.config.reply_prefixes.clone();
+    let replies = core.config.node.reply_prefixes.clone();
     Gateway::create(move |ctx| {
         ctx.add_stream(
             replies

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::policy::{ApprovalMode, Policy, PolicyError};
+use crate::policy::PolicyError;
 use crate::replies::ReplyPrefixes;
 
 mod variables;
@@ -118,7 +118,8 @@ impl RawEnv {
         }
     }
 
-    fn flag(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
+    /// A switch: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`.
+    pub fn flag(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.get(key).map(str::trim) {
             None => Ok(default),
             Some("1" | "true" | "yes" | "on") => Ok(true),
@@ -131,7 +132,8 @@ impl RawEnv {
         }
     }
 
-    fn list(&self, key: &str) -> Vec<String> {
+    /// A comma-separated list, blanks dropped.
+    pub fn list(&self, key: &str) -> Vec<String> {
         self.get(key)
             .map(|v| {
                 v.split(',')
@@ -325,7 +327,6 @@ pub struct NodeConfig {
     pub nats_url: String,
     pub redis_url: String,
     pub data_dir: PathBuf,
-    pub policy: Policy,
     pub approval: ApprovalConfig,
     pub result_budget_chars: usize,
     pub sandbox: SandboxConfig,
@@ -340,9 +341,6 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     pub fn from_env(env: &RawEnv) -> Result<NodeConfig, ConfigError> {
-        let mode: ApprovalMode = env.parse("TOOLMESH_TOOL_APPROVAL_MODE", ApprovalMode::Strict)?;
-        let policy_file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
-        let policy = Policy::load(mode, policy_file.as_deref())?;
         let ttl_s: u64 = env.parse("TOOLMESH_APPROVAL_TTL_S", DEFAULT_APPROVAL_TTL_S)?;
         if ttl_s == 0 {
             return Err(ConfigError::Invalid {
@@ -374,7 +372,6 @@ impl NodeConfig {
                 .get("TOOLMESH_REDIS_URL")
                 .unwrap_or(DEFAULT_REDIS_URL)
                 .to_owned(),
-            policy,
             approval: ApprovalConfig {
                 in_band: env.flag("TOOLMESH_APPROVAL_IN_BAND", true)?,
                 ttl: Duration::from_secs(ttl_s),
@@ -599,7 +596,6 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable() {
         for (key, value) in [
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "lax"),
             ("TOOLMESH_APPROVAL_IN_BAND", "maybe"),
             ("TOOLMESH_APPROVAL_TTL_S", "0"),
             ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),

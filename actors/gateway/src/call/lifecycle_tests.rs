@@ -5,7 +5,6 @@ use std::sync::Arc;
 use async_nats::Message;
 use bytes::Bytes;
 use tokio::sync::broadcast;
-use toolmesh_kernel::config::NodeConfig;
 use toolmesh_kernel::host::ReplyInbox;
 use toolmesh_kernel::tools::ToolRegistry;
 
@@ -32,7 +31,7 @@ async fn a_call_future_stays_small() {
         tools: Arc::new(LiveTools::new(Arc::new(
             ToolRegistry::new(tools::LISTED.iter().copied()).expect("the gateway's tools"),
         ))),
-        config: Arc::new(NodeConfig::from_env(&Default::default()).expect("defaults")),
+        config: Arc::new(crate::config::tests::config(&Default::default()).expect("defaults")),
         cluster: Default::default(),
         decided: broadcast::channel(1).0,
         lifecycle: Default::default(),

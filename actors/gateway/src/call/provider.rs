@@ -116,7 +116,8 @@ impl Call<'_> {
         };
         let mut fields =
             providers::reply::normalise(service, reply.headers.as_ref(), &reply.payload)?;
-        let whole = providers::reply::cut_to_budget(&mut fields, core.config.result_budget_chars);
+        let whole =
+            providers::reply::cut_to_budget(&mut fields, core.config.node.result_budget_chars);
         if let (false, Some(session)) = (whole.is_empty(), &self.ctx.session_id) {
             self.persist(session, &mut fields, whole).await;
         }

@@ -85,20 +85,6 @@ pub const VARIABLES: &[Variable] = &[
          close.",
     ),
     var(
-        "TOOLMESH_TOOL_APPROVAL_MODE",
-        Approval,
-        "`strict`",
-        "Which calls need an approval: `off` (none), `standard` (high and critical risk) or \
-         `strict` (medium risk and above).",
-    ),
-    var(
-        "TOOLMESH_POLICY_FILE",
-        Approval,
-        "unset",
-        "A TOML policy: `mode` (overrides `TOOLMESH_TOOL_APPROVAL_MODE`), \
-         `[accounts.<account>] mode` and `[tools.<tool>] risk_level`.",
-    ),
-    var(
         "TOOLMESH_APPROVAL_IN_BAND",
         Approval,
         "`1`",

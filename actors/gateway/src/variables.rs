@@ -1,0 +1,45 @@
+//! The variables only the gateway reads (its risk policy), for the configuration reference
+//! ([`toolmesh_kernel::settings`]).
+
+use toolmesh_kernel::settings::{Component, Variable};
+
+/// The gateway's variables.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "TOOLMESH_TOOL_APPROVAL_MODE",
+        component: Component::Approval,
+        default: "`strict`",
+        description: "Which calls need an approval: `off` (none), `standard` (high and critical \
+                      risk) or `strict` (medium risk and above).",
+    },
+    Variable {
+        name: "TOOLMESH_POLICY_FILE",
+        component: Component::Approval,
+        default: "unset",
+        description: "A TOML policy: `mode` (overrides `TOOLMESH_TOOL_APPROVAL_MODE`), \
+                      `[accounts.<account>] mode` and `[tools.<tool>] risk_level`.",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh_kernel::config::RawEnv;
+
+    /// Setting a variable to its default's literal changes nothing.
+    #[test]
+    fn a_default_set_explicitly_changes_nothing() {
+        let read = |env: &RawEnv| format!("{:?}", crate::config::tests::config(env).unwrap());
+        let unset = read(&RawEnv::default());
+        let mut literals = 0;
+        for var in VARIABLES {
+            let Some(literal) = var.literal_default() else {
+                continue;
+            };
+            let set = read(&RawEnv::from_pairs([(var.name, literal)]));
+            assert_eq!(set, unset, "{}={literal} is not the default", var.name);
+            literals += 1;
+        }
+        assert_eq!(literals, 1, "{literals} defaults are literals");
+    }
+}

@@ -1,0 +1,34 @@
+//! Every actor's own config, each read from the environment by its crate's constructor, for
+//! [`crate::node::run`]. They are read at start whatever the node's roles, as one node config
+//! was before: a bad value stops any node naming its variable, and the gateway reports the
+//! settings of roles it does not run.
+//!
+//! The bridge, the MCP front, the console and the sandbox templates read files and are read only
+//! for their roles, in `node::run`.
+
+use std::sync::Arc;
+
+use toolmesh_gateway::{GatewayConfig, Reported};
+use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
+
+/// The configs of the actors every node reads.
+#[derive(Debug)]
+pub struct ActorConfigs {
+    pub gateway: Arc<GatewayConfig>,
+}
+
+impl ActorConfigs {
+    pub fn from_env(env: &RawEnv, node: &Arc<NodeConfig>) -> Result<ActorConfigs, ConfigError> {
+        let reported = Reported {
+            sandbox_backend: node.sandbox.backend.wire_name().to_owned(),
+            sandbox_image: node.sandbox.image.clone(),
+            skill_space_ids: node.skills.space_ids.clone(),
+            skill_service_configured: node.skills.service_url.is_some(),
+            skill_runner_configured: node.skills.runner_command.is_some(),
+            web_search_provider: node.web.search_provider.clone(),
+            approval_in_band: node.approval.in_band,
+        };
+        let gateway = Arc::new(GatewayConfig::from_env(env, node.clone(), reported)?);
+        Ok(ActorConfigs { gateway })
+    }
+}
