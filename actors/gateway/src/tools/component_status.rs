@@ -6,7 +6,7 @@ use toolmesh_kernel::tools::{BuiltinGroup, Define, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
-use super::tool::Builtin;
+use super::tool::{Builtin, GATEWAY};
 use crate::core::{Answer, GatewayCore};
 
 pub struct ComponentStatus;
@@ -18,7 +18,7 @@ impl Define for ComponentStatus {
         description: "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime.",
         group: BuiltinGroup::Platform,
         profiles: &[Profile::Focused],
-        ..super::GATEWAY
+        ..GATEWAY
     };
 }
 

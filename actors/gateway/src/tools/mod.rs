@@ -8,14 +8,8 @@ pub mod tool_dispatcher;
 pub mod tool_search;
 
 use toolmesh_kernel::tools::Listed;
-use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
-use toolmesh_kernel::Role;
 
 pub use tool::{Answering, Builtin};
-
-/// What a gateway tool's definition says unless it says otherwise: the dispatcher group, run by
-/// the gateway, low risk, no side effect, no session, no named profile.
-pub(crate) const GATEWAY: ToolDef = ToolDef::of(BuiltinGroup::Dispatcher, Role::Gateway);
 
 /// The tools the gateway answers.
 pub const TOOLS: &[&dyn Answering] =

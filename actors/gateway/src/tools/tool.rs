@@ -4,11 +4,15 @@
 //! gate, so it is listed ([`super::listed`]) but is no entry of [`super::TOOLS`].
 
 use serde_json::Value;
-use toolmesh_kernel::tools::{parse_args, Define, Listed, ToolRegistry};
+use toolmesh_kernel::tools::{parse_args, BuiltinGroup, Define, Listed, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
-use toolmesh_kernel::ToolError;
+use toolmesh_kernel::{Role, ToolError};
 
 use crate::core::{Answer, GatewayCore};
+
+/// What a gateway tool's definition says unless it says otherwise: the dispatcher group, run by
+/// the gateway, low risk, no side effect, no session, no named profile.
+pub(crate) const GATEWAY: ToolDef = ToolDef::of(BuiltinGroup::Dispatcher, Role::Gateway);
 
 /// How a tool of the gateway answers a call whose arguments are valid (and approved, when the
 /// policy asks).

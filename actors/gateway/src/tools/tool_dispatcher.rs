@@ -8,6 +8,8 @@ use serde_json::Value;
 use toolmesh_kernel::tools::args::{OneOrMany, Profile};
 use toolmesh_kernel::tools::{Define, ToolDef, TOOL_DISPATCHER};
 
+use super::tool::GATEWAY;
+
 pub struct ToolDispatcher;
 
 impl Define for ToolDispatcher {
@@ -15,7 +17,7 @@ impl Define for ToolDispatcher {
     const DEF: &'static ToolDef = &ToolDef {
         name: TOOL_DISPATCHER,
         description: "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.",
-        ..super::GATEWAY
+        ..GATEWAY
     };
 }
 

@@ -8,7 +8,7 @@ use toolmesh_kernel::tools::{Define, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
-use super::tool::Builtin;
+use super::tool::{Builtin, GATEWAY};
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
 
@@ -20,7 +20,7 @@ impl Define for ToolSearch {
         name: "tool_search",
         description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
         profiles: &[Profile::Coding],
-        ..super::GATEWAY
+        ..GATEWAY
     };
 }
 
