@@ -31,6 +31,7 @@ use tracing::Instrument as _;
 
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::subjects::public;
+use toolmesh_kernel::tools::TOOL_DISPATCHER;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::{Account, VERSION};
 
@@ -210,7 +211,7 @@ impl Front {
         let list = self
             .request(
                 public::call(&caller.account),
-                json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "profile": caller.profile}}),
+                json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "list", "profile": caller.profile}}),
                 Duration::from_secs(30),
             )
             .await;
@@ -235,7 +236,7 @@ impl Front {
         let described = futures::future::join_all(names.iter().map(|name| {
             self.request(
                 subject.clone(),
-                json!({"tool": "tool_dispatcher", "arguments": {"action": "describe", "tool_name": name, "profile": caller.profile}}),
+                json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "describe", "tool_name": name, "profile": caller.profile}}),
                 Duration::from_secs(30),
             )
         }))
@@ -414,7 +415,7 @@ impl Front {
             json!({"tool": tool, "arguments": arguments})
         } else {
             // The dispatcher keeps the call inside the profile.
-            json!({"tool": "tool_dispatcher", "arguments": {
+            json!({"tool": TOOL_DISPATCHER, "arguments": {
                 "action": "call", "tool_name": tool, "arguments": arguments,
                 "profile": caller.profile,
             }})
