@@ -193,6 +193,30 @@ impl ToolError {
     }
 }
 
+/// An error and its sources, `error: cause: cause`, as a log field at an actor's edge, where a
+/// domain error becomes a [`ToolError`]: `tracing::warn!(error = %DisplayChain(&e), "…")`
+/// keeps the whole chain that the one-sentence `error_message` does not carry. A cause whose
+/// text the line already holds is not written twice. Display-safe like
+/// [`crate::text::DisplaySafe`]: a path inside an error cannot forge a log line.
+#[derive(Clone, Copy)]
+pub struct DisplayChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for DisplayChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.0.to_string();
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            let shown = cause.to_string();
+            if !text.contains(&shown) {
+                text.push_str(": ");
+                text.push_str(&shown);
+            }
+            source = cause.source();
+        }
+        f.write_str(&crate::text::display_safe(&text))
+    }
+}
+
 /// `message` as `error_message` carries it: shortened, then display-safe.
 fn display_message(message: String) -> String {
     use crate::text::{display_safe, shorten_middle};
@@ -230,6 +254,27 @@ mod tests {
         assert_eq!(fields["error"], "invalid_arguments");
         assert_eq!(fields["details"][0]["path"], "/path");
         assert_eq!(ToolError::from_fields(&fields), Some(err));
+    }
+
+    #[test]
+    fn a_chain_shows_every_cause_once_and_display_safe() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read '{0}'")]
+        struct Outer(String, #[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let io = || std::io::Error::other("disk on fire");
+        let outer = Outer("a\nb".into(), io());
+        assert_eq!(
+            DisplayChain(&outer).to_string(),
+            "cannot read 'a\\u000ab': disk on fire"
+        );
+        let quoting = Quoting(io());
+        assert_eq!(
+            DisplayChain(&quoting).to_string(),
+            "cannot read: disk on fire"
+        );
     }
 
     #[test]
