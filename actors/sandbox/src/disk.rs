@@ -165,7 +165,7 @@ pub fn plan(dir: &Path, mb: u64, required: bool) -> Result<DiskPlan, String> {
 pub fn shares_mounts_with_daemon(dir: &Path) -> Result<(), String> {
     match daemon_shares_namespace() {
         Some(true) => return Ok(()),
-        None if !crate::in_container() => return Ok(()),
+        None if !in_container() => return Ok(()),
         Some(false) | None => {}
     }
     let table = std::fs::read_to_string("/proc/self/mountinfo")
@@ -322,6 +322,14 @@ fn program(name: &str) -> PathBuf {
         .map(|dir| Path::new(dir).join(name))
         .find(|path| path.is_file())
         .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// Whether this process runs in a container (Docker's `/.dockerenv`, Podman's
+/// `/run/.containerenv`).
+pub(crate) fn in_container() -> bool {
+    ["/.dockerenv", "/run/.containerenv"]
+        .iter()
+        .any(|marker| std::path::Path::new(marker).exists())
 }
 
 #[cfg(test)]

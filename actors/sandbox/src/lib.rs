@@ -21,6 +21,7 @@ pub mod output;
 pub mod pool;
 pub mod registry;
 pub mod remove;
+pub mod service;
 pub mod skills;
 pub mod tasks;
 pub mod templates;
@@ -243,7 +244,7 @@ pub async fn spawn(
         reap_egress(docker, &pool.scope(), settings.node.as_str(), None).await;
     }
     start_egress(&pool, docker.as_ref(), &settings, project.as_deref()).await?;
-    let service = Arc::new(tools::SandboxService {
+    let service = Arc::new(service::SandboxService {
         pool: pool.clone(),
         client: client.clone(),
         budget_chars: settings.budget_chars,
@@ -347,18 +348,10 @@ fn own_hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// Whether this process runs in a container (Docker's `/.dockerenv`, Podman's
-/// `/run/.containerenv`).
-pub(crate) fn in_container() -> bool {
-    ["/.dockerenv", "/run/.containerenv"]
-        .iter()
-        .any(|marker| std::path::Path::new(marker).exists())
-}
-
 /// The compose project of the container this worker runs in (its `com.docker.compose.project`
 /// label), with the docker backend; `None` outside compose or when Docker does not say.
 async fn compose_project(docker: &bollard::Docker, config: &SandboxConfig) -> Option<String> {
-    if !in_container() {
+    if !disk::in_container() {
         return None;
     }
     let container = match config.egress_join.as_deref() {

@@ -30,8 +30,8 @@ use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 use tracing::Instrument;
 
 use crate::pool::{OpenError, SessionKey, SessionUse};
+use crate::service::{Placed, Placement, SandboxEntry, SandboxService};
 use crate::templates::{bound_elsewhere, Template};
-use crate::tools::{Placed, Placement, SandboxEntry, SandboxService};
 
 /// A routed call; `forwarded` when another worker handed it to this one.
 pub struct RunRequested {
@@ -228,10 +228,7 @@ impl SandboxWorker {
         }
         self.check_health().await?;
         let key = session_key(call)?;
-        let named = self
-            .service
-            .named_template(placement.template, &call.arguments)
-            .await?;
+        let named = self.service.template_of(placement, &call.arguments).await?;
         let pool = &self.service.pool;
         if let Some(session) = pool.local(&key) {
             if let Some(named) = named.as_ref().filter(|t| t.name != session.template.name) {
@@ -284,7 +281,7 @@ impl SandboxWorker {
     ) -> Result<Target, OpenError> {
         let key = session_key(call)?;
         let named = (self.service)
-            .named_template(placement.template, &call.arguments)
+            .template_of(placement, &call.arguments)
             .await?;
         let template = self.template_or_default(named);
         self.service

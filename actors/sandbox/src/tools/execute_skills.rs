@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -17,10 +18,10 @@ use toolmesh_kernel::tools::{
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
-use super::{
-    short_id, Placed, Placement, SandboxService, SandboxTool, TemplateOf, WORKSPACE_MOUNT,
-};
 use crate::backend::ExecSpec;
+use crate::service::{
+    short_id, Placed, Placement, SandboxService, SandboxTool, SANDBOX, WORKSPACE_MOUNT,
+};
 use crate::templates::Template;
 
 pub struct ExecuteSkills;
@@ -33,14 +34,14 @@ impl Define for ExecuteSkills {
         group: BuiltinGroup::Skills,
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for ExecuteSkills {
     const PLACEMENT: &'static Placement = &Placement {
         creates_sandbox: true,
-        template: TemplateOf::Skills,
+        template: template_of,
         precheck: Some(precheck),
     };
 }
@@ -145,7 +146,14 @@ fn precheck(service: &SandboxService) -> Result<(), ToolError> {
 /// The template the named skills' `requires_sandbox` names; `None` when none names one. Two
 /// skills naming different templates, or one naming a template the workers do not have, are
 /// `invalid_arguments`.
-pub(super) async fn template_of(
+fn template_of<'a>(
+    service: &'a SandboxService,
+    arguments: &'a serde_json::Value,
+) -> BoxFuture<'a, Result<Option<Arc<Template>>, ToolError>> {
+    Box::pin(skills_template(service, arguments))
+}
+
+async fn skills_template(
     service: &SandboxService,
     arguments: &serde_json::Value,
 ) -> Result<Option<Arc<Template>>, ToolError> {

@@ -6,7 +6,7 @@ use serde_json::json;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
-use super::{no_task, object, Placed, Placement, SandboxTool};
+use crate::service::{no_task, object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
 
 pub struct KillTask;
 
@@ -17,12 +17,12 @@ impl Define for KillTask {
         description: "Stop a background task.",
         risk_level: RiskLevel::Medium,
         side_effects: &[SideEffect::ProcessControl],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for KillTask {
-    const PLACEMENT: &'static Placement = &super::QUICK;
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
 impl Tool for KillTask {

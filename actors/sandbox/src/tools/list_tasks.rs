@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, Placed, Placement, SandboxTool};
+use crate::service::{object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
 
 pub struct ListTasks;
 
@@ -15,12 +15,12 @@ impl Define for ListTasks {
     const DEF: &'static ToolDef = &ToolDef {
         name: "list_tasks",
         description: "List the background tasks of the session.",
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for ListTasks {
-    const PLACEMENT: &'static Placement = &super::QUICK;
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
 impl Tool for ListTasks {

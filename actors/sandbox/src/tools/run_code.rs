@@ -10,8 +10,10 @@ use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::ToolError;
 
-use super::{check_env, short_id, Placed, Placement, SandboxTool, WORKSPACE_MOUNT};
 use crate::backend::ExecSpec;
+use crate::service::{
+    check_env, short_id, Placed, Placement, SandboxTool, IN_SANDBOX, SANDBOX, WORKSPACE_MOUNT,
+};
 
 pub struct RunCode;
 
@@ -22,12 +24,12 @@ impl Define for RunCode {
         description: "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for RunCode {
-    const PLACEMENT: &'static Placement = &super::IN_SANDBOX;
+    const PLACEMENT: &'static Placement = &IN_SANDBOX;
 }
 
 impl Tool for RunCode {

@@ -10,8 +10,10 @@ use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::ToolError;
 
-use super::{check_env, short_id, Placed, Placement, SandboxTool, WORKSPACE_MOUNT};
 use crate::backend::ExecSpec;
+use crate::service::{
+    check_env, short_id, Placed, Placement, SandboxTool, IN_SANDBOX, SANDBOX, WORKSPACE_MOUNT,
+};
 use crate::tasks::TaskStatus;
 
 pub struct RunCommand;
@@ -23,12 +25,12 @@ impl Define for RunCommand {
         description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for RunCommand {
-    const PLACEMENT: &'static Placement = &super::IN_SANDBOX;
+    const PLACEMENT: &'static Placement = &IN_SANDBOX;
 }
 
 impl Tool for RunCommand {

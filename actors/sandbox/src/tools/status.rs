@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, Placed, Placement, SandboxService, SandboxTool, TemplateOf};
 use crate::pool::Session;
+use crate::service::{object, Placed, Placement, SandboxService, SandboxTool, QUICK, SANDBOX};
 use crate::templates::Template;
 
 pub struct Status;
@@ -21,12 +21,12 @@ impl Define for Status {
         description:
             "The session sandbox's backend, limits, lifetime and boundary; runs no command.",
         profiles: &[Profile::Focused, Profile::Coding],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for Status {
-    const PLACEMENT: &'static Placement = &super::QUICK;
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
 impl Tool for Status {
@@ -39,7 +39,7 @@ impl Tool for Status {
         let template = match session {
             Some(session) => session.template.clone(),
             None => service
-                .named_template(TemplateOf::Argument, call.arguments)
+                .template_of(&QUICK, call.arguments)
                 .await?
                 .unwrap_or_else(|| service.pool.settings.templates.default_template().clone()),
         };

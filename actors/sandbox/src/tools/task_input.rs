@@ -6,7 +6,7 @@ use serde_json::json;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
-use super::{no_task, object, Placed, Placement, SandboxTool};
+use crate::service::{no_task, object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
 
 pub struct TaskInput;
 
@@ -17,12 +17,12 @@ impl Define for TaskInput {
         description: "Write to a background task's standard input.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for TaskInput {
-    const PLACEMENT: &'static Placement = &super::QUICK;
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
 impl Tool for TaskInput {

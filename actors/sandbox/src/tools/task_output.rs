@@ -8,7 +8,7 @@ use serde_json::json;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
-use super::{no_task, object, Placed, Placement, SandboxTool};
+use crate::service::{no_task, object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
 
 pub struct TaskOutput;
 
@@ -18,12 +18,12 @@ impl Define for TaskOutput {
         name: "task_output",
         description:
             "Read a background task's new output, optionally waiting for a regex to appear.",
-        ..super::SANDBOX
+        ..SANDBOX
     };
 }
 
 impl SandboxTool for TaskOutput {
-    const PLACEMENT: &'static Placement = &super::QUICK;
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
 impl Tool for TaskOutput {
