@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use toolmesh_approval::ApprovalConfig;
 use toolmesh_gateway::{GatewayConfig, Reported};
 use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
 
@@ -15,10 +16,12 @@ use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
 #[derive(Debug)]
 pub struct ActorConfigs {
     pub gateway: Arc<GatewayConfig>,
+    pub approval: ApprovalConfig,
 }
 
 impl ActorConfigs {
     pub fn from_env(env: &RawEnv, node: &Arc<NodeConfig>) -> Result<ActorConfigs, ConfigError> {
+        let approval = ApprovalConfig::from_env(env)?;
         let reported = Reported {
             sandbox_backend: node.sandbox.backend.wire_name().to_owned(),
             sandbox_image: node.sandbox.image.clone(),
@@ -26,9 +29,9 @@ impl ActorConfigs {
             skill_service_configured: node.skills.service_url.is_some(),
             skill_runner_configured: node.skills.runner_command.is_some(),
             web_search_provider: node.web.search_provider.clone(),
-            approval_in_band: node.approval.in_band,
+            approval_in_band: approval.in_band,
         };
         let gateway = Arc::new(GatewayConfig::from_env(env, node.clone(), reported)?);
-        Ok(ActorConfigs { gateway })
+        Ok(ActorConfigs { gateway, approval })
     }
 }

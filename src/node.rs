@@ -276,7 +276,7 @@ pub async fn run(
                     nats.clone(),
                     toolmesh_approval::ApprovalSettings {
                         redis_url: config.redis_url.clone(),
-                        config: config.approval.clone(),
+                        config: actors.approval.clone(),
                         metrics: metrics.clone(),
                         audit: audit.clone(),
                         replies: config.reply_prefixes.clone(),

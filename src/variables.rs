@@ -12,6 +12,7 @@ use toolmesh_kernel::settings::{Component, Variable};
 pub const TABLES: &[&[Variable]] = &[
     toolmesh_kernel::config::VARIABLES,
     toolmesh_gateway::variables::VARIABLES,
+    toolmesh_approval::variables::VARIABLES,
     toolmesh_sandbox::variables::VARIABLES,
     toolmesh_bridge::variables::VARIABLES,
     toolmesh_mcp::variables::VARIABLES,

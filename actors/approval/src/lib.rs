@@ -9,20 +9,22 @@
 //! read-then-write there is one Lua script timed by Redis `TIME`; the actor itself holds no
 //! approval state, so any number of approval nodes can share one Redis.
 
+pub mod config;
 mod desk;
 mod gate;
 mod release;
 mod requests;
 mod service;
 mod store;
+pub mod variables;
 
 use actix::Actor;
-use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::host::{ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::subjects;
 use toolmesh_kernel::Role;
 
+pub use config::ApprovalConfig;
 pub use desk::SWEEP_EVERY;
 pub use gate::MAX_PREVIEW_CHARS;
 pub use requests::{MAX_APPROVER_CHARS, MAX_LIST, MAX_REASON_CHARS};

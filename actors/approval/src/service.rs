@@ -4,12 +4,12 @@
 use async_nats::Client;
 use bytes::Bytes;
 use toolmesh_kernel::audit::{AuditEntry, AuditTrail};
-use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::{ApprovalOutcome, Metrics};
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::wire::{ApprovalRequest, InvocationContext};
 
+use crate::config::ApprovalConfig;
 use crate::store::{ApprovalStore, StoreError, SWEEP_BATCH};
 
 #[derive(Clone)]

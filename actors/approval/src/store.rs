@@ -24,9 +24,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolmesh_kernel::config::ApprovalConfig;
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, RiskLevel, SideEffect};
 use toolmesh_kernel::{Account, InvocationId, SessionId};
+
+use crate::config::ApprovalConfig;
 
 /// How long a request waits for the first Redis connection of a starting node before it
 /// answers `unavailable` (a request right after startup should not fail for a few ms).

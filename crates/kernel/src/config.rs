@@ -18,9 +18,6 @@ pub use variables::VARIABLES;
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_DATA_DIR: &str = "./data";
-pub const DEFAULT_APPROVAL_TTL_S: u64 = 3600;
-/// Pending approvals per account (PROTOCOL.md "Tenancy and trust", "Bounded waiting rooms").
-pub const DEFAULT_APPROVAL_MAX_PENDING: u64 = 1000;
 pub const DEFAULT_RESULT_BUDGET_CHARS: usize = 20_000;
 pub const DEFAULT_SANDBOX_IMAGE: &str = "toolmesh/sandbox:latest";
 pub const DEFAULT_SKILLS_DIR: &str = "./skills";
@@ -59,8 +56,6 @@ pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
 pub const DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S: u64 = 120;
 pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
-/// How long decided/used/expired approvals stay readable through `get` (the audit window).
-pub const DEFAULT_APPROVAL_RETENTION_S: u64 = 7 * 24 * 3600;
 /// How long `TOOLMESH_EVENTS` keeps a RunEvent (`TOOLMESH_EVENTS_MAX_AGE_S`): a day.
 pub const DEFAULT_EVENTS_MAX_AGE_S: u64 = 86_400;
 /// Bytes `TOOLMESH_EVENTS` keeps at most (`TOOLMESH_EVENTS_MAX_BYTES`; 0: no limit): 1 GiB, the
@@ -211,16 +206,6 @@ impl std::str::FromStr for DockerCommands {
     }
 }
 
-/// Approval settings (the approval actor and the gateway's gate).
-#[derive(Debug, Clone)]
-pub struct ApprovalConfig {
-    pub in_band: bool,
-    pub ttl: Duration,
-    pub retention: Duration,
-    /// `TOOLMESH_APPROVAL_MAX_PENDING`: pending approvals one account may have at once.
-    pub max_pending: u64,
-}
-
 /// Sandbox settings that other actors also report (component_status).
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
@@ -327,7 +312,6 @@ pub struct NodeConfig {
     pub nats_url: String,
     pub redis_url: String,
     pub data_dir: PathBuf,
-    pub approval: ApprovalConfig,
     pub result_budget_chars: usize,
     pub sandbox: SandboxConfig,
     pub skills: SkillsConfig,
@@ -341,14 +325,6 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     pub fn from_env(env: &RawEnv) -> Result<NodeConfig, ConfigError> {
-        let ttl_s: u64 = env.parse("TOOLMESH_APPROVAL_TTL_S", DEFAULT_APPROVAL_TTL_S)?;
-        if ttl_s == 0 {
-            return Err(ConfigError::Invalid {
-                key: "TOOLMESH_APPROVAL_TTL_S",
-                value: "0".into(),
-                reason: "an approval must live at least one second".into(),
-            });
-        }
         let data_dir = PathBuf::from(env.get("TOOLMESH_DATA_DIR").unwrap_or(DEFAULT_DATA_DIR));
         let image = env
             .get("TOOLMESH_SANDBOX_IMAGE")
@@ -372,15 +348,6 @@ impl NodeConfig {
                 .get("TOOLMESH_REDIS_URL")
                 .unwrap_or(DEFAULT_REDIS_URL)
                 .to_owned(),
-            approval: ApprovalConfig {
-                in_band: env.flag("TOOLMESH_APPROVAL_IN_BAND", true)?,
-                ttl: Duration::from_secs(ttl_s),
-                retention: Duration::from_secs(env.parse(
-                    "TOOLMESH_APPROVAL_RETENTION_S",
-                    DEFAULT_APPROVAL_RETENTION_S,
-                )?),
-                max_pending: approval_max_pending(env)?,
-            },
             data_dir,
             result_budget_chars: env
                 .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
@@ -479,22 +446,6 @@ impl NodeConfig {
     }
 }
 
-/// `TOOLMESH_APPROVAL_MAX_PENDING`, at least 1.
-fn approval_max_pending(env: &RawEnv) -> Result<u64, ConfigError> {
-    let max: u64 = env.parse(
-        "TOOLMESH_APPROVAL_MAX_PENDING",
-        DEFAULT_APPROVAL_MAX_PENDING,
-    )?;
-    if max == 0 {
-        return Err(ConfigError::Invalid {
-            key: "TOOLMESH_APPROVAL_MAX_PENDING",
-            value: "0".into(),
-            reason: "an account must be able to ask for at least one approval".into(),
-        });
-    }
-    Ok(max)
-}
-
 /// `TOOLMESH_REPLY_PREFIXES`: where the node answers (comma-separated; `_INBOX.` when unset).
 fn reply_prefixes(env: &RawEnv) -> Result<ReplyPrefixes, ConfigError> {
     match env.get("TOOLMESH_REPLY_PREFIXES") {
@@ -587,8 +538,6 @@ mod tests {
     fn defaults_work_for_one_machine() {
         let config = NodeConfig::from_env(&RawEnv::default()).unwrap();
         assert_eq!(config.nats_url, DEFAULT_NATS_URL);
-        assert!(config.approval.in_band);
-        assert_eq!(config.approval.ttl, Duration::from_secs(3600));
         assert_eq!(config.drain_timeout, Duration::from_secs(30));
         assert_eq!(config.sandbox.backend, SandboxBackend::Docker);
     }
@@ -596,8 +545,6 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable() {
         for (key, value) in [
-            ("TOOLMESH_APPROVAL_IN_BAND", "maybe"),
-            ("TOOLMESH_APPROVAL_TTL_S", "0"),
             ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),
             ("TOOLMESH_SANDBOX_BACKEND", "vm"),
             ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "0"),

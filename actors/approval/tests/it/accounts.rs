@@ -1,7 +1,7 @@
 //! The account boundary: another account's approval is indistinguishable from a missing one.
 
 use serde_json::{json, Value};
-use toolmesh_kernel::config::ApprovalConfig;
+use toolmesh_approval::ApprovalConfig;
 use toolmesh_kernel::wire::ApprovalStatus;
 
 use crate::support::*;

@@ -34,7 +34,7 @@ async fn list_raw(rig: &Rig, account: &str) -> (usize, Value) {
 #[actix_rt::test]
 async fn thousands_pending_are_listed_in_part_with_truncated() {
     // An account may have this many pending when its operator allows it.
-    let rig = Rig::with_config(toolmesh_kernel::config::ApprovalConfig {
+    let rig = Rig::with_config(toolmesh_approval::ApprovalConfig {
         max_pending: 2000,
         ..config(3600, true)
     })
