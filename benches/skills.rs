@@ -334,7 +334,7 @@ struct Raw {
 /// `archive::unpack` into a fresh folder under `scratch`, on one thread and as the loader
 /// runs it.
 fn raw_costs(zip: &[u8], sha: &str, skill_dir: &Path, scratch: &Path) -> Raw {
-    let files: Vec<(String, Vec<u8>)> = toolmesh_skills::tools::list_files(skill_dir, CAPS)
+    let files: Vec<(String, Vec<u8>)> = toolmesh_skills::library::list_files(skill_dir, CAPS)
         .expect("list the skill")
         .into_iter()
         .map(|(path, _)| {
@@ -645,7 +645,7 @@ async fn run() {
             .expect("download info");
         info.push(t.elapsed());
         let t = Instant::now();
-        let listed = toolmesh_skills::tools::list_files(&cached_dir, CAPS).expect("list files");
+        let listed = toolmesh_skills::library::list_files(&cached_dir, CAPS).expect("list files");
         files.push(t.elapsed());
         assert_eq!(listed.len(), 1 + SCRIPT_FILES + TEXT_FILES + RANDOM_FILES);
     }

@@ -15,6 +15,7 @@ pub mod archive;
 pub mod cache;
 pub mod catalog;
 pub mod frontmatter;
+pub mod library;
 mod loader;
 pub mod search;
 pub mod service;
@@ -52,13 +53,13 @@ pub enum SkillsStartError {
 }
 
 /// Builds the service the actor runs (also for tests that call it directly).
-pub fn service(settings: &SkillsSettings) -> Result<tools::SkillsService, SkillsStartError> {
+pub fn service(settings: &SkillsSettings) -> Result<library::SkillsService, SkillsStartError> {
     let client = catalog::ServiceClient::new(&settings.config).map_err(SkillsStartError::Config)?;
     let caps = archive::Caps {
         max_bytes: settings.config.max_bytes,
         max_entries: settings.config.max_entries,
     };
-    Ok(tools::SkillsService {
+    Ok(library::SkillsService {
         skills_dir: settings.config.dir.clone(),
         loader: cache::Loader::new(
             &settings.data_dir,

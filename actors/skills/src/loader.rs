@@ -10,7 +10,7 @@ use toolmesh_kernel::host::respond;
 use toolmesh_kernel::skills as bundles;
 use tracing::Instrument;
 
-use crate::tools::SkillsService;
+use crate::library::SkillsService;
 
 /// A request for the skills actor.
 pub enum SkillRequested {

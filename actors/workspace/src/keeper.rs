@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_nats::Message;
 use toolmesh_actix_host::{Handler, ToolServer};
 
-use crate::tools::WorkspaceService;
+use crate::service::WorkspaceService;
 
 pub struct WorkspaceKeeper {
     pub server: ToolServer<WorkspaceService>,

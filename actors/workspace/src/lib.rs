@@ -13,6 +13,7 @@ mod keeper;
 pub mod lint;
 pub mod listing;
 pub mod readstate;
+pub mod service;
 pub mod sync;
 pub mod tools;
 pub mod writing;
@@ -54,7 +55,7 @@ pub async fn spawn(
 ) -> Result<ActorHandle, WorkspaceStartError> {
     let read_state =
         readstate::ReadState::new(&settings.redis_url).map_err(WorkspaceStartError::RedisUrl)?;
-    let service = Arc::new(tools::WorkspaceService {
+    let service = Arc::new(service::WorkspaceService {
         data_dir: settings.data_dir,
         read_state,
         budget_chars: settings.budget_chars,

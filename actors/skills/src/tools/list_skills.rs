@@ -5,7 +5,7 @@ use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{fields, SkillsService};
+use crate::library::{fields, SkillsService};
 
 pub struct ListSkills;
 
@@ -14,7 +14,7 @@ impl Define for ListSkills {
     const DEF: &'static ToolDef = &ToolDef {
         name: "list_skills",
         description: "List the active skills: local ones and those of the configured skill spaces.",
-        ..super::SKILLS
+        ..crate::library::SKILLS
     };
 }
 

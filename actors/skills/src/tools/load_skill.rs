@@ -7,7 +7,7 @@ use toolmesh_kernel::budget::insert_budgeted;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
-use super::{list_files, SkillsService};
+use crate::library::{list_files, SkillsService};
 
 pub struct LoadSkill;
 
@@ -16,7 +16,7 @@ impl Define for LoadSkill {
     const DEF: &'static ToolDef = &ToolDef {
         name: "load_skill",
         description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
-        ..super::SKILLS
+        ..crate::library::SKILLS
     };
 }
 

@@ -6,7 +6,7 @@ use serde_json::json;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ToolError};
 
-use super::{fields, SkillsService};
+use crate::library::{fields, SkillsService};
 use crate::search;
 
 pub struct SearchSkills;
@@ -16,7 +16,7 @@ impl Define for SearchSkills {
     const DEF: &'static ToolDef = &ToolDef {
         name: "search_skills",
         description: "Fuzzy search over skill names, aliases, tags, descriptions and examples.",
-        ..super::SKILLS
+        ..crate::library::SKILLS
     };
 }
 

@@ -6,8 +6,8 @@ use serde_json::json;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
-use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
+use crate::service::{object, WorkspaceService};
 
 pub struct DeleteFile;
 
@@ -19,7 +19,7 @@ impl Define for DeleteFile {
             "Delete a file, a symlink (not its target) or an empty directory of the workspace.",
         risk_level: RiskLevel::High,
         side_effects: &[SideEffect::WorkspaceDelete],
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 

@@ -6,9 +6,9 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::WorkspaceService;
 use crate::confine::WorkspacePath;
 use crate::edit;
+use crate::service::WorkspaceService;
 
 pub struct EditFile;
 
@@ -19,7 +19,7 @@ impl Define for EditFile {
         description: "Replace an exact snippet in a file read before; returns a unified diff.",
         profiles: &[Profile::Focused, Profile::Coding],
         review: Review::diff("path", Some("old_text"), "new_text"),
-        ..super::WRITING
+        ..crate::service::WRITING
     };
 }
 
@@ -53,7 +53,7 @@ pub struct EditWorkspaceFileArgs {
     pub path: String,
     pub old_text: String,
     pub new_text: String,
-    #[serde(default = "super::one")]
+    #[serde(default = "crate::service::one")]
     #[schemars(range(min = 1))]
     pub expected_replacements: u64,
     #[serde(default)]

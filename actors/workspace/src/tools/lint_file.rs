@@ -7,9 +7,9 @@ use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
-use super::{object, WorkspaceService, EDIT_MAX_BYTES};
 use crate::confine::{self, WorkspacePath};
 use crate::lint;
+use crate::service::{object, WorkspaceService, EDIT_MAX_BYTES};
 
 pub struct LintFile;
 
@@ -19,7 +19,7 @@ impl Define for LintFile {
         name: "lint_workspace_file",
         description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
         profiles: &[Profile::Focused, Profile::Coding],
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 

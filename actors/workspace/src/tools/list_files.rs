@@ -6,8 +6,8 @@ use serde_json::Value;
 use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, WorkspaceService};
 use crate::listing::{self, ListOptions};
+use crate::service::{object, WorkspaceService};
 
 pub struct ListFiles;
 
@@ -16,7 +16,7 @@ impl Define for ListFiles {
     const DEF: &'static ToolDef = &ToolDef {
         name: "list_workspace_files",
         description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 
@@ -60,14 +60,14 @@ pub enum SortBy {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListWorkspaceFilesArgs {
-    #[serde(default = "super::dot")]
+    #[serde(default = "crate::service::dot")]
     pub path: String,
     /// Matched against the path relative to `path`; `**` crosses directories.
     #[serde(default)]
     pub glob: Option<String>,
     #[serde(default)]
     pub recursive: bool,
-    #[serde(default = "super::yes")]
+    #[serde(default = "crate::service::yes")]
     pub include_dirs: bool,
     /// Clamped to 5000.
     #[serde(default = "five_hundred")]

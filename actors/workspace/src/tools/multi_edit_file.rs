@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::WorkspaceService;
 use crate::confine::WorkspacePath;
 use crate::edit::{self, Edit};
+use crate::service::WorkspaceService;
 
 pub struct MultiEditFile;
 
@@ -18,7 +18,7 @@ impl Define for MultiEditFile {
         description:
             "Apply several snippet edits to one file, all or nothing; returns a unified diff.",
         review: Review::diff_each("edits", "path", Some("old_text"), "new_text"),
-        ..super::WRITING
+        ..crate::service::WRITING
     };
 }
 

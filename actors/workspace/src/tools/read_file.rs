@@ -8,11 +8,11 @@ use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
-use super::{
+use crate::confine::{self, Workspace, WorkspacePath};
+use crate::service::{
     budgeted, not_utf8, too_large, WorkspaceService, EDIT_MAX_BYTES, INLINE_READ_MAX_BYTES,
     READ_MAX_BYTES,
 };
-use crate::confine::{self, Workspace, WorkspacePath};
 
 pub struct ReadFile;
 
@@ -22,7 +22,7 @@ impl Define for ReadFile {
         name: "read_workspace_file",
         description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
         profiles: &[Profile::Focused, Profile::Coding],
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 
@@ -102,7 +102,7 @@ pub struct ReadWorkspaceFileArgs {
     /// Character budget of this read, clamped to 1000–100000.
     #[serde(default)]
     pub max_chars: Option<u64>,
-    #[serde(default = "super::yes")]
+    #[serde(default = "crate::service::yes")]
     pub include_line_numbers: bool,
 }
 

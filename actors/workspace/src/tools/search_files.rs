@@ -7,9 +7,9 @@ use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, WorkspaceService};
 use crate::confine::WorkspacePath;
 use crate::search::{self, SearchOptions};
+use crate::service::{object, WorkspaceService};
 
 pub struct SearchFiles;
 
@@ -19,7 +19,7 @@ impl Define for SearchFiles {
         name: "search_workspace_files",
         description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
         profiles: &[Profile::Focused, Profile::Coding],
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 
@@ -53,7 +53,7 @@ impl Tool for SearchFiles {
 pub struct SearchWorkspaceFilesArgs {
     #[schemars(length(min = 1))]
     pub query: String,
-    #[serde(default = "super::dot")]
+    #[serde(default = "crate::service::dot")]
     pub path: String,
     #[serde(default)]
     pub is_regex: bool,

@@ -6,8 +6,8 @@ use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, WorkspaceService};
 use crate::listing;
+use crate::service::{object, WorkspaceService};
 
 pub struct Status;
 
@@ -17,7 +17,7 @@ impl Define for Status {
         name: "workspace_status",
         description: "The session workspace root and a sample of up to 50 files.",
         profiles: &[Profile::Focused, Profile::Coding],
-        ..super::WORKSPACE
+        ..crate::service::WORKSPACE
     };
 }
 

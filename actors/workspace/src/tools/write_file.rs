@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, WorkspaceService};
 use crate::confine::{self, WorkspacePath};
+use crate::service::{object, WorkspaceService};
 use crate::writing;
 
 pub struct WriteFile;
@@ -18,7 +18,7 @@ impl Define for WriteFile {
         description:
             "Write a whole file in the workspace, atomically, creating parent directories.",
         review: Review::diff("path", None, "content"),
-        ..super::WRITING
+        ..crate::service::WRITING
     };
 }
 
@@ -57,6 +57,6 @@ impl Tool for WriteFile {
 pub struct WriteWorkspaceFileArgs {
     pub path: String,
     pub content: String,
-    #[serde(default = "super::yes")]
+    #[serde(default = "crate::service::yes")]
     pub overwrite: bool,
 }

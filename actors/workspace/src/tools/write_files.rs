@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
 
-use super::{object, WorkspaceService, BATCH_MAX_FILES};
 use crate::confine::{self, WorkspacePath};
+use crate::service::{object, WorkspaceService, BATCH_MAX_FILES};
 use crate::writing;
 
 pub struct WriteFiles;
@@ -17,7 +17,7 @@ impl Define for WriteFiles {
         name: "write_workspace_files",
         description: "Write up to 100 whole files in the workspace in one call.",
         review: Review::diff_each("files", "path", None, "content"),
-        ..super::WRITING
+        ..crate::service::WRITING
     };
 }
 
@@ -75,6 +75,6 @@ pub struct FileContent {
 #[serde(deny_unknown_fields)]
 pub struct WriteWorkspaceFilesArgs {
     pub files: Vec<FileContent>,
-    #[serde(default = "super::yes")]
+    #[serde(default = "crate::service::yes")]
     pub overwrite: bool,
 }

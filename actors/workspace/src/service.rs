@@ -1,0 +1,238 @@
+//! What the workspace tools share: the [`WorkspaceService`] (the data folder, read state and
+//! locks), running file work on the blocking pool, read-check-write of one file
+//! ([`WorkspaceService::change`]), budgeted text fields and the definitions' base
+//! ([`WORKSPACE`], [`WRITING`]). The tools themselves are `tools/`, one file each.
+
+use std::path::PathBuf;
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::Role;
+
+use serde_json::{json, Map, Value};
+use toolmesh_kernel::budget;
+use toolmesh_kernel::sync::output_path;
+use toolmesh_kernel::wire::InvocationContext;
+use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
+
+use crate::confine::{self, Workspace, WorkspacePath};
+use crate::edit;
+use crate::readstate::{FileLock, ReadState};
+use crate::writing;
+
+/// What a workspace tool's definition says unless it says otherwise: the workspace group and
+/// role, low risk, no side effect, a session, the `coding` profile, arguments shown as they are.
+pub(crate) const WORKSPACE: ToolDef = ToolDef {
+    needs_session: true,
+    profiles: &[Profile::Coding],
+    ..ToolDef::of(BuiltinGroup::Workspace, Role::Workspace)
+};
+
+/// A workspace tool that writes files: medium risk, `workspace_write`.
+pub(crate) const WRITING: ToolDef = ToolDef {
+    risk_level: RiskLevel::Medium,
+    side_effects: &[SideEffect::WorkspaceWrite],
+    ..WORKSPACE
+};
+
+/// Largest file read whole (PROTOCOL.md); a line range may read further into a bigger file.
+pub const READ_MAX_BYTES: u64 = 2 * 1024 * 1024;
+/// Largest file `read_workspace_file` reads without the blocking pool.
+pub const INLINE_READ_MAX_BYTES: u64 = 16 * 1024;
+/// Largest file an edit or lint takes in.
+pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// `write_workspace_files` writes at most this many files per call.
+pub const BATCH_MAX_FILES: usize = 100;
+
+pub(crate) fn dot() -> String {
+    ".".into()
+}
+pub(crate) fn yes() -> bool {
+    true
+}
+pub(crate) fn one() -> u64 {
+    1
+}
+
+/// What the tools share.
+#[derive(Debug)]
+pub struct WorkspaceService {
+    pub data_dir: PathBuf,
+    pub read_state: ReadState,
+    pub budget_chars: usize,
+}
+
+pub(crate) fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+pub(crate) fn not_utf8(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotUtf8,
+        format!(
+            "{} is not UTF-8 text; it cannot be read or edited as text",
+            path.display()
+        ),
+    )
+}
+
+pub(crate) fn too_large(path: &WorkspacePath, size: u64, limit: u64) -> ToolError {
+    ToolError::new(
+        ErrorCode::FileTooLarge,
+        format!(
+            "{} is {size} bytes, over the {limit} byte limit of this tool",
+            path.display()
+        ),
+    )
+}
+
+impl WorkspaceService {
+    /// Opens the session's workspace and runs `work` on the blocking pool.
+    pub(crate) async fn blocking<T, F>(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        work: F,
+    ) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Workspace) -> Result<T, ToolError> + Send + 'static,
+    {
+        let data_dir = self.data_dir.clone();
+        let account = ctx.account.clone();
+        tokio::task::spawn_blocking(move || {
+            let ws = Workspace::open(&data_dir, &account, &session)?;
+            work(&ws)
+        })
+        .await
+        .map_err(|e| {
+            ToolError::internal(format!(
+                "a workspace task failed ({e}); see the workspace log"
+            ))
+        })?
+    }
+
+    /// Runs `work` on the blocking pool.
+    pub(crate) async fn offload<T, F>(&self, work: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    {
+        tokio::task::spawn_blocking(work).await.map_err(|e| {
+            ToolError::internal(format!(
+                "a workspace task failed ({e}); see the workspace log"
+            ))
+        })?
+    }
+
+    pub(crate) async fn locked<T>(
+        &self,
+        ctx: &InvocationContext,
+        session: &SessionId,
+        paths: &[WorkspacePath],
+        work: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<T, ToolError> {
+        let mut names: Vec<String> = paths.iter().map(|p| p.display()).collect();
+        names.sort();
+        names.dedup();
+        let mut held: Vec<FileLock> = Vec::with_capacity(names.len());
+        for name in &names {
+            match self.read_state.lock(&ctx.account, session, name).await {
+                Ok(lock) => held.push(lock),
+                Err(e) => {
+                    for lock in held {
+                        self.read_state.unlock(lock).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let result = work.await;
+        for lock in held {
+            self.read_state.unlock(lock).await;
+        }
+        result
+    }
+
+    /// Reads the file under lock, checks the read state, applies `change`, writes atomically.
+    pub(crate) async fn change<F>(
+        &self,
+        ctx: &InvocationContext,
+        session: SessionId,
+        path: WorkspacePath,
+        change: F,
+    ) -> Result<Map<String, Value>, ToolError>
+    where
+        F: FnOnce(&str) -> Result<(String, Map<String, Value>), ToolError> + Send + 'static,
+    {
+        let name = path.display();
+        let invocation = ctx.invocation_id.to_string();
+        let budget_chars = self.budget_chars;
+        self.locked(ctx, &session, std::slice::from_ref(&path), async {
+            let seen = self
+                .read_state
+                .recorded(&ctx.account, &session, &name)
+                .await?;
+            let Some(seen) = seen else {
+                return Err(ToolError::new(
+                    ErrorCode::FileNotRead,
+                    format!("{name} was not read in this session; read_workspace_file it first"),
+                ));
+            };
+            let p = path.clone();
+            let (fields, sha) = self
+                .blocking(ctx, session.clone(), move |ws| {
+                    let bytes = confine::read(ws, &p, EDIT_MAX_BYTES)?;
+                    if confine::sha256_of(&bytes) != seen {
+                        return Err(ToolError::new(
+                            ErrorCode::Conflict,
+                            format!(
+                                "{} changed since it was last read in this session; read it again",
+                                p.display()
+                            ),
+                        ));
+                    }
+                    let before = String::from_utf8(bytes).map_err(|_| not_utf8(&p))?;
+                    let (after, mut fields) = change(&before)?;
+                    writing::write_atomic(ws, &p, after.as_bytes(), true)?;
+                    let diff = edit::unified_diff(&p.display(), &before, &after);
+                    fields.insert("path".into(), Value::from(p.display()));
+                    budgeted(ws, &mut fields, "diff", &diff, budget_chars, &invocation)?;
+                    Ok((fields, confine::sha256_of(after.as_bytes())))
+                })
+                .await?;
+            self.read_state
+                .record(&ctx.account, &session, &name, &sha)
+                .await?;
+            Ok(fields)
+        })
+        .await
+    }
+}
+
+/// Puts a budgeted text field in `fields`; over the budget, the whole text is persisted under
+/// `.toolmesh/outputs/` and named in `persisted_outputs`.
+pub(crate) fn budgeted(
+    ws: &Workspace,
+    fields: &mut Map<String, Value>,
+    field: &str,
+    text: &str,
+    budget_chars: usize,
+    invocation: &str,
+) -> Result<bool, ToolError> {
+    let cut = budget::insert_budgeted(fields, field, text, budget_chars);
+    if cut {
+        let rel = output_path(invocation, field);
+        let path = WorkspacePath::parse(&rel, field)?;
+        writing::write_atomic(ws, &path, text.as_bytes(), true)?;
+        budget::insert_persisted(
+            fields,
+            field,
+            json!({"path": rel, "mime_type": "text/plain"}),
+        );
+    }
+    Ok(cut)
+}
