@@ -13,7 +13,6 @@ use std::sync::Arc;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::StatusCode;
 use toolmesh_kernel::egress::{Egress, FetchError};
-use toolmesh_kernel::{ErrorCode, ToolError};
 use url::Url;
 
 use crate::text;
@@ -42,8 +41,59 @@ pub struct Fetcher {
     max_bytes: usize,
 }
 
-fn fetch_failed(message: String) -> ToolError {
-    ToolError::new(ErrorCode::FetchFailed, message)
+/// Why a fetch brought no text back. `tools::web_fetch` turns it into PROTOCOL.md's code.
+#[derive(Debug, thiserror::Error)]
+pub enum WebFetchError {
+    /// A hop was refused, could not be resolved or requested, or redirected too often; or the
+    /// body could not be read.
+    #[error(transparent)]
+    Egress(#[from] FetchError),
+    /// The last hop answered 4xx or 5xx.
+    #[error("{url} answered HTTP {}", status_text(*.status))]
+    Status {
+        url: Url,
+        status: StatusCode,
+        content_type: Option<String>,
+    },
+    /// The body is not text (by its `Content-Type` or its first bytes).
+    #[error("{url} is {essence}, not text; web_fetch returns text only")]
+    NotText {
+        url: Url,
+        essence: String,
+        status: StatusCode,
+        content_type: Option<String>,
+    },
+    /// The blocking task making text of the body failed (it panicked).
+    #[error("the text extraction failed: {0}")]
+    Extraction(#[source] tokio::task::JoinError),
+}
+
+/// What kind of [`WebFetchError`] it is, for callers that branch (the egress metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebFetchErrorKind {
+    /// The egress policy refused a hop: `blocked_url`.
+    Blocked,
+    /// A hop timed out: `timeout`.
+    TimedOut,
+    /// The page could not be fetched as text: `fetch_failed`.
+    Failed,
+    /// A fault of this actor: `internal`.
+    Internal,
+}
+
+impl WebFetchError {
+    pub fn kind(&self) -> WebFetchErrorKind {
+        match self {
+            WebFetchError::Egress(FetchError::Refused { .. }) => WebFetchErrorKind::Blocked,
+            WebFetchError::Egress(FetchError::Send { error, .. }) if error.is_timeout() => {
+                WebFetchErrorKind::TimedOut
+            }
+            WebFetchError::Egress(_)
+            | WebFetchError::Status { .. }
+            | WebFetchError::NotText { .. } => WebFetchErrorKind::Failed,
+            WebFetchError::Extraction(_) => WebFetchErrorKind::Internal,
+        }
+    }
 }
 
 impl Fetcher {
@@ -59,7 +109,7 @@ impl Fetcher {
 
     /// Fetches `url`, following at most [`MAX_REDIRECTS`] redirects, each checked again.
     /// The caller bounds the time.
-    pub async fn fetch(&self, url: Url) -> Result<Fetched, ToolError> {
+    pub async fn fetch(&self, url: Url) -> Result<Fetched, WebFetchError> {
         let fetched = self
             .egress
             .get(&self.client, url, MAX_REDIRECTS, |client, url| {
@@ -68,8 +118,7 @@ impl Fetcher {
                     "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.8",
                 )
             })
-            .await
-            .map_err(|e| e.to_tool_error())?;
+            .await?;
         let (current, mut response, hops) = (fetched.url, fetched.response, fetched.redirects);
         let status = response.status();
         let content_type = response
@@ -78,12 +127,11 @@ impl Fetcher {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         if status.is_client_error() || status.is_server_error() {
-            return Err(
-                fetch_failed(format!("{current} answered HTTP {}", status_text(status)))
-                    .with("status_code", status.as_u16())
-                    .with("final_url", current.as_str())
-                    .with("content_type", content_type),
-            );
+            return Err(WebFetchError::Status {
+                url: current,
+                status,
+                content_type,
+            });
         }
         let mut body = Vec::new();
         let mut body_truncated = false;
@@ -91,7 +139,7 @@ impl Fetcher {
             let chunk = response
                 .chunk()
                 .await
-                .map_err(|e| FetchError::send(e, current.clone(), hops).to_tool_error())?;
+                .map_err(|e| FetchError::send(e, current.clone(), hops))?;
             let Some(chunk) = chunk else { break };
             let room = self.max_bytes - body.len();
             if chunk.len() > room {
@@ -103,12 +151,12 @@ impl Fetcher {
         }
         let (essence, charset) = text::parse_content_type(content_type.as_deref().unwrap_or(""));
         let Some(kind) = text::kind_of(&essence, &body) else {
-            return Err(fetch_failed(format!(
-                "{current} is {essence}, not text; web_fetch returns text only"
-            ))
-            .with("status_code", status.as_u16())
-            .with("final_url", current.as_str())
-            .with("content_type", content_type));
+            return Err(WebFetchError::NotText {
+                url: current,
+                essence,
+                status,
+                content_type,
+            });
         };
         // Parsing megabytes of HTML is CPU work: off the async threads.
         let text = tokio::task::spawn_blocking(move || {
@@ -119,7 +167,7 @@ impl Fetcher {
             }
         })
         .await
-        .map_err(|e| ToolError::internal(format!("the text extraction failed: {e}")))?;
+        .map_err(WebFetchError::Extraction)?;
         Ok(Fetched {
             final_url: current,
             status_code: status.as_u16(),
@@ -140,6 +188,7 @@ fn status_text(status: StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmesh_kernel::{ErrorCode, ToolError};
 
     /// The pre-check is skipped here, as if a name had resolved to a public address then
     /// and to loopback now (DNS rebinding): the client's own resolver still refuses it, and
@@ -149,7 +198,9 @@ mod tests {
         let fetcher = Fetcher::new(Egress::default(), 1024).unwrap();
         let url = Url::parse("http://localhost:9/").unwrap();
         let error = fetcher.client.get(url.clone()).send().await.unwrap_err();
-        let refused = FetchError::send(error, url, 0).to_tool_error();
+        let refused = WebFetchError::from(FetchError::send(error, url, 0));
+        assert_eq!(refused.kind(), WebFetchErrorKind::Blocked, "{refused}");
+        let refused = ToolError::from(refused);
         assert_eq!(refused.code, ErrorCode::BlockedUrl, "{refused}");
         let reason = refused.details["reason"].as_str().unwrap();
         assert!(

@@ -13,9 +13,9 @@
 
 use std::time::Duration;
 
+use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use toolmesh_kernel::{ErrorCode, ToolError};
 use url::Url;
 
 /// How long the `http` provider may take.
@@ -38,6 +38,42 @@ pub struct Query<'a> {
     pub query: &'a str,
     pub max_results: usize,
     pub recency_days: Option<u64>,
+}
+
+/// Why the `http` provider brought no results. `tools::web_search` turns it into PROTOCOL.md's
+/// code.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("the search provider did not answer in time")]
+    Timeout(#[source] reqwest::Error),
+    #[error("cannot reach the search provider: {0}")]
+    Unreachable(#[source] reqwest::Error),
+    #[error("the search provider answered HTTP {}", .0.as_u16())]
+    Status(StatusCode),
+    #[error("cannot read the search provider's answer: {0}")]
+    Body(#[source] reqwest::Error),
+    #[error(
+        "the search provider's answer is not {{\"results\": [{{\"title\", \"url\", …}}]}}: {0}"
+    )]
+    Answer(#[source] serde_json::Error),
+}
+
+/// What kind of [`SearchError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchErrorKind {
+    /// The provider did not answer in time: `timeout`.
+    TimedOut,
+    /// The provider could not be reached, refused or answered nonsense: `fetch_failed`.
+    Failed,
+}
+
+impl SearchError {
+    pub fn kind(&self) -> SearchErrorKind {
+        match self {
+            SearchError::Timeout(_) => SearchErrorKind::TimedOut,
+            _ => SearchErrorKind::Failed,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,7 +134,7 @@ impl SearchProvider {
         }
     }
 
-    pub async fn search(&self, query: Query<'_>) -> Result<Vec<Value>, ToolError> {
+    pub async fn search(&self, query: Query<'_>) -> Result<Vec<Value>, SearchError> {
         match self {
             SearchProvider::Fake => Ok(fake_results(query)),
             SearchProvider::Http {
@@ -129,16 +165,12 @@ pub fn fake_results(query: Query<'_>) -> Vec<Value> {
         .collect()
 }
 
-fn search_failed(message: String) -> ToolError {
-    ToolError::new(ErrorCode::FetchFailed, message)
-}
-
 async fn http_results(
     client: &reqwest::Client,
     endpoint: &Url,
     api_key: Option<&str>,
     query: Query<'_>,
-) -> Result<Vec<Value>, ToolError> {
+) -> Result<Vec<Value>, SearchError> {
     let mut url = endpoint.clone();
     {
         let mut pairs = url.query_pairs_mut();
@@ -155,31 +187,17 @@ async fn http_results(
     }
     let response = request.send().await.map_err(|e| {
         if e.is_timeout() {
-            ToolError::new(
-                ErrorCode::Timeout,
-                "the search provider did not answer in time",
-            )
+            SearchError::Timeout(e)
         } else {
-            search_failed(format!("cannot reach the search provider: {e}"))
+            SearchError::Unreachable(e)
         }
     })?;
     let status = response.status();
     if !status.is_success() {
-        return Err(search_failed(format!(
-            "the search provider answered HTTP {}",
-            status.as_u16()
-        ))
-        .with("status_code", status.as_u16()));
+        return Err(SearchError::Status(status));
     }
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| search_failed(format!("cannot read the search provider's answer: {e}")))?;
-    let answer: HttpAnswer = serde_json::from_slice(&body).map_err(|e| {
-        search_failed(format!(
-            "the search provider's answer is not {{\"results\": [{{\"title\", \"url\", …}}]}}: {e}"
-        ))
-    })?;
+    let body = response.bytes().await.map_err(SearchError::Body)?;
+    let answer: HttpAnswer = serde_json::from_slice(&body).map_err(SearchError::Answer)?;
     Ok(answer
         .results
         .into_iter()

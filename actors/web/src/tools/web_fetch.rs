@@ -6,6 +6,7 @@ use bytes::Bytes;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::sync::output_path;
@@ -13,7 +14,8 @@ use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 use url::Url;
 
-use super::{WebService, MAX_CHARS_CAP};
+use crate::service::{WebService, MAX_CHARS_CAP};
+use crate::fetch::{WebFetchError, WebFetchErrorKind};
 
 pub struct WebFetch;
 
@@ -23,7 +25,7 @@ impl Define for WebFetch {
         name: "web_fetch",
         description:
             "Fetch a public http(s) URL and return its text with scripts and styles removed.",
-        ..super::WEB
+        ..crate::service::WEB
     };
 }
 
@@ -43,7 +45,7 @@ impl Tool for WebFetch {
                     // allowed, a `blocked_url` refused; other failures decided nothing.
                     match &fetched {
                         Ok(_) => service.metrics.egress_decision(EgressSource::Web, true),
-                        Err(e) if e.code == ErrorCode::BlockedUrl => {
+                        Err(e) if e.kind() == WebFetchErrorKind::Blocked => {
                             service.metrics.egress_decision(EgressSource::Web, false)
                         }
                         Err(_) => {}
@@ -100,6 +102,35 @@ impl Tool for WebFetch {
             }
         }
         Ok(fields)
+    }
+}
+
+/// PROTOCOL.md's code and sentence of a failed fetch: `blocked_url` with `reason`, `timeout`,
+/// `fetch_failed` (with `status_code`, `final_url` and `content_type` when a page answered), or
+/// `internal`, whose cause is logged here.
+impl From<WebFetchError> for ToolError {
+    fn from(e: WebFetchError) -> Self {
+        match e {
+            WebFetchError::Egress(e) => e.to_tool_error(),
+            WebFetchError::Status {
+                ref url,
+                status,
+                ref content_type,
+            }
+            | WebFetchError::NotText {
+                ref url,
+                status,
+                ref content_type,
+                ..
+            } => ToolError::new(ErrorCode::FetchFailed, e.to_string())
+                .with("status_code", status.as_u16())
+                .with("final_url", url.as_str())
+                .with("content_type", content_type.clone()),
+            WebFetchError::Extraction(_) => {
+                tracing::warn!(error = %DisplayChain(&e), "web_fetch failed");
+                ToolError::internal(e.to_string())
+            }
+        }
     }
 }
 

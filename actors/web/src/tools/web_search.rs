@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
-use super::WebService;
-use crate::search::Query;
+use crate::service::WebService;
+use crate::search::{Query, SearchError, SearchErrorKind};
 
 pub struct WebSearch;
 
@@ -17,7 +17,7 @@ impl Define for WebSearch {
         name: "web_search",
         description:
             "Search the web through the configured provider; returns titles, URLs and snippets.",
-        ..super::WEB
+        ..crate::service::WEB
     };
 }
 
@@ -45,6 +45,22 @@ impl Tool for WebSearch {
         fields.insert("results".into(), Value::Array(results));
         budget::fit_list(&mut fields, "results", call.fields_limit);
         Ok(fields)
+    }
+}
+
+/// PROTOCOL.md's code and sentence of a failed search: `timeout`, or `fetch_failed` (with
+/// `status_code` when the provider answered an HTTP error).
+impl From<SearchError> for ToolError {
+    fn from(e: SearchError) -> Self {
+        let code = match e.kind() {
+            SearchErrorKind::TimedOut => ErrorCode::Timeout,
+            SearchErrorKind::Failed => ErrorCode::FetchFailed,
+        };
+        let error = ToolError::new(code, e.to_string());
+        match e {
+            SearchError::Status(status) => error.with("status_code", status.as_u16()),
+            _ => error,
+        }
     }
 }
 
