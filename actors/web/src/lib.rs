@@ -10,6 +10,7 @@ pub mod fetch;
 mod runner;
 pub mod search;
 pub mod text;
+pub mod service;
 pub mod tools;
 
 use std::sync::Arc;
@@ -61,7 +62,7 @@ pub async fn spawn(
         config.search_api_key.as_deref(),
     )
     .map_err(WebStartError::SearchProvider)?;
-    let service = Arc::new(tools::WebService {
+    let service = Arc::new(service::WebService {
         client: client.clone(),
         fetcher: fetch::Fetcher::new(policy, config.max_bytes)?,
         search,

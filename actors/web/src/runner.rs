@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_nats::Message;
 use toolmesh_actix_host::{Handler, ToolServer};
 
-use crate::tools::WebService;
+use crate::service::WebService;
 
 pub struct WebRunner {
     pub server: ToolServer<WebService>,

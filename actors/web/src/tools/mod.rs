@@ -11,37 +11,9 @@
 mod web_fetch;
 mod web_search;
 
-use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::tools::Table;
-use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
-use toolmesh_kernel::wire::SideEffect;
-use toolmesh_kernel::Role;
 
-use crate::fetch::Fetcher;
-use crate::search::SearchProvider;
-
-/// What a web tool's definition says unless it says otherwise: the web group and role, low risk,
-/// network egress, no session, no named profile.
-pub(crate) const WEB: ToolDef = ToolDef {
-    side_effects: &[SideEffect::NetworkEgress],
-    ..ToolDef::of(BuiltinGroup::Web, Role::Web)
-};
+use crate::service::WebService;
 
 /// The web actor's tools.
 pub const TOOLS: Table<WebService> = &[&web_fetch::WebFetch, &web_search::WebSearch];
-
-/// `max_chars` above this is clamped: a reply must fit a NATS body.
-pub const MAX_CHARS_CAP: u64 = 100_000;
-
-/// What both web tools need.
-#[derive(Debug)]
-pub struct WebService {
-    pub client: async_nats::Client,
-    pub fetcher: Fetcher,
-    pub search: Option<SearchProvider>,
-    pub sync: WorkspaceSync,
-    /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `text` when the call names none.
-    pub budget_chars: usize,
-    /// The node's metrics: `web_fetch`'s egress decisions.
-    pub metrics: toolmesh_kernel::metrics::Metrics,
-}

@@ -14,8 +14,8 @@ use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 use url::Url;
 
-use crate::service::{WebService, MAX_CHARS_CAP};
 use crate::fetch::{WebFetchError, WebFetchErrorKind};
+use crate::service::{WebService, MAX_CHARS_CAP};
 
 pub struct WebFetch;
 

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
-use crate::service::WebService;
 use crate::search::{Query, SearchError, SearchErrorKind};
+use crate::service::WebService;
 
 pub struct WebSearch;
 
