@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::support::Cluster;
+use crate::support::{ok, Cluster};
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
 
@@ -95,6 +95,104 @@ pub(crate) async fn tool(c: &Cluster, session: &str, name: &str, args: Value) ->
     tool_as(c, "acme", session, name, args).await
 }
 
+/// `run_command` of `command` (and no other argument) in `session` of acme.
+pub(crate) async fn run(c: &Cluster, session: &str, command: &str) -> Value {
+    tool(c, session, "run_command", json!({"command": command})).await
+}
+
+pub(crate) async fn write_file(c: &Cluster, session: &str, path: &str, content: &str) -> Value {
+    tool(
+        c,
+        session,
+        "write_workspace_file",
+        json!({"path": path, "content": content}),
+    )
+    .await
+}
+
+pub(crate) async fn read_file(c: &Cluster, session: &str, path: &str) -> Value {
+    tool(c, session, "read_workspace_file", json!({"path": path})).await
+}
+
+pub(crate) async fn sandbox_status(c: &Cluster, session: &str) -> Value {
+    tool(c, session, "sandbox_status", json!({})).await
+}
+
+/// `run_command` of `command` as a background task (its reply: the task's id).
+async fn background(c: &Cluster, session: &str, command: &str) -> Value {
+    tool(
+        c,
+        session,
+        "run_command",
+        json!({"command": command, "background": true}),
+    )
+    .await
+}
+
+/// `run_command` of `command` in a sandbox of `template`.
+pub(crate) async fn run_template(
+    c: &Cluster,
+    session: &str,
+    command: &str,
+    template: &str,
+) -> Value {
+    tool(
+        c,
+        session,
+        "run_command",
+        json!({"command": command, "template": template}),
+    )
+    .await
+}
+
+/// `run_command` of `command` with a `timeout` of `seconds`.
+async fn run_timed(c: &Cluster, session: &str, command: &str, seconds: u64) -> Value {
+    tool(
+        c,
+        session,
+        "run_command",
+        json!({"command": command, "timeout": seconds}),
+    )
+    .await
+}
+
+async fn task_input(c: &Cluster, session: &str, task: &str, input: &str) -> Value {
+    tool(
+        c,
+        session,
+        "task_input",
+        json!({"task_id": task, "input": input}),
+    )
+    .await
+}
+
+/// `execute_skills` of `skill_names` (a list, or anything else to see it refused).
+pub(crate) async fn execute_skills(
+    c: &Cluster,
+    session: &str,
+    prompt: &str,
+    skill_names: Value,
+) -> Value {
+    tool(
+        c,
+        session,
+        "execute_skills",
+        json!({"workflow_prompt": prompt, "skill_names": skill_names}),
+    )
+    .await
+}
+
+/// `task_output` of `task` waiting (at most 20 s) for `pattern`.
+async fn wait_output(c: &Cluster, session: &str, task: &str, pattern: &str) -> Value {
+    tool(
+        c,
+        session,
+        "task_output",
+        json!({"task_id": task, "wait_for_pattern": pattern, "timeout": 20}),
+    )
+    .await
+}
+
 async fn tool_as(c: &Cluster, account: &str, session: &str, name: &str, args: Value) -> Value {
     c.call(
         account,
@@ -120,14 +218,7 @@ pub(crate) fn docker_inspect(sandbox_id: &str) -> Value {
 #[tokio::test]
 async fn run_command_reports_every_field_of_the_seed() {
     let c = cluster().await;
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo out; echo err >&2; exit 3"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "echo out; echo err >&2; exit 3").await);
     assert_eq!(r["backend"], "sandbox/docker");
     assert!(r["sandbox_id"].as_str().unwrap().starts_with("sbx-"), "{r}");
     assert_eq!(r["command"], "echo out; echo err >&2; exit 3");
@@ -145,22 +236,14 @@ async fn run_command_reports_every_field_of_the_seed() {
 #[tokio::test]
 async fn cwd_env_and_a_non_root_user() {
     let c = cluster().await;
-    let w = tool(
-        &c,
-        "s1",
-        "write_workspace_file",
-        json!({"path": "sub/keep.txt", "content": "x"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
-    let r = tool(
+    ok(write_file(&c, "s1", "sub/keep.txt", "x").await);
+    let r = ok(tool(
         &c,
         "s1",
         "run_command",
         json!({"command": "pwd; echo $GREETING; id -u", "cwd": "sub", "env": {"GREETING": "hi"}}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["stdout"], "/workspace/sub\nhi\n1000\n");
     assert_eq!(r["cwd"], "/workspace/sub");
 }
@@ -168,31 +251,12 @@ async fn cwd_env_and_a_non_root_user() {
 #[tokio::test]
 async fn sessions_reuse_their_sandbox_and_are_separated() {
     let c = cluster().await;
-    let a = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo one > /tmp/state"}),
-    )
-    .await;
-    assert_eq!(a["ok"], true, "{a}");
-    let b = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat /tmp/state"}),
-    )
-    .await;
+    let a = ok(run(&c, "s1", "echo one > /tmp/state").await);
+    let b = run(&c, "s1", "cat /tmp/state").await;
     assert_eq!(b["stdout"], "one\n", "{b}");
     assert_eq!(a["sandbox_id"], b["sandbox_id"]);
 
-    let other = tool(
-        &c,
-        "s2",
-        "run_command",
-        json!({"command": "cat /tmp/state || echo none"}),
-    )
-    .await;
+    let other = run(&c, "s2", "cat /tmp/state || echo none").await;
     assert_eq!(other["stdout"], "none\n", "{other}");
     assert_ne!(other["sandbox_id"], a["sandbox_id"]);
     let other_account = tool_as(
@@ -206,8 +270,7 @@ async fn sessions_reuse_their_sandbox_and_are_separated() {
     assert_eq!(other_account["stdout"], "none\n", "{other_account}");
     assert_ne!(other_account["sandbox_id"], a["sandbox_id"]);
 
-    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
-    assert_eq!(status["ok"], true, "{status}");
+    let status = ok(sandbox_status(&c, "s1").await);
     assert_eq!(status["sandbox_id"], a["sandbox_id"]);
     for field in [
         "backend",
@@ -234,8 +297,7 @@ async fn sessions_reuse_their_sandbox_and_are_separated() {
     assert_eq!(status["template_id"], "default");
     assert_eq!(status["template_bound"], true);
     assert_eq!(status["image"], IMAGE);
-    let fresh = tool(&c, "s9", "sandbox_status", json!({})).await;
-    assert_eq!(fresh["ok"], true, "{fresh}");
+    let fresh = ok(sandbox_status(&c, "s9").await);
     assert_eq!(
         fresh["sandbox_id"],
         Value::Null,
@@ -246,69 +308,25 @@ async fn sessions_reuse_their_sandbox_and_are_separated() {
 #[tokio::test]
 async fn the_workspace_is_synced_in_and_changes_come_back() {
     let c = cluster().await;
-    let w = tool(
-        &c,
-        "s1",
-        "write_workspace_file",
-        json!({"path": "data/in.txt", "content": "from the workspace\n"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat data/in.txt && echo made > data/out.txt && rm data/in.txt && mkdir -p node_modules && echo x > node_modules/skip.js"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    ok(write_file(&c, "s1", "data/in.txt", "from the workspace\n").await);
+    let r = ok(run(&c, "s1", "cat data/in.txt && echo made > data/out.txt && rm data/in.txt && mkdir -p node_modules && echo x > node_modules/skip.js")
+    .await);
     assert_eq!(r["stdout"], "from the workspace\n");
-    let read = tool(
-        &c,
-        "s1",
-        "read_workspace_file",
-        json!({"path": "data/out.txt"}),
-    )
-    .await;
-    assert_eq!(read["ok"], true, "{read}");
+    let read = ok(read_file(&c, "s1", "data/out.txt").await);
     assert_eq!(read["content"], "     1\tmade\n");
-    let gone = tool(
-        &c,
-        "s1",
-        "read_workspace_file",
-        json!({"path": "data/in.txt"}),
-    )
-    .await;
+    let gone = read_file(&c, "s1", "data/in.txt").await;
     assert_eq!(
         gone["error"], "not_found",
         "a file deleted in the sandbox is deleted: {gone}"
     );
-    let skipped = tool(
-        &c,
-        "s1",
-        "read_workspace_file",
-        json!({"path": "node_modules/skip.js"}),
-    )
-    .await;
+    let skipped = read_file(&c, "s1", "node_modules/skip.js").await;
     assert_eq!(
         skipped["error"], "not_found",
         "node_modules is not synced: {skipped}"
     );
     // A change made through the workspace reaches the sandbox on the next command.
-    tool(
-        &c,
-        "s1",
-        "write_workspace_file",
-        json!({"path": "data/out.txt", "content": "again\n"}),
-    )
-    .await;
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat data/out.txt"}),
-    )
-    .await;
+    write_file(&c, "s1", "data/out.txt", "again\n").await;
+    let r = run(&c, "s1", "cat data/out.txt").await;
     assert_eq!(r["stdout"], "again\n", "{r}");
 }
 
@@ -316,13 +334,7 @@ async fn the_workspace_is_synced_in_and_changes_come_back() {
 async fn a_timeout_kills_the_command_and_says_so() {
     let c = cluster().await;
     let started = Instant::now();
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo before; sleep 30 & sleep 30", "timeout": 2}),
-    )
-    .await;
+    let r = run_timed(&c, "s1", "echo before; sleep 30 & sleep 30", 2).await;
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["error"], "timeout");
     assert_eq!(r["timed_out"], true);
@@ -332,13 +344,7 @@ async fn a_timeout_kills_the_command_and_says_so() {
         "{:?}",
         started.elapsed()
     );
-    let ps = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "ps -eo args | grep -c '^sleep 30' || true"}),
-    )
-    .await;
+    let ps = run(&c, "s1", "ps -eo args | grep -c '^sleep 30' || true").await;
     assert_eq!(
         ps["stdout"], "0\n",
         "the timed-out processes are gone: {ps}"
@@ -362,8 +368,7 @@ async fn still_ticking(c: &Cluster, name: &str) -> (bool, String) {
          [ \"$a\" = \"$b\" ] && echo still || echo grows; \
          ps -eo args | grep -c '^sh -c [w]hile :; do date >> /workspace/{name};' || true"
     );
-    let r = tool(c, "s1", "run_command", json!({"command": check})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(tool(c, "s1", "run_command", json!({"command": check})).await);
     let out = r["stdout"].as_str().unwrap_or_default().to_owned();
     let (grows, left) = out.split_once('\n').unwrap_or(("", ""));
     (grows == "grows", left.trim().to_owned())
@@ -405,13 +410,7 @@ async fn check_escapees_end_with_their_command(c: &Cluster) {
     )
     .await;
     let task = r["task_id"].as_str().expect("a task").to_owned();
-    let out = tool(
-        c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "started", "timeout": 20}),
-    )
-    .await;
+    let out = wait_output(c, "s1", &task, "started").await;
     assert_eq!(out["matched"], true, "{out}");
     assert_eq!(
         still_ticking(c, "task").await,
@@ -512,34 +511,20 @@ async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads()
 
     // Once the first two bytes are out, the command says so on stderr, and the read that
     // waits for that finds stdout still empty.
-    let started = tool(
+    let started = ok(background(
         &c,
         "s1",
-        "run_command",
-        json!({"command": r"printf '\342\202'; echo half >&2; sleep 2; printf '\254\n'; echo done", "background": true}),
+        r"printf '\342\202'; echo half >&2; sleep 2; printf '\254\n'; echo done",
     )
-    .await;
-    assert_eq!(started["ok"], true, "{started}");
+    .await);
     let task = started["task_id"].as_str().unwrap().to_owned();
-    let early = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "half", "timeout": 20}),
-    )
-    .await;
+    let early = wait_output(&c, "s1", &task, "half").await;
     assert_eq!(early["matched"], true, "{early}");
     assert_eq!(
         early["stdout"], "",
         "half a character stays for the next read: {early}"
     );
-    let rest = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "done", "timeout": 20}),
-    )
-    .await;
+    let rest = wait_output(&c, "s1", &task, "done").await;
     assert_eq!(rest["stdout"], "€\ndone\n", "{rest}");
 }
 
@@ -563,13 +548,12 @@ async fn a_cancel_kills_the_running_command() {
     // Wait until it runs (its first line is an event), then cancel.
     let started = Instant::now();
     wait_for_stdout(&mut events, "started").await;
-    let ack = toolmesh_testkit::request_json(
+    ok(toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.cancel.acme".to_owned(),
         json!({"invocation_id": invocation}),
     )
-    .await;
-    assert_eq!(ack["ok"], true, "{ack}");
+    .await);
     let r = call.await.unwrap();
     assert_eq!(r["error"], "cancelled", "{r}");
     assert!(started.elapsed() < Duration::from_secs(20));
@@ -612,44 +596,22 @@ async fn run_code_runs_python_javascript_and_bash_snippets() {
 #[tokio::test]
 async fn background_tasks_poll_wait_feed_and_kill() {
     let c = cluster().await;
-    let r = tool(
+    let r = ok(background(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "echo ready; read line; echo got:$line; sleep 0.2; echo done", "background": true}),
+        "echo ready; read line; echo got:$line; sleep 0.2; echo done",
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     let task = r["task_id"].as_str().unwrap().to_owned();
     assert_eq!(r["status"], "running");
 
-    let out = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "ready", "timeout": 20}),
-    )
-    .await;
-    assert_eq!(out["ok"], true, "{out}");
+    let out = ok(wait_output(&c, "s1", &task, "ready").await);
     assert_eq!(out["matched"], true);
     assert_eq!(out["stdout"], "ready\n");
     assert_eq!(out["status"], "running");
 
-    let fed = tool(
-        &c,
-        "s1",
-        "task_input",
-        json!({"task_id": task, "input": "hello\n"}),
-    )
-    .await;
-    assert_eq!(fed["ok"], true, "{fed}");
-    let out = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "done", "timeout": 20}),
-    )
-    .await;
+    ok(task_input(&c, "s1", &task, "hello\n").await);
+    let out = wait_output(&c, "s1", &task, "done").await;
     assert_eq!(out["matched"], true, "{out}");
     assert_eq!(
         out["stdout"], "got:hello\ndone\n",
@@ -677,13 +639,7 @@ async fn background_tasks_poll_wait_feed_and_kill() {
     assert_eq!(wait["ok"], true);
     assert_eq!(wait["matched"], false, "{wait}");
 
-    let sleeper = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "sleep 300", "background": true}),
-    )
-    .await;
+    let sleeper = background(&c, "s1", "sleep 300").await;
     let sleeper = sleeper["task_id"].as_str().unwrap().to_owned();
     let list = tool(&c, "s1", "list_tasks", json!({})).await;
     let tasks = list["tasks"].as_array().unwrap();
@@ -693,8 +649,7 @@ async fn background_tasks_poll_wait_feed_and_kill() {
             assert!(t.get(field).is_some(), "{t}");
         }
     }
-    let killed = tool(&c, "s1", "kill_task", json!({"task_id": sleeper})).await;
-    assert_eq!(killed["ok"], true, "{killed}");
+    let killed = ok(tool(&c, "s1", "kill_task", json!({"task_id": sleeper})).await);
     assert_eq!(killed["status"], "killed");
 
     // Another session, another account: not found.
@@ -715,8 +670,7 @@ async fn background_tasks_poll_wait_feed_and_kill() {
 #[tokio::test]
 async fn containers_are_hardened() {
     let c = cluster().await;
-    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "true").await);
     let inspect = docker_inspect(r["sandbox_id"].as_str().unwrap());
     let host = &inspect["HostConfig"];
     assert_eq!(host["NetworkMode"], "none", "{host}");
@@ -739,11 +693,10 @@ async fn containers_are_hardened() {
     let mounts = serde_json::to_string(&inspect["Mounts"]).unwrap();
     assert!(!mounts.contains("docker.sock"), "{mounts}");
     // And from inside: no network but loopback, no writes outside /workspace and /tmp.
-    let r = tool(
+    let r = run(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "ls /sys/class/net; touch /etc/x 2>/dev/null && echo wrote || echo read-only"}),
+        "ls /sys/class/net; touch /etc/x 2>/dev/null && echo wrote || echo read-only",
     )
     .await;
     assert_eq!(r["stdout"], "lo\nread-only\n", "{r}");
@@ -773,35 +726,34 @@ async fn floods_and_bombs_stay_inside_the_sandbox() {
         .as_str()
         .unwrap()
         .starts_with(".toolmesh/outputs/"));
-    let bomb = tool(
+    let bomb = run_timed(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", "timeout": 10}),
+        "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
+        10,
     )
     .await;
     assert!(bomb["ok"] == true || bomb["error"] == "timeout", "{bomb}");
-    let hog = tool(
+    let hog = ok(tool(
         &c,
         "s1",
         "run_code",
         json!({"code": "x = bytearray(1024 * 1024 * 1024)\nprint('allocated')", "timeout": 30}),
     )
-    .await;
-    assert_eq!(hog["ok"], true, "{hog}");
+    .await);
     assert_ne!(
         hog["exit_code"], 0,
         "a 1 GiB allocation in a 256 MiB sandbox fails: {hog}"
     );
     // The worker still answers, and the session still works.
-    let r = tool(&c, "s2", "run_command", json!({"command": "echo alive"})).await;
+    let r = run(&c, "s2", "echo alive").await;
     assert_eq!(r["stdout"], "alive\n", "{r}");
 }
 
 #[tokio::test]
 async fn a_missing_image_is_unavailable_naming_the_fix() {
     let c = cluster_with(&[("TOOLMESH_SANDBOX_IMAGE", "toolmesh/no-such-image:latest")]).await;
-    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    let r = run(&c, "s1", "true").await;
     assert_eq!(r["error"], "unavailable", "{r}");
     assert!(
         r["error_message"]
@@ -842,30 +794,17 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
     let w1 = c.start_node("sandbox", &BASE_ENV).await;
     let w2 = c.start_node("sandbox", &BASE_ENV).await;
     let mut c = SandboxCluster { c };
-    let first = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo hi > /tmp/mark"}),
-    )
-    .await;
-    assert_eq!(first["ok"], true, "{first}");
+    let first = ok(run(&c, "s1", "echo hi > /tmp/mark").await);
     let sandbox = first["sandbox_id"].clone();
     // Whatever worker the queue group picks, the session's sandbox serves every call: the
     // other one claims the session for a warm sandbox of its own (creating the command's exec
     // there meanwhile), loses the claim and hands the call over, with nothing run in it.
     let mut holder = None;
     for _ in 0..8 {
-        let s = tool(
-            &c,
-            "s1",
-            "run_command",
-            json!({"command": "cat /tmp/mark; echo ran >> /tmp/runs"}),
-        )
-        .await;
+        let s = run(&c, "s1", "cat /tmp/mark; echo ran >> /tmp/runs").await;
         assert_eq!(s["sandbox_id"], sandbox, "{s}");
         assert_eq!(s["stdout"], "hi\n");
-        let st = tool(&c, "s1", "sandbox_status", json!({})).await;
+        let st = sandbox_status(&c, "s1").await;
         holder = Some(st["node_id"].as_str().unwrap().to_owned());
     }
     let holder = holder.unwrap();
@@ -875,13 +814,7 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
         (w2, w1)
     };
     assert_eq!(c.nodes[victim].node_id, holder);
-    let runs = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "wc -l < /tmp/runs"}),
-    )
-    .await;
+    let runs = run(&c, "s1", "wc -l < /tmp/runs").await;
     assert_eq!(
         runs["stdout"], "8\n",
         "each call ran once, in the session's sandbox"
@@ -925,14 +858,7 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
         killed_at.elapsed()
     );
     // The next call of the session runs on the surviving worker, in a new sandbox.
-    let next = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat /tmp/mark 2>/dev/null || echo fresh"}),
-    )
-    .await;
-    assert_eq!(next["ok"], true, "{next}");
+    let next = ok(run(&c, "s1", "cat /tmp/mark 2>/dev/null || echo fresh").await);
     assert_eq!(next["stdout"], "fresh\n");
     assert_ne!(next["sandbox_id"], sandbox);
 }
@@ -954,8 +880,7 @@ async fn a_restarted_worker_removes_what_its_previous_run_left() {
     );
     let c = SandboxCluster { c };
     let mut first = spec.clone().start(&c.client).await;
-    let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "true").await);
     let left = containers_of(&spec.node_id);
     assert!(!left.is_empty(), "the session's sandbox exists");
     first.kill();
@@ -989,8 +914,7 @@ async fn a_restarted_worker_removes_what_its_previous_run_left() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let next = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
-    assert_eq!(next["ok"], true, "{next}");
+    let next = ok(run(&c, "s1", "true").await);
     assert_ne!(next["sandbox_id"], r["sandbox_id"]);
 }
 
@@ -1021,52 +945,28 @@ async fn the_process_backend_runs_in_bubblewrap() {
     let node = spec.start(&c.client).await;
     c.nodes.push(node);
     let c = SandboxCluster { c };
-    tool(
-        &c,
-        "s1",
-        "write_workspace_file",
-        json!({"path": "in.txt", "content": "hello"}),
-    )
-    .await;
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat in.txt; echo; id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' \\n'; echo; echo out > made.txt; touch /usr/x 2>/dev/null && echo wrote || echo read-only"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    write_file(&c, "s1", "in.txt", "hello").await;
+    let r = ok(run(&c, "s1", "cat in.txt; echo; id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' \\n'; echo; echo out > made.txt; touch /usr/x 2>/dev/null && echo wrote || echo read-only")
+    .await);
     assert_eq!(r["backend"], "sandbox/process");
     let lines: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
     assert_eq!(lines[0], "hello");
     assert_ne!(lines[1], "0", "not root inside: {r}");
     assert_eq!(lines[2].trim(), "lo", "no network but loopback: {r}");
     assert_eq!(lines[3], "read-only");
-    let read = tool(&c, "s1", "read_workspace_file", json!({"path": "made.txt"})).await;
+    let read = read_file(&c, "s1", "made.txt").await;
     assert_eq!(read["content"], "     1\tout\n", "{read}");
-    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    let status = sandbox_status(&c, "s1").await;
     assert_eq!(status["backend"], "sandbox/process");
     assert!(status["boundary"].as_str().unwrap().len() > 20);
 
     // One sandbox per session, as with Docker: its /tmp outlives a command, and another
     // session does not see it.
-    let keep = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo kept > /tmp/keep"}),
-    )
-    .await;
+    let keep = run(&c, "s1", "echo kept > /tmp/keep").await;
     assert_eq!(keep["exit_code"], 0, "{keep}");
-    let again = tool(&c, "s1", "run_command", json!({"command": "cat /tmp/keep"})).await;
+    let again = run(&c, "s1", "cat /tmp/keep").await;
     assert_eq!(again["stdout"], "kept\n", "{again}");
-    let other = tool(
-        &c,
-        "s2",
-        "run_command",
-        json!({"command": "cat /tmp/keep 2>&1 || true"}),
-    )
-    .await;
+    let other = run(&c, "s2", "cat /tmp/keep 2>&1 || true").await;
     assert!(
         other["stdout"].as_str().unwrap().contains("No such file"),
         "{other}"
@@ -1074,19 +974,13 @@ async fn the_process_backend_runs_in_bubblewrap() {
 
     // A command may kill everything of its uid, the spawner included: the sandbox dies, the
     // next call says so, and the one after gets a new sandbox.
-    let before = tool(&c, "s1", "sandbox_status", json!({})).await;
-    let _ = tool(&c, "s1", "run_command", json!({"command": "kill -9 -1"})).await;
-    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    let before = sandbox_status(&c, "s1").await;
+    let _ = run(&c, "s1", "kill -9 -1").await;
+    let gone = run(&c, "s1", "true").await;
     if gone["ok"] == false {
         assert_eq!(gone["error"], "unavailable", "{gone}");
     }
-    let fresh = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat /tmp/keep 2>/dev/null || echo fresh"}),
-    )
-    .await;
+    let fresh = run(&c, "s1", "cat /tmp/keep 2>/dev/null || echo fresh").await;
     assert_eq!(fresh["stdout"], "fresh\n", "{fresh}");
     assert_ne!(fresh["sandbox_id"], before["sandbox_id"], "{fresh}");
 }
@@ -1094,13 +988,7 @@ async fn the_process_backend_runs_in_bubblewrap() {
 #[tokio::test]
 async fn execute_skills_without_a_runner_says_how_to_enable_it() {
     let c = cluster().await;
-    let r = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "draw a diagram", "skill_names": ["demo"]}),
-    )
-    .await;
+    let r = execute_skills(&c, "s1", "draw a diagram", json!(["demo"])).await;
     assert_eq!(r["error"], "skill_runtime_disabled", "{r}");
     assert!(
         r["hint"]
@@ -1109,7 +997,7 @@ async fn execute_skills_without_a_runner_says_how_to_enable_it() {
             .contains("TOOLMESH_SKILL_RUNNER_COMMAND"),
         "{r}"
     );
-    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    let status = sandbox_status(&c, "s1").await;
     assert_eq!(
         status["sandbox_id"],
         Value::Null,
@@ -1143,14 +1031,7 @@ async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
     c.start_node("gateway,approval,workspace,sandbox,skills", &env)
         .await;
     let c = SandboxCluster { c };
-    let r = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "greet the user", "skill_names": ["demo"]}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(execute_skills(&c, "s1", "greet the user", json!(["demo"])).await);
     assert_eq!(
         r["stdout"],
         "hello from the skill\nnames=demo\nprompt=greet the user\nenv=greet the user\nread-only\n"
@@ -1160,31 +1041,13 @@ async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
     assert_eq!(r["execution_context"], "skill-runtime/sandbox/docker");
     assert_eq!(r["output_files"], json!(["report.txt"]));
     assert!(r["duration_ms"].as_u64().is_some());
-    let report = tool(
-        &c,
-        "s1",
-        "read_workspace_file",
-        json!({"path": "report.txt"}),
-    )
-    .await;
+    let report = read_file(&c, "s1", "report.txt").await;
     assert_eq!(report["content"], "     1\tresult\n", "{report}");
 
-    let missing = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "x", "skill_names": "nope"}),
-    )
-    .await;
+    let missing = execute_skills(&c, "s1", "x", json!("nope")).await;
     assert_eq!(missing["error"], "skill_not_found", "{missing}");
 
-    let failed = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "fail", "skill_names": ["demo"]}),
-    )
-    .await;
+    let failed = execute_skills(&c, "s1", "fail", json!(["demo"])).await;
     assert_eq!(failed["error"], "command_failed", "{failed}");
     assert_eq!(failed["exit_code"], 3);
     assert!(
@@ -1199,12 +1062,10 @@ async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
 #[tokio::test]
 async fn a_redis_restart_does_not_fail_the_next_new_session() {
     let mut c = cluster().await;
-    let first = tool(&c, "s1", "run_command", json!({"command": "echo one"})).await;
-    assert_eq!(first["ok"], true, "{first}");
+    ok(run(&c, "s1", "echo one").await);
     c.c.redis.restart();
     // The worker's registry connection was dropped; the first claim after it must still work.
-    let r = tool(&c, "s2", "run_command", json!({"command": "echo two"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s2", "echo two").await);
     assert_eq!(r["stdout"], "two\n");
 }
 
@@ -1240,14 +1101,7 @@ async fn an_approval_is_given_back_when_the_worker_cannot_run_the_call() {
 #[tokio::test]
 async fn a_removed_container_is_replaced_on_the_next_call() {
     let c = cluster().await;
-    let first = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "touch /tmp/mark"}),
-    )
-    .await;
-    assert_eq!(first["ok"], true, "{first}");
+    let first = ok(run(&c, "s1", "touch /tmp/mark").await);
     let sandbox = first["sandbox_id"].as_str().unwrap().to_owned();
     let removed = Command::new("docker")
         .args(["rm", "-f", &format!("toolmesh-{sandbox}")])
@@ -1255,19 +1109,13 @@ async fn a_removed_container_is_replaced_on_the_next_call() {
         .expect("docker rm");
     assert!(removed.status.success(), "{removed:?}");
     // The worker learns of it from Docker: that call says so, the next one gets a new sandbox.
-    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    let gone = run(&c, "s1", "true").await;
     assert_eq!(gone["error"], "unavailable", "{gone}");
     assert!(
         gone["error_message"].as_str().unwrap().contains("is gone"),
         "{gone}"
     );
-    let next = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat /tmp/mark 2>/dev/null || echo fresh"}),
-    )
-    .await;
+    let next = run(&c, "s1", "cat /tmp/mark 2>/dev/null || echo fresh").await;
     assert_eq!(next["stdout"], "fresh\n", "{next}");
     assert_ne!(next["sandbox_id"], sandbox.as_str());
 }
@@ -1370,8 +1218,7 @@ async fn output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory() {
     c.start_node("gateway,approval,workspace", &BASE_ENV).await;
     c.start_node("sandbox", &BASE_ENV).await;
     let c = SandboxCluster { c };
-    let warm = tool(&c, "s1", "run_command", json!({"command": "echo warm"})).await;
-    assert_eq!(warm["ok"], true, "{warm}");
+    ok(run(&c, "s1", "echo warm").await);
     let worker = c.nodes[1].pid();
     let before = peak_rss(worker);
 
@@ -1441,11 +1288,11 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     let c = cluster_with(&[("TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES", "1048576")]).await;
-    let r = tool(
+    let r = run_timed(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'a'; echo err >&2", "timeout": 60}),
+        "head -c 3000000 /dev/zero | tr '\\0' 'a'; echo err >&2",
+        60,
     )
     .await;
     let head: String = r.to_string().chars().take(600).collect();
@@ -1460,14 +1307,12 @@ async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     assert_eq!(r["stderr"], "err\n");
 
     // A background task's unread output is kept up to the same cap; a read says what it lost.
-    let started = tool(
+    let started = ok(background(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'b'; echo; echo finished", "background": true}),
+        "head -c 3000000 /dev/zero | tr '\\0' 'b'; echo; echo finished",
     )
-    .await;
-    assert_eq!(started["ok"], true, "{started}");
+    .await);
     let task = started["task_id"].as_str().unwrap().to_owned();
     let cluster: &Cluster = &c;
     let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
@@ -1524,22 +1369,14 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_t
     c.start_node("gateway,approval,workspace", &env).await;
     c.start_node("sandbox", &env).await;
     let c = SandboxCluster { c };
-    let warm = tool(&c, "s1", "run_command", json!({"command": "echo warm"})).await;
-    assert_eq!(warm["ok"], true, "{warm}");
+    ok(run(&c, "s1", "echo warm").await);
     let worker = c.nodes[1].pid();
     let before = rss(worker);
     let kept = 32; // tasks::MAX_ENDED_TASKS
     let mut ids = Vec::new();
     for _batch in 0..3 {
         for _ in 0..12 {
-            let r = tool(
-                &c,
-                "s1",
-                "run_command",
-                json!({"command": "head -c 3000000 /dev/zero | tr '\\0' 'x'", "background": true}),
-            )
-            .await;
-            assert_eq!(r["ok"], true, "{r}");
+            let r = ok(background(&c, "s1", "head -c 3000000 /dev/zero | tr '\\0' 'x'").await);
             ids.push(r["task_id"].as_str().unwrap().to_owned());
         }
         // Wait until this batch has ended (at most 16 run at once).
@@ -1657,7 +1494,7 @@ fn seq_text(n: u64) -> String {
 async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &str) {
     let cap: u64 = 4 * 1024 * 1024;
     let c = cluster_with(&[(variable, &cap.to_string())]).await;
-    let started = tool(
+    let started = ok(tool(
         &c,
         "s1",
         "run_command",
@@ -1666,19 +1503,17 @@ async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &st
             "background": true,
         }),
     )
-    .await;
-    assert_eq!(started["ok"], true, "{started}");
+    .await);
     let task = started["task_id"].as_str().unwrap().to_owned();
     let piece: u64 = 100_000; // lines: at most 800 KB, under a quarter of the cap
     for k in 1..=20u64 {
-        let input = tool(
+        ok(tool(
             &c,
             "s1",
             "task_input",
             json!({"task_id": task, "input": format!("{piece}\n")}),
         )
-        .await;
-        assert_eq!(input["ok"], true, "{input}");
+        .await);
         let expected = seq_text(k * piece).len() as u64;
         let (cluster, task): (&Cluster, &str) = (&c, &task);
         let arrived = toolmesh_testkit::wait_until(Duration::from_secs(60), || async move {
@@ -1700,14 +1535,7 @@ async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &st
             handed_over_bytes(&c, "s1", task)
         );
     }
-    let end = tool(
-        &c,
-        "s1",
-        "task_input",
-        json!({"task_id": task, "input": "end\n"}),
-    )
-    .await;
-    assert_eq!(end["ok"], true, "{end}");
+    ok(task_input(&c, "s1", &task, "end\n").await);
     let cluster: &Cluster = &c;
     let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
         let list = tool(cluster, "s1", "list_tasks", json!({})).await;
@@ -1781,14 +1609,13 @@ async fn wait_for_pattern_matches_line_by_line() {
             "READY now\n",
         ),
     ] {
-        let started = tool(
+        let started = ok(tool(
             &c,
             "s1",
             "run_command",
             json!({"command": command, "background": true}),
         )
-        .await;
-        assert_eq!(started["ok"], true, "{started}");
+        .await);
         let task = started["task_id"].as_str().unwrap().to_owned();
         // Under the client's 10 s request timeout: a pattern that never matches answers
         // `matched: false` rather than no reply.
@@ -1805,8 +1632,7 @@ async fn wait_for_pattern_matches_line_by_line() {
             "{pattern}: {out}"
         );
         assert_eq!(out["status"], "running");
-        let killed = tool(&c, "s1", "kill_task", json!({"task_id": task})).await;
-        assert_eq!(killed["ok"], true, "{killed}");
+        ok(tool(&c, "s1", "kill_task", json!({"task_id": task})).await);
     }
 }
 
@@ -1828,15 +1654,9 @@ async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
         .path()
         .join("accounts/acme/sessions/s1/workspace");
     // Made in the sandbox: an executable script, a setuid file, an empty folder.
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod +x run.sh \
-            && echo x > suid.sh && chmod 4755 suid.sh && mkdir -p empty/inner && stat -c %a suid.sh"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod +x run.sh \
+            && echo x > suid.sh && chmod 4755 suid.sh && mkdir -p empty/inner && stat -c %a suid.sh")
+    .await);
     assert_eq!(r["stdout"], "4755\n", "the sandbox set the bit: {r}");
     let sandbox = r["sandbox_id"].as_str().unwrap().to_owned();
     assert_eq!(mode_on_disk(&ws.join("run.sh")) & 0o111, 0o111, "{r}");
@@ -1845,8 +1665,7 @@ async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
         0o755,
         "setuid never reaches the workspace"
     );
-    let listed = tool(&c, "s1", "list_workspace_files", json!({"path": "empty"})).await;
-    assert_eq!(listed["ok"], true, "{listed}");
+    let listed = ok(tool(&c, "s1", "list_workspace_files", json!({"path": "empty"})).await);
     assert_eq!(listed["entries"][0]["path"], "empty/inner", "{listed}");
     assert_eq!(listed["entries"][0]["type"], "dir", "{listed}");
 
@@ -1868,14 +1687,9 @@ async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
         .output()
         .expect("docker rm");
     assert!(removed.status.success(), "{removed:?}");
-    let gone = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+    let gone = run(&c, "s1", "true").await;
     assert_eq!(gone["error"], "unavailable", "{gone}");
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "./run.sh && stat -c %a suid.sh && test -d empty/inner && test -d data && ls -A data | wc -l"}),
-    )
+    let r = run(&c, "s1", "./run.sh && stat -c %a suid.sh && test -d empty/inner && test -d data && ls -A data | wc -l")
     .await;
     assert_ne!(r["sandbox_id"], sandbox.as_str(), "{r}");
     assert_eq!(r["stdout"], "ran\n755\n0\n", "{r}");
@@ -1920,15 +1734,13 @@ fn filesystem_bytes(path: &std::path::Path) -> u64 {
 /// filesystem of at most 64 MiB (an image inside that folder), the session goes on working,
 /// and a drain leaves no mount and no folder behind.
 async fn a_sandbox_writes_no_more_than_its_disk_quota(mut c: SandboxCluster) {
-    let r = tool(
+    let r = ok(run(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "fallocate -l 65M /workspace/big; echo rc=$?; \
-            dd if=/dev/zero of=/workspace/fill bs=1M count=80 2>&1 | grep -c 'No space left'"}),
+        "fallocate -l 65M /workspace/big; echo rc=$?; \
+            dd if=/dev/zero of=/workspace/fill bs=1M count=80 2>&1 | grep -c 'No space left'",
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     let out = format!("{}{}", r["stdout"], r["stderr"]);
     assert!(out.contains("No space left on device"), "{r}");
     assert!(r["stdout"].as_str().unwrap().contains("rc=1"), "{r}");
@@ -1949,16 +1761,14 @@ async fn a_sandbox_writes_no_more_than_its_disk_quota(mut c: SandboxCluster) {
     assert!(size <= 64 * 1024 * 1024, "a disk of {size} bytes");
 
     // The session goes on once it made room.
-    let r = tool(
+    let r = run(
         &c,
         "s1",
-        "run_command",
-        json!({"command": "rm -f /workspace/big /workspace/fill && echo fine > ok.txt && cat ok.txt"}),
+        "rm -f /workspace/big /workspace/fill && echo fine > ok.txt && cat ok.txt",
     )
     .await;
     assert_eq!(r["stdout"], "fine\n", "{r}");
-    let read = tool(&c, "s1", "read_workspace_file", json!({"path": "ok.txt"})).await;
-    assert_eq!(read["ok"], true, "{read}");
+    ok(read_file(&c, "s1", "ok.txt").await);
 
     // A drain removes every sandbox: no mount, no folder, no image is left.
     c.nodes[0].terminate();
@@ -2001,14 +1811,7 @@ async fn a_process_sandbox_writes_no_more_than_its_disk_quota() {
 #[tokio::test]
 async fn a_workspace_bigger_than_the_disk_quota_is_limit_exceeded() {
     let c = cluster_with(&[("TOOLMESH_SANDBOX_DISK_MB", "16")]).await;
-    let w = tool(
-        &c,
-        "s1",
-        "write_workspace_file",
-        json!({"path": "small.txt", "content": "x"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
+    ok(write_file(&c, "s1", "small.txt", "x").await);
     let ws = c
         .data_dir
         .path()
@@ -2017,13 +1820,7 @@ async fn a_workspace_bigger_than_the_disk_quota_is_limit_exceeded() {
     for i in 0..3 {
         std::fs::write(ws.join(format!("big{i}.bin")), vec![7u8; 8 * 1024 * 1024]).unwrap();
     }
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo ran > ran.txt"}),
-    )
-    .await;
+    let r = run(&c, "s1", "echo ran > ran.txt").await;
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["error"], "limit_exceeded", "{r}");
     let message = r["error_message"].as_str().unwrap();
@@ -2034,14 +1831,7 @@ async fn a_workspace_bigger_than_the_disk_quota_is_limit_exceeded() {
     for i in 0..3 {
         std::fs::remove_file(ws.join(format!("big{i}.bin"))).unwrap();
     }
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "ls; echo ran > ran.txt"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "ls; echo ran > ran.txt").await);
     assert_eq!(r["stdout"], "small.txt\n", "{r}");
 }
 
@@ -2053,14 +1843,7 @@ async fn a_workspace_bigger_than_the_disk_quota_is_limit_exceeded() {
 #[tokio::test]
 async fn mountinfo_in_a_sandbox_names_no_node_and_no_sandbox_folder() {
     let c = cluster().await;
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "cat /proc/self/mountinfo"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s1", "cat /proc/self/mountinfo").await);
     let table = r["stdout"].as_str().unwrap();
     let node = &c.nodes[0].node_id;
     assert!(!table.contains(node.as_str()), "{table}");
@@ -2122,14 +1905,13 @@ async fn bystander(
     let mut slowest = Duration::ZERO;
     while !*stop.borrow() {
         let started = Instant::now();
-        let r = toolmesh_testkit::request_json_within(
+        ok(toolmesh_testkit::request_json_within(
             &client,
             "toolmesh.v1.call.bystander",
             json!({"tool": "component_status", "session_id": "b1"}),
             Duration::from_secs(60),
         )
-        .await;
-        assert_eq!(r["ok"], true, "{r}");
+        .await);
         slowest = slowest.max(started.elapsed());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -2158,21 +1940,20 @@ async fn a_deep_tree_neither_stalls_the_node_nor_outlives_its_sandbox() {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let watcher = tokio::spawn(bystander(c.client.clone(), stopped));
     let deep = "python3 -c \"import os\nfor _ in range(20000):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)\"";
-    let made = toolmesh_testkit::request_json_within(
+    let made = ok(toolmesh_testkit::request_json_within(
         &c.client,
         "toolmesh.v1.call.acme",
         json!({"tool": "run_command", "session_id": "s1",
             "arguments": {"command": deep, "timeout": 120}}),
         Duration::from_secs(120),
     )
-    .await;
-    assert_eq!(made["ok"], true, "{made}");
+    .await);
     assert_eq!(made["exit_code"], 0, "{made}");
     assert_eq!(made["workspace_sync"]["truncated"], true, "{made}");
     let sandbox = made["sandbox_id"].as_str().unwrap().to_owned();
     // Every command's sync walks the tree again.
     for _ in 0..3 {
-        let r = tool(&c, "s1", "run_command", json!({"command": "true"})).await;
+        let r = run(&c, "s1", "true").await;
         assert_eq!(r["workspace_sync"]["truncated"], true, "{r}");
     }
     stop.send(true).unwrap();
@@ -2199,7 +1980,7 @@ async fn a_deep_tree_neither_stalls_the_node_nor_outlives_its_sandbox() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let r = tool(&c, "s2", "run_command", json!({"command": "echo alive"})).await;
+    let r = run(&c, "s2", "echo alive").await;
     assert_eq!(r["stdout"], "alive\n", "the node lives on: {r}");
 }
 

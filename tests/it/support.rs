@@ -161,6 +161,13 @@ impl Drop for Cluster {
     }
 }
 
+/// Asserts that a reply says `ok` (printing it when not, at the caller's line) and answers it.
+#[track_caller]
+pub fn ok(reply: Value) -> Value {
+    assert_eq!(reply["ok"], true, "{reply}");
+    reply
+}
+
 /// Collects messages of a subscription until `count` arrived or `timeout` passed.
 pub async fn collect(
     sub: &mut async_nats::Subscriber,

@@ -10,8 +10,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolmesh_testkit::wait_until;
 
-use crate::sandbox::{cluster_with, docker_inspect, tool, unique_prefix, SandboxCluster, BASE_ENV};
-use crate::support::{events_until_finished, node_refusal, Cluster};
+use crate::sandbox::{
+    cluster_with, docker_inspect, execute_skills, read_file, run, run_template, sandbox_status,
+    tool, unique_prefix, SandboxCluster, BASE_ENV,
+};
+use crate::support::{events_until_finished, node_refusal, ok, Cluster};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
@@ -165,14 +168,13 @@ async fn check_egress(extra: &[(&str, &str)]) {
     let command = EGRESS_PROBE
         .replace("OTHER", &other.to_string())
         .replace("PORT", &port.to_string());
-    let r = c
+    let r = ok(c
         .call(
             "acme",
             json!({"tool": "run_command", "session_id": "s1", "invocation_id": invocation,
                    "arguments": {"command": command, "template": "net"}}),
         )
-        .await;
-    assert_eq!(r["ok"], true, "{r}");
+        .await);
     assert_eq!(r["exit_code"], 0, "{r}");
     let got: Value = serde_json::from_str(r["stdout"].as_str().unwrap().trim()).expect("{r}");
     assert_eq!(got[0], json!([200, "hello from /hello"]), "{got}");
@@ -270,7 +272,7 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
         && ! $P download -q --no-cache-dir --retries 0 --timeout 10 -d /workspace/dl \
              --index-url https://example.com/simple six 2>/workspace/refused.txt \
         && echo refused";
-    let r = toolmesh_testkit::request_json_within(
+    let r = ok(toolmesh_testkit::request_json_within(
         &c.client,
         "toolmesh.v1.call.acme",
         json!({"tool": "run_command", "session_id": "pip", "invocation_id": invocation,
@@ -278,8 +280,7 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
                              "env": {"EXTRA_CA": extra_ca}}}),
         Duration::from_secs(320),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["exit_code"], 0, "{r}");
     let stdout = r["stdout"].as_str().unwrap();
     assert!(stdout.starts_with("six 1."), "{r}");
@@ -326,14 +327,7 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
 async fn template_limits_are_what_docker_inspect_shows() {
     let (_dir, file) = templates_file(TEMPLATES);
     let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "true", "template": "small"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run_template(&c, "s1", "true", "small").await);
     let host = docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone();
     assert_eq!(host["Memory"], 300 * 1024 * 1024, "{host}");
     assert_eq!(host["NanoCpus"], 500_000_000u64, "{host}");
@@ -341,8 +335,7 @@ async fn template_limits_are_what_docker_inspect_shows() {
     assert_eq!(host["NetworkMode"], "none", "{host}");
 
     // The default template keeps today's variables.
-    let r = tool(&c, "s2", "run_command", json!({"command": "true"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s2", "true").await);
     let host = docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone();
     assert_eq!(host["Memory"], 256 * 1024 * 1024, "{host}");
     assert_eq!(host["PidsLimit"], 256, "{host}");
@@ -356,26 +349,12 @@ async fn a_session_is_bound_to_its_first_template() {
     assert_eq!(before["template_id"], "small", "{before}");
     assert_eq!(before["sandbox_id"], Value::Null, "{before}");
 
-    let first = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo one", "template": "small"}),
-    )
-    .await;
-    assert_eq!(first["ok"], true, "{first}");
+    let first = ok(run_template(&c, "s1", "echo one", "small").await);
     // No template named: the session's.
-    let again = tool(&c, "s1", "run_command", json!({"command": "echo two"})).await;
-    assert_eq!(again["ok"], true, "{again}");
+    let again = ok(run(&c, "s1", "echo two").await);
     assert_eq!(again["sandbox_id"], first["sandbox_id"]);
     // Another template: conflict, nothing run.
-    let other = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "echo three", "template": "default"}),
-    )
-    .await;
+    let other = run_template(&c, "s1", "echo three", "default").await;
     assert_eq!(other["error"], "conflict", "{other}");
     assert_eq!(other["template_id"], "small", "{other}");
     let other = tool(
@@ -389,13 +368,7 @@ async fn a_session_is_bound_to_its_first_template() {
     let other = tool(&c, "s1", "list_tasks", json!({"template": "eager"})).await;
     assert_eq!(other["error"], "conflict", "{other}");
     // A name no template has.
-    let unknown = tool(
-        &c,
-        "s2",
-        "run_command",
-        json!({"command": "true", "template": "nope"}),
-    )
-    .await;
+    let unknown = run_template(&c, "s2", "true", "nope").await;
     assert_eq!(unknown["error"], "invalid_arguments", "{unknown}");
     assert_eq!(
         unknown["available_templates"],
@@ -403,8 +376,7 @@ async fn a_session_is_bound_to_its_first_template() {
         "{unknown}"
     );
 
-    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
-    assert_eq!(status["ok"], true, "{status}");
+    let status = ok(sandbox_status(&c, "s1").await);
     assert_eq!(status["template_id"], "small", "{status}");
     assert_eq!(status["template_bound"], true);
     assert_eq!(status["runtime"], "runc");
@@ -460,25 +432,11 @@ async fn warm_pools_are_kept_for_templates_used_or_declaring_warm() {
     assert!(wait_until(within, || async { warm_of(&c, "eager").await == 1 }).await);
     assert!(wait_until(within, || async { warm_of(&c, "default").await == 1 }).await);
     assert_eq!(warm_of(&c, "small").await, 0);
-    let r = tool(
-        &c,
-        "s1",
-        "run_command",
-        json!({"command": "true", "template": "small"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    ok(run_template(&c, "s1", "true", "small").await);
     // Used once: one is kept ready for its next session, which gets it.
     assert!(wait_until(within, || async { warm_of(&c, "small").await == 1 }).await);
     let host = {
-        let r = tool(
-            &c,
-            "s2",
-            "run_command",
-            json!({"command": "true", "template": "small"}),
-        )
-        .await;
-        assert_eq!(r["ok"], true, "{r}");
+        let r = ok(run_template(&c, "s2", "true", "small").await);
         docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"].clone()
     };
     assert_eq!(
@@ -519,45 +477,26 @@ async fn a_skill_whose_requires_sandbox_names_a_template_runs_there() {
     c.start_node("gateway,approval,workspace,sandbox,skills", &env)
         .await;
     let c = SandboxCluster { c };
-    let r = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "go", "skill_names": ["big", "plain"]}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(execute_skills(&c, "s1", "go", json!(["big", "plain"])).await);
     assert_eq!(r["stdout"], format!("{}\n", 300 * 1024 * 1024), "{r}");
-    let status = tool(&c, "s1", "sandbox_status", json!({})).await;
+    let status = sandbox_status(&c, "s1").await;
     assert_eq!(status["template_id"], "small", "{status}");
     assert_eq!(
         docker_inspect(r["sandbox_id"].as_str().unwrap())["HostConfig"]["Memory"],
         300 * 1024 * 1024
     );
     // A skill needing another template in the same session: conflict.
-    let r = tool(
-        &c,
-        "s1",
-        "execute_skills",
-        json!({"workflow_prompt": "go", "skill_names": ["other"]}),
-    )
-    .await;
+    let r = execute_skills(&c, "s1", "go", json!(["other"])).await;
     assert_eq!(r["error"], "conflict", "{r}");
     // Two skills needing different templates in one call.
-    let r = tool(
-        &c,
-        "s2",
-        "execute_skills",
-        json!({"workflow_prompt": "go", "skill_names": ["big", "other"]}),
-    )
-    .await;
+    let r = execute_skills(&c, "s2", "go", json!(["big", "other"])).await;
     assert_eq!(r["error"], "invalid_arguments", "{r}");
 }
 
 /// The gVisor checks in one command: the kernel is gVisor's, the hardening of
 /// `sandbox::containers_are_hardened` holds, and the sandbox's own disk is its `/workspace`.
 async fn check_gvisor(c: &Cluster, session: &str) {
-    let r = tool(
+    let r = ok(tool(
         c,
         session,
         "run_command",
@@ -565,8 +504,7 @@ async fn check_gvisor(c: &Cluster, session: &str) {
                touch /etc/x 2>/dev/null && echo wrote || echo read-only; ls /sys/class/net; \
                echo on-disk > /workspace/f.txt && cat /workspace/f.txt"}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     let out = r["stdout"].as_str().unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].contains("gVisor"), "{out}");
@@ -585,7 +523,7 @@ async fn check_gvisor(c: &Cluster, session: &str) {
     assert_eq!(host["CapDrop"], json!(["ALL"]));
     assert_eq!(host["ReadonlyRootfs"], true);
     assert_eq!(host["Memory"], 512 * 1024 * 1024, "{host}");
-    let status = tool(c, session, "sandbox_status", json!({})).await;
+    let status = sandbox_status(c, session).await;
     assert_eq!(status["runtime"], "runsc", "{status}");
     // The spawner cannot run under gVisor: the status says its commands are docker execs.
     assert_eq!(status["commands"], "exec", "{status}");
@@ -594,16 +532,11 @@ async fn check_gvisor(c: &Cluster, session: &str) {
         "{status}"
     );
     // The sandbox's own disk (TOOLMESH_SANDBOX_DISK_MB=64) holds under gVisor too.
-    let r = tool(
-        c,
-        session,
-        "run_command",
-        json!({"command": "dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; rm -f /workspace/big"}),
-    )
+    let r = run(c, session, "dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; rm -f /workspace/big")
     .await;
     assert_eq!(r["stdout"], "No space left on device\n", "{r}");
     // The file written there came back to the workspace.
-    let read = tool(c, session, "read_workspace_file", json!({"path": "f.txt"})).await;
+    let read = read_file(c, session, "f.txt").await;
     assert_eq!(read["content"], "     1\ton-disk\n", "{read}");
 }
 
@@ -628,14 +561,7 @@ async fn under_gvisor_the_kernel_is_gvisors_and_the_hardening_holds() {
     .await;
     check_gvisor(&c, "s1").await;
     // The same command under runc shows the host's kernel.
-    let r = tool(
-        &c,
-        "s2",
-        "run_command",
-        json!({"command": "cat /proc/version"}),
-    )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(run(&c, "s2", "cat /proc/version").await);
     assert!(
         !r["stdout"]
             .as_str()
