@@ -1,0 +1,146 @@
+//! Approvals on the wire: a tool's risk and side effects, the grant a call presents, in-band
+//! deciders, and the approval record with its decision.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Account, InvocationId, SessionId};
+
+/// How bad a tool can be if misused; decides approval with the mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskLevel {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl RiskLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RiskLevel::Low => "low",
+            RiskLevel::Medium => "medium",
+            RiskLevel::High => "high",
+            RiskLevel::Critical => "critical",
+        }
+    }
+}
+
+/// What a tool may change outside its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffect {
+    WorkspaceWrite,
+    WorkspaceDelete,
+    IsolatedRuntimeExecution,
+    ProcessControl,
+    NetworkEgress,
+}
+
+/// The `approval` member of a ToolRequest.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ApprovalGrant {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    /// Which client made an in-band decision: `mcp` or `mcp:<token name>` (the MCP front
+    /// sends its client's answer this way). Recorded as `decided_by` in place of `in-band`;
+    /// it labels an in-band decision and never makes one count where in-band decisions do not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+}
+
+impl ApprovalGrant {
+    /// What an in-band decision records as `decided_by`.
+    pub fn decider(&self) -> &str {
+        self.decided_by.as_deref().unwrap_or(IN_BAND_DECIDER)
+    }
+}
+
+/// `decided_by` of an in-band decision that names no client.
+pub const IN_BAND_DECIDER: &str = "in-band";
+
+/// Why an in-band `approved` changed nothing: this cluster takes decisions out of band only.
+/// Appended to the refusal's message.
+pub fn in_band_off_note(account: &Account) -> String {
+    format!(
+        "; in-band decisions are off here (TOOLMESH_APPROVAL_IN_BAND=0), so \"approved\" in the call counts for nothing: a person allowed to decide for {account} must decide on {}",
+        crate::subjects::public::approvals(account, crate::subjects::public::ApprovalVerb::Decide)
+    )
+}
+
+/// Whether `label` may name the client of an in-band decision: `mcp`, or `mcp:` and a
+/// [`is_client_name`].
+pub fn is_in_band_decider(label: &str) -> bool {
+    match label.strip_prefix("mcp") {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix(':').is_some_and(is_client_name),
+        None => false,
+    }
+}
+
+/// The longest [`is_client_name`].
+pub const MAX_CLIENT_NAME: usize = 64;
+
+/// Whether `name` may name a client (an MCP token's `"name"`): 1 to [`MAX_CLIENT_NAME`]
+/// characters from `[A-Za-z0-9_.@-]`, plain enough for `decided_by` and a log line.
+pub fn is_client_name(name: &str) -> bool {
+    (1..=MAX_CLIENT_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
+}
+/// The lifecycle of an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Used,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Used => "used",
+        }
+    }
+}
+
+/// PROTOCOL.md's ApprovalRequest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub id: String,
+    pub account: Account,
+    pub session_id: Option<SessionId>,
+    pub invocation_id: InvocationId,
+    pub tool_name: String,
+    pub risk_level: RiskLevel,
+    pub side_effects: Vec<SideEffect>,
+    pub arguments_sha256: String,
+    pub arguments_preview: String,
+    pub status: ApprovalStatus,
+    pub created_at: String,
+    pub expires_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What `…decide` carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    pub id: String,
+    pub approved: bool,
+    #[serde(default)]
+    pub approver: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,103 @@
+//! Gateway ↔ approval actor: the approval gate of a call and the release of an approval a
+//! call never used.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ErrorCode, ToolError};
+use crate::ids::{Account, InvocationId};
+use crate::wire::approval::{ApprovalGrant, ApprovalRequest, RiskLevel, SideEffect};
+use crate::wire::request::InvocationContext;
+
+/// Gateway → approval actor: this call needs approval; here is what it carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRequest {
+    pub invocation: InvocationContext,
+    pub tool_name: String,
+    pub risk_level: RiskLevel,
+    pub side_effects: Vec<SideEffect>,
+    pub arguments_sha256: String,
+    /// A preview made by the sender. Gateways that predate `arguments` send it; a gateway
+    /// that sends `arguments` does not, and the approval actor makes the preview from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_preview: Option<String>,
+    pub grant: Option<ApprovalGrant>,
+    /// The arguments as sent, whose JCS hash is `arguments_sha256`: the approval actor stores
+    /// them for `approvals.<account>.get`. Sent only when the call may create an approval
+    /// (no approval id presented).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+}
+
+/// Approval actor → gateway: run the call, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum GateOutcome {
+    /// Approved and now used by this call.
+    Proceed { approval: ApprovalRequest },
+    /// A new pending approval was created for this call. `in_band`: whether an in-band
+    /// decision on it would count (`TOOLMESH_APPROVAL_IN_BAND` of the approval role), so a
+    /// front knows whether asking its client is any use.
+    Required {
+        approval: ApprovalRequest,
+        #[serde(default)]
+        in_band: bool,
+    },
+    /// The call may not run; `approval` is set when one exists (pending, rejected, …).
+    Refused {
+        error: ErrorCode,
+        error_message: String,
+        approval: Option<ApprovalRequest>,
+    },
+}
+
+/// Gateway → approval actor: the call `invocation_id` consumed approval `approval_id` (a
+/// `Proceed`), but provably never ran (NATS had no responder for it), so give the approval
+/// back. The approval actor only does so while the approval is still `used` by exactly this
+/// invocation in this account and has not expired; anything else is answered `released: false`
+/// and changes nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRelease {
+    pub account: Account,
+    pub approval_id: String,
+    pub invocation_id: InvocationId,
+}
+
+/// Approval actor → gateway, answering an [`ApprovalRelease`].
+///
+/// `released` is true when the approval is `approved` again (or this very release was retried
+/// after a lost reply); `approval` is the record as it is now, when it exists in that account.
+/// `error` is set only when the request could not be judged at all (malformed, store
+/// unreachable): a plain "not yours to release" is `released: false` without an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseAck {
+    pub released: bool,
+    #[serde(default)]
+    pub approval: Option<ApprovalRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+impl ReleaseAck {
+    /// Judged and not released (or released, with `released: true`).
+    pub fn judged(released: bool, approval: Option<ApprovalRequest>) -> Self {
+        Self {
+            released,
+            approval,
+            error: None,
+            error_message: None,
+        }
+    }
+
+    /// Not judged: nothing was released because of `error`.
+    pub fn failed(error: ToolError) -> Self {
+        Self {
+            released: false,
+            approval: None,
+            error: Some(error.code),
+            error_message: Some(error.message),
+        }
+    }
+}
