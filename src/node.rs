@@ -390,7 +390,7 @@ pub async fn run(
                 toolmesh_web::spawn(
                     nats.clone(),
                     toolmesh_web::WebSettings {
-                        config: config.web.clone(),
+                        config: actors.web.clone(),
                         budget_chars: config.result_budget_chars,
                         metrics: metrics.clone(),
                     },

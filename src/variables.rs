@@ -14,6 +14,7 @@ pub const TABLES: &[&[Variable]] = &[
     toolmesh_gateway::variables::VARIABLES,
     toolmesh_approval::variables::VARIABLES,
     toolmesh_sandbox::variables::VARIABLES,
+    toolmesh_web::variables::VARIABLES,
     toolmesh_bridge::variables::VARIABLES,
     toolmesh_mcp::variables::VARIABLES,
     toolmesh_console::variables::VARIABLES,

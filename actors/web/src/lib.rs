@@ -6,20 +6,23 @@
 //! and the HTTP client's only resolver hands out checked addresses, so DNS rebinding cannot
 //! swap one in; redirects are followed by hand, each checked again; no proxy is used.
 
+pub mod config;
 pub mod fetch;
 mod runner;
 pub mod search;
-pub mod text;
 pub mod service;
+pub mod text;
 pub mod tools;
+pub mod variables;
 
 use std::sync::Arc;
 
-use toolmesh_kernel::config::WebConfig;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::Role;
+
+pub use config::WebConfig;
 
 /// What the web actor needs besides NATS.
 #[derive(Debug, Clone)]

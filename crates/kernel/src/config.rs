@@ -54,7 +54,6 @@ pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
 pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
 /// How long one Skill Service request or archive download may take.
 pub const DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S: u64 = 120;
-pub const DEFAULT_WEB_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
 /// How long `TOOLMESH_EVENTS` keeps a RunEvent (`TOOLMESH_EVENTS_MAX_AGE_S`): a day.
 pub const DEFAULT_EVENTS_MAX_AGE_S: u64 = 86_400;
@@ -293,18 +292,6 @@ pub struct SkillsConfig {
     pub allowed_networks: Vec<String>,
 }
 
-/// Web settings.
-#[derive(Debug, Clone)]
-pub struct WebConfig {
-    pub search_provider: Option<String>,
-    pub allowed_networks: Vec<String>,
-    pub max_bytes: u64,
-    /// `TOOLMESH_WEB_SEARCH_URL`: the endpoint of the `http` search provider.
-    pub search_url: Option<String>,
-    /// `TOOLMESH_WEB_SEARCH_API_KEY`: sent as `Authorization: Bearer …` to that endpoint.
-    pub search_api_key: Option<String>,
-}
-
 /// Everything a node reads from its environment.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -315,7 +302,6 @@ pub struct NodeConfig {
     pub result_budget_chars: usize,
     pub sandbox: SandboxConfig,
     pub skills: SkillsConfig,
-    pub web: WebConfig,
     pub drain_timeout: Duration,
     /// The limits of the RunEvents stream and what the node found at start.
     pub events: crate::streams::EventsConfig,
@@ -429,13 +415,6 @@ impl NodeConfig {
                     DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
                 )?),
                 allowed_networks: env.list("TOOLMESH_SKILL_ALLOWED_NETWORKS"),
-            },
-            web: WebConfig {
-                search_provider: env.get("TOOLMESH_WEB_SEARCH_PROVIDER").map(str::to_owned),
-                allowed_networks: env.list("TOOLMESH_WEB_ALLOWED_NETWORKS"),
-                max_bytes: env.parse("TOOLMESH_WEB_MAX_BYTES", DEFAULT_WEB_MAX_BYTES)?,
-                search_url: env.get("TOOLMESH_WEB_SEARCH_URL").map(str::to_owned),
-                search_api_key: env.get("TOOLMESH_WEB_SEARCH_API_KEY").map(str::to_owned),
             },
             drain_timeout: Duration::from_secs(
                 env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,

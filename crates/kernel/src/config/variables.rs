@@ -354,38 +354,6 @@ pub const VARIABLES: &[Variable] = &[
          Skill Service's own origin is always reachable.",
     ),
     var(
-        "TOOLMESH_WEB_ALLOWED_NETWORKS",
-        Web,
-        "unset",
-        "CIDRs `web_fetch` may reach although they are not public (an intranet, tests).",
-    ),
-    var(
-        "TOOLMESH_WEB_MAX_BYTES",
-        Web,
-        "`10485760` (10 MiB)",
-        "Decoded body bytes `web_fetch` reads at most.",
-    ),
-    var(
-        "TOOLMESH_WEB_SEARCH_PROVIDER",
-        Web,
-        "unset (`web_search` answers `provider_not_configured`)",
-        "`http` (the endpoint of `TOOLMESH_WEB_SEARCH_URL`) or `fake` (canned results, for \
-         tests).",
-    ),
-    var(
-        "TOOLMESH_WEB_SEARCH_URL",
-        Web,
-        "unset",
-        "The `http` provider's endpoint: `GET <url>?q=&count=[&recency_days=]`, answering \
-         `{\"results\": [{\"title\", \"url\", \"snippet\", \"date\"?}]}`.",
-    ),
-    var(
-        "TOOLMESH_WEB_SEARCH_API_KEY",
-        Web,
-        "unset",
-        "Sent to that endpoint as `Authorization: Bearer <key>`.",
-    ),
-    var(
         "TOOLMESH_METRICS_LISTEN",
         Telemetry,
         "unset (no listener)",
@@ -477,7 +445,6 @@ mod tests {
             "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
             &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
         );
-        check("TOOLMESH_WEB_MAX_BYTES", &DEFAULT_WEB_MAX_BYTES);
     }
 
     /// Setting a variable to its default's literal changes nothing: this holds the defaults
