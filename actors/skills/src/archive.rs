@@ -32,6 +32,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use flate2::bufread::DeflateDecoder;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::{ErrorCode, ToolError};
 use zip::result::ZipError;
 use zip::{CompressionMethod, System, ZipArchive};
@@ -62,15 +63,86 @@ pub struct Unpacked {
     pub bytes: u64,
 }
 
-fn unsafe_archive(message: impl Into<String>) -> ToolError {
-    ToolError::new(ErrorCode::UnsafeArchive, message)
+/// Why [`unpack`] refused or failed an archive.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// A check refused the archive (a name, a type, an overlap, a cap): `unsafe_archive`.
+    #[error("{0}")]
+    Unsafe(String),
+    /// The zip cannot be read as one (a structure or method this reader does not take).
+    #[error("the skill archive is not a readable zip: {0}")]
+    Unreadable(String),
+    /// The `zip` crate could not parse the archive.
+    #[error("the skill archive is not a readable zip: {0}")]
+    Zip(#[source] ZipError),
+    /// An entry's data does not inflate.
+    #[error("entry '{path}' of the skill archive is corrupt: {source}")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An entry's size or CRC differs from its header.
+    #[error("entry '{0}' of the skill archive is corrupt (size or CRC differs from its header)")]
+    Mismatch(String),
+    /// The staging folder could not be written.
+    #[error("cannot {what} '{path}' in the skill staging area: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A writing thread panicked.
+    #[error("a skill unpacking thread panicked")]
+    Panicked,
 }
 
-fn unreadable(message: impl std::fmt::Display) -> ToolError {
-    ToolError::new(
-        ErrorCode::InvalidSkill,
-        format!("the skill archive is not a readable zip: {message}"),
-    )
+/// What kind of [`ArchiveError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchiveErrorKind {
+    /// Refused by a check: `unsafe_archive`.
+    Unsafe,
+    /// Not a readable zip, or corrupt: `invalid_skill`.
+    Invalid,
+    /// A fault of this node (its disk, a thread): `internal`.
+    Internal,
+}
+
+impl ArchiveError {
+    pub fn kind(&self) -> ArchiveErrorKind {
+        match self {
+            ArchiveError::Unsafe(_) => ArchiveErrorKind::Unsafe,
+            ArchiveError::Unreadable(_)
+            | ArchiveError::Zip(_)
+            | ArchiveError::Corrupt { .. }
+            | ArchiveError::Mismatch(_) => ArchiveErrorKind::Invalid,
+            ArchiveError::Io { .. } | ArchiveError::Panicked => ArchiveErrorKind::Internal,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; an `internal` one logs its cause here.
+impl From<ArchiveError> for ToolError {
+    fn from(e: ArchiveError) -> Self {
+        let code = match e.kind() {
+            ArchiveErrorKind::Unsafe => ErrorCode::UnsafeArchive,
+            ArchiveErrorKind::Invalid => ErrorCode::InvalidSkill,
+            ArchiveErrorKind::Internal => {
+                tracing::warn!(error = %DisplayChain(&e), "cannot unpack a skill archive");
+                ErrorCode::Internal
+            }
+        };
+        ToolError::new(code, e.to_string())
+    }
+}
+
+fn unsafe_archive(message: impl Into<String>) -> ArchiveError {
+    ArchiveError::Unsafe(message.into())
+}
+
+fn unreadable(message: impl std::fmt::Display) -> ArchiveError {
+    ArchiveError::Unreadable(message.to_string())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +209,7 @@ fn entry_kind(
     raw_name: &[u8],
     mode: Option<u32>,
     dos_dir: bool,
-) -> Result<Kind, ToolError> {
+) -> Result<Kind, ArchiveError> {
     let named_dir = raw_name.ends_with(b"/") || raw_name.ends_with(b"\\") || dos_dir;
     match mode.map(|m| m & S_IFMT) {
         Some(S_IFLNK) => Err(unsafe_archive(format!(
@@ -169,7 +241,7 @@ struct Names {
 }
 
 impl Names {
-    fn add(&mut self, shown: &str, path: &str, kind: Kind) -> Result<(), ToolError> {
+    fn add(&mut self, shown: &str, path: &str, kind: Kind) -> Result<(), ArchiveError> {
         let clash = match kind {
             Kind::File => {
                 self.files.contains(path) || self.dirs.contains(path) || self.parents.contains(path)
@@ -204,7 +276,7 @@ impl Names {
 }
 
 /// Reads and checks the whole directory of `zip` (nothing is inflated).
-fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
+fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ArchiveError> {
     let too_many = |count: u64| {
         unsafe_archive(format!(
             "the archive has {count} entries, more than TOOLMESH_SKILL_MAX_ENTRIES ({})",
@@ -215,7 +287,7 @@ fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
     if bound > caps.max_entries {
         return Err(too_many(bound));
     }
-    let mut archive = ZipArchive::new(Cursor::new(zip)).map_err(unreadable)?;
+    let mut archive = ZipArchive::new(Cursor::new(zip)).map_err(ArchiveError::Zip)?;
     if archive.has_duplicate_names() {
         return Err(unsafe_archive(
             "two entries have the same name (duplicate name)",
@@ -232,7 +304,7 @@ fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
     let mut names = Names::default();
     let mut declared: u64 = 0;
     for index in 0..archive.len() {
-        let file = archive.by_index_raw(index).map_err(unreadable)?;
+        let file = archive.by_index_raw(index).map_err(ArchiveError::Zip)?;
         let raw_name = file.name_raw();
         let shown = String::from_utf8_lossy(raw_name).escape_debug().to_string();
         if file.encrypted() || file.flags().as_u16() & ENCRYPTED_FLAGS != 0 {
@@ -308,7 +380,7 @@ fn read_entries(zip: &[u8], caps: Caps) -> Result<Vec<Entry>, ToolError> {
                 "the archive's local headers disagree with its central directory: {why}"
             )))
         }
-        Err(other) => return Err(unreadable(other)),
+        Err(other) => return Err(ArchiveError::Zip(other)),
     }
     if declared > caps.max_bytes {
         return Err(unsafe_archive(format!(
@@ -333,7 +405,7 @@ const UNPACK_BUF: usize = 256 * 1024;
 /// An archive declaring at least [`PARALLEL_MIN_BYTES`] is written by up to
 /// [`MAX_UNPACK_THREADS`] threads (as many as the machine has cores), each taking whole
 /// entries; the caps are shared, so they hold for the archive as a whole.
-pub fn unpack(zip: &[u8], dest: &Path, caps: Caps) -> Result<Unpacked, ToolError> {
+pub fn unpack(zip: &[u8], dest: &Path, caps: Caps) -> Result<Unpacked, ArchiveError> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     unpack_on(zip, dest, caps, cores.min(MAX_UNPACK_THREADS))
 }
@@ -344,7 +416,7 @@ pub fn unpack_on(
     dest: &Path,
     caps: Caps,
     threads: usize,
-) -> Result<Unpacked, ToolError> {
+) -> Result<Unpacked, ArchiveError> {
     let entries = read_entries(zip, caps)?;
     // Folders first, so that the writers only create files.
     for entry in &entries {
@@ -382,7 +454,7 @@ pub fn unpack_on(
             least.1.push(entry);
         }
         let (inflated, failed) = (&inflated, &failed);
-        let results: Vec<Result<(), ToolError>> = std::thread::scope(|scope| {
+        let results: Vec<Result<(), ArchiveError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = shares
                 .iter()
                 .map(|(_, share)| {
@@ -391,14 +463,10 @@ pub fn unpack_on(
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(ToolError::internal("a skill unpacking thread panicked"))
-                    })
-                })
+                .map(|h| h.join().unwrap_or(Err(ArchiveError::Panicked)))
                 .collect()
         });
-        results.into_iter().collect::<Result<(), ToolError>>()
+        results.into_iter().collect::<Result<(), ArchiveError>>()
     };
     written?;
     Ok(Unpacked {
@@ -407,10 +475,12 @@ pub fn unpack_on(
     })
 }
 
-fn io_error(what: &str, path: &str, e: std::io::Error) -> ToolError {
-    ToolError::internal(format!(
-        "cannot {what} '{path}' in the skill staging area: {e}"
-    ))
+fn io_error(what: &'static str, path: &str, source: std::io::Error) -> ArchiveError {
+    ArchiveError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Writes `files` under `dest`, adding what it inflates to `inflated` (the whole archive's
@@ -423,7 +493,7 @@ fn write_files(
     files: &[&Entry],
     inflated: &AtomicU64,
     failed: &AtomicBool,
-) -> Result<(), ToolError> {
+) -> Result<(), ArchiveError> {
     let mut buf = vec![0u8; UNPACK_BUF];
     for entry in files {
         if failed.load(Ordering::Relaxed) {
@@ -445,7 +515,7 @@ fn write_file(
     entry: &Entry,
     inflated: &AtomicU64,
     buf: &mut [u8],
-) -> Result<(), ToolError> {
+) -> Result<(), ArchiveError> {
     let start = entry.data_start as usize;
     let data = &zip[start..start + entry.compressed as usize];
     // `bufread` reads the slice in place: no copy of the compressed bytes.
@@ -462,14 +532,9 @@ fn write_file(
     let mut crc = flate2::Crc::new();
     let mut written: u64 = 0;
     loop {
-        let n = read_full(&mut reader, buf).map_err(|e| {
-            ToolError::new(
-                ErrorCode::InvalidSkill,
-                format!(
-                    "entry '{}' of the skill archive is corrupt: {e}",
-                    entry.path
-                ),
-            )
+        let n = read_full(&mut reader, buf).map_err(|source| ArchiveError::Corrupt {
+            path: entry.path.clone(),
+            source,
         })?;
         if n == 0 {
             break;
@@ -492,13 +557,7 @@ fn write_file(
             .map_err(|e| io_error("write", &entry.path, e))?;
     }
     if written != entry.size || crc.sum() != entry.crc {
-        return Err(ToolError::new(
-            ErrorCode::InvalidSkill,
-            format!(
-                "entry '{}' of the skill archive is corrupt (size or CRC differs from its header)",
-                entry.path
-            ),
-        ));
+        return Err(ArchiveError::Mismatch(entry.path.clone()));
     }
     set_mode(&file, entry.executable).map_err(|e| io_error("set the mode of", &entry.path, e))
 }

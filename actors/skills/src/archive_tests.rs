@@ -18,6 +18,7 @@ fn check(zip: &[u8], expect: Result<&[&str], ErrorCode>) {
     match (unpack(zip, &dest, CAPS), expect) {
         (Ok(got), Ok(files)) => assert_eq!(got.files, files),
         (Err(e), Err(code)) => {
+            let e = ToolError::from(e);
             assert_eq!(e.code, code, "{e}");
             // Whatever happened, nothing is outside the staging folder.
             let outside: Vec<_> = fs::read_dir(dir.path())
@@ -133,7 +134,7 @@ fn caps_count_real_bytes_and_entries() {
         ..EntrySpec::file("zeros", &vec![0u8; 2 << 20])
     });
     let dir = tempfile::tempdir().unwrap();
-    let e = unpack(&zip.finish(), dir.path(), CAPS).unwrap_err();
+    let e = ToolError::from(unpack(&zip.finish(), dir.path(), CAPS).unwrap_err());
     assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
     assert!(e.message.contains("past its declared size"), "{e}");
     let mut many = ZipBuilder::new();
@@ -196,7 +197,7 @@ fn several_threads_write_the_same_files_and_keep_the_caps() {
     let under = builder.finish();
     for threads in [1, 2] {
         let dir = tempfile::tempdir().unwrap();
-        let e = unpack_on(&under, dir.path(), tight, threads).unwrap_err();
+        let e = ToolError::from(unpack_on(&under, dir.path(), tight, threads).unwrap_err());
         assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
     }
     // A corrupt entry fails the whole archive, whichever thread meets it: the first
@@ -206,7 +207,7 @@ fn several_threads_write_the_same_files_and_keep_the_caps() {
     corrupt[cd + 16] ^= 0xff; // in the central directory
     for threads in [1, 2] {
         let dir = tempfile::tempdir().unwrap();
-        let e = unpack_on(&corrupt, dir.path(), caps, threads).unwrap_err();
+        let e = ToolError::from(unpack_on(&corrupt, dir.path(), caps, threads).unwrap_err());
         assert_eq!(e.code, ErrorCode::InvalidSkill, "{e}");
     }
 }
@@ -297,7 +298,7 @@ fn an_archive_of_more_than_65535_entries_unpacks() {
         ..caps
     };
     let dir = tempfile::tempdir().unwrap();
-    let e = unpack(&zip, dir.path(), tight).unwrap_err();
+    let e = ToolError::from(unpack(&zip, dir.path(), tight).unwrap_err());
     assert_eq!(e.code, ErrorCode::UnsafeArchive, "{e}");
     assert!(e.message.contains("TOOLMESH_SKILL_MAX_ENTRIES"), "{e}");
 }

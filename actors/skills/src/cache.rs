@@ -18,18 +18,122 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use toolmesh_kernel::canonical::sha256_hex;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::LOCAL_SHA256;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
-use crate::archive::{self, Caps};
-use crate::catalog::{CatalogSkill, ServiceClient, Source};
+use crate::archive::{self, ArchiveError, Caps};
+use crate::catalog::{CatalogError, CatalogSkill, ServiceClient, Source};
 use crate::frontmatter::{self, SkillDoc};
 
 /// The cache folder under the data dir.
 pub const CACHE_DIR: &str = "skills-cache";
 /// Staging folders, under the cache folder.
 pub const STAGING_DIR: &str = ".staging";
+
+/// Why a skill could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The Skill Service could not say where the archive is, or it could not be downloaded.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The archive was refused or could not be unpacked.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error(
+        "the archive of skill '{name}' has sha256 {actual}, but the Skill Service says {expected}; it was not unpacked"
+    )]
+    HashMismatch {
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("the skill archive holds no SKILL.md at its root or in a single top folder")]
+    NoSkillMd,
+    #[error("cannot read SKILL.md of the skill: {0}")]
+    ReadSkillMd(#[source] std::io::Error),
+    #[error("SKILL.md is not UTF-8")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
+    #[error("the front matter of SKILL.md is unreadable: {0}")]
+    FrontMatter(String),
+    /// The cache folder could not be written or read.
+    #[error("cannot {what} in the skill cache {}: {source}", .dir.display())]
+    Cache {
+        what: &'static str,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A folder that should hold a skill could not be listed.
+    #[error("cannot read {}: {source}", .dir.display())]
+    ReadDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blocking task of the load failed (it panicked).
+    #[error("skill loading task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// What kind of [`LoadError`] it is (a Skill Service or archive failure says more through its
+/// own kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadErrorKind {
+    /// The Skill Service or the download failed: see [`CatalogError::kind`].
+    Catalog,
+    /// The archive was refused or unreadable: see [`ArchiveError::kind`].
+    Archive,
+    /// The archive is not the one the Skill Service named: `hash_mismatch`.
+    HashMismatch,
+    /// The skill's SKILL.md is missing or unreadable: `invalid_skill`.
+    Invalid,
+    /// A fault of this node (its disk, a task): `internal`.
+    Internal,
+}
+
+impl LoadError {
+    pub fn kind(&self) -> LoadErrorKind {
+        match self {
+            LoadError::Catalog(_) => LoadErrorKind::Catalog,
+            LoadError::Archive(_) => LoadErrorKind::Archive,
+            LoadError::HashMismatch { .. } => LoadErrorKind::HashMismatch,
+            LoadError::NoSkillMd
+            | LoadError::ReadSkillMd(_)
+            | LoadError::NotUtf8(_)
+            | LoadError::FrontMatter(_) => LoadErrorKind::Invalid,
+            LoadError::Cache { .. } | LoadError::ReadDir { .. } | LoadError::Task(_) => {
+                LoadErrorKind::Internal
+            }
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence (`hash_mismatch` with both hashes); an `internal` one logs
+/// its cause here.
+impl From<LoadError> for ToolError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Catalog(e) => e.into(),
+            LoadError::Archive(e) => e.into(),
+            LoadError::HashMismatch {
+                ref expected,
+                ref actual,
+                ..
+            } => ToolError::new(ErrorCode::HashMismatch, e.to_string())
+                .with("expected_sha256", expected.clone())
+                .with("actual_sha256", actual.clone()),
+            _ if e.kind() == LoadErrorKind::Invalid => {
+                ToolError::new(ErrorCode::InvalidSkill, e.to_string())
+            }
+            _ => {
+                tracing::warn!(error = %DisplayChain(&e), "cannot load a skill");
+                ToolError::internal(e.to_string())
+            }
+        }
+    }
+}
 
 /// A skill ready to use: its files are under `root`.
 #[derive(Debug, Clone)]
@@ -68,15 +172,13 @@ impl Loader {
         }
     }
 
-    pub async fn load(&self, skill: &CatalogSkill) -> Result<LoadedSkill, ToolError> {
+    pub async fn load(&self, skill: &CatalogSkill) -> Result<LoadedSkill, LoadError> {
         match &skill.source {
             Source::Local(dir) => {
                 let dir = dir.clone();
                 let doc = tokio::task::spawn_blocking(move || read_doc(&dir))
                     .await
-                    .map_err(|e| {
-                        ToolError::internal(format!("skill loading task failed: {e}"))
-                    })??;
+                    .map_err(LoadError::Task)??;
                 let Source::Local(root) = &skill.source else {
                     unreachable!()
                 };
@@ -93,7 +195,7 @@ impl Loader {
         }
     }
 
-    async fn load_remote(&self, skill: &CatalogSkill) -> Result<LoadedSkill, ToolError> {
+    async fn load_remote(&self, skill: &CatalogSkill) -> Result<LoadedSkill, LoadError> {
         let name = &skill.manifest.name;
         let started = Instant::now();
         let (url, expected) = self
@@ -130,14 +232,11 @@ impl Loader {
         let mut warnings = Vec::new();
         if actual != expected {
             if !self.allow_hash_mismatch {
-                return Err(ToolError::new(
-                    ErrorCode::HashMismatch,
-                    format!(
-                        "the archive of skill '{name}' has sha256 {actual}, but the Skill Service says {expected}; it was not unpacked"
-                    ),
-                )
-                .with("expected_sha256", expected)
-                .with("actual_sha256", actual));
+                return Err(LoadError::HashMismatch {
+                    name: name.clone(),
+                    expected,
+                    actual,
+                });
             }
             warnings.push(format!(
                 "sha256 mismatch for skill '{name}': expected {expected}, got {actual}; loaded anyway because TOOLMESH_SKILL_ALLOW_HASH_MISMATCH=1"
@@ -174,15 +273,15 @@ impl Loader {
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
+    f: impl FnOnce() -> Result<T, LoadError> + Send + 'static,
+) -> Result<T, LoadError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ToolError::internal(format!("skill loading task failed: {e}")))?
+        .map_err(LoadError::Task)?
 }
 
 /// A cached skill, if the cache holds one under that folder.
-fn cached_skill(dir: &Path) -> Result<Option<(PathBuf, SkillDoc)>, ToolError> {
+fn cached_skill(dir: &Path) -> Result<Option<(PathBuf, SkillDoc)>, LoadError> {
     match fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
         _ => return Ok(None),
@@ -207,12 +306,11 @@ fn install(
     key: &str,
     zip: &[u8],
     caps: Caps,
-) -> Result<(PathBuf, SkillDoc, InstallTimes), ToolError> {
-    let io = |what: &str, e: std::io::Error| {
-        ToolError::internal(format!(
-            "cannot {what} in the skill cache {}: {e}",
-            cache_dir.display()
-        ))
+) -> Result<(PathBuf, SkillDoc, InstallTimes), LoadError> {
+    let io = |what: &'static str, source: std::io::Error| LoadError::Cache {
+        what,
+        dir: cache_dir.to_path_buf(),
+        source,
     };
     let staging_parent = cache_dir.join(STAGING_DIR);
     fs::create_dir_all(&staging_parent).map_err(|e| io("create the staging folder", e))?;
@@ -220,20 +318,22 @@ fn install(
     fs::create_dir(&staging).map_err(|e| io("create a staging folder", e))?;
     let mut times = InstallTimes::default();
     let extracting = Instant::now();
-    let checked = archive::unpack(zip, &staging, caps).and_then(|unpacked| {
-        times.inflated_bytes = unpacked.bytes;
-        times.extract = extracting.elapsed();
-        let checking = Instant::now();
-        let root = skill_root(&staging)?;
-        let doc = read_doc(&root)?;
-        times.check = checking.elapsed();
-        Ok((
-            root.strip_prefix(&staging)
-                .map(Path::to_path_buf)
-                .unwrap_or_default(),
-            doc,
-        ))
-    });
+    let checked = archive::unpack(zip, &staging, caps)
+        .map_err(LoadError::from)
+        .and_then(|unpacked| {
+            times.inflated_bytes = unpacked.bytes;
+            times.extract = extracting.elapsed();
+            let checking = Instant::now();
+            let root = skill_root(&staging)?;
+            let doc = read_doc(&root)?;
+            times.check = checking.elapsed();
+            Ok((
+                root.strip_prefix(&staging)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
+                doc,
+            ))
+        });
     let (relative_root, doc) = match checked {
         Ok(found) => found,
         Err(e) => {
@@ -257,14 +357,17 @@ fn install(
 }
 
 /// The folder holding `SKILL.md`: the root, or its single top folder (`__MACOSX` aside).
-pub fn skill_root(dir: &Path) -> Result<PathBuf, ToolError> {
+pub fn skill_root(dir: &Path) -> Result<PathBuf, LoadError> {
     let is_skill_md =
         |p: &Path| fs::symlink_metadata(p.join("SKILL.md")).is_ok_and(|m| m.is_file());
     if is_skill_md(dir) {
         return Ok(dir.to_path_buf());
     }
     let tops: Vec<_> = fs::read_dir(dir)
-        .map_err(|e| ToolError::internal(format!("cannot read {}: {e}", dir.display())))?
+        .map_err(|source| LoadError::ReadDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?
         .filter_map(Result::ok)
         .filter(|e| e.file_name() != "__MACOSX")
         .collect();
@@ -273,29 +376,15 @@ pub fn skill_root(dir: &Path) -> Result<PathBuf, ToolError> {
             return Ok(only.path());
         }
     }
-    Err(ToolError::new(
-        ErrorCode::InvalidSkill,
-        "the skill archive holds no SKILL.md at its root or in a single top folder",
-    ))
+    Err(LoadError::NoSkillMd)
 }
 
 /// Reads and parses `root/SKILL.md`.
-pub fn read_doc(root: &Path) -> Result<SkillDoc, ToolError> {
+pub fn read_doc(root: &Path) -> Result<SkillDoc, LoadError> {
     let path = root.join("SKILL.md");
-    let text = fs::read(&path).map_err(|e| {
-        ToolError::new(
-            ErrorCode::InvalidSkill,
-            format!("cannot read SKILL.md of the skill: {e}"),
-        )
-    })?;
-    let text = String::from_utf8(text)
-        .map_err(|_| ToolError::new(ErrorCode::InvalidSkill, "SKILL.md is not UTF-8"))?;
-    frontmatter::parse(&text).map_err(|why| {
-        ToolError::new(
-            ErrorCode::InvalidSkill,
-            format!("the front matter of SKILL.md is unreadable: {why}"),
-        )
-    })
+    let text = fs::read(&path).map_err(LoadError::ReadSkillMd)?;
+    let text = String::from_utf8(text).map_err(LoadError::NotUtf8)?;
+    frontmatter::parse(&text).map_err(LoadError::FrontMatter)
 }
 
 /// A content fingerprint of a local skill folder: the hash of its file list with sizes, modes

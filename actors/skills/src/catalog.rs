@@ -23,7 +23,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_kernel::egress::{Egress, FetchError};
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{is_skill_name, LOCAL_SPACE_ID};
+use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{ErrorCode, ToolError};
 use url::Url;
 
@@ -187,6 +189,126 @@ pub fn local_skills(dir: &Path, warnings: &mut Vec<String>) -> Vec<CatalogSkill>
     out
 }
 
+/// Why a Skill Service request (a list, a download's whereabouts, an archive) brought nothing
+/// usable back.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("no Skill Service is configured (TOOLMESH_SKILL_SERVICE_URL)")]
+    NotConfigured,
+    #[error("the Skill Service URL cannot take a path")]
+    BaseUrl,
+    /// A hop was refused, unresolved or failed, or the body could not be read.
+    #[error("could not fetch {what}")]
+    Fetch {
+        what: String,
+        #[source]
+        source: Box<FetchError>,
+    },
+    #[error("fetching {what} answered HTTP {status}")]
+    Status {
+        what: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("{what} is larger than TOOLMESH_SKILL_MAX_BYTES ({cap} bytes)")]
+    TooBig { what: String, cap: u64 },
+    #[error("the Skill Service answered {what} with unreadable JSON: {source}")]
+    Json {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the Skill Service gave skill '{name}' an unusable archive URL: {source}")]
+    ArchiveUrl {
+        name: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("the archive URL of skill '{name}' is not http or https")]
+    ArchiveScheme { name: String },
+    #[error("the Skill Service gave skill '{name}' a malformed sha256")]
+    Sha256 { name: String },
+}
+
+/// What kind of [`CatalogError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogErrorKind {
+    /// No Skill Service is configured: `unavailable`.
+    Unavailable,
+    /// The egress policy refused a hop: `blocked_url`.
+    Blocked,
+    /// A hop timed out: `timeout`.
+    TimedOut,
+    /// The service answered 404: `not_found`.
+    NotFound,
+    /// The body passed the byte cap: `unsafe_archive`.
+    TooBig,
+    /// Anything else the service or the network did: `fetch_failed`.
+    Failed,
+    /// A fault of this node's configuration: `internal`.
+    Internal,
+}
+
+impl CatalogError {
+    pub fn kind(&self) -> CatalogErrorKind {
+        match self {
+            CatalogError::NotConfigured => CatalogErrorKind::Unavailable,
+            CatalogError::BaseUrl => CatalogErrorKind::Internal,
+            CatalogError::Fetch { source, .. } => match **source {
+                FetchError::Refused { .. } => CatalogErrorKind::Blocked,
+                FetchError::Send { ref error, .. } if error.is_timeout() => {
+                    CatalogErrorKind::TimedOut
+                }
+                _ => CatalogErrorKind::Failed,
+            },
+            CatalogError::Status { status, .. } if *status == reqwest::StatusCode::NOT_FOUND => {
+                CatalogErrorKind::NotFound
+            }
+            CatalogError::TooBig { .. } => CatalogErrorKind::TooBig,
+            CatalogError::Status { .. }
+            | CatalogError::Json { .. }
+            | CatalogError::ArchiveUrl { .. }
+            | CatalogError::ArchiveScheme { .. }
+            | CatalogError::Sha256 { .. } => CatalogErrorKind::Failed,
+        }
+    }
+
+    /// The wire's sentence: a fetch failure's own (the egress policy's reason, a timeout) after
+    /// what was fetched.
+    pub fn message(&self) -> String {
+        match self {
+            CatalogError::Fetch { what, source } => {
+                format!("could not fetch {what}: {}", source.to_tool_error().message)
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence (a refusal keeps the egress policy's `reason`); an
+/// `unavailable` or `internal` one logs its cause here.
+impl From<CatalogError> for ToolError {
+    fn from(e: CatalogError) -> Self {
+        if let CatalogError::Fetch { source, .. } = &e {
+            let mut error = source.to_tool_error();
+            error.message = e.message();
+            return error;
+        }
+        let code = match e.kind() {
+            CatalogErrorKind::Unavailable => ErrorCode::Unavailable,
+            CatalogErrorKind::NotFound => ErrorCode::NotFound,
+            CatalogErrorKind::TooBig => ErrorCode::UnsafeArchive,
+            CatalogErrorKind::Internal => ErrorCode::Internal,
+            CatalogErrorKind::Blocked => ErrorCode::BlockedUrl,
+            CatalogErrorKind::TimedOut => ErrorCode::Timeout,
+            CatalogErrorKind::Failed => ErrorCode::FetchFailed,
+        };
+        if matches!(code, ErrorCode::Unavailable | ErrorCode::Internal) {
+            tracing::warn!(error = %DisplayChain(&e), "the Skill Service cannot be asked");
+        }
+        ToolError::new(code, e.message())
+    }
+}
+
 /// Redirects a Skill Service request or archive download follows at most.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -243,18 +365,13 @@ impl ServiceClient {
         &self.space_ids
     }
 
-    fn endpoint(&self, space: &str, rest: &[&str]) -> Result<Url, ToolError> {
-        let base = self.base.as_ref().ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::Unavailable,
-                "no Skill Service is configured (TOOLMESH_SKILL_SERVICE_URL)",
-            )
-        })?;
+    fn endpoint(&self, space: &str, rest: &[&str]) -> Result<Url, CatalogError> {
+        let base = self.base.as_ref().ok_or(CatalogError::NotConfigured)?;
         let mut url = base.clone();
         {
             let mut segments = url
                 .path_segments_mut()
-                .map_err(|_| ToolError::internal("the Skill Service URL cannot take a path"))?;
+                .map_err(|()| CatalogError::BaseUrl)?;
             segments
                 .pop_if_empty()
                 .extend(["v1", "spaces", space, "skills"]);
@@ -283,22 +400,19 @@ impl ServiceClient {
         &self,
         url: Url,
         what: &str,
-    ) -> Result<T, ToolError> {
+    ) -> Result<T, CatalogError> {
         let body = self.get_bytes(url, what, 4 * 1024 * 1024).await?;
-        serde_json::from_slice(&body).map_err(|e| {
-            ToolError::new(
-                ErrorCode::FetchFailed,
-                format!("the Skill Service answered {what} with unreadable JSON: {e}"),
-            )
+        serde_json::from_slice(&body).map_err(|source| CatalogError::Json {
+            what: what.to_owned(),
+            source,
         })
     }
 
     /// A GET, its body capped at `cap` bytes (counted as it arrives).
-    pub async fn get_bytes(&self, url: Url, what: &str, cap: u64) -> Result<Vec<u8>, ToolError> {
-        let failed = |e: FetchError| {
-            let mut error = e.to_tool_error();
-            error.message = format!("could not fetch {what}: {}", error.message);
-            error
+    pub async fn get_bytes(&self, url: Url, what: &str, cap: u64) -> Result<Vec<u8>, CatalogError> {
+        let failed = |source: FetchError| CatalogError::Fetch {
+            what: what.to_owned(),
+            source: Box::new(source),
         };
         let fetched = self
             .egress
@@ -310,15 +424,10 @@ impl ServiceClient {
         let (final_url, hops, mut response) = (fetched.url, fetched.redirects, fetched.response);
         let status = response.status();
         if !status.is_success() {
-            let code = if status == reqwest::StatusCode::NOT_FOUND {
-                ErrorCode::NotFound
-            } else {
-                ErrorCode::FetchFailed
-            };
-            return Err(ToolError::new(
-                code,
-                format!("fetching {what} answered HTTP {status}"),
-            ));
+            return Err(CatalogError::Status {
+                what: what.to_owned(),
+                status,
+            });
         }
         if response.content_length().is_some_and(|n| n > cap) {
             return Err(too_big(what, cap));
@@ -338,7 +447,7 @@ impl ServiceClient {
     }
 
     /// The active manifests of one space (allow-list applied, invalid names left out).
-    pub async fn list_space(&self, space: &str) -> Result<Vec<SkillManifest>, ToolError> {
+    pub async fn list_space(&self, space: &str) -> Result<Vec<SkillManifest>, CatalogError> {
         let url = self.endpoint(space, &[])?;
         let list: ManifestList = self
             .get_json(url, &format!("the skills of space '{space}'"))
@@ -361,39 +470,41 @@ impl ServiceClient {
     }
 
     /// Where to download a skill's archive, and its sha256.
-    pub async fn download_info(&self, space: &str, name: &str) -> Result<(Url, String), ToolError> {
+    pub async fn download_info(
+        &self,
+        space: &str,
+        name: &str,
+    ) -> Result<(Url, String), CatalogError> {
         let url = self.endpoint(space, &[name, "download"])?;
         let info: DownloadInfo = self
             .get_json(url.clone(), &format!("the download of skill '{name}'"))
             .await?;
-        let archive = url.join(&info.url).map_err(|e| {
-            ToolError::new(
-                ErrorCode::FetchFailed,
-                format!("the Skill Service gave skill '{name}' an unusable archive URL: {e}"),
-            )
-        })?;
+        let archive = url
+            .join(&info.url)
+            .map_err(|source| CatalogError::ArchiveUrl {
+                name: name.to_owned(),
+                source,
+            })?;
         if !matches!(archive.scheme(), "http" | "https") {
-            return Err(ToolError::new(
-                ErrorCode::FetchFailed,
-                format!("the archive URL of skill '{name}' is not http or https"),
-            ));
+            return Err(CatalogError::ArchiveScheme {
+                name: name.to_owned(),
+            });
         }
         let sha256 = info.sha256.trim().to_ascii_lowercase();
         if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ToolError::new(
-                ErrorCode::FetchFailed,
-                format!("the Skill Service gave skill '{name}' a malformed sha256"),
-            ));
+            return Err(CatalogError::Sha256 {
+                name: name.to_owned(),
+            });
         }
         Ok((archive, sha256))
     }
 }
 
-fn too_big(what: &str, cap: u64) -> ToolError {
-    ToolError::new(
-        ErrorCode::UnsafeArchive,
-        format!("{what} is larger than TOOLMESH_SKILL_MAX_BYTES ({cap} bytes)"),
-    )
+fn too_big(what: &str, cap: u64) -> CatalogError {
+    CatalogError::TooBig {
+        what: what.to_owned(),
+        cap,
+    }
 }
 
 /// Builds the merged catalog (see the module docs).
@@ -424,7 +535,10 @@ pub async fn catalog(skills_dir: &Path, service: &ServiceClient) -> Catalog {
                         }
                     }
                 }
-                Err(e) => warnings.push(format!("space '{space}': {}", e.message)),
+                Err(e) => {
+                    tracing::debug!(space = %DisplaySafe(space), error = %DisplayChain(&e), "a skill space is left out");
+                    warnings.push(format!("space '{space}': {}", e.message()))
+                }
             }
         }
     }

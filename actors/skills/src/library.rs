@@ -11,6 +11,7 @@ use toolmesh_kernel::Role;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{
     BundleChunk, BundleChunkHeader, BundleCursor, BundlePage, BundleRequest, SkillHead,
     BUNDLE_CONTENT_BUDGET,
@@ -41,6 +42,68 @@ pub struct SkillsService {
     pub budget_chars: usize,
 }
 
+/// Why the files of a loaded skill could not be listed or read.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("cannot read the skill folder {}: {source}", .dir.display())]
+    ReadDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the skill folder {} has more than TOOLMESH_SKILL_MAX_ENTRIES ({}) files or TOOLMESH_SKILL_MAX_BYTES ({}) bytes",
+        .root.display(),
+        .caps.max_entries,
+        .caps.max_bytes
+    )]
+    TooMany { root: PathBuf, caps: Caps },
+    #[error("cannot read skill file {}: {source}", .path.display())]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blocking task listing or reading them failed (it panicked).
+    #[error("{what} task failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// What kind of [`FilesError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilesErrorKind {
+    /// Past a cap: `unsafe_archive`.
+    TooMany,
+    /// A fault of this node (its disk, a task): `internal`.
+    Internal,
+}
+
+impl FilesError {
+    pub fn kind(&self) -> FilesErrorKind {
+        match self {
+            FilesError::TooMany { .. } => FilesErrorKind::TooMany,
+            _ => FilesErrorKind::Internal,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; an `internal` one logs its cause here.
+impl From<FilesError> for ToolError {
+    fn from(e: FilesError) -> Self {
+        match e.kind() {
+            FilesErrorKind::TooMany => ToolError::new(ErrorCode::UnsafeArchive, e.to_string()),
+            FilesErrorKind::Internal => {
+                tracing::warn!(error = %DisplayChain(&e), "cannot read a skill's files");
+                ToolError::internal(e.to_string())
+            }
+        }
+    }
+}
+
 pub(crate) fn fields(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
@@ -59,7 +122,7 @@ impl SkillsService {
         name: &str,
     ) -> Result<LoadedSkill, ToolError> {
         let skill = catalog.get(name).ok_or_else(|| catalog.not_found(name))?;
-        self.loader.load(skill).await
+        Ok(self.loader.load(skill).await?)
     }
 
     /// One page of a bundle (see [`toolmesh_kernel::skills`]).
@@ -82,31 +145,33 @@ impl SkillsService {
         let first = request.continue_from.is_none();
         let cursor = request.continue_from.unwrap_or_default();
         let heads_only = request.heads_only;
-        tokio::task::spawn_blocking(move || {
+        let page = tokio::task::spawn_blocking(move || {
             let mut page = page(&loaded, caps, first && !heads_only, cursor)?;
             if heads_only {
                 page.chunks.clear();
                 page.next = None;
             }
-            Ok(page)
+            Ok::<_, FilesError>(page)
         })
         .await
-        .map_err(|e| ToolError::internal(format!("bundle task failed: {e}")))?
+        .map_err(|source| FilesError::Task {
+            what: "bundle",
+            source,
+        })??;
+        Ok(page)
     }
 }
 
 /// The regular files under `root` (no symlinks followed), sorted, with their metadata; caps
 /// apply to their count and total size.
-pub fn list_files(root: &Path, caps: Caps) -> Result<Vec<(String, fs::Metadata)>, ToolError> {
+pub fn list_files(root: &Path, caps: Caps) -> Result<Vec<(String, fs::Metadata)>, FilesError> {
     let mut out = Vec::new();
     let mut total: u64 = 0;
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = stack.pop() {
-        let entries = fs::read_dir(&dir).map_err(|e| {
-            ToolError::internal(format!(
-                "cannot read the skill folder {}: {e}",
-                dir.display()
-            ))
+        let entries = fs::read_dir(&dir).map_err(|source| FilesError::ReadDir {
+            dir: dir.clone(),
+            source,
         })?;
         for entry in entries.filter_map(Result::ok) {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -126,15 +191,10 @@ pub fn list_files(root: &Path, caps: Caps) -> Result<Vec<(String, fs::Metadata)>
                 total += meta.len();
                 out.push((path, meta));
                 if out.len() as u64 > caps.max_entries || total > caps.max_bytes {
-                    return Err(ToolError::new(
-                        ErrorCode::UnsafeArchive,
-                        format!(
-                            "the skill folder {} has more than TOOLMESH_SKILL_MAX_ENTRIES ({}) files or TOOLMESH_SKILL_MAX_BYTES ({}) bytes",
-                            root.display(),
-                            caps.max_entries,
-                            caps.max_bytes
-                        ),
-                    ));
+                    return Err(FilesError::TooMany {
+                        root: root.to_path_buf(),
+                        caps,
+                    });
                 }
             }
         }
@@ -148,7 +208,7 @@ pub(crate) fn page(
     caps: Caps,
     first: bool,
     cursor: BundleCursor,
-) -> Result<BundlePage, ToolError> {
+) -> Result<BundlePage, FilesError> {
     let mut skills = Vec::with_capacity(loaded.len());
     let mut flat: Vec<(usize, String, fs::Metadata)> = Vec::new();
     let mut instructions_left = BUNDLE_INSTRUCTIONS_BUDGET;
@@ -240,9 +300,10 @@ pub(crate) fn page(
     })
 }
 
-pub(crate) fn read_range(path: &Path, offset: u64, len: usize) -> Result<Bytes, ToolError> {
-    let fail = |e: std::io::Error| {
-        ToolError::internal(format!("cannot read skill file {}: {e}", path.display()))
+pub(crate) fn read_range(path: &Path, offset: u64, len: usize) -> Result<Bytes, FilesError> {
+    let fail = |source: std::io::Error| FilesError::ReadFile {
+        path: path.to_path_buf(),
+        source,
     };
     let mut file = fs::File::open(path).map_err(fail)?;
     file.seek(SeekFrom::Start(offset)).map_err(fail)?;

@@ -1,13 +1,11 @@
 //! `load_skill`: a skill's SKILL.md instructions, a remote skill downloaded and verified first.
 
+use crate::library::{list_files, FilesError, SkillsService};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map};
 use toolmesh_kernel::budget::insert_budgeted;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
-use toolmesh_kernel::ToolError;
-
-use crate::library::{list_files, SkillsService};
 
 pub struct LoadSkill;
 
@@ -32,7 +30,10 @@ impl Tool for LoadSkill {
         let caps = service.loader.caps;
         let files = tokio::task::spawn_blocking(move || list_files(&root, caps))
             .await
-            .map_err(|e| ToolError::internal(format!("listing task failed: {e}")))??;
+            .map_err(|source| FilesError::Task {
+                what: "listing",
+                source,
+            })??;
         let script_files: Vec<&str> = files
             .iter()
             .map(|(p, _)| p.as_str())
