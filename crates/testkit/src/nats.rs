@@ -1,0 +1,304 @@
+//! `nats-server` for tests: on a port it picks ([`NatsServer`], JetStream on or off), or with
+//! the compose cluster's users and permissions ([`AuthNats`]).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::logs::LogTap;
+use crate::process::{find_binary, temp_dir, SERVER_START};
+
+/// A `nats-server` on a port it picks itself (`-p -1`, read back from its log): JetStream off
+/// ([`NatsServer::start`]) or on, with its store in the server's own temp dir
+/// ([`NatsServer::start_jetstream`]), kept across [`NatsServer::restart`]. Its monitoring
+/// endpoint (`-m -1`) answers [`NatsServer::interest`].
+#[derive(Debug)]
+pub struct NatsServer {
+    child: Child,
+    port: u16,
+    monitor: u16,
+    options: NatsOptions,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NatsOptions {
+    /// A config file's text (the flags' port and address override its `listen`).
+    config: Option<String>,
+    jetstream: bool,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        Self::spawn(None, NatsOptions::default(), temp_dir())
+    }
+
+    /// Starts with a `max_payload` of `bytes` (the default is 1 MiB), so that tests of replies
+    /// too big for one message need little data.
+    pub fn start_with_max_payload(bytes: usize) -> NatsServer {
+        Self::start_with_config(&format!("max_payload: {bytes}\n"))
+    }
+
+    /// Starts with a config file of `text` (users and permissions, limits); whatever `listen`
+    /// it names, the server listens on 127.0.0.1 on a port it picks.
+    pub fn start_with_config(text: &str) -> NatsServer {
+        let options = NatsOptions {
+            config: Some(text.to_owned()),
+            ..NatsOptions::default()
+        };
+        Self::spawn(None, options, temp_dir())
+    }
+
+    /// Starts with JetStream on; its store lives in this server's temp dir.
+    pub fn start_jetstream() -> NatsServer {
+        let options = NatsOptions {
+            jetstream: true,
+            ..NatsOptions::default()
+        };
+        Self::spawn(None, options, temp_dir())
+    }
+
+    /// Kills the server (a crash) and starts it again on the same port with the same options
+    /// and store: a JetStream server comes back with its streams.
+    pub fn restart(&mut self) {
+        self.kill();
+        let dir = std::mem::replace(&mut self.dir, temp_dir());
+        let fresh = Self::spawn(Some(self.port), self.options.clone(), dir);
+        // The old value's child is dead already; dropping it kills nothing that runs.
+        *self = fresh;
+    }
+
+    /// `port`: the one to listen on (a restart), or `None` for one the server picks.
+    fn spawn(port: Option<u16>, options: NatsOptions, dir: tempfile::TempDir) -> NatsServer {
+        let bin = find_binary("nats-server", "nats-server");
+        let mut command = Command::new(bin);
+        let port_arg = port.map_or("-1".to_owned(), |p| p.to_string());
+        command.args(["-a", "127.0.0.1", "-p", &port_arg, "-m", "-1"]);
+        if let Some(text) = &options.config {
+            let config = dir.path().join("nats.conf");
+            std::fs::write(&config, text).expect("write nats.conf");
+            command.arg("-c").arg(&config);
+        }
+        if options.jetstream {
+            command
+                .arg("-js")
+                .arg("-sd")
+                .arg(dir.path().join("jetstream"));
+        }
+        let (child, port, monitor) = start_nats(command.current_dir(dir.path()));
+        NatsServer {
+            child,
+            port,
+            monitor: monitor.expect("nats-server -m -1 says where it monitors"),
+            options,
+            dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// A client connection to this server.
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to test nats-server")
+    }
+
+    /// How many subscriptions, of every client, a message published on `subject` (a literal
+    /// subject) would reach now, as the server's monitoring endpoint (`/subsz`) counts them:
+    /// to wait until another process has subscribed.
+    pub async fn interest(&self, subject: &str) -> u64 {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.monitor))
+            .await
+            .expect("connect to the monitoring endpoint");
+        let request = format!(
+            "GET /subsz?subs=1&test={subject} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("ask /subsz");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .expect("read /subsz");
+        let (_, body) = response
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+        let subsz: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("/subsz is not JSON ({e}): {body}"));
+        subsz["total"].as_u64().unwrap_or(0)
+    }
+
+    /// Kills the server now (a crash, not a shutdown).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `command` (a nats-server that logs to stderr) and waits until it is ready: the child,
+/// the client port its log names and the monitoring port if it has one. Panics with the log
+/// when the server stops first (a port in use, a bad config).
+fn start_nats(command: &mut Command) -> (Child, u16, Option<u16>) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nats-server starts");
+    let log = LogTap::start(child.stderr.take().expect("stderr"), |_| {});
+    let port_of = |line: &str, after: &str| {
+        let (_, addr) = line.split_once(after)?;
+        let addr: std::net::SocketAddr = addr.trim().parse().ok()?;
+        Some(addr.port())
+    };
+    let port = log.find(SERVER_START, |l| {
+        port_of(l, "Listening for client connections on ")
+    });
+    let ready = log.find(SERVER_START, |l| {
+        l.contains("Server is ready").then_some(())
+    });
+    let (Some(port), Some(())) = (port, ready) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("nats-server did not start:\n{}", log.text());
+    };
+    let monitor = log.find(Duration::ZERO, |l| port_of(l, "Starting http monitor on "));
+    (child, port, monitor)
+}
+
+/// nats-server with the compose cluster's `docker/nats.conf`: its users, their permissions and
+/// JetStream, on a port it picks with a temp store. Every password is `<user>-pw`, where
+/// `<user>` is `node` (the `toolmesh` user), `provider`, `approver` or an account (`acme`,
+/// `globex`).
+#[derive(Debug)]
+pub struct AuthNats {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl AuthNats {
+    pub fn start() -> AuthNats {
+        let dir = temp_dir();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docker/nats.conf"
+        ))
+        .expect("docker/nats.conf");
+        let mut text = text
+            // The flags below say where it listens.
+            .replace("listen: 0.0.0.0:4222", "")
+            .replace("http: 0.0.0.0:8222", "")
+            .replace(
+                "store_dir: /data",
+                &format!("store_dir: {:?}", dir.path().join("js")),
+            );
+        for (variable, password) in [
+            ("$TOOLMESH_NODE_PASSWORD", "node-pw"),
+            ("$PROVIDER_PASSWORD", "provider-pw"),
+            ("$ACME_PASSWORD", "acme-pw"),
+            ("$GLOBEX_PASSWORD", "globex-pw"),
+            ("$APPROVER_PASSWORD", "approver-pw"),
+        ] {
+            text = text.replace(variable, &format!("{password:?}"));
+        }
+        let config = dir.path().join("nats.conf");
+        std::fs::write(&config, text).expect("write the config");
+        let (child, port, _) = start_nats(
+            Command::new(find_binary("nats-server", "nats-server"))
+                .args(["-a", "127.0.0.1", "-p", "-1", "-c"])
+                .arg(&config),
+        );
+        AuthNats {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The NATS user name of `user` (`node` is the `toolmesh` user).
+    pub fn user_name(user: &str) -> &str {
+        match user {
+            "node" => "toolmesh",
+            other => other,
+        }
+    }
+
+    /// The URL with `user`'s name and password.
+    pub fn url(&self, user: &str) -> String {
+        format!(
+            "nats://{}:{user}-pw@127.0.0.1:{}",
+            Self::user_name(user),
+            self.port
+        )
+    }
+
+    /// The inbox prefix `user` must connect with: `_INBOX` for nodes, `_INBOX.<user>` for the
+    /// others (their permissions allow no other).
+    pub fn inbox_prefix(user: &str) -> String {
+        match user {
+            "node" => "_INBOX".to_owned(),
+            other => format!("_INBOX.{other}"),
+        }
+    }
+
+    /// A client connected as `user`, with that user's inbox prefix.
+    pub async fn client(&self, user: &str) -> async_nats::Client {
+        async_nats::ConnectOptions::new()
+            .user_and_password(Self::user_name(user).to_owned(), format!("{user}-pw"))
+            .custom_inbox_prefix(Self::inbox_prefix(user))
+            .connect(format!("127.0.0.1:{}", self.port))
+            .await
+            .unwrap_or_else(|e| panic!("connect to the test nats-server as {user}: {e}"))
+    }
+}
+
+impl Drop for AuthNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::wait_until;
+
+    #[tokio::test]
+    async fn nats_picks_its_port_keeps_it_across_a_restart_and_counts_interest() {
+        let mut nats = NatsServer::start();
+        let port = nats.port();
+        let client = nats.client().await;
+        assert_eq!(nats.interest("a.b").await, 0);
+        let _sub = client.subscribe("a.*").await.unwrap();
+        // The server has the subscription a moment after the client sent it.
+        assert!(
+            wait_until(Duration::from_secs(5), || async {
+                nats.interest("a.b").await == 1
+            })
+            .await
+        );
+        nats.restart();
+        assert_eq!(nats.port(), port);
+        nats.client().await.flush().await.unwrap();
+    }
+}
