@@ -10,19 +10,18 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json, wait_until, AuthNats, NodeSpec, RedisServer};
 
-use crate::support::{collect, fake_workspace, Cluster, LoggedNode, BIN};
+use crate::support::{collect, fake_workspace, ok, Cluster, LoggedNode, BIN};
 
 const STREAM: &str = "TOOLMESH_AUDIT";
 
 /// Every entry of `account`, oldest first, through the query subject.
 async fn trail(c: &Cluster, account: &str) -> Vec<Value> {
-    let reply = request_json(
+    let reply = ok(request_json(
         &c.client,
         format!("toolmesh.v1.audit.{account}.query"),
         json!({"limit": 1000}),
     )
-    .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    .await);
     reply["entries"].as_array().unwrap().clone()
 }
 
@@ -115,11 +114,10 @@ async fn a_strict_mode_write_is_on_the_trail_which_verifies_until_tampered_with(
     let announced = collect(&mut requested, 1, Duration::from_secs(5)).await;
     let id = announced[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(c.decide("acme", &id, true).await["ok"], true);
-    let reply = tokio::time::timeout(Duration::from_secs(15), parked)
+    ok(tokio::time::timeout(Duration::from_secs(15), parked)
         .await
         .unwrap()
-        .unwrap();
-    assert_eq!(reply["ok"], true, "{reply}");
+        .unwrap());
 
     let entries = trail(&c, "acme").await;
     assert_eq!(
@@ -193,8 +191,7 @@ async fn two_gateways_writing_one_account_at_once_keep_one_linear_chain() {
         })
         .collect();
     for call in calls {
-        let reply = call.await.unwrap();
-        assert_eq!(reply["ok"], true, "{reply}");
+        ok(call.await.unwrap());
     }
     let entries = trail(&c, "acme").await;
     assert_eq!(entries.len(), CALLS, "one finished entry per call");
@@ -223,13 +220,11 @@ async fn the_query_answers_the_subject_s_account_only_and_refuses_bad_input() {
     let mut c = Cluster::servers_with_jetstream().await;
     c.start_node("gateway,approval", &[]).await;
     for account in ["acme", "globex", "acme"] {
-        let reply = c
-            .call(
-                account,
-                json!({"tool": "component_status", "arguments": {}}),
-            )
-            .await;
-        assert_eq!(reply["ok"], true, "{reply}");
+        ok(c.call(
+            account,
+            json!({"tool": "component_status", "arguments": {}}),
+        )
+        .await);
     }
     let acme = trail(&c, "acme").await;
     assert_eq!(acme.len(), 2);
@@ -307,10 +302,9 @@ async fn trail_after_restart(c: &mut Cluster) -> Vec<Value> {
 #[tokio::test]
 async fn without_jetstream_calls_run_and_component_status_says_there_is_no_trail() {
     let c = Cluster::start().await;
-    let status = c
+    let status = ok(c
         .call("acme", json!({"tool": "component_status", "arguments": {}}))
-        .await;
-    assert_eq!(status["ok"], true, "{status}");
+        .await);
     assert_eq!(status["audit"]["status"], "off", "{status}");
     assert!(
         status["audit"]["reason"]
@@ -323,16 +317,23 @@ async fn without_jetstream_calls_run_and_component_status_says_there_is_no_trail
     assert_eq!(reply["error"], "unavailable", "{reply}");
 }
 
+/// A gateway with JetStream after the calls `ids` of acme.
+async fn gateway_after_calls(ids: std::ops::Range<usize>) -> Cluster {
+    let mut c = Cluster::servers_with_jetstream().await;
+    c.start_node("gateway", &[]).await;
+    calls(&c, "acme", ids).await;
+    c
+}
+
 /// `component_status` calls of `account`, each one `finished` entry.
 async fn calls(c: &Cluster, account: &str, ids: std::ops::Range<usize>) {
     for i in ids {
-        let reply = c
+        ok(c
             .call(
                 account,
                 json!({"tool": "component_status", "invocation_id": format!("inv-{i}"), "arguments": {}}),
             )
-            .await;
-        assert_eq!(reply["ok"], true, "{reply}");
+            .await);
     }
 }
 
@@ -367,13 +368,12 @@ async fn the_node_user_cannot_purge_delete_or_reconfigure_the_audit_stream() {
         .await;
     let acme = nats.client("acme").await;
     for i in 0..2 {
-        let reply = request_json(
+        ok(request_json(
             &acme,
             "toolmesh.v1.call.acme",
             json!({"tool": "component_status", "invocation_id": format!("inv-{i}"), "arguments": {}}),
         )
-        .await;
-        assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     }
 
     // The attacker: a connection with the node user's credentials that hears the server's
@@ -449,9 +449,7 @@ async fn the_node_user_cannot_purge_delete_or_reconfigure_the_audit_stream() {
 /// purge and an entry delete to every NATS user, even one allowed everything.
 #[tokio::test]
 async fn the_audit_stream_refuses_purges_and_entry_deletes_to_every_user() {
-    let mut c = Cluster::servers_with_jetstream().await;
-    c.start_node("gateway", &[]).await;
-    calls(&c, "acme", 0..2).await;
+    let c = gateway_after_calls(0..2).await;
     let js = jetstream::new(c.client.clone());
     let stream = js.get_stream(STREAM).await.unwrap();
     let purge = stream.purge().await.expect_err("purged");
@@ -477,9 +475,7 @@ async fn the_audit_stream_refuses_purges_and_entry_deletes_to_every_user() {
 /// never lowers an existing audit stream's limits: it logs the difference.
 #[tokio::test]
 async fn a_node_with_a_shorter_max_age_leaves_the_audit_stream_as_it_is_and_says_so() {
-    let mut c = Cluster::servers_with_jetstream().await;
-    c.start_node("gateway", &[]).await;
-    calls(&c, "acme", 0..2).await;
+    let mut c = gateway_after_calls(0..2).await;
     let (before, _) = audit_stream(&c.client).await;
     assert_eq!(before.max_age, Duration::from_secs(90 * 24 * 3600));
 
@@ -507,9 +503,7 @@ async fn a_node_with_a_shorter_max_age_leaves_the_audit_stream_as_it_is_and_says
 /// exits 1 when the chain no longer holds that entry, 0 for a head it still holds.
 #[tokio::test]
 async fn a_head_kept_before_a_cut_tail_shows_the_cut_that_verify_alone_cannot() {
-    let mut c = Cluster::servers_with_jetstream().await;
-    c.start_node("gateway", &[]).await;
-    calls(&c, "acme", 0..3).await;
+    let c = gateway_after_calls(0..3).await;
     let url = c.nats.url();
     let head = std::process::Command::new(BIN)
         .args(["audit", "head", "--account", "acme"])

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
 use toolmesh_testkit::{request_json_within, Listener};
 
-use crate::support::Cluster;
+use crate::support::{ok, Cluster};
 
 /// The approver name `tok-acme` records as `decided_by`.
 const ALICE: &str = "Alice Approver";
@@ -83,6 +83,11 @@ impl Console {
         (status, body)
     }
 
+    /// A GET of the console's API.
+    async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.api("GET", path, token, None).await
+    }
+
     /// A strict-mode write in `account` without approval: its approval request.
     async fn gated_write(&self, account: &str, path: &str, content: &str) -> Value {
         let reply = self
@@ -102,45 +107,33 @@ impl Console {
 #[tokio::test]
 async fn the_api_needs_a_known_token_and_a_granted_account() {
     let con = Console::start().await;
-    let (status, body) = con.api("GET", "/api/me", None, None).await;
+    let (status, body) = con.get("/api/me", None).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"], "invalid_request", "{body}");
-    assert_eq!(con.api("GET", "/api/me", Some("nope"), None).await.0, 401);
-    assert_eq!(
-        con.api("GET", "/api/approvals/acme", Some("nope"), None)
-            .await
-            .0,
-        401
-    );
-    assert_eq!(con.api("GET", "/api/stream", None, None).await.0, 401);
+    assert_eq!(con.get("/api/me", Some("nope")).await.0, 401);
+    assert_eq!(con.get("/api/approvals/acme", Some("nope")).await.0, 401);
+    assert_eq!(con.get("/api/stream", None).await.0, 401);
 
-    let (status, me) = con.api("GET", "/api/me", Some("tok-acme"), None).await;
+    let (status, me) = con.get("/api/me", Some("tok-acme")).await;
     assert_eq!(status, 200, "{me}");
     assert_eq!(me["approver"], ALICE);
     assert_eq!(me["accounts"], json!(["acme"]));
     assert_eq!(
-        con.api("GET", "/api/me", Some("tok-root"), None).await.1["accounts"],
+        con.get("/api/me", Some("tok-root")).await.1["accounts"],
         "*"
     );
 
     // Another account's approvals: neither listed, read, decided nor streamed.
     let globex = con.gated_write("globex", "g.txt", "globex data\n").await;
     let gid = globex["id"].as_str().unwrap();
-    let (status, body) = con
-        .api("GET", "/api/approvals/globex", Some("tok-acme"), None)
-        .await;
+    let (status, body) = con.get("/api/approvals/globex", Some("tok-acme")).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body["error_message"].as_str().unwrap().contains("globex"),
         "{body}"
     );
     let (status, _) = con
-        .api(
-            "GET",
-            &format!("/api/approvals/globex/{gid}"),
-            Some("tok-acme"),
-            None,
-        )
+        .get(&format!("/api/approvals/globex/{gid}"), Some("tok-acme"))
         .await;
     assert_eq!(status, 403);
     let (status, _) = con
@@ -153,7 +146,7 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
         .await;
     assert_eq!(status, 403);
     assert_eq!(
-        con.api("GET", "/api/stream?accounts=globex", Some("tok-acme"), None)
+        con.get("/api/stream?accounts=globex", Some("tok-acme"))
             .await
             .0,
         403
@@ -162,12 +155,7 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
     assert_eq!(still["approval"]["status"], "pending", "{still}");
     // The id of a globex approval is not found in acme either.
     let (status, body) = con
-        .api(
-            "GET",
-            &format!("/api/approvals/acme/{gid}"),
-            Some("tok-acme"),
-            None,
-        )
+        .get(&format!("/api/approvals/acme/{gid}"), Some("tok-acme"))
         .await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -175,18 +163,14 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
         "{body}"
     );
     // A malformed account is a bad request, not a crash.
-    let (status, body) = con
-        .api("GET", "/api/approvals/a.b", Some("tok-acme"), None)
-        .await;
+    let (status, body) = con.get("/api/approvals/a.b", Some("tok-acme")).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (400, Some("invalid_request")),
         "{body}"
     );
     // The every-account token sees globex.
-    let (status, body) = con
-        .api("GET", "/api/approvals/globex", Some("tok-root"), None)
-        .await;
+    let (status, body) = con.get("/api/approvals/globex", Some("tok-root")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["approvals"][0]["approval"]["id"], gid, "{body}");
 }
@@ -199,9 +183,7 @@ async fn list_and_decide_record_the_approver() {
         .await;
     let id = a["id"].as_str().unwrap();
 
-    let (status, listed) = con
-        .api("GET", "/api/approvals/acme", Some("tok-acme"), None)
-        .await;
+    let (status, listed) = con.get("/api/approvals/acme", Some("tok-acme")).await;
     assert_eq!(status, 200, "{listed}");
     let item = &listed["approvals"][0];
     assert_eq!(item["approval"]["id"], id, "{listed}");
@@ -264,21 +246,18 @@ async fn list_and_decide_record_the_approver() {
         (409, Some("conflict")),
         "{body}"
     );
-    let (_, listed) = con
-        .api("GET", "/api/approvals/acme", Some("tok-acme"), None)
-        .await;
+    let (_, listed) = con.get("/api/approvals/acme", Some("tok-acme")).await;
     assert_eq!(listed["approvals"], json!([]), "{listed}");
 
     // The approved call runs.
-    let ran = con
+    ok(con
         .c
         .call(
             "acme",
             json!({"tool": "write_workspace_file", "session_id": "s1", "approval": {"id": id},
                    "arguments": {"path": "notes/hello.txt", "content": "<b>hello</b>\n"}}),
         )
-        .await;
-    assert_eq!(ran["ok"], true, "{ran}");
+        .await);
 }
 
 /// Reads the SSE body until an event named `name` arrives; its data.
@@ -455,11 +434,10 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
         "{approved}"
     );
 
-    let ran = tokio::time::timeout(Duration::from_secs(60), parked)
+    ok(tokio::time::timeout(Duration::from_secs(60), parked)
         .await
         .expect("the parked call ends once approved")
-        .unwrap();
-    assert_eq!(ran["ok"], true, "{ran}");
+        .unwrap());
     let id = approved["id"].as_str().unwrap();
     let got = con.c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["decided_by"], ALICE, "{got}");
@@ -468,15 +446,14 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
         "{got}"
     );
     assert_eq!(got["approval"]["status"], "used", "{got}");
-    let read = con
+    let read = ok(con
         .c
         .call(
             "acme",
             json!({"tool": "read_workspace_file", "session_id": "s1",
                    "arguments": {"path": "from-browser.txt"}}),
         )
-        .await;
-    assert_eq!(read["ok"], true, "{read}");
+        .await);
     assert!(read.to_string().contains("approved live"), "{read}");
 
     let done = next_line(&mut lines).await;

@@ -12,16 +12,14 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::wait_until;
 
-use crate::support::{node_refusal, Cluster, BIN};
+use crate::support::{node_refusal, ok, Cluster, BIN};
 
 async fn finished_call(c: &Cluster, invocation: &str) {
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "invocation_id": invocation, "session_id": "s1"}),
-        )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(c.call(
+        "acme",
+        json!({"tool": "component_status", "invocation_id": invocation, "session_id": "s1"}),
+    )
+    .await);
 }
 
 /// Every kept event of `subject`, through an ordered consumer that delivers all.
@@ -188,8 +186,7 @@ async fn the_cli_follows_across_a_nats_restart_without_gaps_or_duplicates() {
 #[tokio::test]
 async fn without_jetstream_status_says_so_and_calls_answer() {
     let c = Cluster::start().await;
-    let status = c.call("acme", json!({"tool": "component_status"})).await;
-    assert_eq!(status["ok"], true, "{status}");
+    let status = ok(c.call("acme", json!({"tool": "component_status"})).await);
     assert_eq!(status["events"]["durable"], false, "{status}");
     assert!(status["events"]["reason"]
         .as_str()

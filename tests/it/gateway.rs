@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toolmesh_testkit::request_raw;
 
-use crate::support::{collect, Cluster};
+use crate::support::{collect, ok, Cluster};
 
 #[tokio::test]
 async fn garbage_bodies_get_invalid_request_and_the_node_survives() {
@@ -41,8 +41,7 @@ async fn garbage_bodies_get_invalid_request_and_the_node_survives() {
             .is_some_and(|id| id.starts_with("inv_")));
     }
     // A huge but valid body is parsed and answered (the unknown top-level member is ignored).
-    let reply = request_raw(&c.client, "toolmesh.v1.call.acme", huge.into_bytes()).await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(request_raw(&c.client, "toolmesh.v1.call.acme", huge.into_bytes()).await);
     let status = request_raw(&c.client, "toolmesh.v1.status", b"{}".to_vec()).await;
     assert_eq!(status["ok"], true);
 }
@@ -223,13 +222,12 @@ async fn events_are_started_then_finished_with_gap_free_seq() {
 #[tokio::test]
 async fn component_status_reports_the_cluster() {
     let c = Cluster::start().await;
-    let reply = c
+    let reply = ok(c
         .call(
             "acme",
             json!({"tool": "component_status", "session_id": "s9"}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(reply["summary"]["isolated_execution"], "disabled");
     assert_eq!(reply["summary"]["knowledge_base_bound"], false);
     assert_eq!(reply["sandbox"]["enabled"], false);
@@ -249,13 +247,12 @@ async fn component_status_reports_the_cluster() {
 #[tokio::test]
 async fn tool_search_scores_and_defers() {
     let c = Cluster::start().await;
-    let reply = c
+    let reply = ok(c
         .call(
             "acme",
             json!({"tool": "tool_search", "arguments": {"query": "read file", "include_disabled": true}}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(reply["results"][0]["name"], "read_workspace_file");
     assert!(reply["results"][0]["score"].as_f64().unwrap() > 0.0);
     for key in ["group", "risk_level", "boundary", "execution"] {
@@ -340,13 +337,12 @@ async fn dispatcher_lists_describes_and_calls() {
         .unwrap()
         .contains("sandbox"));
 
-    let reply = c
+    let reply = ok(c
         .call(
             "acme",
             json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {"action": "call", "tool_name": "component_status"}}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(reply["dispatched_tool_name"], "component_status");
     assert!(reply["summary"].is_object());
 

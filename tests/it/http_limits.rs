@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use toolmesh_testkit::raw_http::{read_response, read_until_closed};
 use toolmesh_testkit::Listener;
 
-use crate::support::{node_refusal, Cluster};
+use crate::support::{node_refusal, ok, Cluster};
 
 /// An outer bound for what comes within a fraction of it.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -168,15 +168,13 @@ impl Front {
             )
             .await;
         let listen = c.nodes[front].addr(Listener::Mcp);
-        let written = c
-            .call(
-                "acme",
-                json!({"tool": "write_workspace_file", "session_id": "victim",
+        ok(c.call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "victim",
                        "arguments": {"path": "notes.md", "content": SECRET},
                        "approval": {"approved": true}}),
-            )
-            .await;
-        assert_eq!(written["ok"], true, "{written}");
+        )
+        .await);
         Front {
             _c: c,
             url: format!("http://{listen}/mcp"),

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{venv_bin, Listener};
 
-use crate::support::{Cluster, BIN};
+use crate::support::{ok, Cluster, BIN};
 
 /// How long one client script may run (Python start-up on a busy machine included).
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
@@ -202,6 +202,23 @@ fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {
 }
 
 /// The approval id an elicitation named (its schema's description says it).
+/// The `finished` event of a `run_command` among `events`, waited for at most 30 s (`Null` when
+/// the subscription ends first).
+async fn run_command_finished(events: &mut async_nats::Subscriber) -> Option<Value> {
+    let finished = async {
+        while let Some(msg) = events.next().await {
+            let event: Value = serde_json::from_slice(&msg.payload).unwrap();
+            if event["kind"] == "finished" && event["dispatched_tool_name"] == "run_command" {
+                return event;
+            }
+        }
+        Value::Null
+    };
+    tokio::time::timeout(Duration::from_secs(30), finished)
+        .await
+        .ok()
+}
+
 fn asked_approval(line: &Value) -> String {
     let text = line["asked"][0]["requestedSchema"]["properties"]["approve"]["description"]
         .as_str()
@@ -511,8 +528,7 @@ async fn a_client_without_elicitation_waits_for_an_out_of_band_decision() {
     run.line(|l| l["progress_of"] == 0 && l["message"].as_str().unwrap_or_default().contains(id))
         .await;
     assert!(!f.workspace_file("w1", "later.txt").exists());
-    let decided = f.c.decide("acme", id, true).await;
-    assert_eq!(decided["ok"], true, "{decided}");
+    ok(f.c.decide("acme", id, true).await);
     let lines = run.finish().await;
     let ok = reply(&lines, 0);
     assert_eq!(ok["ok"], true, "{ok:#}");
@@ -574,17 +590,9 @@ async fn progress_streams_and_cancellation_kills_the_command() {
         .await;
         assert_eq!(step(&lines, 0)["cancelled"], true, "{name}: {lines:#?}");
         // The invocation ends cancelled, long before the command's 60 s.
-        let end = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(msg) = finished.next().await {
-                let event: Value = serde_json::from_slice(&msg.payload).unwrap();
-                if event["kind"] == "finished" && event["dispatched_tool_name"] == "run_command" {
-                    return event;
-                }
-            }
-            Value::Null
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{name}: the cancelled command finishes; {lines:#?}"));
+        let end = run_command_finished(&mut finished)
+            .await
+            .unwrap_or_else(|| panic!("{name}: the cancelled command finishes; {lines:#?}"));
         assert_eq!(end["error"], "cancelled", "{name}: {end:#}");
         assert!(started.elapsed() < Duration::from_secs(45));
     }
@@ -651,17 +659,9 @@ async fn a_stdio_client_that_leaves_cancels_its_calls() {
     {
         server.kill().await.unwrap();
     }
-    let end = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(msg) = events.next().await {
-            let event: Value = serde_json::from_slice(&msg.payload).unwrap();
-            if event["kind"] == "finished" && event["dispatched_tool_name"] == "run_command" {
-                return event;
-            }
-        }
-        Value::Null
-    })
-    .await
-    .expect("the call ends long before its command's 60 s");
+    let end = run_command_finished(&mut events)
+        .await
+        .expect("the call ends long before its command's 60 s");
     assert_eq!(end["error"], "cancelled", "{end:#}");
 }
 

@@ -7,7 +7,15 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolmesh_testkit::{Listener, Node};
 
-use crate::support::{node_refusal, policy_file, Cluster, GATED_STATUS};
+use crate::support::{node_refusal, ok, policy_file, Cluster, GATED_STATUS};
+
+/// Starts a node of `roles` with `env` and its metrics on loopback: the port they are on.
+async fn metered(c: &mut Cluster, roles: &str, env: &[(&str, &str)]) -> u16 {
+    let mut env = env.to_vec();
+    env.push(("TOOLMESH_METRICS_LISTEN", LISTEN));
+    let node = c.start_node(roles, &env).await;
+    port(&c.nodes[node])
+}
 
 /// `TOOLMESH_METRICS_LISTEN` on loopback, on a port the node picks: read it with [`port`].
 pub(crate) const LISTEN: &str = "127.0.0.1:0";
@@ -83,36 +91,29 @@ async fn scrape_until(
 #[tokio::test]
 async fn calls_move_the_counters_and_the_histogram() {
     let mut c = Cluster::servers().await;
-    let node = c
-        .start_node(
-            "gateway,approval,workspace",
-            &[
-                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-                ("TOOLMESH_METRICS_LISTEN", LISTEN),
-            ],
-        )
-        .await;
-    let port = port(&c.nodes[node]);
+    let port = metered(
+        &mut c,
+        "gateway,approval,workspace",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
     let calls = "toolmesh_calls_total";
     let count = "toolmesh_call_duration_seconds_count";
     let before = scrape(port).await;
 
     // Answered by the gateway itself.
     for _ in 0..3 {
-        let r = c.call("acme", json!({"tool": "component_status"})).await;
-        assert_eq!(r["ok"], true, "{r}");
+        ok(c.call("acme", json!({"tool": "component_status"})).await);
     }
     // Answered by the workspace actor straight to the caller (direct replies): the gateway
     // learns the outcome from the actor's notice.
     for i in 0..2 {
-        let r = c
-            .call(
-                "acme",
-                json!({"tool": "write_workspace_file", "session_id": "s1",
+        ok(c.call(
+            "acme",
+            json!({"tool": "write_workspace_file", "session_id": "s1",
                        "arguments": {"path": format!("f{i}.txt"), "content": "x"}}),
-            )
-            .await;
-        assert_eq!(r["ok"], true, "{r}");
+        )
+        .await);
     }
     let missing = c
         .call(
@@ -206,20 +207,14 @@ async fn approvals_pending_follow_the_store_on_every_approval_node() {
     let (policy_dir, policy) = policy_file(GATED_STATUS);
     let _keep = policy_dir;
     let mut c = Cluster::servers().await;
-    let a = c
-        .start_node(
-            "gateway,approval",
-            &[
-                ("TOOLMESH_POLICY_FILE", policy.as_str()),
-                ("TOOLMESH_METRICS_LISTEN", LISTEN),
-            ],
-        )
-        .await;
+    let port_a = metered(
+        &mut c,
+        "gateway,approval",
+        &[("TOOLMESH_POLICY_FILE", policy.as_str())],
+    )
+    .await;
     // A second approval node on the same Redis reports the same counts.
-    let b = c
-        .start_node("approval", &[("TOOLMESH_METRICS_LISTEN", LISTEN)])
-        .await;
-    let (port_a, port_b) = (port(&c.nodes[a]), port(&c.nodes[b]));
+    let port_b = metered(&mut c, "approval", &[]).await;
     let pending = "toolmesh_approvals_pending";
     let decided = "toolmesh_approvals_decided_total";
     let before = scrape(port_a).await;
@@ -272,11 +267,10 @@ async fn sandboxes_are_gauged_by_template_and_state() {
     assert_eq!(value(&s, sandboxes, &in_use), 0.0);
     assert_eq!(
         value(&s, "toolmesh_sandbox_capacity", &[]),
-        toolmesh_kernel::config::DEFAULT_SANDBOX_MAX_SESSIONS as f64
+        toolmesh_sandbox::config::DEFAULT_SANDBOX_MAX_SESSIONS as f64
     );
 
-    let r: Value = crate::sandbox::tool(&c, "s1", "run_command", json!({"command": "true"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    ok(crate::sandbox::run(&c, "s1", "true").await);
     scrape_until(port, "the session holds a sandbox", |s| {
         value(s, sandboxes, &in_use) == 1.0
     })
@@ -292,20 +286,17 @@ async fn sandboxes_are_gauged_by_template_and_state() {
 async fn web_fetch_egress_decisions_are_counted() {
     let target = toolmesh_testkit::http_target().await;
     let mut c = Cluster::servers().await;
-    let node = c
-        .start_node(
-            "gateway,approval,web",
-            &[
-                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-                ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
-                ("TOOLMESH_METRICS_LISTEN", LISTEN),
-            ],
-        )
-        .await;
-    let port = port(&c.nodes[node]);
+    let port = metered(
+        &mut c,
+        "gateway,approval,web",
+        &[
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
+        ],
+    )
+    .await;
     let fetch = |host: &str| json!({"tool": "web_fetch", "arguments": {"url": format!("http://{host}:{target}/")}});
-    let allowed = c.call("acme", fetch("127.0.0.2")).await;
-    assert_eq!(allowed["ok"], true, "{allowed}");
+    ok(c.call("acme", fetch("127.0.0.2")).await);
     for _ in 0..2 {
         let refused = c.call("acme", fetch("127.0.0.1")).await;
         assert_eq!(refused["error"], "blocked_url", "{refused}");
@@ -329,16 +320,12 @@ async fn web_fetch_egress_decisions_are_counted() {
 async fn provider_instances_follow_the_catalog() {
     use crate::providers::Provider;
     let mut c = Cluster::servers().await;
-    let node = c
-        .start_node(
-            "gateway,approval",
-            &[
-                ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-                ("TOOLMESH_METRICS_LISTEN", LISTEN),
-            ],
-        )
-        .await;
-    let port = port(&c.nodes[node]);
+    let port = metered(
+        &mut c,
+        "gateway,approval",
+        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
+    )
+    .await;
     let instances = [("service", "tests")];
     let mut a = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;
     let _b = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;

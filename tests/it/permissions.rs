@@ -63,6 +63,15 @@ impl Deployment {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         (out.status.code().unwrap_or(-1), stderr, started.elapsed())
     }
+
+    /// [`Deployment::cli`] refused at once: asserts that it exits 2 within [`AT_ONCE`],
+    /// answers its stderr.
+    async fn refused(&self, user: &str, inbox: Option<&str>, args: &[&str]) -> String {
+        let (code, stderr, took) = self.cli(user, inbox, args).await;
+        assert_eq!(code, 2, "{stderr}");
+        assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+        stderr
+    }
 }
 
 #[tokio::test]
@@ -75,15 +84,13 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
     assert_eq!(code, 0, "{stderr}");
 
     // A call on another account's subject (it used to wait 150 s for `no reply`).
-    let (code, stderr, took) = d
-        .cli(
+    let stderr = d
+        .refused(
             "acme",
             acme_inbox,
             &["call", "component_status", "--account", "globex"],
         )
         .await;
-    assert_eq!(code, 2, "{stderr}");
-    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("user \"acme\""), "{stderr}");
     assert!(
@@ -93,8 +100,8 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
     assert!(!stderr.contains("acme-pw"), "no password: {stderr}");
 
     // Deciding as an account user (it used to wait 10 s).
-    let (code, stderr, took) = d
-        .cli(
+    let stderr = d
+        .refused(
             "acme",
             acme_inbox,
             &[
@@ -106,17 +113,13 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
             ],
         )
         .await;
-    assert_eq!(code, 2, "{stderr}");
-    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
     assert!(
         stderr.contains("publish to toolmesh.v1.approvals.acme.decide"),
         "{stderr}"
     );
 
     // No inbox prefix: the replies' inbox is refused (it used to wait 5 s for `no reply`).
-    let (code, stderr, took) = d.cli("acme", None, &["status"]).await;
-    assert_eq!(code, 2, "{stderr}");
-    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
+    let stderr = d.refused("acme", None, &["status"]).await;
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("user \"acme\""), "{stderr}");
     assert!(stderr.contains("subscribe to _INBOX."), "{stderr}");
@@ -127,15 +130,13 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
     );
 
     // Watching what the user may not see ends too, instead of printing nothing forever.
-    let (code, stderr, took) = d
-        .cli(
+    let stderr = d
+        .refused(
             "acme",
             acme_inbox,
             &["approvals", "watch", "--account", "globex"],
         )
         .await;
-    assert_eq!(code, 2, "{stderr}");
-    assert!(took < AT_ONCE, "took {took:?}: {stderr}");
     assert!(
         stderr.contains("subscribe to toolmesh.v1.approvals.globex.requested"),
         "{stderr}"

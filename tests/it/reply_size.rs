@@ -14,7 +14,7 @@ use toolmesh_kernel::host::{answer, confirm_subscriptions};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 
-use crate::support::{collect, fake_workspace, Cluster};
+use crate::support::{collect, fake_workspace, ok, Cluster};
 
 /// The NATS `max_payload` of these tests.
 const MAX_PAYLOAD: usize = 64 * 1024;
@@ -71,6 +71,20 @@ async fn call(client: &Client, path: Path, body: Value) -> (usize, Value) {
     (msg.payload.len(), value)
 }
 
+/// `body` on each path: asserts that each reply fits in a message, is ok and is truncated, and
+/// answers the replies with their paths.
+async fn cut_to_fit(c: &Cluster, body: Value) -> Vec<(Path, Value)> {
+    let mut replies = Vec::new();
+    for path in PATHS {
+        let (size, reply) = call(&c.client, path, body.clone()).await;
+        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
+        assert_eq!(reply["ok"], true, "{path:?}: {reply}");
+        assert_eq!(reply["truncated"], true, "{path:?}");
+        replies.push((path, reply));
+    }
+    replies
+}
+
 fn workspace_call(tool: &str, arguments: Value) -> Value {
     json!({"tool": tool, "session_id": "s1", "arguments": arguments})
 }
@@ -90,19 +104,15 @@ async fn a_listing_too_big_for_one_message_is_cut_to_fit() {
     for i in 0..2000 {
         std::fs::write(dir.join(format!("{i:05}-{}", "n".repeat(114))), "x").unwrap();
     }
-    for path in PATHS {
-        let (size, reply) = call(
-            &c.client,
-            path,
-            workspace_call(
-                "list_workspace_files",
-                json!({"path": "many", "max_results": 5000}),
-            ),
-        )
-        .await;
-        assert_eq!(reply["ok"], true, "{path:?}: {reply}");
-        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
-        assert_eq!(reply["truncated"], true, "{path:?}");
+    for (path, reply) in cut_to_fit(
+        &c,
+        workspace_call(
+            "list_workspace_files",
+            json!({"path": "many", "max_results": 5000}),
+        ),
+    )
+    .await
+    {
         let entries = reply["entries"].as_array().unwrap();
         assert!(
             entries.len() > 50 && entries.len() < 2000,
@@ -124,19 +134,15 @@ async fn a_search_with_many_long_matching_lines_is_cut_to_fit() {
         .map(|i| format!("needle {i:05} {}\n", "long line ".repeat(20)))
         .collect();
     std::fs::write(root.join("hay.txt"), text).unwrap();
-    for path in PATHS {
-        let (size, reply) = call(
-            &c.client,
-            path,
-            workspace_call(
-                "search_workspace_files",
-                json!({"query": "needle", "max_results": 5000}),
-            ),
-        )
-        .await;
-        assert_eq!(reply["ok"], true, "{path:?}: {reply}");
-        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
-        assert_eq!(reply["truncated"], true, "{path:?}");
+    for (path, reply) in cut_to_fit(
+        &c,
+        workspace_call(
+            "search_workspace_files",
+            json!({"query": "needle", "max_results": 5000}),
+        ),
+    )
+    .await
+    {
         let results = reply["results"].as_array().unwrap();
         assert!(
             !results.is_empty() && results.len() < 3000,
@@ -154,11 +160,7 @@ async fn a_reply_no_tool_cuts_is_limit_exceeded_with_its_invocation_id() {
     std::fs::create_dir_all(&root).unwrap();
     // 90,000 characters asked for and read: over the 64 KiB a message may carry.
     std::fs::write(root.join("wide.txt"), "w".repeat(90_000)).unwrap();
-    let mut events = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.>")
-        .await
-        .unwrap();
+    let mut events = c.watch("toolmesh.v1.events.acme.>").await;
     confirm_subscriptions(&c.client).await.unwrap();
     for (n, path) in PATHS.into_iter().enumerate() {
         let invocation = format!("inv-wide-{n}");
@@ -274,11 +276,7 @@ async fn a_task_list_too_big_for_one_message_is_cut_to_fit() {
         .await;
         assert_eq!(r["ok"], true, "{r}");
     }
-    for path in PATHS {
-        let (size, r) = call(&c.client, path, workspace_call("list_tasks", json!({}))).await;
-        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
-        assert_eq!(r["ok"], true, "{path:?}: {r}");
-        assert_eq!(r["truncated"], true, "{path:?}");
+    for (path, r) in cut_to_fit(&c, workspace_call("list_tasks", json!({}))).await {
         let listed = r["tasks"].as_array().unwrap().len();
         assert!((1..16).contains(&listed), "{path:?}: {listed} tasks listed");
     }
@@ -309,11 +307,7 @@ async fn a_skill_list_too_big_for_one_message_is_cut_to_fit() {
         ],
     )
     .await;
-    for path in PATHS {
-        let (size, r) = call(&c.client, path, json!({"tool": "list_skills"})).await;
-        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
-        assert_eq!(r["ok"], true, "{path:?}: {r}");
-        assert_eq!(r["truncated"], true, "{path:?}");
+    for (path, r) in cut_to_fit(&c, json!({"tool": "list_skills"})).await {
         let listed = r["skills"].as_array().unwrap().len();
         assert!(
             (1..300).contains(&listed),
@@ -343,7 +337,7 @@ async fn the_status_of_a_cluster_too_big_for_one_message_is_cut_to_fit() {
     c.client.flush().await.unwrap();
     // The node records them as they arrive; ask until the view is past one message.
     let started = Instant::now();
-    let reply = loop {
+    let reply = ok(loop {
         let msg = c
             .client
             .request("toolmesh.v1.status", Bytes::from_static(b"{}"))
@@ -358,8 +352,7 @@ async fn the_status_of_a_cluster_too_big_for_one_message_is_cut_to_fit() {
         if reply["truncated"] == true || started.elapsed() > Duration::from_secs(4) {
             break reply;
         }
-    };
-    assert_eq!(reply["ok"], true, "{reply}");
+    });
     assert_eq!(
         reply["truncated"], true,
         "a thousand nodes do not fit in 64 KiB"
@@ -383,12 +376,8 @@ async fn search_results_too_big_for_one_message_are_cut_to_fit() {
     .await;
     // The fake provider repeats the query three times per result: 50 × 3 × 1,000 characters.
     let query = "q".repeat(1000);
-    for path in PATHS {
-        let body = json!({"tool": "web_search", "arguments": {"query": query, "max_results": 50}});
-        let (size, r) = call(&c.client, path, body).await;
-        assert!(size <= MAX_PAYLOAD, "{path:?}: {size} bytes");
-        assert_eq!(r["ok"], true, "{path:?}: {r}");
-        assert_eq!(r["truncated"], true, "{path:?}");
+    let body = json!({"tool": "web_search", "arguments": {"query": query, "max_results": 50}});
+    for (path, r) in cut_to_fit(&c, body).await {
         let listed = r["results"].as_array().unwrap().len();
         assert!(
             (1..50).contains(&listed),

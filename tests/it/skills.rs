@@ -14,7 +14,7 @@ use toolmesh_skills::catalog::SkillManifest;
 use toolmesh_skills::service::{RunningService, ServedSkill, ServiceCatalog, ServiceOptions};
 use toolmesh_testkit::LogTap;
 
-use crate::support::{Cluster, BIN};
+use crate::support::{ok, Cluster, BIN};
 
 const TOKEN: &str = "fixture-token";
 /// The inflate cap the node runs with (the inflate bomb passes it).
@@ -159,6 +159,11 @@ struct Fixture {
     _local: tempfile::TempDir,
 }
 
+/// A skill of one `SKILL.md`, `body`.
+fn plain(name: &str, description: &str, body: &[u8]) -> ServedSkill {
+    ServedSkill::new(manifest(name, description), zip(&[("SKILL.md", body)]))
+}
+
 async fn fixture(extra_env: &[(&str, &str)]) -> Fixture {
     let mut cluster = Cluster::servers().await;
     let targets = Targets::new(cluster.data_dir.path());
@@ -187,26 +192,11 @@ async fn fixture(extra_env: &[(&str, &str)]) -> Fixture {
             ServedSkill::new(manifest(name, "hostile"), archive),
         );
     }
-    let mut inactive = ServedSkill::new(
-        manifest("inactive-skill", "Switched off"),
-        zip(&[("SKILL.md", b"inactive")]),
-    );
+    let mut inactive = plain("inactive-skill", "Switched off", b"inactive");
     inactive.manifest.status = "inactive".into();
     space_a.add("space-a", inactive);
-    space_a.add(
-        "space-a",
-        ServedSkill::new(
-            manifest("dup-skill", "from space a"),
-            zip(&[("SKILL.md", b"from a")]),
-        ),
-    );
-    space_a.add(
-        "space-a",
-        ServedSkill::new(
-            manifest("shadowed", "remote one"),
-            zip(&[("SKILL.md", b"remote")]),
-        ),
-    );
+    space_a.add("space-a", plain("dup-skill", "from space a", b"from a"));
+    space_a.add("space-a", plain("shadowed", "remote one", b"remote"));
     // An archive on another origin: the token must not go there.
     let elsewhere = zip(&[(
         "SKILL.md",
@@ -226,20 +216,8 @@ async fn fixture(extra_env: &[(&str, &str)]) -> Fixture {
         archive_host.url()
     ));
     space_a.add("space-a", cross);
-    space_a.add(
-        "space-b",
-        ServedSkill::new(
-            manifest("dup-skill", "from space b"),
-            zip(&[("SKILL.md", b"from b")]),
-        ),
-    );
-    space_a.add(
-        "space-b",
-        ServedSkill::new(
-            manifest("only-b", "Only in b"),
-            zip(&[("SKILL.md", b"b only")]),
-        ),
-    );
+    space_a.add("space-b", plain("dup-skill", "from space b", b"from b"));
+    space_a.add("space-b", plain("only-b", "Only in b", b"b only"));
     let service = RunningService::start(
         space_a,
         ServiceOptions {
@@ -360,13 +338,12 @@ async fn hostile_archives_are_refused_and_nothing_escapes_staging() {
 #[tokio::test]
 async fn a_hash_mismatch_may_be_allowed_with_a_warning() {
     let f = fixture(&[("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", "1")]).await;
-    let r = tool(
+    let r = ok(tool(
         &f.cluster,
         "load_skill",
         json!({"skill_name": "wrong-hash"}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["instructions"], "tampered\n");
     let warnings = r["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{r}");
@@ -376,8 +353,7 @@ async fn a_hash_mismatch_may_be_allowed_with_a_warning() {
 #[tokio::test]
 async fn listing_merges_local_and_spaces_with_precedence() {
     let f = fixture(&[]).await;
-    let r = tool(&f.cluster, "list_skills", json!({})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(tool(&f.cluster, "list_skills", json!({})).await);
     assert_eq!(r["skill_space_ids"], json!(["space-a", "space-b"]));
     let skills = r["skills"].as_array().unwrap();
     let names: Vec<&str> = skills.iter().map(|s| s["name"].as_str().unwrap()).collect();
@@ -433,8 +409,7 @@ async fn a_public_space_allow_list_hides_other_skills() {
 #[tokio::test]
 async fn search_scores_and_refuses_an_empty_query() {
     let f = fixture(&[]).await;
-    let r = tool(&f.cluster, "search_skills", json!({"query": "pdf"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(tool(&f.cluster, "search_skills", json!({"query": "pdf"})).await);
     assert_eq!(r["query"], "pdf");
     let results = r["results"].as_array().unwrap();
     assert_eq!(results[0]["name"], "pdf-tools", "{r}");
@@ -466,13 +441,12 @@ async fn load_skill_verifies_caches_and_reports_cache_hits() {
     // The archive host listens on loopback like the service, on another port: only the
     // service's own origin is reachable without the allow-list.
     let f = fixture(&[("TOOLMESH_SKILL_ALLOWED_NETWORKS", "127.0.0.1/32")]).await;
-    let r = tool(
+    let r = ok(tool(
         &f.cluster,
         "load_skill",
         json!({"skill_name": "good-skill"}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["instructions"], "# Good\nUse it well.\n");
     assert_eq!(r["name"], "good-skill");
     assert_eq!(r["version"], "1.0.0");
@@ -496,25 +470,23 @@ async fn load_skill_verifies_caches_and_reports_cache_hits() {
             .count()
     };
     assert_eq!(downloads(&f.service), 1);
-    let again = tool(
+    let again = ok(tool(
         &f.cluster,
         "load_skill",
         json!({"skill_name": "good-skill"}),
     )
-    .await;
-    assert_eq!(again["ok"], true, "{again}");
+    .await);
     assert_eq!(again["cache_hit"], true);
     assert_eq!(again["instructions"], r["instructions"]);
     assert_eq!(downloads(&f.service), 1, "a cache hit downloads nothing");
 
     // The archive on another origin is fetched without the token.
-    let r = tool(
+    let r = ok(tool(
         &f.cluster,
         "load_skill",
         json!({"skill_name": "cross-origin"}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["instructions"], "from elsewhere\n");
     let seen = f.archive_host.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -627,13 +599,11 @@ async fn the_skill_service_command_serves_a_folder_to_a_node() {
             ],
         )
         .await;
-    let r = tool(&cluster, "list_skills", json!({})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(tool(&cluster, "list_skills", json!({})).await);
     assert_eq!(r["skills"][0]["name"], "hello", "{r}");
     assert_eq!(r["skills"][0]["space_id"], "demo");
     assert_eq!(r["skills"][0]["version"], "2.0.0");
-    let r = tool(&cluster, "load_skill", json!({"skill_name": "hello"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(tool(&cluster, "load_skill", json!({"skill_name": "hello"})).await);
     assert_eq!(r["instructions"], "Say hello.\n");
     assert_eq!(r["script_files"], json!(["scripts/hello.sh"]));
     assert_eq!(r["cache_hit"], false);

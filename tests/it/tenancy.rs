@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json, AuthNats, Node, NodeSpec, RedisServer};
 
-use crate::support::{policy_file, BIN, GATED_STATUS};
+use crate::support::{ok, policy_file, BIN, GATED_STATUS};
 
 /// One node (gateway and approval) on the deployment's NATS, as the node user.
 struct Deployment {
@@ -106,22 +106,20 @@ async fn a_reply_subject_outside_the_inboxes_reaches_no_other_account() {
         .unwrap();
     }
     // An ordinary call of acme after them is still answered.
-    let ordinary = request_json(
+    ok(request_json(
         &acme,
         "toolmesh.v1.call.acme",
         json!({"tool": "component_status"}),
     )
-    .await;
-    assert_eq!(ordinary["ok"], true, "{ordinary}");
+    .await);
 
     // globex's call was not cancelled: approved now, it runs.
-    let decided = request_json(
+    ok(request_json(
         &approver,
         "toolmesh.v1.approvals.globex.decide",
         json!({"id": approval["id"], "approved": true, "approver": "alice"}),
     )
-    .await;
-    assert_eq!(decided["ok"], true, "{decided}");
+    .await);
     let reply = tokio::time::timeout(Duration::from_secs(20), parked)
         .await
         .expect("the parked call ends")
@@ -236,8 +234,7 @@ async fn a_provider_serves_as_the_provider_user_and_reaches_nothing_else() {
     // The approved call runs in the provider.
     let mut again = ticket.clone();
     again["approval"] = json!({"id": id});
-    let ran = request_json(&acme, "toolmesh.v1.call.acme", again).await;
-    assert_eq!(ran["ok"], true, "{ran}");
+    ok(request_json(&acme, "toolmesh.v1.call.acme", again).await);
     as_provider.flush().await.unwrap();
     assert!(
         futures::FutureExt::now_or_never(overheard.next()).is_none(),

@@ -15,11 +15,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use toolmesh_testkit::wait_until;
 
-use crate::support::{node_refusal, Cluster};
+use crate::support::{node_refusal, ok, Cluster};
 
 /// How long the collector waits for spans to come.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -264,8 +264,7 @@ async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
         )
         .await
         .unwrap();
-    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(serde_json::from_slice(&reply.payload).unwrap());
 
     let spans = collector
         .wait_for(
@@ -317,14 +316,12 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
     let mut c = Cluster::servers().await;
     start_traced(&mut c, "gateway,approval", &env).await;
     start_traced(&mut c, "workspace", &env).await;
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "list_workspace_files", "session_id": "s1",
+    ok(c.call(
+        "acme",
+        json!({"tool": "list_workspace_files", "session_id": "s1",
                    "invocation_id": "inv-root", "arguments": {"path": "."}}),
-        )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    )
+    .await);
     let failed = c
         .call(
             "acme",
