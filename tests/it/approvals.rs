@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::wait_until;
 
-use crate::support::{collect, policy_file, Cluster, GATED_STATUS};
+use crate::support::{assert_error, collect, ok, policy_file, Cluster, GATED_STATUS};
 
 /// A cluster whose `component_status` needs approval (strict mode, risk high).
 async fn gated(extra: &[(&str, &str)]) -> (Cluster, tempfile::TempDir) {
@@ -86,8 +86,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
     assert_eq!(pending["error"], "approval_pending", "{pending}");
 
     let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
-    let d = c.decide("acme", id, true).await;
-    assert_eq!(d["ok"], true, "{d}");
+    let d = ok(c.decide("acme", id, true).await);
     assert_eq!(d["approval"]["status"], "approved");
     assert_eq!(d["approval"]["decided_by"], "alice");
     assert_eq!(d["approval"]["reason"], "test");
@@ -98,8 +97,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
     let mut run_events = c.watch("toolmesh.v1.events.acme.inv-run1").await;
     let mut body = with_approval(status_call("s1"), json!({"id": id}));
     body["invocation_id"] = json!("inv-run1");
-    let ran = c.call("acme", body).await;
-    assert_eq!(ran["ok"], true, "{ran}");
+    let ran = ok(c.call("acme", body).await);
     assert!(ran["summary"].is_object());
     let kinds: Vec<String> = collect(&mut run_events, 3, Duration::from_secs(5))
         .await
@@ -112,8 +110,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
         .call("acme", with_approval(status_call("s1"), json!({"id": id})))
         .await;
     assert_eq!(again["error"], "approval_expired", "{again}");
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["approval"]["status"], "used");
+    assert_eq!(c.approval_status("acme", id).await, "used");
     // Decisions on a used approval still follow the first decision.
     assert_eq!(c.decide("acme", id, true).await["ok"], true);
     assert_eq!(c.decide("acme", id, false).await["error"], "conflict");
@@ -161,8 +158,7 @@ async fn an_approval_is_bound_to_session_tool_and_arguments() {
     }
     // Still usable for the call it was granted for; key order does not matter (JCS).
     let same = json!({"tool": "tool_search", "session_id": "s1", "arguments": {"query": "read"}});
-    let reply = c.call("acme", with_approval(same, json!({"id": id}))).await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(c.call("acme", with_approval(same, json!({"id": id}))).await);
     drop(dir);
 }
 
@@ -234,21 +230,18 @@ async fn accounts_cannot_see_or_decide_each_others_approvals() {
         .await;
     assert_eq!(reply["error"], "not_found", "{reply}");
     // Still pending for its own account.
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["approval"]["status"], "pending");
+    assert_eq!(c.approval_status("acme", id).await, "pending");
 }
 
 #[tokio::test]
 async fn in_band_decisions() {
     let (c, _policy) = gated(&[]).await;
     // Created and decided in one step.
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s1"), json!({"approved": true})),
-        )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(c.call(
+        "acme",
+        with_approval(status_call("s1"), json!({"approved": true})),
+    )
+    .await);
     let reply = c
         .call(
             "acme",
@@ -261,13 +254,11 @@ async fn in_band_decisions() {
     // With an id: approve in band, then it is used.
     let a = request_approval(&c, "acme", status_call("s2")).await;
     let id = a["id"].as_str().unwrap();
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s2"), json!({"id": id, "approved": true})),
-        )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(c.call(
+        "acme",
+        with_approval(status_call("s2"), json!({"id": id, "approved": true})),
+    )
+    .await);
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "used");
     assert_eq!(got["approval"]["decided_by"], "in-band");
@@ -315,8 +306,7 @@ async fn in_band_can_be_switched_off() {
     let reply = c.call("acme", status_call("s1")).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
     assert!(!says_why(&reply), "{reply}");
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["approval"]["status"], "pending");
+    assert_eq!(c.approval_status("acme", id).await, "pending");
 }
 
 #[tokio::test]
@@ -337,14 +327,12 @@ async fn a_parked_call_runs_when_approved_from_another_client() {
     )
     .await;
     assert_eq!(decided["ok"], true);
-    let reply = tokio::time::timeout(Duration::from_secs(10), parked)
+    let reply = ok(tokio::time::timeout(Duration::from_secs(10), parked)
         .await
         .unwrap()
-        .unwrap();
-    assert_eq!(reply["ok"], true, "{reply}");
+        .unwrap());
     assert!(reply["summary"].is_object());
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["approval"]["status"], "used");
+    assert_eq!(c.approval_status("acme", &id).await, "used");
 }
 
 #[tokio::test]
@@ -524,10 +512,10 @@ async fn a_pending_approval_survives_a_restart_of_every_node() {
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "pending", "{got}");
     c.decide("acme", &id, true).await;
-    let reply = c
-        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(
+        c.call("acme", with_approval(status_call("s1"), json!({"id": id})))
+            .await,
+    );
 }
 
 #[tokio::test]
@@ -536,13 +524,11 @@ async fn calls_without_approval_do_not_touch_redis() {
     let a = request_approval(&c, "acme", status_call("s1")).await;
     c.redis.kill();
     // Low-risk calls still run with Redis gone...
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_search", "arguments": {"query": "status"}}),
-        )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(c.call(
+        "acme",
+        json!({"tool": "tool_search", "arguments": {"query": "status"}}),
+    )
+    .await);
     // ...while gated ones say the approval store is unavailable (and nothing runs).
     let reply = c
         .call(
@@ -658,8 +644,7 @@ async fn an_approver_gets_the_exact_arguments_and_a_preview_that_hides_nothing()
     assert_eq!(sent[0]["arguments"], arguments, "{}", sent[0]);
     assert!(sent[0].get("arguments_preview").is_none(), "{}", sent[0]);
 
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["ok"], true, "{got}");
+    let got = ok(c.approvals("acme", "get", json!({"id": id})).await);
     assert_eq!(got["arguments"], arguments, "{got}");
     assert!(got.get("arguments_truncated").is_none(), "{got}");
     assert_eq!(
@@ -703,14 +688,7 @@ async fn a_gated_call_too_large_to_show_is_limit_exceeded() {
         }})
     };
     let reply = c.call("acme", write(60 * 1024)).await;
-    assert_eq!(reply["error"], "limit_exceeded", "{reply}");
-    assert!(
-        reply["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("approver"),
-        "{reply}"
-    );
+    assert_error(&reply, "limit_exceeded", "approver");
     let listed = c.approvals("acme", "list", json!({})).await;
     assert_eq!(listed["approvals"], json!([]), "{listed}");
     // Comfortably under the limit, the approver gets it all.

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json_within, venv_bin, wait_until, ClosedPort};
 
-use crate::support::{node_refusal, Cluster};
+use crate::support::{assert_error, node_refusal, ok, Cluster};
 
 /// How long a server may take to start and list its tools (Python start-up on a busy machine).
 const SERVE_WITHIN: Duration = Duration::from_secs(60);
@@ -156,6 +156,19 @@ async fn call(client: &async_nats::Client, subject: &str, tool: &str, arguments:
     .await
 }
 
+/// A provider call that fails: a `provider_error` that says `says`.
+async fn provider_error(
+    client: &async_nats::Client,
+    subject: &str,
+    tool: &str,
+    arguments: Value,
+    says: &str,
+) {
+    let r = call(client, subject, tool, arguments).await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_error(&r, "provider_error", says);
+}
+
 async fn call_within(
     client: &async_nats::Client,
     subject: &str,
@@ -245,42 +258,36 @@ async fn pypi_servers_are_providers_with_their_schemas_risks_and_results() {
 
     let time_info = serving(client, "mcp-time", &["time_get_current_time"]).await;
     let (_, time_subject) = tool_of(&time_info, "time_get_current_time");
-    let r = call(
+    let r = ok(call(
         client,
         &time_subject,
         "time_get_current_time",
         json!({"timezone": "UTC"}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert!(r["text"].as_str().unwrap().contains("UTC"), "{r}");
     assert_eq!(r["content"][0]["type"], "text", "{r}");
 
     let repo_path = repo.path().display().to_string();
-    let r = call(
+    let r = ok(call(
         client,
         &status_subject,
         "git_git_status",
         json!({"repo_path": repo_path}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert!(r["text"].as_str().unwrap().contains("new.txt"), "{r}");
 
     // The server's own refusal of bad arguments is the provider's error.
-    let r = call(
+    let bad_zone = json!({"timezone": "Not/AZone"});
+    provider_error(
         client,
         &time_subject,
         "time_get_current_time",
-        json!({"timezone": "Not/AZone"}),
+        bad_zone,
+        "Not/AZone",
     )
     .await;
-    assert_eq!(r["ok"], false, "{r}");
-    assert_eq!(r["error"], "provider_error", "{r}");
-    assert!(
-        r["error_message"].as_str().unwrap().contains("Not/AZone"),
-        "{r}"
-    );
     let r = call(client, &time_subject, "time_get_current_time", json!({})).await;
     assert_eq!(r["error"], "provider_error", "{r}");
 
@@ -303,22 +310,8 @@ async fn is_error_results_are_provider_errors_and_killed_servers_restart() {
     let (_, echo) = tool_of(&info, "fixture_echo");
     let (_, fail) = tool_of(&info, "fixture_fail");
 
-    let r = call(
-        client,
-        &fail,
-        "fixture_fail",
-        json!({"message": "no such thing"}),
-    )
-    .await;
-    assert_eq!(r["ok"], false, "{r}");
-    assert_eq!(r["error"], "provider_error", "{r}");
-    assert!(
-        r["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("no such thing"),
-        "{r}"
-    );
+    let message = json!({"message": "no such thing"});
+    provider_error(client, &fail, "fixture_fail", message, "no such thing").await;
 
     let first = b.running("fixture", None).await;
     let pid = first["pid"].as_u64().expect("a pid");
@@ -329,8 +322,7 @@ async fn is_error_results_are_provider_errors_and_killed_servers_restart() {
         again["last_error"].as_str().unwrap().contains("exited"),
         "{again}"
     );
-    let r = call(client, &echo, "fixture_echo", json!({"text": "back"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(call(client, &echo, "fixture_echo", json!({"text": "back"})).await);
     assert_eq!(r["text"], "back");
 }
 
@@ -411,8 +403,7 @@ async fn a_cancel_reaches_the_mcp_server_and_list_changes_are_served() {
         .await
         .unwrap();
     client.flush().await.unwrap();
-    let r = call(&client, &add, "fixture_add_tool", json!({"name": "late"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    ok(call(&client, &add, "fixture_add_tool", json!({"name": "late"})).await);
     let info = serving(&client, "mcp-fixture", &["fixture_late", "fixture_echo"]).await;
     let (_, late) = tool_of(&info, "fixture_late");
     let r = call(&client, &late, "fixture_late", json!({"text": "hi"})).await;
@@ -462,8 +453,7 @@ async fn mcp_tools_run_through_the_gateway_gated_by_their_annotations_and_after_
     .await;
     let status_call = json!({"tool": "git_git_status", "arguments": {"repo_path": repo_path}});
     // Found by the gateway (the bridge announces its tools): the read-only tool runs at once.
-    let first = gateway_until(&b, &status_call, |r| r["error"] != "unknown_tool").await;
-    assert_eq!(first["ok"], true, "{first}");
+    let first = ok(gateway_until(&b, &status_call, |r| r["error"] != "unknown_tool").await);
     assert!(
         first["text"].as_str().unwrap().contains("new.txt"),
         "{first}"
@@ -485,8 +475,7 @@ async fn mcp_tools_run_through_the_gateway_gated_by_their_annotations_and_after_
         ""
     );
     assert_eq!(b.cluster.decide("acme", &id, true).await["ok"], true);
-    let added = through_gateway(&b, with_id).await;
-    assert_eq!(added["ok"], true, "{added}");
+    ok(through_gateway(&b, with_id).await);
     assert_eq!(
         git_output(repo.path(), &["diff", "--cached", "--name-only"]),
         "new.txt\n"
@@ -539,8 +528,7 @@ async fn an_http_server_is_served_by_url() {
     assert_eq!(info.metadata["toolmesh.bridge.transport"], "http");
     let (spec, echo) = tool_of(&info, "web_echo");
     assert_eq!(spec["risk_level"], "low");
-    let r = call(b.client(), &echo, "web_echo", json!({"text": "over http"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(call(b.client(), &echo, "web_echo", json!({"text": "over http"})).await);
     assert_eq!(r["text"], "over http");
     let s = b.running("web", None).await;
     assert_eq!(s["transport"], "http");

@@ -5,11 +5,11 @@
 //! There is no sandbox actor in these clusters: a fake worker (a plain NATS subscriber in the
 //! sandbox queue group, heartbeating as a node when a test needs it) stands in for one.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use async_nats::{Client, Subject, Subscriber};
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinHandle;
 use toolmesh_kernel::host::{confirm_subscriptions, publish_claim};
@@ -18,7 +18,7 @@ use toolmesh_kernel::wire::{ActorCall, ActorReply, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role};
 use toolmesh_testkit::{request_json, wait_until};
 
-use crate::support::Cluster;
+use crate::support::{take_call, Cluster};
 
 /// `run_command` with a 120 s timeout: the gateway waits up to 150 s for it.
 fn long_command() -> Value {
@@ -60,16 +60,6 @@ async fn fake_worker(client: &Client) -> Subscriber {
         .unwrap();
     confirm_subscriptions(client).await.unwrap();
     sub
-}
-
-/// The next call the fake worker receives, with its reply subject.
-async fn take_call(worker: &mut Subscriber) -> (ActorCall, Subject) {
-    let msg = tokio::time::timeout(Duration::from_secs(10), worker.next())
-        .await
-        .expect("the gateway routes the call to the worker")
-        .expect("subscription open");
-    let call: ActorCall = serde_json::from_slice(&msg.payload).expect("an ActorCall");
-    (call, msg.reply.expect("the call has a reply subject"))
 }
 
 fn node(id: &str) -> NodeId {
@@ -144,18 +134,70 @@ fn assert_lost(reply: &Value, id: &str, took: Duration) {
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
+/// The fake worker in a task of its own: it takes the next call and hands it to `then` with
+/// a client and the call's reply subject; the task answers the worker's subscription, kept
+/// until then (a worker still "running" the call).
+fn serve<F, Fut>(c: &Cluster, mut worker: Subscriber, then: F) -> JoinHandle<Subscriber>
+where
+    F: FnOnce(Client, ActorCall, Subject) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let client = c.client.clone();
+    tokio::spawn(async move {
+        let (call, reply) = take_call(&mut worker).await;
+        then(client, call, reply).await;
+        worker
+    })
+}
+
+/// Claims the call of `reply` as worker `id`.
+async fn claim(client: &Client, reply: &Subject, id: &str) {
+    publish_claim(client, reply, &node(id)).await.unwrap();
+}
+
+/// Worker `id` (heartbeating as `heart`) claims the call, then is killed with -9: no more
+/// heartbeats, no reply, no goodbye; it keeps its subscription (it is "running" the call).
+/// `call` is answered as lost, naming `id`, long before its deadline: the reply and its time.
+async fn lost_after_claim(
+    c: &Cluster,
+    heart: JoinHandle<()>,
+    id: &'static str,
+    call: Value,
+) -> (Value, Duration) {
+    let worker = fake_worker(&c.client).await;
+    let serve = serve(c, worker, move |client, _call, reply| async move {
+        claim(&client, &reply, id).await;
+        heart.abort();
+    });
+    let (reply, took) = call_timed(c, call, Duration::from_secs(30)).await;
+    let _worker = serve.await.unwrap();
+    assert_lost(&reply, id, took);
+    (reply, took)
+}
+
+/// `then` as the fake worker for a `long_command` answered `within`: the reply and its time,
+/// when the worker is done.
+async fn served<F, Fut>(c: &Cluster, within: Duration, then: F) -> (Value, Duration)
+where
+    F: FnOnce(Client, ActorCall, Subject) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let worker = fake_worker(&c.client).await;
+    let serve = serve(c, worker, then);
+    let timed = call_timed(c, long_command(), within).await;
+    serve.await.unwrap();
+    timed
+}
+
 #[tokio::test]
 async fn a_claimed_call_gets_the_reply_of_its_worker() {
     let c = cluster().await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (call, reply) = take_call(&mut worker).await;
+    let (reply, _) = served(
+        &c,
+        Duration::from_secs(10),
+        |client, call, reply| async move {
             assert_eq!(call.tool, "run_command");
-            publish_claim(&client, &reply, &node("worker-a"))
-                .await
-                .unwrap();
+            claim(&client, &reply, "worker-a").await;
             // The worker's own run time, not a wait: the reply comes a while after the
             // claim (both on the reply subject, so in that order anyway).
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -163,10 +205,9 @@ async fn a_claimed_call_gets_the_reply_of_its_worker() {
                 .publish(reply, reply_body(json!({"exit_code": 0, "stdout": "hi"})))
                 .await
                 .unwrap();
-        })
-    };
-    let (reply, _) = call_timed(&c, long_command(), Duration::from_secs(10)).await;
-    serve.await.unwrap();
+        },
+    )
+    .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["exit_code"], 0, "{reply}");
     assert_eq!(reply["stdout"], "hi", "{reply}");
@@ -176,23 +217,7 @@ async fn a_claimed_call_gets_the_reply_of_its_worker() {
 async fn a_worker_lost_mid_call_is_unavailable_long_before_the_deadline() {
     let c = cluster().await;
     let heart = heartbeating(&c, "worker-b").await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (_call, reply) = take_call(&mut worker).await;
-            publish_claim(&client, &reply, &node("worker-b"))
-                .await
-                .unwrap();
-            // kill -9: no more heartbeats, no reply, no goodbye.
-            heart.abort();
-            // Keep the subscription: the worker is "running" the call.
-            worker
-        })
-    };
-    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
-    let _worker = serve.await.unwrap();
-    assert_lost(&reply, "worker-b", took);
+    let (_, took) = lost_after_claim(&c, heart, "worker-b", long_command()).await;
     assert!(took > Duration::from_secs(3), "lost too early: {took:?}");
 }
 
@@ -207,23 +232,9 @@ async fn an_approval_stays_used_when_its_worker_is_lost() {
     assert_eq!(c.decide("acme", &id, true).await["ok"], true);
 
     let heart = heartbeating(&c, "worker-g").await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (_call, reply) = take_call(&mut worker).await;
-            publish_claim(&client, &reply, &node("worker-g"))
-                .await
-                .unwrap();
-            heart.abort();
-            worker
-        })
-    };
     let mut approved = long_command();
     approved["approval"] = json!({"id": id});
-    let (reply, took) = call_timed(&c, approved, Duration::from_secs(30)).await;
-    let _worker = serve.await.unwrap();
-    assert_lost(&reply, "worker-g", took);
+    lost_after_claim(&c, heart, "worker-g", approved).await;
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "used", "{got}");
 }
@@ -234,24 +245,15 @@ async fn the_latest_claim_is_the_one_watched() {
     // A stays alive throughout; B, to which A hands the call, dies.
     let heart_a = heartbeating(&c, "worker-ha").await;
     let heart_b = heartbeating(&c, "worker-hb").await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (_call, reply) = take_call(&mut worker).await;
-            publish_claim(&client, &reply, &node("worker-ha"))
-                .await
-                .unwrap();
-            // A's own time with the call before it hands it on, not a wait: the claims
-            // reach the gateway in order on the reply subject anyway.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            publish_claim(&client, &reply, &node("worker-hb"))
-                .await
-                .unwrap();
-            heart_b.abort();
-            worker
-        })
-    };
+    let worker = fake_worker(&c.client).await;
+    let serve = serve(&c, worker, |client, _call, reply| async move {
+        claim(&client, &reply, "worker-ha").await;
+        // A's own time with the call before it hands it on, not a wait: the claims
+        // reach the gateway in order on the reply subject anyway.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        claim(&client, &reply, "worker-hb").await;
+        heart_b.abort();
+    });
     let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
     let _worker = serve.await.unwrap();
     heart_a.abort();
@@ -263,14 +265,11 @@ async fn a_draining_worker_is_not_lost() {
     // A `leaving` heartbeat means the node drains: it still answers its calls.
     let c = cluster().await;
     let heart = heartbeating(&c, "worker-d").await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (_call, reply) = take_call(&mut worker).await;
-            publish_claim(&client, &reply, &node("worker-d"))
-                .await
-                .unwrap();
+    let (reply, took) = served(
+        &c,
+        Duration::from_secs(30),
+        |client, _call, reply| async move {
+            claim(&client, &reply, "worker-d").await;
             heart.abort();
             beat(&client, "worker-d", true).await;
             // Longer than a node takes to drop out of the view: the test's subject (the
@@ -280,10 +279,9 @@ async fn a_draining_worker_is_not_lost() {
                 .publish(reply, reply_body(json!({"exit_code": 0})))
                 .await
                 .unwrap();
-        })
-    };
-    let (reply, took) = call_timed(&c, long_command(), Duration::from_secs(30)).await;
-    serve.await.unwrap();
+        },
+    )
+    .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert!(took >= Duration::from_secs(8), "{took:?}");
 }
@@ -292,21 +290,19 @@ async fn a_draining_worker_is_not_lost() {
 async fn a_claimless_call_waits_for_its_reply() {
     // A worker that never claims is treated as before the claim protocol: the reply counts.
     let c = cluster().await;
-    let mut worker = fake_worker(&c.client).await;
-    let serve = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let (call, reply) = take_call(&mut worker).await;
+    let (reply, _) = served(
+        &c,
+        Duration::from_secs(10),
+        |client, call, reply| async move {
             let mut fields = Map::new();
             fields.insert("seq".into(), Value::from(call.event_seq));
             client
                 .publish(reply, reply_body(Value::Object(fields)))
                 .await
                 .unwrap();
-        })
-    };
-    let (reply, _) = call_timed(&c, long_command(), Duration::from_secs(10)).await;
-    serve.await.unwrap();
+        },
+    )
+    .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["seq"], 1, "after `started` (seq 0): {reply}");
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{policy_file, Cluster, BIN, GATED_STATUS};
+use crate::support::{ok, policy_file, Cluster, BIN, GATED_STATUS};
 
 /// `toolmesh status | head -c 1`: the reader leaves before the reply is written. The command
 /// stops quietly instead of panicking on the broken pipe.
@@ -71,15 +71,7 @@ async fn the_approval_hint_says_who_decides_and_why_approve_did_nothing() {
     // A user in the URL (the test server ignores it), as on the compose cluster.
     let url = c.nats.url().replace("nats://", "nats://acme:pw@");
     let out = Command::new(BIN)
-        .args([
-            "call",
-            "component_status",
-            "--account",
-            "acme",
-            "--session",
-            "s1",
-            "--approve",
-        ])
+        .args(call_args("component_status", &["--approve"]))
         .env("TOOLMESH_NATS_URL", &url)
         .env_remove("RUST_LOG")
         .output()
@@ -97,6 +89,13 @@ async fn the_approval_hint_says_who_decides_and_why_approve_did_nothing() {
 }
 
 /// Runs `toolmesh <args>` against the cluster; its stdout as text.
+/// `toolmesh call <tool>` in session s1 of acme, `extra` after it.
+fn call_args<'a>(tool: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["call", tool, "--account", "acme", "--session", "s1"];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn cli(c: &Cluster, args: &[&str]) -> String {
     let out = Command::new(BIN)
         .args(args)
@@ -113,21 +112,18 @@ fn cli(c: &Cluster, args: &[&str]) -> String {
 /// preview — shows it escaped.
 #[tokio::test]
 async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
-    let mut c = Cluster::servers().await;
-    c.start_node(
+    let c = Cluster::with_node(
         "gateway,approval,workspace",
         &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
     )
     .await;
     let name = "rtl\u{202e}txt.exe";
-    let wrote = c
-        .call(
-            "acme",
-            json!({"tool": "write_workspace_file", "session_id": "s1",
+    ok(c.call(
+        "acme",
+        json!({"tool": "write_workspace_file", "session_id": "s1",
                    "arguments": {"path": name, "content": "hi"}}),
-        )
-        .await;
-    assert_eq!(wrote["ok"], true, "{wrote}");
+    )
+    .await);
     // On the wire the result is exact.
     let listed = c
         .call(
@@ -137,17 +133,7 @@ async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
         .await;
     assert!(listed.to_string().contains(name), "{listed}");
 
-    let text = cli(
-        &c,
-        &[
-            "call",
-            "list_workspace_files",
-            "--account",
-            "acme",
-            "--session",
-            "s1",
-        ],
-    );
+    let text = cli(&c, &call_args("list_workspace_files", &[]));
     assert!(!text.contains('\u{202e}'), "{text}");
     assert!(text.contains("rtl\\u202etxt.exe"), "{text}");
     // The escaped output is JSON of the same reply.
@@ -231,16 +217,7 @@ async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
     let (_dir, path) = policy_file(GATED_STATUS);
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
     let mut child = tokio::process::Command::new(BIN)
-        .args([
-            "call",
-            "component_status",
-            "--account",
-            "acme",
-            "--session",
-            "s1",
-            "--wait",
-            "120",
-        ])
+        .args(call_args("component_status", &["--wait", "120"]))
         .env("TOOLMESH_NATS_URL", c.nats.url())
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
@@ -310,7 +287,6 @@ async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
         .await
         .expect("the call ends once approved")
         .unwrap();
-    let reply: Value = serde_json::from_slice(&out.stdout).expect("a JSON reply");
-    assert_eq!(reply["ok"], true, "{reply}");
+    ok(serde_json::from_slice(&out.stdout).expect("a JSON reply"));
     assert_eq!(out.status.code(), Some(0));
 }

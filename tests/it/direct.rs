@@ -11,21 +11,11 @@ use std::time::{Duration, Instant};
 
 use async_nats::{Client, Subject, Subscriber};
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::{answer, confirm_subscriptions};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 
-use crate::support::{collect, fake_workspace, Cluster};
-
-async fn take_call(actor: &mut Subscriber) -> (ActorCall, Subject) {
-    let msg = tokio::time::timeout(Duration::from_secs(10), actor.next())
-        .await
-        .expect("the gateway routes the call")
-        .expect("subscription open");
-    let call: ActorCall = serde_json::from_slice(&msg.payload).expect("an ActorCall");
-    (call, msg.reply.expect("the call has a reply subject"))
-}
+use crate::support::{collect, fake_workspace, take_call, Cluster};
 
 /// Sends `body` with `reply_to` as its reply subject; returns the subscription on it.
 async fn send_call(client: &Client, reply_to: &str, body: Value) -> Subscriber {
@@ -64,11 +54,7 @@ fn read_call(invocation: &str) -> Value {
 async fn the_actor_answers_the_caller_itself() {
     let c = Cluster::start().await;
     let mut actor = fake_workspace(&c.client).await;
-    let mut events = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-direct1")
-        .await
-        .unwrap();
+    let mut events = c.watch("toolmesh.v1.events.acme.inv-direct1").await;
     let reply_to = "_INBOX.acme.direct-test-1";
     let mut replies = send_call(&c.client, reply_to, read_call("inv-direct1")).await;
 
@@ -109,11 +95,7 @@ async fn the_actor_answers_the_caller_itself() {
 async fn a_direct_failure_keeps_the_error_shape_and_the_dispatcher_name() {
     let c = Cluster::start().await;
     let mut actor = fake_workspace(&c.client).await;
-    let mut events = c
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-direct2")
-        .await
-        .unwrap();
+    let mut events = c.watch("toolmesh.v1.events.acme.inv-direct2").await;
     let reply_to = "_INBOX.acme.direct-test-2";
     let body = json!({"tool": "tool_dispatcher", "session_id": "s1", "invocation_id": "inv-direct2",
                       "arguments": {"action": "call", "tool_name": "read_workspace_file",

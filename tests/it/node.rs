@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json, wait_until};
 
-use crate::support::{collect, policy_file, Cluster, GATED_STATUS};
+use crate::support::{collect, ok, policy_file, Cluster, GATED_STATUS};
 
 fn node_ids(status: &Value) -> Vec<String> {
     status["nodes"]
@@ -18,8 +18,7 @@ fn node_ids(status: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn status_shows_every_live_node_and_drops_dead_ones() {
-    let mut c = Cluster::servers().await;
-    c.start_node("gateway,approval", &[]).await;
+    let mut c = Cluster::with_node("gateway,approval", &[]).await;
     c.start_node("gateway", &[]).await;
     let own = request_json(&c.client, "toolmesh.v1.status.test-node-2", json!({})).await;
     assert_eq!(own["ok"], true);
@@ -48,8 +47,7 @@ async fn status_shows_every_live_node_and_drops_dead_ones() {
 
 #[tokio::test]
 async fn every_call_is_answered_once_across_gateways() {
-    let mut c = Cluster::servers().await;
-    c.start_node("gateway,approval", &[]).await;
+    let mut c = Cluster::with_node("gateway,approval", &[]).await;
     c.start_node("gateway", &[]).await;
     let mut finished = c.watch("toolmesh.v1.events.acme.*").await;
     let replies = futures::future::join_all((0..50).map(|i| {
@@ -88,8 +86,7 @@ async fn sigterm_drains_parked_calls_and_exits_zero() {
     // The approval itself is still there for the next node.
     c.start_node("approval", &[]).await;
     let id = announced[0]["id"].as_str().unwrap();
-    let got = c.approvals("acme", "get", json!({"id": id})).await;
-    assert_eq!(got["approval"]["status"], "pending");
+    assert_eq!(c.approval_status("acme", id).await, "pending");
 }
 
 /// The drain bound holds when the bus is gone: SIGTERM during a NATS outage still ends the
@@ -97,8 +94,7 @@ async fn sigterm_drains_parked_calls_and_exits_zero() {
 /// the last heartbeat, 3 s of margin).
 #[tokio::test]
 async fn a_node_told_to_stop_during_a_nats_outage_exits_within_its_drain_bound() {
-    let mut c = Cluster::servers().await;
-    c.start_node(
+    let mut c = Cluster::with_node(
         "gateway,approval,workspace",
         &[("TOOLMESH_DRAIN_TIMEOUT_S", "2")],
     )
@@ -121,15 +117,13 @@ async fn a_node_told_to_stop_during_a_nats_outage_exits_within_its_drain_bound()
 
 #[tokio::test]
 async fn a_drained_node_stops_taking_calls_while_another_serves_them() {
-    let mut c = Cluster::servers().await;
-    c.start_node("gateway,approval", &[]).await;
+    let mut c = Cluster::with_node("gateway,approval", &[]).await;
     c.start_node("gateway", &[]).await;
     c.nodes[0].terminate();
     let exit = c.nodes[0].wait_exit(Duration::from_secs(10)).await;
     assert_eq!(exit.map(|s| s.code()), Some(Some(0)));
     for _ in 0..20 {
-        let reply = c.call("acme", json!({"tool": "component_status"})).await;
-        assert_eq!(reply["ok"], true, "{reply}");
+        ok(c.call("acme", json!({"tool": "component_status"})).await);
     }
     let status = request_json(&c.client, "toolmesh.v1.status", json!({})).await;
     assert_eq!(

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use toolmesh_testkit::{request_json, request_json_within, venv_bin, wait_until};
 
-use crate::support::{policy_file, Cluster};
+use crate::support::{assert_error, ok, policy_file, Cluster};
 
 /// PROTOCOL.md: a provider is found within 5 s of its start.
 const FOUND_WITHIN: Duration = Duration::from_secs(5);
@@ -105,6 +105,38 @@ async fn wait_known(cluster: &Cluster, tool: &str, known: bool, within: Duration
     .await
 }
 
+/// A gateway (approvals off) and the `tests` provider of the test tools, `tool` known.
+async fn test_tools(tool: &str) -> (Cluster, Provider) {
+    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
+    assert!(wait_known(&cluster, tool, true, FOUND_WITHIN).await);
+    (cluster, provider)
+}
+
+/// The call `body` in a task of its own, answered within 30 s.
+fn slow_call(cluster: &Cluster, body: Value) -> tokio::task::JoinHandle<Value> {
+    let client = cluster.client.clone();
+    tokio::spawn(async move {
+        request_json_within(
+            &client,
+            "toolmesh.v1.call.acme",
+            body,
+            Duration::from_secs(30),
+        )
+        .await
+    })
+}
+
+/// Waits (at most 10 s) until `provider` has received a call.
+async fn until_requested(provider: &Provider) {
+    assert!(
+        wait_until(Duration::from_secs(10), || async {
+            !provider.requests().is_empty()
+        })
+        .await
+    );
+}
+
 async fn provider_status(cluster: &Cluster, name: &str) -> Value {
     let status = cluster
         .call("acme", json!({"tool": "component_status"}))
@@ -191,15 +223,14 @@ async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
     assert!(status["health"]["last_seen"].is_string() && status["health"]["ping_ms"].is_number());
 
     // A call through the dispatcher reaches it with the documented envelope.
-    let reply = cluster
+    let reply = ok(cluster
         .call(
             "acme",
             json!({"tool": "tool_dispatcher", "session_id": "s1", "user_id": "u1", "agent_id": "a1",
                    "invocation_id": "inv-disp",
                    "arguments": {"action": "call", "tool_name": "ticket_create", "arguments": {"title": "hi"}}}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(reply["dispatched_tool_name"], "ticket_create");
     assert_eq!(reply["ticket"]["opened_by"], "u1");
     let requests = provider.requests();
@@ -244,24 +275,16 @@ async fn arguments_are_checked_before_the_provider_sees_them_and_strict_mode_gat
     assert_eq!(cluster.decide("acme", id, true).await["ok"], true);
     let mut again = call.clone();
     again["approval"] = json!({"id": id});
-    let reply = cluster.call("acme", again).await;
-    assert_eq!(reply["ok"], true, "{reply}");
+    let reply = ok(cluster.call("acme", again).await);
     assert_eq!(reply["ticket"]["title"], "Printer on fire");
     assert_eq!(provider.requests().len(), 1);
 }
 
 #[tokio::test]
 async fn provider_answers_are_normalised_and_events_are_published() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
-    let _provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
-    assert!(wait_known(&cluster, "fail_foreign", true, FOUND_WITHIN).await);
+    let (cluster, _provider) = test_tools("fail_foreign").await;
 
-    let mut events = cluster
-        .client
-        .subscribe("toolmesh.v1.events.acme.inv-foreign")
-        .await
-        .unwrap();
-    cluster.client.flush().await.unwrap();
+    let mut events = cluster.watch("toolmesh.v1.events.acme.inv-foreign").await;
     let foreign = cluster
         .call(
             "acme",
@@ -285,18 +308,10 @@ async fn provider_answers_are_normalised_and_events_are_published() {
     );
 
     let header = cluster.call("acme", json!({"tool": "fail_header"})).await;
-    assert_eq!(header["error"], "provider_error", "{header}");
-    assert!(
-        header["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("ticket quota exhausted"),
-        "{header}"
-    );
+    assert_error(&header, "provider_error", "ticket quota exhausted");
     assert_eq!(header["provider_code"], "503");
 
-    let plain = cluster.call("acme", json!({"tool": "plain"})).await;
-    assert_eq!(plain["ok"], true, "{plain}");
+    let plain = ok(cluster.call("acme", json!({"tool": "plain"})).await);
     assert_eq!(plain["result"], "just a string");
 
     let garbage = cluster.call("acme", json!({"tool": "not_json"})).await;
@@ -305,27 +320,14 @@ async fn provider_answers_are_normalised_and_events_are_published() {
 
 #[tokio::test]
 async fn a_provider_killed_mid_call_is_unavailable_and_its_tools_go() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
-    let mut provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
-    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
+    let (cluster, mut provider) = test_tools("slow").await;
 
-    let client = cluster.client.clone();
     // The call's deadline is 120 s (no `timeout` argument); the answer must come long before.
-    let pending = tokio::spawn(async move {
-        request_json_within(
-            &client,
-            "toolmesh.v1.call.acme",
-            json!({"tool": "slow", "arguments": {"seconds": 100}}),
-            Duration::from_secs(30),
-        )
-        .await
-    });
-    assert!(
-        wait_until(Duration::from_secs(10), || async {
-            !provider.requests().is_empty()
-        })
-        .await
+    let pending = slow_call(
+        &cluster,
+        json!({"tool": "slow", "arguments": {"seconds": 100}}),
     );
+    until_requested(&provider).await;
     provider.kill().await;
     let killed = Instant::now();
     let reply = pending.await.unwrap();
@@ -348,9 +350,7 @@ async fn a_provider_killed_mid_call_is_unavailable_and_its_tools_go() {
 
 #[tokio::test]
 async fn calls_in_flight_to_a_provider_share_one_health_watch() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
-    let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
-    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
+    let (cluster, provider) = test_tools("slow").await;
     const CALLS: usize = 12;
     let pending: Vec<_> = (0..CALLS)
         .map(|_| {
@@ -362,12 +362,7 @@ async fn calls_in_flight_to_a_provider_share_one_health_watch() {
         .collect();
     // The provider runs one call at a time (nats-py awaits each handler); the others wait
     // in its queue, and all are in flight at the gateway.
-    assert!(
-        wait_until(Duration::from_secs(10), || async {
-            !provider.requests().is_empty()
-        })
-        .await
-    );
+    until_requested(&provider).await;
     // Every call has reached the gateway (the node's status counts what it holds).
     let status = format!("toolmesh.v1.status.{}", cluster.nodes[0].node_id);
     assert!(
@@ -514,13 +509,12 @@ async fn the_policy_file_overrides_a_provider_s_risk_and_floors_it() {
         describe(&cluster, "ticket_create").await["tool"]["risk_level"],
         "low"
     );
-    let reply = cluster
+    ok(cluster
         .call(
             "acme",
             json!({"tool": "ticket_create", "arguments": {"title": "t"}}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(tickets.requests().len(), 1);
 
     // low claimed, floored at high: gated in standard mode.
@@ -535,25 +529,12 @@ async fn the_policy_file_overrides_a_provider_s_risk_and_floors_it() {
 
 #[tokio::test]
 async fn a_cancel_reaches_the_provider() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
-    let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
-    assert!(wait_known(&cluster, "slow", true, FOUND_WITHIN).await);
-    let client = cluster.client.clone();
-    let pending = tokio::spawn(async move {
-        request_json_within(
-            &client,
-            "toolmesh.v1.call.acme",
-            json!({"tool": "slow", "invocation_id": "inv-slow", "arguments": {"seconds": 100}}),
-            Duration::from_secs(30),
-        )
-        .await
-    });
-    assert!(
-        wait_until(Duration::from_secs(10), || async {
-            !provider.requests().is_empty()
-        })
-        .await
+    let (cluster, provider) = test_tools("slow").await;
+    let pending = slow_call(
+        &cluster,
+        json!({"tool": "slow", "invocation_id": "inv-slow", "arguments": {"seconds": 100}}),
     );
+    until_requested(&provider).await;
     let cancel = request_json(
         &cluster.client,
         "toolmesh.v1.cancel.acme",
@@ -596,13 +577,12 @@ async fn text_over_the_budget_is_cut_and_persisted_in_the_session() {
     let _provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
     assert!(wait_known(&cluster, "big", true, FOUND_WITHIN).await);
 
-    let reply = cluster
+    let reply = ok(cluster
         .call(
             "acme",
             json!({"tool": "big", "session_id": "s1", "invocation_id": "inv-big", "arguments": {"lines": 500}}),
         )
-        .await;
-    assert_eq!(reply["ok"], true, "{reply}");
+        .await);
     assert_eq!(reply["text_truncated"], true, "{reply}");
     assert_eq!(reply["text_preview_chars"], 1000);
     let whole: String = (0..500).map(|i| format!("line {i}\n")).collect();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::support::{ok, Cluster};
+use crate::support::{assert_error, node_failure, ok, Cluster};
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
 
@@ -100,14 +100,30 @@ pub(crate) async fn run(c: &Cluster, session: &str, command: &str) -> Value {
     tool(c, session, "run_command", json!({"command": command})).await
 }
 
+/// `run_command` of `command` with the other arguments `args`.
+async fn run_with(c: &Cluster, session: &str, command: &str, mut args: Value) -> Value {
+    args["command"] = command.into();
+    tool(c, session, "run_command", args).await
+}
+
+/// `run_command` of `command` as a background task (its reply: the task's id).
+async fn background(c: &Cluster, session: &str, command: &str) -> Value {
+    run_with(c, session, command, json!({"background": true})).await
+}
+
+/// `run_command` of `command` in a sandbox of `template`.
+pub(crate) async fn run_template(c: &Cluster, session: &str, command: &str, id: &str) -> Value {
+    run_with(c, session, command, json!({"template": id})).await
+}
+
+/// `run_command` of `command` with a `timeout` of `seconds`.
+async fn run_timed(c: &Cluster, session: &str, command: &str, seconds: u64) -> Value {
+    run_with(c, session, command, json!({"timeout": seconds})).await
+}
+
 pub(crate) async fn write_file(c: &Cluster, session: &str, path: &str, content: &str) -> Value {
-    tool(
-        c,
-        session,
-        "write_workspace_file",
-        json!({"path": path, "content": content}),
-    )
-    .await
+    let args = json!({"path": path, "content": content});
+    tool(c, session, "write_workspace_file", args).await
 }
 
 pub(crate) async fn read_file(c: &Cluster, session: &str, path: &str) -> Value {
@@ -118,79 +134,26 @@ pub(crate) async fn sandbox_status(c: &Cluster, session: &str) -> Value {
     tool(c, session, "sandbox_status", json!({})).await
 }
 
-/// `run_command` of `command` as a background task (its reply: the task's id).
-async fn background(c: &Cluster, session: &str, command: &str) -> Value {
-    tool(
-        c,
-        session,
-        "run_command",
-        json!({"command": command, "background": true}),
-    )
-    .await
-}
-
-/// `run_command` of `command` in a sandbox of `template`.
-pub(crate) async fn run_template(
-    c: &Cluster,
-    session: &str,
-    command: &str,
-    template: &str,
-) -> Value {
-    tool(
-        c,
-        session,
-        "run_command",
-        json!({"command": command, "template": template}),
-    )
-    .await
-}
-
-/// `run_command` of `command` with a `timeout` of `seconds`.
-async fn run_timed(c: &Cluster, session: &str, command: &str, seconds: u64) -> Value {
-    tool(
-        c,
-        session,
-        "run_command",
-        json!({"command": command, "timeout": seconds}),
-    )
-    .await
-}
-
 async fn task_input(c: &Cluster, session: &str, task: &str, input: &str) -> Value {
-    tool(
-        c,
-        session,
-        "task_input",
-        json!({"task_id": task, "input": input}),
-    )
-    .await
+    let args = json!({"task_id": task, "input": input});
+    tool(c, session, "task_input", args).await
 }
 
-/// `execute_skills` of `skill_names` (a list, or anything else to see it refused).
+/// `execute_skills` of `skills` (a list, or anything else to see it refused).
 pub(crate) async fn execute_skills(
     c: &Cluster,
     session: &str,
     prompt: &str,
-    skill_names: Value,
+    skills: Value,
 ) -> Value {
-    tool(
-        c,
-        session,
-        "execute_skills",
-        json!({"workflow_prompt": prompt, "skill_names": skill_names}),
-    )
-    .await
+    let args = json!({"workflow_prompt": prompt, "skill_names": skills});
+    tool(c, session, "execute_skills", args).await
 }
 
 /// `task_output` of `task` waiting (at most 20 s) for `pattern`.
 async fn wait_output(c: &Cluster, session: &str, task: &str, pattern: &str) -> Value {
-    tool(
-        c,
-        session,
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": pattern, "timeout": 20}),
-    )
-    .await
+    let args = json!({"task_id": task, "wait_for_pattern": pattern, "timeout": 20});
+    tool(c, session, "task_output", args).await
 }
 
 async fn tool_as(c: &Cluster, account: &str, session: &str, name: &str, args: Value) -> Value {
@@ -459,11 +422,8 @@ async fn wait_for_stdout(events: &mut async_nats::Subscriber, text: &str) {
 
 async fn run_with_events(c: &Cluster, invocation: &str, command: &str) -> (Value, Vec<Value>) {
     let mut events = c
-        .client
-        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+        .watch(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await;
     let reply = c
         .call(
             "acme",
@@ -754,14 +714,7 @@ async fn floods_and_bombs_stay_inside_the_sandbox() {
 async fn a_missing_image_is_unavailable_naming_the_fix() {
     let c = cluster_with(&[("TOOLMESH_SANDBOX_IMAGE", "toolmesh/no-such-image:latest")]).await;
     let r = run(&c, "s1", "true").await;
-    assert_eq!(r["error"], "unavailable", "{r}");
-    assert!(
-        r["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("scripts/build-images"),
-        "{r}"
-    );
+    assert_error(&r, "unavailable", "scripts/build-images");
 }
 
 #[tokio::test]
@@ -1110,11 +1063,7 @@ async fn a_removed_container_is_replaced_on_the_next_call() {
     assert!(removed.status.success(), "{removed:?}");
     // The worker learns of it from Docker: that call says so, the next one gets a new sandbox.
     let gone = run(&c, "s1", "true").await;
-    assert_eq!(gone["error"], "unavailable", "{gone}");
-    assert!(
-        gone["error_message"].as_str().unwrap().contains("is gone"),
-        "{gone}"
-    );
+    assert_error(&gone, "unavailable", "is gone");
     let next = run(&c, "s1", "cat /tmp/mark 2>/dev/null || echo fresh").await;
     assert_eq!(next["stdout"], "fresh\n", "{next}");
     assert_ne!(next["sandbox_id"], sandbox.as_str());
@@ -1314,16 +1263,7 @@ async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     )
     .await);
     let task = started["task_id"].as_str().unwrap().to_owned();
-    let cluster: &Cluster = &c;
-    let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
-        let list = tool(cluster, "s1", "list_tasks", json!({})).await;
-        list["tasks"][0]["status"] == "exited"
-    })
-    .await;
-    assert!(exited, "the task did not end");
-    let out = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
-    let head: String = out.to_string().chars().take(600).collect();
-    assert_eq!(out["ok"], true, "{head}");
+    let (out, head) = output_once_exited(&c, &task).await;
     assert_eq!(out["stdout_original_chars"], 3_000_000 + 10, "{head}");
     assert_eq!(
         out["persisted_outputs"]["stdout"]["truncated"], true,
@@ -1331,6 +1271,21 @@ async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     );
     assert_eq!(out["persisted_outputs"]["stdout"]["bytes"], 1_048_576);
     assert_eq!(out["dropped_bytes"], 3_000_010 - 1_048_576, "{head}");
+}
+
+/// The output of `task`, the first task of session s1, once it has exited (waited for at most
+/// 30 s), asserted ok: the reply and its first 600 characters (a reply's head for messages).
+async fn output_once_exited(c: &Cluster, task: &str) -> (Value, String) {
+    let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
+        let list = tool(c, "s1", "list_tasks", json!({})).await;
+        list["tasks"][0]["status"] == "exited"
+    })
+    .await;
+    assert!(exited, "the task did not end");
+    let out = tool(c, "s1", "task_output", json!({"task_id": task})).await;
+    let head: String = out.to_string().chars().take(600).collect();
+    assert_eq!(out["ok"], true, "{head}");
+    (out, head)
 }
 
 /// The resident memory of process `pid` now (VmRSS), in bytes.
@@ -1407,11 +1362,7 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_t
     for id in dropped {
         assert!(ids[..12].contains(id), "{id} of a later batch was dropped");
         let out = tool(&c, "s1", "task_output", json!({"task_id": id})).await;
-        assert_eq!(out["error"], "not_found", "{out}");
-        assert!(
-            out["error_message"].as_str().unwrap().contains("dropped"),
-            "{out}"
-        );
+        assert_error(&out, "not_found", "dropped");
     }
 
     let spooled = spooled_bytes(&c);
@@ -1536,17 +1487,8 @@ async fn task_output_past_a_shared_cap_goes_whole_to_the_workspace(variable: &st
         );
     }
     ok(task_input(&c, "s1", &task, "end\n").await);
-    let cluster: &Cluster = &c;
-    let exited = toolmesh_testkit::wait_until(Duration::from_secs(30), || async move {
-        let list = tool(cluster, "s1", "list_tasks", json!({})).await;
-        list["tasks"][0]["status"] == "exited"
-    })
-    .await;
-    assert!(exited, "the task did not end");
 
-    let out = tool(&c, "s1", "task_output", json!({"task_id": task})).await;
-    let head: String = out.to_string().chars().take(600).collect();
-    assert_eq!(out["ok"], true, "{head}");
+    let (out, head) = output_once_exited(&c, &task).await;
     let expected = seq_text(20 * piece);
     assert_eq!(out["stdout_original_chars"], expected.len(), "{head}");
     assert!(out.get("dropped_bytes").is_none(), "{head}");
@@ -1873,21 +1815,13 @@ async fn a_worker_that_cannot_mount_refuses_to_start() {
             ("TOOLMESH_SANDBOX_BACKEND", "process"),
         ],
     );
-    let mut cmd = tokio::process::Command::new("setpriv");
-    cmd.args(["--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--"])
-        .arg(&spec.binary)
-        .args(["node", "--roles", &spec.roles])
-        .env("TOOLMESH_NODE_ID", &spec.node_id)
-        .kill_on_drop(true);
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
-        .await
-        .expect("the node stops within 30 s")
-        .expect("setpriv runs");
-    assert!(!out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let setpriv = [
+        "setpriv",
+        "--bounding-set=-sys_admin",
+        "--inh-caps=-sys_admin",
+        "--",
+    ];
+    let stderr = node_failure(&spec, &setpriv, Duration::from_secs(30)).await;
     assert!(stderr.contains("TOOLMESH_SANDBOX_DISK_MB=64"), "{stderr}");
     assert!(stderr.contains("TOOLMESH_SANDBOX_DISK_MB=0"), "{stderr}");
     assert_eq!(

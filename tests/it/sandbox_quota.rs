@@ -8,6 +8,7 @@
 use serde_json::{json, Value};
 
 use crate::sandbox::{cluster_with, SandboxCluster};
+use crate::support::assert_error;
 
 const PER_ACCOUNT_VAR: &str = "TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT";
 
@@ -160,14 +161,7 @@ async fn a_full_worker_makes_room_from_the_callers_own_sessions_first() {
     let b2_task = background_sleep(&c, "globex", "b2").await;
     background_sleep(&c, "globex", "b3").await;
     let r = run(&c, "globex", "b4", "true").await;
-    assert_eq!(r["error"], "unavailable", "{r}");
-    assert!(
-        r["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("TOOLMESH_SANDBOX_MAX_SESSIONS"),
-        "{r}"
-    );
+    assert_error(&r, "unavailable", "TOOLMESH_SANDBOX_MAX_SESSIONS");
     assert_eq!(
         held(&c, "acme", "a2").await.as_deref(),
         Some(a2.as_str()),

@@ -5,10 +5,11 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::Subscriber;
+use async_nats::{Subject, Subscriber};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+use toolmesh_kernel::wire::ActorCall;
 use toolmesh_testkit::{request_json, wait_until, NatsServer, Node, NodeSpec, RedisServer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
@@ -73,8 +74,13 @@ impl Cluster {
 
     /// Servers and one node with gateway and approval roles and the given extra environment.
     pub async fn with_env(env: &[(&str, &str)]) -> Cluster {
+        Self::with_node("gateway,approval", env).await
+    }
+
+    /// Servers and one node of `roles` with `env`.
+    pub async fn with_node(roles: &str, env: &[(&str, &str)]) -> Cluster {
         let mut cluster = Cluster::servers().await;
-        cluster.start_node("gateway,approval", env).await;
+        cluster.start_node(roles, env).await;
         cluster
     }
 
@@ -137,6 +143,12 @@ impl Cluster {
         .await
     }
 
+    /// The status of approval `id` of `account` (`Null` when there is none).
+    pub async fn approval_status(&self, account: &str, id: &str) -> Value {
+        let got = self.approvals(account, "get", json!({"id": id})).await;
+        got["approval"]["status"].clone()
+    }
+
     pub async fn decide(&self, account: &str, id: &str, approved: bool) -> Value {
         self.approvals(
             account,
@@ -166,6 +178,15 @@ impl Drop for Cluster {
 pub fn ok(reply: Value) -> Value {
     assert_eq!(reply["ok"], true, "{reply}");
     reply
+}
+
+/// Asserts that a reply is the error `code` and that its message says `says` (printing the
+/// reply when not, at the caller's line).
+#[track_caller]
+pub fn assert_error(reply: &Value, code: &str, says: &str) {
+    assert_eq!(reply["error"], code, "{reply}");
+    let message = reply["error_message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{reply}");
 }
 
 /// Collects messages of a subscription until `count` arrived or `timeout` passed.
@@ -244,6 +265,41 @@ pub fn node_refusal(roles: &str, env: &[(&str, &str)]) -> String {
         .expect("the node runs");
     assert!(!output.status.success(), "{:?}", output.status);
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `spec`'s node behind `wrapper` (a program and its arguments, the node's command line
+/// after them; none: the node alone) until it stops by itself, within `within`: asserts that it
+/// failed, answers its stderr.
+pub async fn node_failure(spec: &NodeSpec, wrapper: &[&str], within: Duration) -> String {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).arg(&spec.binary);
+            command
+        }
+        None => tokio::process::Command::new(&spec.binary),
+    };
+    command
+        .args(["node", "--roles", &spec.roles])
+        .env("TOOLMESH_NODE_ID", &spec.node_id)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(within, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("the node did not stop by itself within {within:?}"))
+        .expect("the node runs");
+    assert!(!output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The next call a fake actor's subscription receives (within 10 s), with its reply subject.
+pub async fn take_call(actor: &mut Subscriber) -> (ActorCall, Subject) {
+    let msg = tokio::time::timeout(Duration::from_secs(10), actor.next())
+        .await
+        .expect("the gateway routes the call")
+        .expect("subscription open");
+    let call: ActorCall = serde_json::from_slice(&msg.payload).expect("an ActorCall");
+    (call, msg.reply.expect("the call has a reply subject"))
 }
 
 /// A node whose log (stderr, `warn` and up unless the spec sets `RUST_LOG`) the test reads,

@@ -14,7 +14,7 @@ use crate::sandbox::{
     cluster_with, docker_inspect, execute_skills, read_file, run, run_template, sandbox_status,
     tool, unique_prefix, SandboxCluster, BASE_ENV,
 };
-use crate::support::{events_until_finished, node_refusal, ok, Cluster};
+use crate::support::{events_until_finished, node_failure, node_refusal, ok, Cluster};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
@@ -63,22 +63,10 @@ async fn an_allow_list_without_the_docker_backend_stops_the_node() {
         &[
             ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
             ("TOOLMESH_SANDBOX_BACKEND", "process"),
+            ("RUST_LOG", "warn"),
         ],
     );
-    let mut node = tokio::process::Command::new(&spec.binary);
-    node.args(["node", "--roles", "sandbox"])
-        .env("TOOLMESH_NODE_ID", &spec.node_id)
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true);
-    for (k, v) in &spec.env {
-        node.env(k, v);
-    }
-    let output = tokio::time::timeout(Duration::from_secs(60), node.output())
-        .await
-        .expect("the node stops by itself")
-        .expect("the node runs");
-    assert!(!output.status.success(), "{:?}", output.status);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = node_failure(&spec, &[], Duration::from_secs(60)).await;
     assert!(stderr.contains("\"net\""), "{stderr}");
     assert!(stderr.contains("network = \"allow\""), "{stderr}");
     assert!(stderr.contains("docker backend"), "{stderr}");
@@ -160,11 +148,8 @@ async fn check_egress(extra: &[(&str, &str)]) {
     reap.node = c.nodes[0].node_id.clone();
     let invocation = "inv_egress_1";
     let mut events = c
-        .client
-        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+        .watch(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await;
     let command = EGRESS_PROBE
         .replace("OTHER", &other.to_string())
         .replace("PORT", &port.to_string());
@@ -259,11 +244,8 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
     reap.node = c.nodes[0].node_id.clone();
     let invocation = "inv_pip_1";
     let mut events = c
-        .client
-        .subscribe(format!("toolmesh.v1.events.acme.{invocation}"))
-        .await
-        .unwrap();
-    c.client.flush().await.unwrap();
+        .watch(format!("toolmesh.v1.events.acme.{invocation}"))
+        .await;
     let pip = "{ cat /etc/ssl/certs/ca-certificates.crt; printf '%s\\n' \"$EXTRA_CA\"; } > /workspace/ca.crt \
         && export PIP_CERT=/workspace/ca.crt \
         && python3 -m venv /workspace/.venv && P=/workspace/.venv/bin/pip \

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::support::Cluster;
+use crate::support::{self, assert_error, Cluster};
 
 const ALLOWED: &str = "127.0.0.2/32";
 
@@ -213,8 +213,7 @@ async fn cluster(extra: &[(&str, &str)]) -> Cluster {
         ("TOOLMESH_WEB_ALLOWED_NETWORKS", ALLOWED),
     ];
     env.extend_from_slice(extra);
-    let mut c = Cluster::servers().await;
-    c.start_node("gateway,approval,workspace,web", &env).await;
+    let c = Cluster::with_node("gateway,approval,workspace,web", &env).await;
     c
 }
 
@@ -230,8 +229,7 @@ async fn fetch(c: &Cluster, args: Value) -> Value {
 async fn fetch_strips_scripts_styles_and_noscript_and_follows_a_redirect() {
     let site = allowed_fixture().await;
     let c = cluster(&[]).await;
-    let r = fetch(&c, json!({"url": site.url("/redirect")})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = support::ok(fetch(&c, json!({"url": site.url("/redirect")})).await);
     assert_eq!(r["url"], site.url("/redirect"));
     assert_eq!(r["final_url"], site.url("/page"));
     assert_eq!(r["status_code"], 200);
@@ -271,8 +269,7 @@ async fn fetch_strips_scripts_styles_and_noscript_and_follows_a_redirect() {
 async fn text_over_the_budget_is_persisted_and_readable() {
     let site = allowed_fixture().await;
     let c = cluster(&[]).await;
-    let r = fetch(&c, json!({"url": site.url("/long"), "max_chars": 100})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = support::ok(fetch(&c, json!({"url": site.url("/long"), "max_chars": 100})).await);
     assert_eq!(r["truncated"], true);
     assert_eq!(r["body_truncated"], false);
     assert_eq!(r["preview_chars"], 100);
@@ -285,14 +282,13 @@ async fn text_over_the_budget_is_persisted_and_readable() {
         "{path}"
     );
     assert_eq!(r["persisted"]["mime_type"], "text/plain");
-    let read = c
+    let read = support::ok(c
         .call(
             "acme",
             json!({"tool": "read_workspace_file", "session_id": "s1",
                    "arguments": {"path": path, "include_line_numbers": false, "max_chars": 100000}}),
         )
-        .await;
-    assert_eq!(read["ok"], true, "{read}");
+        .await);
     // read_workspace_file ends the last line with a newline; the file has none.
     let whole = read["content"].as_str().unwrap().trim_end_matches('\n');
     assert_eq!(whole.chars().count() as u64, original, "{read}");
@@ -300,13 +296,13 @@ async fn text_over_the_budget_is_persisted_and_readable() {
     assert!(whole.ends_with("LAST-MARKER"), "{whole}");
 
     // Without a session the text is cut and nothing is persisted.
-    let r = c
-        .call(
+    let r = support::ok(
+        c.call(
             "acme",
             json!({"tool": "web_fetch", "arguments": {"url": site.url("/long"), "max_chars": 100}}),
         )
-        .await;
-    assert_eq!(r["ok"], true, "{r}");
+        .await,
+    );
     assert_eq!(r["truncated"], true);
     assert_eq!(r["original_chars"], original);
     assert!(r.get("persisted").is_none(), "{r}");
@@ -316,8 +312,7 @@ async fn text_over_the_budget_is_persisted_and_readable() {
 async fn the_body_is_capped_by_decoded_bytes() {
     let site = allowed_fixture().await;
     let c = cluster(&[("TOOLMESH_WEB_MAX_BYTES", "10000")]).await;
-    let r = fetch(&c, json!({"url": site.url("/huge"), "max_chars": 100000})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = support::ok(fetch(&c, json!({"url": site.url("/huge"), "max_chars": 100000})).await);
     assert_eq!(r["truncated"], true);
     assert_eq!(r["body_truncated"], true);
     assert_eq!(r["original_chars"], 10_000);
@@ -432,8 +427,7 @@ async fn refused_targets_in_every_spelling_never_reach_the_target() {
 async fn redirects_are_followed_five_times_at_most() {
     let site = allowed_fixture().await;
     let c = cluster(&[]).await;
-    let r = fetch(&c, json!({"url": site.url("/chain/5")})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = support::ok(fetch(&c, json!({"url": site.url("/chain/5")})).await);
     assert_eq!(r["final_url"], site.url("/chain/0"));
     assert_eq!(r["text"], "end of chain");
     let r = fetch(&c, json!({"url": site.url("/chain/6")})).await;
@@ -461,11 +455,7 @@ async fn failures_have_their_codes() {
     assert_eq!(r["error"], "fetch_failed", "{r}");
     assert_eq!(r["status_code"], 404);
     let r = fetch(&c, json!({"url": site.url("/image")})).await;
-    assert_eq!(r["error"], "fetch_failed", "{r}");
-    assert!(
-        r["error_message"].as_str().unwrap().contains("image/png"),
-        "{r}"
-    );
+    assert_error(&r, "fetch_failed", "image/png");
     let started = std::time::Instant::now();
     let r = fetch(&c, json!({"url": site.url("/slow"), "timeout": 1})).await;
     assert_eq!(r["error"], "timeout", "{r}");
@@ -497,8 +487,7 @@ async fn the_fake_search_provider_is_deterministic() {
             json!({"tool": "web_search", "arguments": {"query": "nats tools", "max_results": max}}),
         )
     };
-    let a = search(3).await;
-    assert_eq!(a["ok"], true, "{a}");
+    let a = support::ok(search(3).await);
     assert_eq!(a["query"], "nats tools");
     assert_eq!(a["provider"], "fake");
     let results = a["results"].as_array().unwrap();
@@ -535,14 +524,14 @@ async fn the_http_search_provider_speaks_its_documented_contract() {
         ("TOOLMESH_WEB_SEARCH_API_KEY", "k3y"),
     ])
     .await;
-    let r = c
-        .call(
+    let r = support::ok(
+        c.call(
             "acme",
             json!({"tool": "web_search",
                    "arguments": {"query": "agent sdk", "max_results": 2, "recency_days": 7}}),
         )
-        .await;
-    assert_eq!(r["ok"], true, "{r}");
+        .await,
+    );
     assert_eq!(r["provider"], "http");
     assert_eq!(
         r["results"],

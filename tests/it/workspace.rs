@@ -5,17 +5,15 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::support::Cluster;
+use crate::support::{ok, Cluster};
 
 /// Gateway, approval and workspace on one node, approval off (gating is tested separately).
 async fn cluster() -> Cluster {
-    let mut c = Cluster::servers().await;
-    c.start_node(
+    Cluster::with_node(
         "gateway,approval,workspace",
         &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
     )
-    .await;
-    c
+    .await
 }
 
 fn root(c: &Cluster, account: &str, session: &str) -> PathBuf {
@@ -36,23 +34,31 @@ async fn tool(c: &Cluster, name: &str, args: Value) -> Value {
     .await
 }
 
+async fn write_file(c: &Cluster, path: &str, content: &str) -> Value {
+    let args = json!({"path": path, "content": content});
+    tool(c, "write_workspace_file", args).await
+}
+
+/// `edit_workspace_file` of `path`: `old` replaced by `new`.
+async fn edit_file(c: &Cluster, path: &str, old: &str, new: &str) -> Value {
+    let args = json!({"path": path, "old_text": old, "new_text": new});
+    tool(c, "edit_workspace_file", args).await
+}
+
+async fn read_file(c: &Cluster, path: &str) -> Value {
+    tool(c, "read_workspace_file", json!({"path": path})).await
+}
+
 #[tokio::test]
 async fn write_then_read_with_line_numbers_and_ranges() {
     let c = cluster().await;
-    let w = tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "src/a.txt", "content": "one\ntwo\nthree\n"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
+    let w = ok(write_file(&c, "src/a.txt", "one\ntwo\nthree\n").await);
     assert_eq!(w["created"], true);
     assert_eq!(
         std::fs::read_to_string(root(&c, "acme", "s1").join("src/a.txt")).unwrap(),
         "one\ntwo\nthree\n"
     );
-    let r = tool(&c, "read_workspace_file", json!({"path": "src/a.txt"})).await;
-    assert_eq!(r["ok"], true, "{r}");
+    let r = ok(read_file(&c, "src/a.txt").await);
     assert_eq!(r["content"], "     1\tone\n     2\ttwo\n     3\tthree\n");
     assert_eq!(r["read_range"], json!([1, 3]));
     assert_eq!(r["total_lines"], 3);
@@ -66,10 +72,10 @@ async fn write_then_read_with_line_numbers_and_ranges() {
     assert_eq!(r["content"], "two\n");
     assert_eq!(r["read_range"], json!([2, 2]));
     assert_eq!(r["partial"], true);
-    let r = tool(&c, "read_workspace_file", json!({"path": "missing.txt"})).await;
+    let r = read_file(&c, "missing.txt").await;
     assert_eq!(r["error"], "not_found", "{r}");
     std::fs::write(root(&c, "acme", "s1").join("bin.dat"), [0xff, 0xfe, 0x00]).unwrap();
-    let r = tool(&c, "read_workspace_file", json!({"path": "bin.dat"})).await;
+    let r = read_file(&c, "bin.dat").await;
     assert_eq!(r["error"], "not_utf8", "{r}");
     let big = "x".repeat(1024 * 1024);
     std::fs::write(
@@ -77,7 +83,7 @@ async fn write_then_read_with_line_numbers_and_ranges() {
         format!("{big}\n{big}\n{big}\n"),
     )
     .unwrap();
-    let r = tool(&c, "read_workspace_file", json!({"path": "big.txt"})).await;
+    let r = read_file(&c, "big.txt").await;
     assert_eq!(r["error"], "file_too_large", "{r}");
     let r = tool(
         &c,
@@ -94,21 +100,10 @@ async fn edits_need_a_read_and_refuse_stale_ones() {
     let file = root(&c, "acme", "s1").join("notes.md");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "alpha\nbeta\ngamma\n").unwrap();
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "beta", "new_text": "BETA"}),
-    )
-    .await;
+    let e = edit_file(&c, "notes.md", "beta", "BETA").await;
     assert_eq!(e["error"], "file_not_read", "{e}");
-    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "beta", "new_text": "BETA"}),
-    )
-    .await;
-    assert_eq!(e["ok"], true, "{e}");
+    read_file(&c, "notes.md").await;
+    let e = ok(edit_file(&c, "notes.md", "beta", "BETA").await);
     assert_eq!(e["replacements"], 1);
     assert!(e["diff"].as_str().unwrap().contains("-beta\n+BETA"), "{e}");
     assert_eq!(
@@ -116,34 +111,18 @@ async fn edits_need_a_read_and_refuse_stale_ones() {
         "alpha\nBETA\ngamma\n"
     );
     // Our own edit counts as a read: a second edit works without reading again.
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "gamma", "new_text": "GAMMA"}),
-    )
-    .await;
-    assert_eq!(e["ok"], true, "{e}");
+    ok(edit_file(&c, "notes.md", "gamma", "GAMMA").await);
     // Changed on disk behind our back: conflict, file untouched.
     std::fs::write(&file, "changed elsewhere\n").unwrap();
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "alpha", "new_text": "A"}),
-    )
-    .await;
+    let e = edit_file(&c, "notes.md", "alpha", "A").await;
     assert_eq!(e["error"], "conflict", "{e}");
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),
         "changed elsewhere\n"
     );
     // Snippet errors.
-    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "changed elswhere", "new_text": "x"}),
-    )
-    .await;
+    read_file(&c, "notes.md").await;
+    let e = edit_file(&c, "notes.md", "changed elswhere", "x").await;
     assert_eq!(e["error"], "snippet_not_found", "{e}");
     assert!(
         e["nearby_candidates"]
@@ -152,13 +131,8 @@ async fn edits_need_a_read_and_refuse_stale_ones() {
         "{e}"
     );
     std::fs::write(&file, "a a a\n").unwrap();
-    tool(&c, "read_workspace_file", json!({"path": "notes.md"})).await;
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "notes.md", "old_text": "a", "new_text": "b"}),
-    )
-    .await;
+    read_file(&c, "notes.md").await;
+    let e = edit_file(&c, "notes.md", "a", "b").await;
     assert_eq!(e["error"], "ambiguous_edit", "{e}");
     let e = tool(
         &c,
@@ -172,12 +146,7 @@ async fn edits_need_a_read_and_refuse_stale_ones() {
 #[tokio::test]
 async fn multi_edit_is_all_or_nothing() {
     let c = cluster().await;
-    tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "m.py", "content": "x = 1\ny = 2\n"}),
-    )
-    .await;
+    write_file(&c, "m.py", "x = 1\ny = 2\n").await;
     let e = tool(
         &c,
         "multi_edit_workspace_file",
@@ -193,7 +162,7 @@ async fn multi_edit_is_all_or_nothing() {
         std::fs::read_to_string(root(&c, "acme", "s1").join("m.py")).unwrap(),
         "x = 1\ny = 2\n"
     );
-    let e = tool(
+    let e = ok(tool(
         &c,
         "multi_edit_workspace_file",
         json!({"path": "m.py", "edits": [
@@ -201,8 +170,7 @@ async fn multi_edit_is_all_or_nothing() {
             {"old_text": "y = 2", "new_text": "y = 20"}
         ]}),
     )
-    .await;
-    assert_eq!(e["ok"], true, "{e}");
+    .await);
     assert_eq!(e["edit_count"], 2);
     assert_eq!(e["replacements"], 2);
     assert_eq!(
@@ -213,31 +181,19 @@ async fn multi_edit_is_all_or_nothing() {
 
 #[tokio::test]
 async fn read_state_is_shared_across_workspace_nodes() {
-    let mut c = Cluster::servers().await;
-    c.start_node(
+    let mut c = Cluster::with_node(
         "gateway,approval",
         &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
     )
     .await;
     let first = c.start_node("workspace", &[]).await;
-    tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "f.txt", "content": "hello\n"}),
-    )
-    .await;
-    let r = tool(&c, "read_workspace_file", json!({"path": "f.txt"})).await;
+    write_file(&c, "f.txt", "hello\n").await;
+    let r = read_file(&c, "f.txt").await;
     assert_eq!(r["ok"], true);
     // The node that served the read is gone; another one serves the edit.
     c.nodes[first].kill();
     c.start_node("workspace", &[]).await;
-    let e = tool(
-        &c,
-        "edit_workspace_file",
-        json!({"path": "f.txt", "old_text": "hello", "new_text": "bye"}),
-    )
-    .await;
-    assert_eq!(e["ok"], true, "{e}");
+    ok(edit_file(&c, "f.txt", "hello", "bye").await);
 }
 
 #[tokio::test]
@@ -320,27 +276,20 @@ async fn escapes_are_refused_and_nothing_outside_changes() {
             "{tool_name} {args}: {reply}"
         );
     }
-    let search = tool(&c, "search_workspace_files", json!({"query": "secret"})).await;
-    assert_eq!(search["ok"], true, "{search}");
+    let search = ok(tool(&c, "search_workspace_files", json!({"query": "secret"})).await);
     assert_eq!(
         search["match_count"], 0,
         "content outside must never be searched: {search}"
     );
-    let nul = tool(&c, "read_workspace_file", json!({"path": "a\u{0}b"})).await;
+    let nul = read_file(&c, "a\u{0}b").await;
     assert_eq!(nul["error"], "invalid_arguments", "{nul}");
     // Deleting the link removes the link, not its target.
-    let d = tool(&c, "delete_workspace_file", json!({"path": "link"})).await;
-    assert_eq!(d["ok"], true, "{d}");
+    ok(tool(&c, "delete_workspace_file", json!({"path": "link"})).await);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
     assert!(!c.data_dir.path().join("escape.txt").exists());
     assert!(!c.data_dir.path().join("new.txt").exists());
     // Another account's workspace is simply not there.
-    tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "mine.txt", "content": "a\n"}),
-    )
-    .await;
+    write_file(&c, "mine.txt", "a\n").await;
     let other = c
         .call("evil", json!({"tool": "read_workspace_file", "session_id": "s1", "arguments": {"path": "mine.txt"}}))
         .await;
@@ -353,8 +302,7 @@ async fn list_delete_batch_lint_search_and_status() {
     let files: Vec<Value> = (0..101)
         .map(|i| json!({"path": format!("batch/f{i:03}.txt"), "content": format!("n{i:03}\n")}))
         .collect();
-    let b = tool(&c, "write_workspace_files", json!({"files": files})).await;
-    assert_eq!(b["ok"], true, "{b}");
+    let b = ok(tool(&c, "write_workspace_files", json!({"files": files})).await);
     assert_eq!(b["truncated"], true);
     assert_eq!(b["count"], 100);
     assert!(!root(&c, "acme", "s1").join("batch/f100.txt").exists());
@@ -369,13 +317,12 @@ async fn list_delete_batch_lint_search_and_status() {
     assert_eq!(bad["error"], "path_outside_workspace", "{bad}");
     assert!(!root(&c, "acme", "s1").join("ok.txt").exists());
 
-    let l = tool(
+    let l = ok(tool(
         &c,
         "list_workspace_files",
         json!({"path": "batch", "glob": "f00*.txt", "max_results": 3}),
     )
-    .await;
-    assert_eq!(l["ok"], true, "{l}");
+    .await);
     let names: Vec<&str> = l["entries"]
         .as_array()
         .unwrap()
@@ -389,48 +336,34 @@ async fn list_delete_batch_lint_search_and_status() {
     assert_eq!(d["error"], "directory_not_empty", "{d}");
     let d = tool(&c, "delete_workspace_file", json!({"path": "."})).await;
     assert_eq!(d["error"], "invalid_arguments", "{d}");
-    let d = tool(
+    ok(tool(
         &c,
         "delete_workspace_file",
         json!({"path": "batch/f000.txt"}),
     )
-    .await;
-    assert_eq!(d["ok"], true, "{d}");
+    .await);
 
-    tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "bad.py", "content": "def f(:\n    pass\n"}),
-    )
-    .await;
+    write_file(&c, "bad.py", "def f(:\n    pass\n").await;
     let lint = tool(&c, "lint_workspace_file", json!({"path": "bad.py"})).await;
     assert_eq!(lint["error"], "lint_errors", "{lint}");
     assert_eq!(lint["lint_model"], "built_in_lightweight");
     assert_eq!(lint["issues"][0]["line"], 1);
-    tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "ok.json", "content": "{\"a\": [1, 2]}\n"}),
-    )
-    .await;
-    let lint = tool(&c, "lint_workspace_file", json!({"path": "ok.json"})).await;
-    assert_eq!(lint["ok"], true, "{lint}");
+    write_file(&c, "ok.json", "{\"a\": [1, 2]}\n").await;
+    let lint = ok(tool(&c, "lint_workspace_file", json!({"path": "ok.json"})).await);
     assert_eq!(lint["issues"], json!([]));
 
-    let s = tool(
+    let s = ok(tool(
         &c,
         "search_workspace_files",
         json!({"query": "N005", "context_lines": 1}),
     )
-    .await;
-    assert_eq!(s["ok"], true, "{s}");
+    .await);
     assert_eq!(s["match_count"], 1);
     assert_eq!(s["results"][0]["path"], "batch/f005.txt");
     assert_eq!(s["results"][0]["line"], 1);
     assert!(s["search_backend"].is_string());
 
-    let st = tool(&c, "workspace_status", json!({})).await;
-    assert_eq!(st["ok"], true, "{st}");
+    let st = ok(tool(&c, "workspace_status", json!({})).await);
     assert!(st["files"].as_array().unwrap().len() <= 50);
     assert!(st["root"]
         .as_str()
@@ -450,13 +383,12 @@ async fn large_reads_are_cut_and_persisted_for_paging() {
         json!({"path": "long.txt", "content": text}),
     )
     .await;
-    let r = tool(
+    let r = ok(tool(
         &c,
         "read_workspace_file",
         json!({"path": "long.txt", "max_chars": 1000}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(r["content_truncated"], true);
     assert_eq!(r["content_preview_chars"], 1000);
     assert!(r["content_original_chars"].as_u64().unwrap() > 1000);
@@ -466,13 +398,12 @@ async fn large_reads_are_cut_and_persisted_for_paging() {
         .unwrap()
         .to_owned();
     assert!(persisted.starts_with(".toolmesh/outputs/"), "{persisted}");
-    let page = tool(
+    let page = ok(tool(
         &c,
         "read_workspace_file",
         json!({"path": persisted, "start_line": 400, "end_line": 400}),
     )
-    .await;
-    assert_eq!(page["ok"], true, "{page}");
+    .await);
     assert!(
         page["content"]
             .as_str()
@@ -484,16 +415,10 @@ async fn large_reads_are_cut_and_persisted_for_paging() {
 
 #[tokio::test]
 async fn writes_and_deletes_need_approval_in_strict_mode() {
-    let mut c = Cluster::servers().await;
-    c.start_node("gateway,approval,workspace", &[]).await;
-    let w = tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "a.txt", "content": "x"}),
-    )
-    .await;
+    let c = Cluster::with_node("gateway,approval,workspace", &[]).await;
+    let w = write_file(&c, "a.txt", "x").await;
     assert_eq!(w["error"], "approval_required", "{w}");
-    let r = tool(&c, "read_workspace_file", json!({"path": "a.txt"})).await;
+    let r = read_file(&c, "a.txt").await;
     assert_eq!(
         r["error"], "not_found",
         "nothing was written before approval: {r}"
@@ -502,28 +427,15 @@ async fn writes_and_deletes_need_approval_in_strict_mode() {
     c.decide("acme", id, true).await;
     let mut again = json!({"tool": "write_workspace_file", "session_id": "s1", "arguments": {"path": "a.txt", "content": "x"}});
     again["approval"] = json!({"id": id});
-    let w = c.call("acme", again).await;
-    assert_eq!(w["ok"], true, "{w}");
+    ok(c.call("acme", again).await);
 }
 
 #[tokio::test]
 async fn a_workspace_removed_from_outside_is_created_again() {
     let c = cluster().await;
-    let w = tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "a.txt", "content": "1\n"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
+    ok(write_file(&c, "a.txt", "1\n").await);
     std::fs::remove_dir_all(root(&c, "acme", "s1")).unwrap();
-    let w = tool(
-        &c,
-        "write_workspace_file",
-        json!({"path": "b.txt", "content": "2\n"}),
-    )
-    .await;
-    assert_eq!(w["ok"], true, "{w}");
+    ok(write_file(&c, "b.txt", "2\n").await);
     assert_eq!(
         std::fs::read_to_string(root(&c, "acme", "s1").join("b.txt")).unwrap(),
         "2\n",
@@ -551,13 +463,12 @@ async fn list_sorts_by_name_size_and_mtime() {
         let c = &c;
         let sort = sort.to_owned();
         async move {
-            let l = tool(
+            let l = ok(tool(
                 c,
                 "list_workspace_files",
                 json!({"path": "d", "sort_by": sort}),
             )
-            .await;
-            assert_eq!(l["ok"], true, "{l}");
+            .await);
             l["entries"]
                 .as_array()
                 .unwrap()
@@ -596,13 +507,12 @@ async fn reads_small_and_large_count_for_edits() {
     for (name, lines) in [("small.txt", 100), ("large.txt", 4000)] {
         let text: String = (1..=lines).map(|i| format!("line {i:05}\n")).collect();
         std::fs::write(ws.join(name), &text).unwrap();
-        let r = tool(
+        let r = ok(tool(
             &c,
             "read_workspace_file",
             json!({"path": name, "max_chars": 100000}),
         )
-        .await;
-        assert_eq!(r["ok"], true, "{r}");
+        .await);
         assert_eq!(r["total_lines"], lines, "{name}");
         assert_eq!(r["size"], text.len(), "{name}");
         assert_eq!(r["read_state_recorded"], true, "{name}");
@@ -635,13 +545,12 @@ async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
     }
     assert!(text.len() > 10 * 1024 * 1024);
     std::fs::write(dir.join("huge.log"), &text).unwrap();
-    let r = tool(
+    let r = ok(tool(
         &c,
         "read_workspace_file",
         json!({"path": "huge.log", "start_line": 350_000, "end_line": 350_002}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     assert_eq!(
         r["content"],
         "350000\tline     350000 of the big file\n350001\tline     350001 of the big file\n350002\tline     350002 of the big file\n"
@@ -658,13 +567,12 @@ async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
     .await;
     assert_eq!(r["error"], "invalid_arguments", "{r}");
     // An open-ended range stops at the 2 MB cap, on a whole line.
-    let r = tool(
+    let r = ok(tool(
         &c,
         "read_workspace_file",
         json!({"path": "huge.log", "start_line": 10, "max_chars": 1000}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     let range = r["read_range"].as_array().unwrap();
     assert_eq!(range[0], 10);
     let last = range[1].as_u64().unwrap();
@@ -690,13 +598,12 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
         .collect();
     assert_eq!(text.len(), 3_000_000);
     std::fs::write(dir.join("three.log"), &text).unwrap();
-    let r = tool(
+    let r = ok(tool(
         &c,
         "read_workspace_file",
         json!({"path": "three.log", "start_line": 1, "end_line": 30_000}),
     )
-    .await;
-    assert_eq!(r["ok"], true, "{r}");
+    .await);
     // 2 MiB of 100-byte lines, ending on a whole line.
     let kept = (2 * 1024 * 1024) / 100;
     assert_eq!(r["read_range"], json!([1, kept]), "{}", r["read_range"]);
