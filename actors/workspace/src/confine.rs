@@ -28,6 +28,7 @@ use std::time::UNIX_EPOCH;
 use cap_fs_ext::{DirExt, OpenOptionsSyncExt};
 use cap_std::fs::{File, Metadata, OpenOptions};
 use serde::Serialize;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -50,27 +51,19 @@ impl Workspace {
         data_dir: &Path,
         account: &Account,
         session: &SessionId,
-    ) -> Result<Workspace, ToolError> {
+    ) -> Result<Workspace, ConfineError> {
         let root = data_dir
             .join("accounts")
             .join(account.as_str())
             .join("sessions")
             .join(session.as_str())
             .join("workspace");
-        std::fs::create_dir_all(&root).map_err(|e| {
-            ToolError::new(
-                ErrorCode::Internal,
-                format!("cannot create the workspace directory: {e}"),
-            )
+        std::fs::create_dir_all(&root).map_err(|source| ConfineError::Root {
+            op: "create",
+            source,
         })?;
-        let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority()).map_err(
-            |e| {
-                ToolError::new(
-                    ErrorCode::Internal,
-                    format!("cannot open the workspace directory: {e}"),
-                )
-            },
-        )?;
+        let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
+            .map_err(|source| ConfineError::Root { op: "open", source })?;
         Ok(Workspace { root, dir })
     }
 
@@ -115,22 +108,21 @@ impl WorkspacePath {
     ///
     /// Nothing is decoded: `%2e%2e` is a name, a trailing space is part of a name, and `\` is
     /// an ordinary character (this is a Unix file system).
-    pub fn parse(raw: &str, field: &str) -> Result<WorkspacePath, ToolError> {
+    pub fn parse(raw: &str, field: &str) -> Result<WorkspacePath, ConfineError> {
         let pointer = pointer_of(field);
         if raw.contains('\0') {
-            return Err(ToolError::invalid_argument(
+            return Err(ConfineError::argument(
                 &pointer,
                 "contains a NUL byte, which no file name can hold; remove it",
             ));
         }
         if raw.starts_with('/') {
-            return Err(ToolError::new(
-                ErrorCode::PathOutsideWorkspace,
-                format!("'{raw}' is an absolute path; give a path relative to the workspace root"),
-            ));
+            return Err(ConfineError::Outside(format!(
+                "'{raw}' is an absolute path; give a path relative to the workspace root"
+            )));
         }
         if raw.len() > PATH_MAX_BYTES {
-            return Err(ToolError::invalid_argument(
+            return Err(ConfineError::argument(
                 &pointer,
                 format!(
                     "is {} bytes long, over the limit of {PATH_MAX_BYTES}; use a shorter path",
@@ -146,15 +138,14 @@ impl WorkspacePath {
                     // Lexical: `a/..` is the root again, whatever `a` is on disk. That never
                     // reaches further than the root, and cap-std confines the result anyway.
                     if parts.pop().is_none() {
-                        return Err(ToolError::new(
-                            ErrorCode::PathOutsideWorkspace,
-                            format!("'{raw}' climbs above the workspace root with '..'; use a path inside the workspace"),
-                        ));
+                        return Err(ConfineError::Outside(format!(
+                            "'{raw}' climbs above the workspace root with '..'; use a path inside the workspace"
+                        )));
                     }
                 }
                 name => {
                     if name.len() > NAME_MAX_BYTES {
-                        return Err(ToolError::invalid_argument(
+                        return Err(ConfineError::argument(
                             &pointer,
                             format!("has a name of {} bytes, over the limit of {NAME_MAX_BYTES}; use a shorter name", name.len()),
                         ));
@@ -287,6 +278,109 @@ pub(crate) fn join(base: &str, name: &str) -> String {
 // ------------------------------------------------------------------------------------------
 // Errors
 
+/// Why a path or an operation on it was refused or failed. [`From`] makes it PROTOCOL.md's
+/// code and sentence at the actor's edge.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// An argument names something the operation cannot take: `invalid_arguments` at
+    /// `pointer`.
+    #[error("argument {pointer}: {message}")]
+    Argument { pointer: String, message: String },
+    /// Absolute, climbing above the root, or leading out through a symbolic link.
+    #[error("{0}")]
+    Outside(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("'{path}' is {size} bytes, over the limit of {max} bytes for this operation")]
+    TooLarge { path: String, size: u64, max: u64 },
+    #[error("'{0}' is a directory that is not empty; delete what is inside it first")]
+    NotEmpty(String),
+    /// The entry changed under the operation.
+    #[error("'{0}' changed while it was being deleted; try again")]
+    Changed(String),
+    /// The file system failed in a way no caller can fix.
+    #[error("could not {op} '{path}' ({source}); the workspace actor's log has the details")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The workspace directory itself could not be made or opened.
+    #[error("cannot {op} the workspace directory: {source}")]
+    Root {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What kind of [`ConfineError`] it is; one PROTOCOL.md code each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfineErrorKind {
+    InvalidArgument,
+    Outside,
+    NotFound,
+    TooLarge,
+    NotEmpty,
+    Conflict,
+    Internal,
+}
+
+impl ConfineError {
+    pub fn kind(&self) -> ConfineErrorKind {
+        match self {
+            ConfineError::Argument { .. } => ConfineErrorKind::InvalidArgument,
+            ConfineError::Outside(_) => ConfineErrorKind::Outside,
+            ConfineError::NotFound(_) => ConfineErrorKind::NotFound,
+            ConfineError::TooLarge { .. } => ConfineErrorKind::TooLarge,
+            ConfineError::NotEmpty(_) => ConfineErrorKind::NotEmpty,
+            ConfineError::Changed(_) => ConfineErrorKind::Conflict,
+            ConfineError::Io { .. } | ConfineError::Root { .. } => ConfineErrorKind::Internal,
+        }
+    }
+
+    /// `invalid_arguments` at the JSON pointer `pointer`.
+    pub fn argument(pointer: &str, message: impl Into<String>) -> Self {
+        ConfineError::Argument {
+            pointer: pointer.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; an `internal` one logs its operation, path and cause here.
+impl From<ConfineError> for ToolError {
+    fn from(e: ConfineError) -> Self {
+        let code = match e.kind() {
+            ConfineErrorKind::InvalidArgument => {
+                let ConfineError::Argument { pointer, message } = e else {
+                    unreachable!("only Argument is InvalidArgument")
+                };
+                return ToolError::invalid_argument(&pointer, message);
+            }
+            ConfineErrorKind::Outside => ErrorCode::PathOutsideWorkspace,
+            ConfineErrorKind::NotFound => ErrorCode::NotFound,
+            ConfineErrorKind::TooLarge => ErrorCode::FileTooLarge,
+            ConfineErrorKind::NotEmpty => ErrorCode::DirectoryNotEmpty,
+            ConfineErrorKind::Conflict => ErrorCode::Conflict,
+            ConfineErrorKind::Internal => {
+                match &e {
+                    ConfineError::Io { op, path, source } => tracing::error!(
+                        operation = op,
+                        path = %DisplaySafe(path),
+                        error = %DisplayChain(source),
+                        "workspace file operation failed"
+                    ),
+                    _ => tracing::error!(error = %DisplayChain(&e), "workspace unavailable"),
+                }
+                ErrorCode::Internal
+            }
+        };
+        ToolError::new(code, e.to_string())
+    }
+}
+
 /// Whether cap-std refused `err` because the path led outside the directory.
 ///
 /// cap-std builds that error itself (`PermissionDenied`, "a path led outside of the
@@ -296,52 +390,52 @@ pub fn is_escape(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::PermissionDenied && err.raw_os_error().is_none()
 }
 
-pub(crate) fn outside(path: &WorkspacePath) -> ToolError {
-    ToolError::new(
-        ErrorCode::PathOutsideWorkspace,
-        format!("'{path}' leads outside the workspace through a symbolic link; use a path inside the workspace"),
-    )
+pub(crate) fn outside(path: &WorkspacePath) -> ConfineError {
+    ConfineError::Outside(format!(
+        "'{path}' leads outside the workspace through a symbolic link; use a path inside the workspace"
+    ))
 }
 
-fn not_found(path: &WorkspacePath) -> ToolError {
-    ToolError::new(
-        ErrorCode::NotFound,
-        format!("'{path}' does not exist in the workspace; list_workspace_files shows what does"),
-    )
+fn not_found(path: &WorkspacePath) -> ConfineError {
+    ConfineError::NotFound(format!(
+        "'{path}' does not exist in the workspace; list_workspace_files shows what does"
+    ))
 }
 
-pub(crate) fn is_a_directory(path: &WorkspacePath) -> ToolError {
-    ToolError::invalid_argument(
+pub(crate) fn is_a_directory(path: &WorkspacePath) -> ConfineError {
+    ConfineError::argument(
         path.pointer(),
         format!("'{path}' is a directory, not a file; name a file inside it"),
     )
 }
 
-pub(crate) fn internal(op: &str, path: &WorkspacePath, err: &io::Error) -> ToolError {
-    tracing::error!(operation = op, path = %DisplaySafe(path), error = %err, "workspace file operation failed");
-    ToolError::internal(format!(
-        "could not {op} '{path}' ({err}); the workspace actor's log has the details"
-    ))
+/// A failure of `op` on `path` that no caller can fix: `internal`, logged with its cause where
+/// it becomes a [`ToolError`].
+pub(crate) fn internal(op: &'static str, path: &WorkspacePath, err: io::Error) -> ConfineError {
+    ConfineError::Io {
+        op,
+        path: path.to_string(),
+        source: err,
+    }
 }
 
 /// The PROTOCOL.md code of an io error met while doing `op` on `path`.
-pub(crate) fn map_io(op: &str, path: &WorkspacePath, err: io::Error) -> ToolError {
+pub(crate) fn map_io(op: &'static str, path: &WorkspacePath, err: io::Error) -> ConfineError {
     if is_escape(&err) {
         return outside(path);
     }
     match err.kind() {
         io::ErrorKind::NotFound => not_found(path),
         // `a/b` where `a` is a file: there is no such path.
-        io::ErrorKind::NotADirectory => ToolError::new(
-            ErrorCode::NotFound,
-            format!("'{path}' does not exist: one of its parents is a file, not a directory"),
-        ),
+        io::ErrorKind::NotADirectory => ConfineError::NotFound(format!(
+            "'{path}' does not exist: one of its parents is a file, not a directory"
+        )),
         // `ErrorKind::FilesystemLoop` is not stable yet; its name is the only portable handle.
-        kind if format!("{kind:?}") == "FilesystemLoop" => ToolError::invalid_argument(
+        kind if format!("{kind:?}") == "FilesystemLoop" => ConfineError::argument(
             path.pointer(),
             format!("'{path}' goes through a loop of symbolic links; fix or delete the links"),
         ),
-        _ => internal(op, path, &err),
+        _ => internal(op, path, err),
     }
 }
 
@@ -416,21 +510,21 @@ pub(crate) fn mtime_ns(meta: &Metadata) -> i64 {
 // Reading
 
 /// Metadata of `path`, symlinks followed beneath the root.
-pub fn metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ToolError> {
+pub fn metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ConfineError> {
     ws.dir()
         .metadata(path.as_path())
         .map_err(|e| map_io("inspect", path, e))
 }
 
 /// Metadata of `path` itself: a final symlink is described, not followed.
-pub fn symlink_metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ToolError> {
+pub fn symlink_metadata(ws: &Workspace, path: &WorkspacePath) -> Result<Metadata, ConfineError> {
     ws.dir()
         .symlink_metadata(path.as_path())
         .map_err(|e| map_io("inspect", path, e))
 }
 
 /// Type, size and mtime of `path`, symlinks followed beneath the root.
-pub fn stat(ws: &Workspace, path: &WorkspacePath) -> Result<Stat, ToolError> {
+pub fn stat(ws: &Workspace, path: &WorkspacePath) -> Result<Stat, ConfineError> {
     let meta = metadata(ws, path)?;
     Ok(Stat {
         kind: EntryType::of(meta.file_type()),
@@ -441,13 +535,13 @@ pub fn stat(ws: &Workspace, path: &WorkspacePath) -> Result<Stat, ToolError> {
 
 /// Opens a regular file for reading (a directory is `invalid_arguments`, and so is a FIFO,
 /// socket or device). For other modules that read through the capability (search, lint).
-pub fn open_file(ws: &Workspace, path: &WorkspacePath) -> Result<File, ToolError> {
+pub fn open_file(ws: &Workspace, path: &WorkspacePath) -> Result<File, ConfineError> {
     open_sized(ws, path).map(|(file, _)| file)
 }
 
 /// [`open_file`], with the file's size from the same handle: one open and one `fstat`, and
 /// no window for the file to be swapped between looking at it and reading it.
-pub fn open_sized(ws: &Workspace, path: &WorkspacePath) -> Result<(File, u64), ToolError> {
+pub fn open_sized(ws: &Workspace, path: &WorkspacePath) -> Result<(File, u64), ConfineError> {
     let mut options = OpenOptions::new();
     options.read(true);
     // A FIFO opened for reading blocks until a writer comes; non-blocking open returns at
@@ -457,12 +551,12 @@ pub fn open_sized(ws: &Workspace, path: &WorkspacePath) -> Result<(File, u64), T
         .dir()
         .open_with(path.as_path(), &options)
         .map_err(|e| map_io("open", path, e))?;
-    let meta = file.metadata().map_err(|e| internal("inspect", path, &e))?;
+    let meta = file.metadata().map_err(|e| internal("inspect", path, e))?;
     if meta.is_dir() {
         return Err(is_a_directory(path));
     }
     if !meta.is_file() {
-        return Err(ToolError::invalid_argument(
+        return Err(ConfineError::argument(
             path.pointer(),
             format!("'{path}' is not a regular file (a FIFO, socket or device); only regular files can be read"),
         ));
@@ -472,15 +566,12 @@ pub fn open_sized(ws: &Workspace, path: &WorkspacePath) -> Result<(File, u64), T
 
 /// The whole file; over `max_bytes` it is `file_too_large` (checked before reading, and again
 /// while reading in case the file grows).
-pub fn read(ws: &Workspace, path: &WorkspacePath, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+pub fn read(ws: &Workspace, path: &WorkspacePath, max_bytes: u64) -> Result<Vec<u8>, ConfineError> {
     let (file, len) = open_sized(ws, path)?;
-    let too_large = |size: u64| {
-        ToolError::new(
-            ErrorCode::FileTooLarge,
-            format!(
-                "'{path}' is {size} bytes, over the limit of {max_bytes} bytes for this operation"
-            ),
-        )
+    let too_large = |size: u64| ConfineError::TooLarge {
+        path: path.to_string(),
+        size,
+        max: max_bytes,
     };
     if len > max_bytes {
         return Err(too_large(len));
@@ -498,7 +589,7 @@ pub fn read_prefix(
     ws: &Workspace,
     path: &WorkspacePath,
     max_bytes: u64,
-) -> Result<Vec<u8>, ToolError> {
+) -> Result<Vec<u8>, ConfineError> {
     let (file, len) = open_sized(ws, path)?;
     read_opened(file, path, max_bytes, len)
 }
@@ -509,12 +600,12 @@ pub fn read_opened(
     path: &WorkspacePath,
     limit: u64,
     size: u64,
-) -> Result<Vec<u8>, ToolError> {
+) -> Result<Vec<u8>, ConfineError> {
     let capacity = usize::try_from(size.min(limit)).unwrap_or(0);
     let mut bytes = Vec::with_capacity(capacity);
     file.take(limit)
         .read_to_end(&mut bytes)
-        .map_err(|e| internal("read", path, &e))?;
+        .map_err(|e| internal("read", path, e))?;
     Ok(bytes)
 }
 
@@ -527,9 +618,9 @@ pub use toolmesh_kernel::canonical::sha256_hex as sha256_of;
 /// Deletes a file, an empty directory or a symlink (as a link: its target is untouched, even
 /// outside the workspace). The root is `invalid_arguments`; a non-empty directory is
 /// `directory_not_empty`.
-pub fn delete(ws: &Workspace, path: &WorkspacePath) -> Result<DeleteOutcome, ToolError> {
+pub fn delete(ws: &Workspace, path: &WorkspacePath) -> Result<DeleteOutcome, ConfineError> {
     if path.is_root() {
-        return Err(ToolError::invalid_argument(
+        return Err(ConfineError::argument(
             path.pointer(),
             "names the workspace root, which cannot be deleted; delete the files inside it instead",
         ));
@@ -543,15 +634,11 @@ pub fn delete(ws: &Workspace, path: &WorkspacePath) -> Result<DeleteOutcome, Too
         EntryType::File => ws.dir().remove_file(path.as_path()),
     };
     removed.map_err(|e| match e.kind() {
-        io::ErrorKind::DirectoryNotEmpty => ToolError::new(
-            ErrorCode::DirectoryNotEmpty,
-            format!("'{path}' is a directory that is not empty; delete what is inside it first"),
-        ),
+        io::ErrorKind::DirectoryNotEmpty => ConfineError::NotEmpty(path.to_string()),
         // The entry changed type between the check and the removal.
-        io::ErrorKind::IsADirectory | io::ErrorKind::NotADirectory => ToolError::new(
-            ErrorCode::Conflict,
-            format!("'{path}' changed while it was being deleted; try again"),
-        ),
+        io::ErrorKind::IsADirectory | io::ErrorKind::NotADirectory => {
+            ConfineError::Changed(path.to_string())
+        }
         _ => map_io("delete", path, e),
     })?;
     Ok(DeleteOutcome { kind })
@@ -582,7 +669,7 @@ mod logs {
     fn a_failed_operation_logs_its_path_escaped_on_one_line() {
         let path = WorkspacePath::parse("a.txt\n2026-12-01 INFO forged\u{1b}[2K", "path").unwrap();
         let logs = toolmesh_testkit::captured_logs(false, || {
-            let _ = internal("read", &path, &io::Error::other("disk on fire"));
+            let _ = ToolError::from(internal("read", &path, io::Error::other("disk on fire")));
         });
         assert_eq!(logs.lines().count(), 1, "{logs}");
         assert!(

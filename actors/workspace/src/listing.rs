@@ -13,7 +13,50 @@ use serde::Serialize;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::ToolError;
 
-use crate::confine::{join, map_io, mtime_ns, EntryType, Workspace, WorkspacePath};
+use crate::confine::{
+    join, map_io, mtime_ns, ConfineError, ConfineErrorKind, EntryType, Workspace, WorkspacePath,
+};
+
+/// Why a listing was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// A path rule refused it, or the file system failed ([`crate::confine`]).
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
+    /// The glob does not parse.
+    #[error("argument /glob: is not a valid glob: {}", .0.kind())]
+    Glob(#[source] globset::Error),
+}
+
+/// What kind of [`ListError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListErrorKind {
+    /// See [`ConfineError::kind`].
+    Confine(ConfineErrorKind),
+    /// `invalid_arguments` at `/glob`.
+    Glob,
+}
+
+impl ListError {
+    pub fn kind(&self) -> ListErrorKind {
+        match self {
+            ListError::Confine(e) => ListErrorKind::Confine(e.kind()),
+            ListError::Glob(_) => ListErrorKind::Glob,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence.
+impl From<ListError> for ToolError {
+    fn from(e: ListError) -> Self {
+        match e {
+            ListError::Confine(e) => e.into(),
+            ListError::Glob(e) => {
+                ToolError::invalid_argument("/glob", format!("is not a valid glob: {}", e.kind()))
+            }
+        }
+    }
+}
 
 /// `list_workspace_files` never returns more entries than this (PROTOCOL.md).
 pub const LIST_MAX_RESULTS: u64 = 5000;
@@ -82,7 +125,7 @@ pub struct ListOutcome {
 /// * Symlinked directories are listed as `symlink` and never descended into.
 /// * `max_results` is clamped to [`LIST_MAX_RESULTS`]; `name` sorts ascending by path, `mtime`
 ///   and `size` descending (ties by path).
-pub fn list(ws: &Workspace, options: &ListOptions) -> Result<ListOutcome, ToolError> {
+pub fn list(ws: &Workspace, options: &ListOptions) -> Result<ListOutcome, ListError> {
     let listed = WorkspacePath::parse(&options.path, "path")?;
     let matcher = match &options.glob {
         Some(glob) if !glob.is_empty() => Some(compile_glob(glob)?),
@@ -101,7 +144,7 @@ pub fn list(ws: &Workspace, options: &ListOptions) -> Result<ListOutcome, ToolEr
         .dir()
         .open_dir(listed.as_path())
         .map_err(|e| match e.kind() {
-            io::ErrorKind::NotADirectory => ToolError::invalid_argument(
+            io::ErrorKind::NotADirectory => ConfineError::argument(
                 listed.pointer(),
                 format!("'{listed}' is a file, not a directory; read it with read_workspace_file"),
             ),
@@ -119,7 +162,7 @@ pub fn list(ws: &Workspace, options: &ListOptions) -> Result<ListOutcome, ToolEr
         let here = listed.child_or_self(&rel);
         let read = match dir.entries() {
             Ok(read) => read,
-            Err(e) if rel.is_empty() => return Err(map_io("list", &here, e)),
+            Err(e) if rel.is_empty() => return Err(map_io("list", &here, e).into()),
             Err(e) => {
                 tracing::warn!(path = %DisplaySafe(&here), error = %e, "directory unreadable while listing");
                 unreadable.push(here.display());
@@ -197,22 +240,20 @@ pub fn list(ws: &Workspace, options: &ListOptions) -> Result<ListOutcome, ToolEr
     })
 }
 
-fn compile_glob(glob: &str) -> Result<GlobMatcher, ToolError> {
+fn compile_glob(glob: &str) -> Result<GlobMatcher, ListError> {
     GlobBuilder::new(glob)
         // `*` stays within one component; only `**` crosses directories.
         .literal_separator(true)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| {
-            ToolError::invalid_argument("/glob", format!("is not a valid glob: {}", e.kind()))
-        })
+        .map_err(ListError::Glob)
 }
 
 /// Up to `limit` relative paths of regular files, breadth-first (top-level files first), names
 /// sorted within each directory, and how many files the bounded walk saw
 /// (`file_count_sampled`). The walk stops after [`SAMPLE_WALK_LIMIT`] entries and never
 /// follows symlinks.
-pub fn sample(ws: &Workspace, limit: usize) -> Result<(Vec<String>, usize), ToolError> {
+pub fn sample(ws: &Workspace, limit: usize) -> Result<(Vec<String>, usize), ConfineError> {
     let root = WorkspacePath::root("path");
     let top = ws
         .dir()

@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use tokio::sync::OnceCell;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -44,12 +45,49 @@ impl std::fmt::Debug for ReadState {
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> ToolError {
-    tracing::warn!(error = %e, "read state store unreachable");
-    ToolError::new(
-        ErrorCode::Unavailable,
-        "the read-state store (Redis) is not reachable; retry in a moment",
-    )
+/// Why the read state or a file lock could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadStateError {
+    #[error("the read-state store (Redis) is not reachable; retry in a moment")]
+    Unreachable(#[source] redis::RedisError),
+    /// Another call held the file's lock for all of [`LOCK_WAIT`].
+    #[error("{path} is being written by another call; retry")]
+    Busy { path: String },
+}
+
+/// What kind of [`ReadStateError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStateErrorKind {
+    /// Redis is not reachable: `unavailable`.
+    Unavailable,
+    /// The file is being written: `conflict`.
+    Busy,
+}
+
+impl ReadStateError {
+    pub fn kind(&self) -> ReadStateErrorKind {
+        match self {
+            ReadStateError::Unreachable(_) => ReadStateErrorKind::Unavailable,
+            ReadStateError::Busy { .. } => ReadStateErrorKind::Busy,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; an `unavailable` one logs its cause here.
+impl From<ReadStateError> for ToolError {
+    fn from(e: ReadStateError) -> Self {
+        match e.kind() {
+            ReadStateErrorKind::Unavailable => {
+                tracing::warn!(error = %DisplayChain(&e), "read state store unreachable");
+                ToolError::new(ErrorCode::Unavailable, e.to_string())
+            }
+            ReadStateErrorKind::Busy => ToolError::new(ErrorCode::Conflict, e.to_string()),
+        }
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> ReadStateError {
+    ReadStateError::Unreachable(e)
 }
 
 fn state_key(account: &Account, session: &SessionId) -> String {
@@ -76,7 +114,7 @@ impl ReadState {
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, ToolError> {
+    async fn conn(&self) -> Result<ConnectionManager, ReadStateError> {
         self.conn
             .get_or_try_init(|| async {
                 let config = redis::aio::ConnectionManagerConfig::new()
@@ -96,7 +134,7 @@ impl ReadState {
         session: &SessionId,
         path: &str,
         sha256: &str,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), ReadStateError> {
         let key = state_key(account, session);
         let mut conn = self.conn().await?;
         redis::pipe()
@@ -128,8 +166,12 @@ impl ReadState {
         path: &str,
         sha256: &str,
     ) -> bool {
-        let Ok(mut conn) = self.conn().await else {
-            return false;
+        let mut conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %DisplayChain(&e), "read state store unreachable");
+                return false;
+            }
         };
         let key = state_key(account, session);
         let mut pipe = redis::pipe();
@@ -163,7 +205,7 @@ impl ReadState {
         account: &Account,
         session: &SessionId,
         path: &str,
-    ) -> Result<Option<String>, ToolError> {
+    ) -> Result<Option<String>, ReadStateError> {
         let mut conn = self.conn().await?;
         conn.hget(state_key(account, session), path)
             .await
@@ -176,7 +218,7 @@ impl ReadState {
         account: &Account,
         session: &SessionId,
         path: &str,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), ReadStateError> {
         let mut conn = self.conn().await?;
         conn.hdel::<_, _, ()>(state_key(account, session), path)
             .await
@@ -190,7 +232,7 @@ impl ReadState {
         account: &Account,
         session: &SessionId,
         path: &str,
-    ) -> Result<FileLock, ToolError> {
+    ) -> Result<FileLock, ReadStateError> {
         let key = lock_key(account, session, path);
         let token = uuid::Uuid::new_v4().simple().to_string();
         let mut conn = self.conn().await?;
@@ -210,10 +252,9 @@ impl ReadState {
                 return Ok(FileLock { key, token });
             }
             if tokio::time::Instant::now() + pause > deadline {
-                return Err(ToolError::new(
-                    ErrorCode::Conflict,
-                    format!("{path} is being written by another call; retry"),
-                ));
+                return Err(ReadStateError::Busy {
+                    path: path.to_owned(),
+                });
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(100));
@@ -222,8 +263,12 @@ impl ReadState {
 
     /// Releases a lock if it is still ours (it may have expired and been taken by another).
     pub async fn unlock(&self, lock: FileLock) {
-        let Ok(mut conn) = self.conn().await else {
-            return;
+        let mut conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %DisplayChain(&e), "read state store unreachable");
+                return;
+            }
         };
         let released: Result<i64, _> = self
             .unlock

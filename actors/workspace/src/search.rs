@@ -57,6 +57,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use serde::Serialize;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::confine::Workspace;
@@ -122,6 +123,76 @@ pub struct SearchOutcome {
     pub files_skipped_large: u64,
 }
 
+/// Why a search was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("argument /query: {0}")]
+    Query(#[source] grep_regex::Error),
+    #[error("argument /glob: {0}")]
+    Glob(#[source] ignore::Error),
+    #[error("{path}: no such file or directory")]
+    NotFound {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} resolves outside the workspace")]
+    Outside {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The start could not be opened for another reason.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What kind of [`SearchError`] it is; one PROTOCOL.md code each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchErrorKind {
+    InvalidArgument,
+    NotFound,
+    Outside,
+    Internal,
+}
+
+impl SearchError {
+    pub fn kind(&self) -> SearchErrorKind {
+        match self {
+            SearchError::Query(_) | SearchError::Glob(_) => SearchErrorKind::InvalidArgument,
+            SearchError::NotFound { .. } => SearchErrorKind::NotFound,
+            SearchError::Outside { .. } => SearchErrorKind::Outside,
+            SearchError::Open { .. } => SearchErrorKind::Internal,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence (`path` beside a start that is missing or outside); an
+/// `internal` one logs its cause here.
+impl From<SearchError> for ToolError {
+    fn from(e: SearchError) -> Self {
+        match &e {
+            SearchError::Query(source) => ToolError::invalid_argument("/query", source.to_string()),
+            SearchError::Glob(source) => ToolError::invalid_argument("/glob", source.to_string()),
+            SearchError::NotFound { path, .. } => {
+                ToolError::new(ErrorCode::NotFound, e.to_string()).with("path", path.clone())
+            }
+            SearchError::Outside { path, .. } => {
+                ToolError::new(ErrorCode::PathOutsideWorkspace, e.to_string())
+                    .with("path", path.clone())
+            }
+            SearchError::Open { .. } => {
+                tracing::error!(error = %DisplayChain(&e), "workspace search failed");
+                ToolError::internal(e.to_string())
+            }
+        }
+    }
+}
+
 /// Searches the files under `rel_dir` (already validated, relative to the root, `""` for the
 /// root; a file searches that file) for `options.query`.
 ///
@@ -131,7 +202,7 @@ pub fn search(
     ws: &Workspace,
     rel_dir: &Path,
     options: &SearchOptions,
-) -> Result<SearchOutcome, ToolError> {
+) -> Result<SearchOutcome, SearchError> {
     let matcher = build_matcher(&options.query, options.is_regex, options.case_sensitive)?;
     let rel_start = resolve_start(ws, rel_dir)?;
     let start = ws.root().join(&rel_start);
@@ -195,7 +266,7 @@ fn build_matcher(
     query: &str,
     is_regex: bool,
     case_sensitive: bool,
-) -> Result<RegexMatcher, ToolError> {
+) -> Result<RegexMatcher, SearchError> {
     RegexMatcherBuilder::new()
         .case_insensitive(!case_sensitive)
         // `^`/`$` at line boundaries: the buffer searched holds many lines.
@@ -206,7 +277,7 @@ fn build_matcher(
         // CRLF mode sets the line terminator (`\n`, with `\r` before it treated as part of it).
         .crlf(true)
         .build(query)
-        .map_err(|e| ToolError::invalid_argument("/query", e.to_string()))
+        .map_err(SearchError::Query)
 }
 
 /// One searcher per walker thread (it owns its read buffer). Its line terminator must equal
@@ -222,16 +293,12 @@ fn build_searcher(context: usize) -> Searcher {
         .build()
 }
 
-fn build_overrides(start: &Path, glob: Option<&str>) -> Result<Override, ToolError> {
+fn build_overrides(start: &Path, glob: Option<&str>) -> Result<Override, SearchError> {
     let mut builder = OverrideBuilder::new(start);
     if let Some(glob) = glob {
-        builder
-            .add(glob)
-            .map_err(|e| ToolError::invalid_argument("/glob", e.to_string()))?;
+        builder.add(glob).map_err(SearchError::Glob)?;
     }
-    builder
-        .build()
-        .map_err(|e| ToolError::invalid_argument("/glob", e.to_string()))
+    builder.build().map_err(SearchError::Glob)
 }
 
 fn thread_count() -> usize {
@@ -243,7 +310,7 @@ fn thread_count() -> usize {
 /// The directory (or file) to walk, relative to the root. Checked through the capability, so a
 /// start that climbs out through a symlink is refused before anything is listed; a start that
 /// is itself a symlink inside the root is replaced by its target (the walker would not enter it).
-fn resolve_start(ws: &Workspace, rel_dir: &Path) -> Result<PathBuf, ToolError> {
+fn resolve_start(ws: &Workspace, rel_dir: &Path) -> Result<PathBuf, SearchError> {
     let probe = if rel_dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -262,22 +329,18 @@ fn resolve_start(ws: &Workspace, rel_dir: &Path) -> Result<PathBuf, ToolError> {
     }
 }
 
-fn start_error(err: io::Error, rel_dir: &Path) -> ToolError {
-    let shown = rel_dir.display();
-    match err.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => ToolError::new(
-            ErrorCode::NotFound,
-            format!("{shown}: no such file or directory"),
-        )
-        .with("path", shown.to_string()),
+fn start_error(source: io::Error, rel_dir: &Path) -> SearchError {
+    let path = rel_dir.display().to_string();
+    match source.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => {
+            SearchError::NotFound { path, source }
+        }
         // cap-std reports an escape as a PermissionDenied of its own making (no OS errno); a
         // real EACCES carries one.
-        io::ErrorKind::PermissionDenied if err.raw_os_error().is_none() => ToolError::new(
-            ErrorCode::PathOutsideWorkspace,
-            format!("{shown} resolves outside the workspace"),
-        )
-        .with("path", shown.to_string()),
-        _ => ToolError::internal(format!("cannot open {shown}: {err}")),
+        io::ErrorKind::PermissionDenied if source.raw_os_error().is_none() => {
+            SearchError::Outside { path, source }
+        }
+        _ => SearchError::Open { path, source },
     }
 }
 

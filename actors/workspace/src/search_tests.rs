@@ -32,7 +32,7 @@ impl Fixture {
     }
 
     fn search_in(&self, rel: &str, args: SearchOptions) -> Result<SearchOutcome, ToolError> {
-        search(&self.ws, Path::new(rel), &args)
+        Ok(search(&self.ws, Path::new(rel), &args)?)
     }
 }
 

@@ -11,6 +11,7 @@ use toolmesh_kernel::Role;
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
@@ -89,9 +90,23 @@ pub(crate) fn too_large(path: &WorkspacePath, size: u64, limit: u64) -> ToolErro
     )
 }
 
+/// A task on the blocking pool failed (it panicked): `internal`.
+#[derive(Debug, thiserror::Error)]
+#[error("a workspace task failed ({0}); see the workspace log")]
+pub struct TaskError(#[source] tokio::task::JoinError);
+
+/// `internal`, its cause logged here.
+impl From<TaskError> for ToolError {
+    fn from(e: TaskError) -> Self {
+        tracing::error!(error = %DisplayChain(&e), "a workspace task failed");
+        ToolError::internal(e.to_string())
+    }
+}
+
 impl WorkspaceService {
-    /// Opens the session's workspace and runs `work` on the blocking pool.
-    pub(crate) async fn blocking<T, F>(
+    /// Opens the session's workspace and runs `work` on the blocking pool; its error becomes
+    /// a [`ToolError`] here, at the tool's edge.
+    pub(crate) async fn blocking<T, E, F>(
         &self,
         ctx: &InvocationContext,
         session: SessionId,
@@ -99,33 +114,29 @@ impl WorkspaceService {
     ) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce(&Workspace) -> Result<T, ToolError> + Send + 'static,
+        E: Into<ToolError> + Send + 'static,
+        F: FnOnce(&Workspace) -> Result<T, E> + Send + 'static,
     {
         let data_dir = self.data_dir.clone();
         let account = ctx.account.clone();
         tokio::task::spawn_blocking(move || {
-            let ws = Workspace::open(&data_dir, &account, &session)?;
-            work(&ws)
+            let ws = Workspace::open(&data_dir, &account, &session).map_err(ToolError::from)?;
+            work(&ws).map_err(Into::into)
         })
         .await
-        .map_err(|e| {
-            ToolError::internal(format!(
-                "a workspace task failed ({e}); see the workspace log"
-            ))
-        })?
+        .map_err(TaskError)?
     }
 
     /// Runs `work` on the blocking pool.
-    pub(crate) async fn offload<T, F>(&self, work: F) -> Result<T, ToolError>
+    pub(crate) async fn offload<T, E, F>(&self, work: F) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+        E: Into<ToolError> + Send + 'static,
+        F: FnOnce() -> Result<T, E> + Send + 'static,
     {
-        tokio::task::spawn_blocking(work).await.map_err(|e| {
-            ToolError::internal(format!(
-                "a workspace task failed ({e}); see the workspace log"
-            ))
-        })?
+        tokio::task::spawn_blocking(move || work().map_err(Into::into))
+            .await
+            .map_err(TaskError)?
     }
 
     pub(crate) async fn locked<T>(
@@ -146,7 +157,7 @@ impl WorkspaceService {
                     for lock in held {
                         self.read_state.unlock(lock).await;
                     }
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }

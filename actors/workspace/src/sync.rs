@@ -62,7 +62,7 @@ impl SyncService {
     }
 
     fn open(&self, account: &Account, session: &SessionId) -> Result<Workspace, ToolError> {
-        Workspace::open(&self.data_dir, account, session)
+        Ok(Workspace::open(&self.data_dir, account, session)?)
     }
 
     /// Answers one request body that arrived on `subject` (blocking: run it off the reactor).

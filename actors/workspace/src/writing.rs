@@ -13,9 +13,101 @@ use cap_std::fs::{Dir, File, OpenOptions};
 use serde::Serialize;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
-use crate::confine::{
-    internal, is_a_directory, is_escape, map_io, outside, Workspace, WorkspacePath,
-};
+use crate::confine::{self, is_escape, ConfineError, Workspace, WorkspacePath};
+
+/// Why a write was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A path rule refused it, or the file system failed ([`crate::confine`]).
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
+    #[error("'{0}' already exists; pass overwrite: true to replace it")]
+    Exists(String),
+    /// A write of a batch failed after the files before it were written.
+    #[error(
+        "{source} ({} of {total} files were written before it; the rest were not attempted)",
+        .written.len()
+    )]
+    Batch {
+        #[source]
+        source: Box<WriteError>,
+        /// The paths written before it.
+        written: Vec<String>,
+        total: usize,
+        failed_index: usize,
+        failed_path: String,
+    },
+}
+
+/// What kind of [`WriteError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteErrorKind {
+    /// See [`ConfineError::kind`].
+    Confine(confine::ConfineErrorKind),
+    /// `already_exists`.
+    Exists,
+}
+
+impl WriteError {
+    /// The kind of the failure; a batch's is that of the write that failed.
+    pub fn kind(&self) -> WriteErrorKind {
+        match self {
+            WriteError::Confine(e) => WriteErrorKind::Confine(e.kind()),
+            WriteError::Exists(_) => WriteErrorKind::Exists,
+            WriteError::Batch { source, .. } => source.kind(),
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; a batch keeps its failing write's code and adds `written`,
+/// `failed_index` and `failed_path`.
+impl From<WriteError> for ToolError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Confine(e) => e.into(),
+            WriteError::Exists(_) => ToolError::new(ErrorCode::AlreadyExists, e.to_string()),
+            WriteError::Batch { .. } => {
+                let message = e.to_string();
+                let WriteError::Batch {
+                    source,
+                    written,
+                    failed_index,
+                    failed_path,
+                    ..
+                } = e
+                else {
+                    unreachable!()
+                };
+                let mut error = ToolError::from(*source);
+                error.message = message;
+                error
+                    .with("written", written)
+                    .with("failed_index", failed_index)
+                    .with("failed_path", failed_path)
+            }
+        }
+    }
+}
+
+fn outside(path: &WorkspacePath) -> WriteError {
+    confine::outside(path).into()
+}
+
+fn is_a_directory(path: &WorkspacePath) -> WriteError {
+    confine::is_a_directory(path).into()
+}
+
+fn internal(op: &'static str, path: &WorkspacePath, err: io::Error) -> WriteError {
+    confine::internal(op, path, err).into()
+}
+
+fn map_io(op: &'static str, path: &WorkspacePath, err: io::Error) -> WriteError {
+    confine::map_io(op, path, err).into()
+}
+
+fn argument(pointer: &str, message: impl Into<String>) -> WriteError {
+    ConfineError::argument(pointer, message).into()
+}
 
 /// The result of [`write_atomic`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,9 +148,9 @@ fn plan_write(
     ws: &Workspace,
     path: &WorkspacePath,
     overwrite: bool,
-) -> Result<WritePlan, ToolError> {
+) -> Result<WritePlan, WriteError> {
     if path.is_root() {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             "names the workspace root, which is a directory; name a file",
         ));
@@ -70,7 +162,7 @@ fn plan_write(
             Ok(_) => return Err(parent_is_file(path, ancestor)),
             Err(e) if is_escape(&e) => return Err(outside(path)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-            Err(e) => return Err(internal("inspect a parent of", path, &e)),
+            Err(e) => return Err(internal("inspect a parent of", path, e)),
         }
     }
     match ws.dir().symlink_metadata(path.as_path()) {
@@ -87,19 +179,19 @@ fn plan_write(
                 if is_escape(&e) {
                     outside(path)
                 } else if e.kind() == io::ErrorKind::NotFound {
-                    ToolError::invalid_argument(
+                    argument(
                         path.pointer(),
                         format!("'{path}' is a symbolic link to a missing file; delete the link or write to its target"),
                     )
                 } else {
-                    internal("resolve the symbolic link", path, &e)
+                    internal("resolve the symbolic link", path, e)
                 }
             })?;
             let Some(resolved) = resolved.to_str() else {
                 return Err(internal(
                     "resolve the symbolic link",
                     path,
-                    &io::Error::other("its target is not UTF-8"),
+                    io::Error::other("its target is not UTF-8"),
                 ));
             };
             let target = WorkspacePath::parse(resolved, path.pointer())?;
@@ -115,15 +207,12 @@ fn plan_write(
     }
 }
 
-fn exists(path: &WorkspacePath) -> ToolError {
-    ToolError::new(
-        ErrorCode::AlreadyExists,
-        format!("'{path}' already exists; pass overwrite: true to replace it"),
-    )
+fn exists(path: &WorkspacePath) -> WriteError {
+    WriteError::Exists(path.to_string())
 }
 
-fn parent_is_file(path: &WorkspacePath, ancestor: &str) -> ToolError {
-    ToolError::invalid_argument(
+fn parent_is_file(path: &WorkspacePath, ancestor: &str) -> WriteError {
+    argument(
         path.pointer(),
         format!(
             "'{ancestor}' is a file, so '{path}' cannot be created beneath it; pick another path"
@@ -142,7 +231,7 @@ pub fn write_atomic(
     path: &WorkspacePath,
     bytes: &[u8],
     overwrite: bool,
-) -> Result<WriteOutcome, ToolError> {
+) -> Result<WriteOutcome, WriteError> {
     let plan = plan_write(ws, path, overwrite)?;
     commit(ws, path, &plan, bytes, overwrite, &mut |_| {})
 }
@@ -159,7 +248,7 @@ pub fn write_batch(
     ws: &Workspace,
     files: &[(WorkspacePath, String)],
     overwrite: bool,
-) -> Result<Vec<WrittenFile>, ToolError> {
+) -> Result<Vec<WrittenFile>, WriteError> {
     write_batch_with(ws, files, overwrite, &mut |_| {})
 }
 
@@ -169,11 +258,11 @@ fn write_batch_with(
     files: &[(WorkspacePath, String)],
     overwrite: bool,
     before: &mut dyn FnMut(usize),
-) -> Result<Vec<WrittenFile>, ToolError> {
+) -> Result<Vec<WrittenFile>, WriteError> {
     let mut seen: HashSet<&str> = HashSet::with_capacity(files.len());
     for (path, _) in files {
         if !seen.insert(path.as_str()) {
-            return Err(ToolError::invalid_argument(
+            return Err(argument(
                 path.pointer(),
                 format!("'{path}' is named twice in this batch; give each file once"),
             ));
@@ -181,7 +270,7 @@ fn write_batch_with(
     }
     for (path, _) in files {
         if let Some(ancestor) = path.ancestors().find(|a| seen.contains(a)) {
-            return Err(ToolError::invalid_argument(
+            return Err(argument(
                 path.pointer(),
                 format!("'{ancestor}' is written as a file in this batch, so '{path}' cannot be created beneath it"),
             ));
@@ -200,18 +289,14 @@ fn write_batch_with(
                 created: outcome.created,
                 bytes: outcome.bytes,
             }),
-            Err(mut err) => {
-                err.message = format!(
-                    "{} ({} of {} files were written before it; the rest were not attempted)",
-                    err.message,
-                    written.len(),
-                    files.len()
-                );
-                let paths: Vec<String> = written.into_iter().map(|w| w.path).collect();
-                return Err(err
-                    .with("written", paths)
-                    .with("failed_index", index)
-                    .with("failed_path", path.display()));
+            Err(err) => {
+                return Err(WriteError::Batch {
+                    source: Box::new(err),
+                    written: written.into_iter().map(|w| w.path).collect(),
+                    total: files.len(),
+                    failed_index: index,
+                    failed_path: path.display(),
+                });
             }
         }
     }
@@ -227,10 +312,10 @@ fn commit(
     bytes: &[u8],
     overwrite: bool,
     hook: &mut dyn FnMut(Stage),
-) -> Result<WriteOutcome, ToolError> {
+) -> Result<WriteOutcome, WriteError> {
     let target = &plan.target;
     let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             requested.pointer(),
             "names the workspace root, which is a directory; name a file",
         ));
@@ -245,7 +330,7 @@ fn commit(
             ) {
                 parent_is_file(requested, parent.as_str())
             } else {
-                internal("create the parent directories of", requested, &e)
+                internal("create the parent directories of", requested, e)
             }
         })?;
     }
@@ -272,7 +357,7 @@ fn commit(
     let previous = match dir.symlink_metadata(name) {
         Ok(meta) => Some(meta),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(internal("inspect", requested, &e)),
+        Err(e) => return Err(internal("inspect", requested, e)),
     };
     if let Some(meta) = &previous {
         if meta.is_dir() {
@@ -283,7 +368,7 @@ fn commit(
         }
     }
     let (temp_name, mut temp) =
-        create_temp(dir).map_err(|e| internal("create a temporary file for", requested, &e))?;
+        create_temp(dir).map_err(|e| internal("create a temporary file for", requested, e))?;
     let cleanup = |dir: &Dir| {
         if let Err(e) = dir.remove_file(&temp_name) {
             tracing::warn!(temp = %temp_name, error = %e, "could not remove a temporary file");
@@ -301,14 +386,14 @@ fn commit(
     drop(temp);
     if let Err(e) = written {
         cleanup(dir);
-        return Err(internal("write", requested, &e));
+        return Err(internal("write", requested, e));
     }
     if overwrite {
         if let Err(e) = dir.rename(&temp_name, dir, name) {
             cleanup(dir);
             return Err(match e.kind() {
                 io::ErrorKind::IsADirectory => is_a_directory(requested),
-                _ => internal("replace", requested, &e),
+                _ => internal("replace", requested, e),
             });
         }
     } else {
@@ -330,7 +415,7 @@ fn commit(
                     Ok(_) => Err(exists(requested)),
                     Err(_) => dir
                         .rename(&temp_name, dir, name)
-                        .map_err(|e| internal("create", requested, &e)),
+                        .map_err(|e| internal("create", requested, e)),
                 };
                 if let Err(err) = renamed {
                     cleanup(dir);
@@ -339,7 +424,7 @@ fn commit(
             }
             Err(e) => {
                 cleanup(dir);
-                return Err(internal("create", requested, &e));
+                return Err(internal("create", requested, e));
             }
         }
     }

@@ -33,11 +33,11 @@ fn write_hooked(
 ) -> Result<WriteOutcome, ToolError> {
     let path = WorkspacePath::parse(path, "path").unwrap();
     let plan = plan_write(ws, &path, true)?;
-    commit(ws, &path, &plan, b"payload", true, &mut |stage| {
+    Ok(commit(ws, &path, &plan, b"payload", true, &mut |stage| {
         if stage == at {
             swap_for_link(ws, outside);
         }
-    })
+    })?)
 }
 
 #[test]
@@ -81,12 +81,13 @@ fn a_batch_that_fails_midway_stops_and_names_what_was_written() {
         })
         .collect();
     // After the checks passed, `sub` turns into a file: the third write cannot happen.
-    let err = write_batch_with(&ws, &files, true, &mut |index| {
+    let err: ToolError = write_batch_with(&ws, &files, true, &mut |index| {
         if index == 2 {
             std::fs::write(ws.root().join("sub"), "in the way").unwrap();
         }
     })
-    .unwrap_err();
+    .unwrap_err()
+    .into();
     assert_eq!(err.code, ErrorCode::InvalidArguments, "{err:?}");
     assert_eq!(
         err.details["written"],

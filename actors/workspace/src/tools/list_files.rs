@@ -6,7 +6,7 @@ use serde_json::Value;
 use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
-use crate::listing::{self, ListOptions};
+use crate::listing::{self, ListError, ListOptions};
 use crate::service::{object, WorkspaceService};
 
 pub struct ListFiles;
@@ -37,7 +37,7 @@ impl Tool for ListFiles {
                     let kept = fields["entries"].as_array().map_or(0, Vec::len);
                     fields.insert("count".into(), Value::from(kept));
                 }
-                Ok(fields)
+                Ok::<_, ListError>(fields)
             })
             .await
     }

@@ -4,6 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
@@ -129,6 +130,23 @@ impl TextRead {
     }
 }
 
+/// A ranged read of a big file failed part way: `internal`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read '{path}': {source}")]
+struct RangeReadError {
+    path: String,
+    #[source]
+    source: std::io::Error,
+}
+
+/// `internal`, its cause logged here.
+impl From<RangeReadError> for ToolError {
+    fn from(e: RangeReadError) -> Self {
+        tracing::error!(error = %DisplayChain(&e), "workspace file read failed");
+        ToolError::internal(e.to_string())
+    }
+}
+
 /// Reads a file opened with [`confine::open_sized`].
 fn read_opened_text(
     file: cap_std::fs::File,
@@ -184,7 +202,10 @@ fn read_streamed_range(
         line.clear();
         let n = reader
             .read_until(b'\n', &mut line)
-            .map_err(|e| ToolError::internal(format!("cannot read '{path}': {e}")))?;
+            .map_err(|source| RangeReadError {
+                path: path.to_string(),
+                source,
+            })?;
         if n == 0 {
             break;
         }

@@ -8,7 +8,7 @@ use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::WorkspacePath;
-use crate::search::{self, SearchOptions};
+use crate::search::{self, SearchError, SearchOptions};
 use crate::service::{object, WorkspaceService};
 
 pub struct SearchFiles;
@@ -41,7 +41,7 @@ impl Tool for SearchFiles {
                     let kept = fields["results"].as_array().map_or(0, Vec::len);
                     fields.insert("match_count".into(), Value::from(kept));
                 }
-                Ok(fields)
+                Ok::<_, SearchError>(fields)
             })
             .await
     }

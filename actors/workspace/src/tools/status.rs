@@ -6,6 +6,7 @@ use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
 
+use crate::confine::ConfineError;
 use crate::listing;
 use crate::service::{object, WorkspaceService};
 
@@ -36,7 +37,7 @@ impl Tool for Status {
                     "file_count_sampled": sampled,
                 }));
                 budget::fit_list(&mut fields, "files", fields_limit);
-                Ok(fields)
+                Ok::<_, ConfineError>(fields)
             })
             .await
     }

@@ -139,13 +139,15 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
     let path = || WorkspacePath::parse(&raw, "path");
     let ws = &fx.ws;
     match op {
-        Op::Read => {
-            confine::read(ws, &path()?, 1 << 20).map(|b| json!(String::from_utf8_lossy(&b)))
-        }
-        Op::Stat => confine::stat(ws, &path()?).map(|s| json!(s)),
-        Op::Write => {
-            writing::write_atomic(ws, &path()?, b"written by the test", true).map(|o| json!(o))
-        }
+        Op::Read => confine::read(ws, &path()?, 1 << 20)
+            .map(|b| json!(String::from_utf8_lossy(&b)))
+            .map_err(ToolError::from),
+        Op::Stat => confine::stat(ws, &path()?)
+            .map(|s| json!(s))
+            .map_err(ToolError::from),
+        Op::Write => writing::write_atomic(ws, &path()?, b"written by the test", true)
+            .map(|o| json!(o))
+            .map_err(ToolError::from),
         Op::Batch => {
             let files = vec![
                 (
@@ -157,9 +159,13 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
                     "second".to_owned(),
                 ),
             ];
-            writing::write_batch(ws, &files, true).map(|w| json!(w))
+            writing::write_batch(ws, &files, true)
+                .map(|w| json!(w))
+                .map_err(ToolError::from)
         }
-        Op::Delete => confine::delete(ws, &path()?).map(|o| json!(o)),
+        Op::Delete => confine::delete(ws, &path()?)
+            .map(|o| json!(o))
+            .map_err(ToolError::from),
         Op::List { recursive } => {
             let args = ListOptions {
                 path: raw.clone(),
@@ -169,7 +175,9 @@ fn run(fx: &Fixture, op: Op, raw: &str) -> Result<Value, ToolError> {
                 max_results: 5000,
                 sort_by: SortBy::Name,
             };
-            listing::list(ws, &args).map(|o| json!(o))
+            listing::list(ws, &args)
+                .map(|o| json!(o))
+                .map_err(ToolError::from)
         }
     }
 }

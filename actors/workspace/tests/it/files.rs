@@ -4,12 +4,23 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use toolmesh_kernel::{Account, ErrorCode, SessionId};
+use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
 use toolmesh_workspace::listing::{self, ListOptions, SortBy};
 use toolmesh_workspace::writing;
 
 use crate::tree;
+
+/// An engine's error as the tools answer it: code, message and details.
+trait Wire {
+    fn wire(self) -> ToolError;
+}
+
+impl<E: Into<ToolError>> Wire for E {
+    fn wire(self) -> ToolError {
+        self.into()
+    }
+}
 
 fn workspace() -> (tempfile::TempDir, Workspace) {
     let tmp = tempfile::tempdir().unwrap();
@@ -96,7 +107,9 @@ fn parse_names_the_root_in_several_ways() {
 
 #[test]
 fn parse_refusals_carry_the_right_code_and_pointer() {
-    let err = WorkspacePath::parse("x\0y", "files/3/path").unwrap_err();
+    let err = WorkspacePath::parse("x\0y", "files/3/path")
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     assert_eq!(err.details["details"][0]["path"], "/files/3/path");
 
@@ -109,18 +122,21 @@ fn parse_refusals_carry_the_right_code_and_pointer() {
         "./..",
         "a/./../..",
     ] {
-        let err = WorkspacePath::parse(raw, "path").unwrap_err();
+        let err = WorkspacePath::parse(raw, "path").unwrap_err().wire();
         assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{raw:?}");
         assert!(err.message.contains(&format!("'{raw}'")), "{}", err.message);
     }
 
     let long_name = "n".repeat(256);
-    let err = WorkspacePath::parse(&long_name, "path").unwrap_err();
+    let err = WorkspacePath::parse(&long_name, "path").unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     assert!(WorkspacePath::parse(&"n".repeat(255), "path").is_ok());
     let long_path = "a/".repeat(2049);
     assert_eq!(
-        WorkspacePath::parse(&long_path, "path").unwrap_err().code,
+        WorkspacePath::parse(&long_path, "path")
+            .unwrap_err()
+            .wire()
+            .code,
         ErrorCode::InvalidArguments
     );
 }
@@ -157,7 +173,9 @@ fn read_refusals() {
     let (_tmp, ws) = workspace();
     put(&ws, "dir/big.txt", &"x".repeat(1000));
 
-    let err = confine::read(&ws, &p("dir/big.txt"), 999).unwrap_err();
+    let err = confine::read(&ws, &p("dir/big.txt"), 999)
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::FileTooLarge);
     assert!(
         err.message.contains("'dir/big.txt'") && err.message.contains("1000"),
@@ -165,15 +183,19 @@ fn read_refusals() {
         err.message
     );
 
-    let err = confine::read(&ws, &p("dir/missing.txt"), 10).unwrap_err();
+    let err = confine::read(&ws, &p("dir/missing.txt"), 10)
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::NotFound);
     assert!(err.message.contains("'dir/missing.txt'"), "{}", err.message);
 
-    let err = confine::read(&ws, &p("dir/big.txt/below"), 10).unwrap_err();
+    let err = confine::read(&ws, &p("dir/big.txt/below"), 10)
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::NotFound, "a file used as a directory");
 
     for dir in ["dir", "."] {
-        let err = confine::read(&ws, &p(dir), 10).unwrap_err();
+        let err = confine::read(&ws, &p(dir), 10).unwrap_err().wire();
         assert_eq!(err.code, ErrorCode::InvalidArguments, "{dir}");
         assert_eq!(err.details["details"][0]["path"], "/path");
     }
@@ -187,7 +209,7 @@ fn a_fifo_is_refused_without_blocking() {
         .status()
         .unwrap();
     assert!(status.success());
-    let err = confine::read(&ws, &p("pipe"), 10).unwrap_err();
+    let err = confine::read(&ws, &p("pipe"), 10).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments, "{err:?}");
     assert!(
         err.message.contains("not a regular file"),
@@ -223,7 +245,7 @@ fn open_file_and_stat() {
         .unwrap();
     assert_eq!(text, "abc");
     assert_eq!(
-        confine::open_file(&ws, &p(".")).unwrap_err().code,
+        confine::open_file(&ws, &p(".")).unwrap_err().wire().code,
         ErrorCode::InvalidArguments
     );
 
@@ -233,7 +255,7 @@ fn open_file_and_stat() {
     assert_eq!(stat.mtime_ns, 1_700_000_000 * 1_000_000_000);
     assert_eq!(confine::stat(&ws, &p(".")).unwrap().kind, EntryType::Dir);
     assert_eq!(
-        confine::stat(&ws, &p("nope")).unwrap_err().code,
+        confine::stat(&ws, &p("nope")).unwrap_err().wire().code,
         ErrorCode::NotFound
     );
 
@@ -298,7 +320,9 @@ fn write_without_overwrite() {
     let (_tmp, ws) = workspace();
     let outcome = writing::write_atomic(&ws, &p("new.txt"), b"one", false).unwrap();
     assert!(outcome.created);
-    let err = writing::write_atomic(&ws, &p("new.txt"), b"two", false).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("new.txt"), b"two", false)
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::AlreadyExists);
     assert!(
         err.message.contains("'new.txt'") && err.message.contains("overwrite"),
@@ -308,7 +332,9 @@ fn write_without_overwrite() {
     assert_eq!(std::fs::read(ws.root().join("new.txt")).unwrap(), b"one");
 
     symlink("new.txt", ws.root().join("link")).unwrap();
-    let err = writing::write_atomic(&ws, &p("link"), b"two", false).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("link"), b"two", false)
+        .unwrap_err()
+        .wire();
     assert_eq!(
         err.code,
         ErrorCode::AlreadyExists,
@@ -332,11 +358,15 @@ fn write_refusals() {
         ("dir/file.txt/x", "beneath a file"),
         ("dir/file.txt/x/y", "deep beneath a file"),
     ] {
-        let err = writing::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        let err = writing::write_atomic(&ws, &p(path), b"x", true)
+            .unwrap_err()
+            .wire();
         assert_eq!(err.code, ErrorCode::InvalidArguments, "{what}: {err:?}");
         assert_eq!(err.details["details"][0]["path"], "/path", "{what}");
     }
-    let err = writing::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true)
+        .unwrap_err()
+        .wire();
     assert!(
         err.message.contains("'dir/file.txt' is a file"),
         "{}",
@@ -344,12 +374,16 @@ fn write_refusals() {
     );
 
     symlink("missing-target", ws.root().join("dangling")).unwrap();
-    let err = writing::write_atomic(&ws, &p("dangling"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dangling"), b"x", true)
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     assert!(err.message.contains("missing file"), "{}", err.message);
 
     symlink("dir", ws.root().join("dirlink")).unwrap();
-    let err = writing::write_atomic(&ws, &p("dirlink"), b"x", true).unwrap_err();
+    let err = writing::write_atomic(&ws, &p("dirlink"), b"x", true)
+        .unwrap_err()
+        .wire();
     assert_eq!(
         err.code,
         ErrorCode::InvalidArguments,
@@ -402,7 +436,9 @@ fn a_symlinked_parent_pointing_out_writes_nothing_outside() {
     std::fs::create_dir(&outside).unwrap();
     symlink(&outside, ws.root().join("out")).unwrap();
     for path in ["out/f.txt", "out/a/b/f.txt"] {
-        let err = writing::write_atomic(&ws, &p(path), b"x", true).unwrap_err();
+        let err = writing::write_atomic(&ws, &p(path), b"x", true)
+            .unwrap_err()
+            .wire();
         assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{path}");
     }
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
@@ -415,8 +451,12 @@ fn many_writes_leave_no_temp_files() {
         writing::write_atomic(&ws, &p("same.txt"), format!("version {i}").as_bytes(), true)
             .unwrap();
     }
-    let _ = writing::write_atomic(&ws, &p("same.txt"), b"refused", false).unwrap_err();
-    let _ = writing::write_atomic(&ws, &p("same.txt/x"), b"refused", true).unwrap_err();
+    let _ = writing::write_atomic(&ws, &p("same.txt"), b"refused", false)
+        .unwrap_err()
+        .wire();
+    let _ = writing::write_atomic(&ws, &p("same.txt/x"), b"refused", true)
+        .unwrap_err()
+        .wire();
     assert_eq!(tree(ws.root()), ["same.txt"]);
     assert_eq!(
         std::fs::read(ws.root().join("same.txt")).unwrap(),
@@ -527,7 +567,9 @@ fn a_bad_path_in_a_batch_writes_nothing() {
         ),
     ];
     for (files, overwrite, code, pointer) in cases {
-        let err = writing::write_batch(&ws, &batch(files), overwrite).unwrap_err();
+        let err = writing::write_batch(&ws, &batch(files), overwrite)
+            .unwrap_err()
+            .wire();
         assert_eq!(err.code, code, "{files:?}: {err:?}");
         if code == ErrorCode::InvalidArguments {
             assert_eq!(err.details["details"][0]["path"], pointer, "{files:?}");
@@ -584,17 +626,17 @@ fn delete_refusals() {
     let (_tmp, ws) = workspace();
     put(&ws, "full/inner.txt", "x");
 
-    let err = confine::delete(&ws, &p("full")).unwrap_err();
+    let err = confine::delete(&ws, &p("full")).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::DirectoryNotEmpty);
     assert!(err.message.contains("'full'"), "{}", err.message);
 
     for root in [".", "", "full/.."] {
-        let err = confine::delete(&ws, &p(root)).unwrap_err();
+        let err = confine::delete(&ws, &p(root)).unwrap_err().wire();
         assert_eq!(err.code, ErrorCode::InvalidArguments, "{root:?}");
         assert_eq!(err.details["details"][0]["path"], "/path");
     }
 
-    let err = confine::delete(&ws, &p("nope")).unwrap_err();
+    let err = confine::delete(&ws, &p("nope")).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::NotFound);
     assert!(err.message.contains("'nope'"), "{}", err.message);
     assert_eq!(tree(ws.root()), ["full", "full/inner.txt"]);
@@ -764,7 +806,8 @@ fn list_globs() {
             ..list_args(".")
         },
     )
-    .unwrap_err();
+    .unwrap_err()
+    .wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     assert_eq!(err.details["details"][0]["path"], "/glob");
 }
@@ -857,12 +900,14 @@ fn list_truncates_and_clamps() {
 fn list_refusals() {
     let (_tmp, ws) = workspace();
     put(&ws, "f.txt", "x");
-    let err = listing::list(&ws, &list_args("missing")).unwrap_err();
+    let err = listing::list(&ws, &list_args("missing"))
+        .unwrap_err()
+        .wire();
     assert_eq!(err.code, ErrorCode::NotFound);
     assert!(err.message.contains("'missing'"), "{}", err.message);
-    let err = listing::list(&ws, &list_args("f.txt")).unwrap_err();
+    let err = listing::list(&ws, &list_args("f.txt")).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
-    let err = listing::list(&ws, &list_args("../x")).unwrap_err();
+    let err = listing::list(&ws, &list_args("../x")).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::PathOutsideWorkspace);
 }
 
