@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 /// What `log` writes through `tracing` while it runs on this thread, every level, as a node
-/// writes it (`src/cli.rs`: the text format, or JSON lines with `json`), ANSI colours off.
+/// writes it (`src/cli/run.rs`: the text format, or JSON lines with `json`), ANSI colours off.
 pub fn captured_logs(json: bool, log: impl FnOnce()) -> String {
     use std::sync::{Arc, Mutex};
     #[derive(Clone, Default)]

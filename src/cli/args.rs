@@ -1,0 +1,205 @@
+//! The command line's arguments (clap): the commands and their options, and the parsing of
+//! `--account` and `--args`.
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use toolmesh_kernel::config::DEFAULT_NATS_URL;
+use toolmesh_kernel::Account;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmesh",
+    version,
+    about = "A distributed tool and skill runtime for AI agents, over NATS"
+)]
+pub(super) struct Cli {
+    /// NATS server(s) to connect to.
+    /// (`--help` never prints the variable's value: a URL may hold a password.)
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLMESH_NATS_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_NATS_URL
+    )]
+    pub(super) nats_url: String,
+    /// Reply inbox prefix of client commands (default `_INBOX`): a NATS user allowed to
+    /// subscribe only to a private inbox, like the cluster's account users, names it here.
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLMESH_NATS_INBOX_PREFIX",
+        hide_env_values = true
+    )]
+    pub(super) inbox_prefix: Option<String>,
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run a node with the given roles (configuration from TOOLMESH_* variables).
+    Node {
+        /// Comma-separated roles (gateway, approval, workspace, skills, sandbox, web, bridge, mcp,
+        /// console) or `all`.
+        #[arg(long, default_value = "all")]
+        roles: String,
+    },
+    /// Serve a folder of skill folders over the Skill Service HTTP contract (PROTOCOL.md):
+    /// each folder holding SKILL.md is zipped deterministically and hashed.
+    SkillService {
+        /// The folder of skill folders.
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8470")]
+        listen: std::net::SocketAddr,
+        /// The space id the skills are served under.
+        #[arg(long, default_value = "local-service")]
+        space: String,
+        /// Require `Authorization: Bearer <token>` on every request.
+        #[arg(long, env = "TOOLMESH_SKILL_SERVICE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Base URL of download links (default: http:// + the request's Host).
+        #[arg(long)]
+        public_url: Option<String>,
+    },
+    /// Internal: the sandbox spawner, started by a sandbox worker inside each sandbox (its
+    /// stdin is the worker's socket, or it listens at --listen for the worker to connect).
+    #[command(hide = true)]
+    SandboxSpawner {
+        #[arg(long)]
+        listen: Option<std::path::PathBuf>,
+    },
+    /// Call a tool and print its reply.
+    Call {
+        /// The tool to call, e.g. component_status.
+        tool: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long)]
+        session: Option<String>,
+        /// The arguments: a JSON object, or @file holding one.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Present an approval id (after it was approved).
+        #[arg(long)]
+        approval_id: Option<String>,
+        /// Approve in band (as the seeds do: "approval": {"approved": true}).
+        #[arg(long, conflicts_with = "reject")]
+        approve: bool,
+        /// Reject in band.
+        #[arg(long)]
+        reject: bool,
+        /// Wait up to this many seconds for a person to approve (wait_for_approval_s).
+        #[arg(long, default_value_t = 0)]
+        wait: u64,
+        #[arg(long)]
+        invocation_id: Option<String>,
+        #[arg(long)]
+        user_id: Option<String>,
+        #[arg(long)]
+        agent_id: Option<String>,
+        /// Seconds to wait for the reply (beyond --wait).
+        #[arg(long, default_value_t = 150)]
+        timeout: u64,
+    },
+    /// Speak MCP on standard input and output (for MCP clients that start a command): the
+    /// mesh's tools for one account, through the gateway (PROTOCOL.md "MCP front").
+    Mcp {
+        #[arg(long)]
+        account: String,
+        /// The toolmesh session of every call (default: one made for this process).
+        #[arg(long)]
+        session: Option<String>,
+        /// The tool profile listed: default, focused (core) or coding.
+        #[arg(long, default_value = "default")]
+        profile: String,
+    },
+    /// List, watch and decide approvals.
+    Approvals {
+        #[command(subcommand)]
+        action: ApprovalsCommand,
+    },
+    /// Read and verify an account's audit trail, and print its head to keep (through its
+    /// query subject).
+    Audit {
+        #[command(subcommand)]
+        action: crate::audit_cli::AuditCommand,
+    },
+    /// The cluster (or one node) as its nodes report it.
+    Status {
+        /// One node's status instead of the cluster's.
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Print the RunEvents of an account (or one invocation): the kept ones first (where the
+    /// server keeps `TOOLMESH_EVENTS`), then as they happen.
+    Events {
+        #[arg(long)]
+        account: String,
+        #[arg(long, alias = "invocation")]
+        invocation_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ApprovalsCommand {
+    /// Pending approvals of an account.
+    List {
+        #[arg(long)]
+        account: String,
+    },
+    /// One approval, whatever its status.
+    Get {
+        id: String,
+        #[arg(long)]
+        account: String,
+    },
+    /// Print approvals as they are requested and decided (one JSON line each).
+    Watch {
+        /// Only this account (default: every account your NATS user may see).
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Approve a pending approval.
+    Approve {
+        id: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long, env = "USER")]
+        approver: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a pending approval.
+    Reject {
+        id: String,
+        #[arg(long)]
+        account: String,
+        #[arg(long, env = "USER")]
+        approver: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+pub(crate) fn parse_account(account: &str) -> anyhow::Result<Account> {
+    Account::parse(account).context("--account")
+}
+
+pub(super) fn parse_args(args: &str) -> anyhow::Result<Value> {
+    let text = match args.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?
+        }
+        None => args.to_owned(),
+    };
+    let value: Value = serde_json::from_str(&text).context("--args is not valid JSON")?;
+    if !value.is_object() {
+        bail!("--args must be a JSON object, like '{{\"path\": \"notes.md\"}}'");
+    }
+    Ok(value)
+}
