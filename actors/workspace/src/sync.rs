@@ -35,6 +35,7 @@ use cap_std::fs::{
 };
 use serde_json::Value;
 use toolmesh_actix_host::Handler;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::host::respond;
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::sync::{
@@ -45,7 +46,115 @@ use toolmesh_kernel::sync::{
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
-use crate::confine::{is_escape, Workspace, WorkspacePath};
+use crate::confine::{is_escape, ConfineError, Workspace, WorkspacePath};
+
+/// Why a sync request, or one file or change of it, was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A path rule refused it (an argument, a path outside, a missing path), or the workspace
+    /// could not be opened ([`crate::confine`]).
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
+    /// The request itself is wrong (an upload id, a part out of place).
+    #[error("{0}")]
+    Request(String),
+    /// A put larger than the sync limit.
+    #[error("'{path}' is {total} bytes, over the sync limit of {max}")]
+    TooBig { path: String, total: u64, max: u64 },
+    /// A part does not fit the upload staged so far.
+    #[error("upload of '{path}': {source}")]
+    Upload {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The file system failed in a way no caller can fix.
+    #[error("could not {op} '{path}' ({source})")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The staging area failed in a way no caller can fix.
+    #[error("could not stage '{path}' ({source})")]
+    Stage {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot open the workspace: {0}")]
+    OpenRoot(#[source] io::Error),
+}
+
+/// What kind of [`SyncError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncErrorKind {
+    /// See [`ConfineError::kind`].
+    Confine(crate::confine::ConfineErrorKind),
+    /// `invalid_request`.
+    Request,
+    /// `limit_exceeded`.
+    TooBig,
+    /// `internal`.
+    Internal,
+}
+
+impl SyncError {
+    pub fn kind(&self) -> SyncErrorKind {
+        match self {
+            SyncError::Confine(e) => SyncErrorKind::Confine(e.kind()),
+            SyncError::Request(_) | SyncError::Upload { .. } => SyncErrorKind::Request,
+            SyncError::TooBig { .. } => SyncErrorKind::TooBig,
+            SyncError::Io { .. } | SyncError::Stage { .. } | SyncError::OpenRoot(_) => {
+                SyncErrorKind::Internal
+            }
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence, for a whole reply or one file's or change's failure; an
+/// `internal` one logs its path and cause here.
+impl From<SyncError> for ToolError {
+    fn from(e: SyncError) -> Self {
+        let code = match e.kind() {
+            SyncErrorKind::Confine(_) => {
+                let SyncError::Confine(e) = e else {
+                    unreachable!("only Confine has a confine kind")
+                };
+                return e.into();
+            }
+            SyncErrorKind::Request => ErrorCode::InvalidRequest,
+            SyncErrorKind::TooBig => ErrorCode::LimitExceeded,
+            SyncErrorKind::Internal => {
+                match &e {
+                    SyncError::Io { op, path, source } => tracing::error!(
+                        path = %DisplaySafe(path),
+                        operation = op,
+                        error = %DisplayChain(source),
+                        "workspace sync file operation failed"
+                    ),
+                    SyncError::Stage { path, source } => tracing::error!(
+                        path = %DisplaySafe(path),
+                        error = %DisplayChain(source),
+                        "workspace sync staging failed"
+                    ),
+                    _ => tracing::error!(error = %DisplayChain(&e), "workspace sync failed"),
+                }
+                ErrorCode::Internal
+            }
+        };
+        ToolError::new(code, e.to_string())
+    }
+}
+
+fn argument(pointer: &str, message: impl Into<String>) -> SyncError {
+    ConfineError::argument(pointer, message).into()
+}
+
+fn request(message: impl Into<String>) -> SyncError {
+    SyncError::Request(message.into())
+}
 
 /// A staging file not touched for this long belongs to an abandoned upload and is removed.
 const STAGING_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -61,7 +170,7 @@ impl SyncService {
         Self { data_dir }
     }
 
-    fn open(&self, account: &Account, session: &SessionId) -> Result<Workspace, ToolError> {
+    fn open(&self, account: &Account, session: &SessionId) -> Result<Workspace, SyncError> {
         Ok(Workspace::open(&self.data_dir, account, session)?)
     }
 
@@ -76,7 +185,7 @@ impl SyncService {
                     ))),
                     Ok(req) => match self.manifest(&req.account, &req.session_id, req.limits) {
                         Ok(manifest) => wire::ok_body(&manifest),
-                        Err(e) => wire::error_body(e),
+                        Err(e) => wire::error_body(e.into()),
                     },
                 })
             }
@@ -89,14 +198,14 @@ impl SyncService {
                 ),
                 Ok(req) => match self.fetch(&req) {
                     Ok(fetched) => wire::encode_fetched(&fetched),
-                    Err(e) => wire::encode_frame(&wire::error_body(e), &[]),
+                    Err(e) => wire::encode_frame(&wire::error_body(e.into()), &[]),
                 },
             },
             internal::WORKSPACE_APPLY => json(match wire::decode_apply(payload) {
                 Err(e) => wire::error_body(e),
                 Ok((account, session, changes)) => match self.apply(&account, &session, changes) {
                     Ok(outcomes) => wire::ok_body(&wire::ApplyReply { outcomes }),
-                    Err(e) => wire::error_body(e),
+                    Err(e) => wire::error_body(e.into()),
                 },
             }),
             other => json(wire::error_body(ToolError::invalid_request(format!(
@@ -114,12 +223,12 @@ impl SyncService {
         account: &Account,
         session: &SessionId,
         limits: ManifestLimits,
-    ) -> Result<Manifest, ToolError> {
+    ) -> Result<Manifest, SyncError> {
         let ws = self.open(account, session)?;
         let root = ws
             .dir()
             .open_dir_nofollow(".")
-            .map_err(|e| ToolError::internal(format!("cannot open the workspace: {e}")))?;
+            .map_err(SyncError::OpenRoot)?;
         Ok(walk(Rc::new(root), limits))
     }
 
@@ -127,7 +236,7 @@ impl SyncService {
     // Fetch
 
     /// Chunks of the files asked for, in order, until [`BODY_CONTENT_BUDGET`] is used.
-    pub fn fetch(&self, req: &FetchRequest) -> Result<Fetched, ToolError> {
+    pub fn fetch(&self, req: &FetchRequest) -> Result<Fetched, SyncError> {
         let ws = self.open(&req.account, &req.session_id)?;
         let mut fetched = Fetched::default();
         let mut used = 0usize;
@@ -141,11 +250,14 @@ impl SyncService {
                     used += chunk.content.len();
                     fetched.chunks.push(chunk);
                 }
-                Err(e) => fetched.failed.push(FetchFailure {
-                    path: file.path.clone(),
-                    error: e.code,
-                    error_message: e.message,
-                }),
+                Err(e) => {
+                    let e = ToolError::from(e);
+                    fetched.failed.push(FetchFailure {
+                        path: file.path.clone(),
+                        error: e.code,
+                        error_message: e.message,
+                    })
+                }
             }
         }
         Ok(fetched)
@@ -160,14 +272,15 @@ impl SyncService {
         account: &Account,
         session: &SessionId,
         changes: Vec<Change>,
-    ) -> Result<Vec<ChangeOutcome>, ToolError> {
+    ) -> Result<Vec<ChangeOutcome>, SyncError> {
         let ws = self.open(account, session)?;
         Ok(changes
             .into_iter()
             .enumerate()
             .map(|(i, change)| {
                 let path = change.path.clone();
-                apply_one(&ws, change, i).unwrap_or_else(|e| ChangeOutcome::rejected(&path, &e))
+                apply_one(&ws, change, i)
+                    .unwrap_or_else(|e| ChangeOutcome::rejected(&path, &ToolError::from(e)))
             })
             .collect())
     }
@@ -306,10 +419,10 @@ fn read_chunk(
     offset: u64,
     budget: usize,
     index: usize,
-) -> Result<Chunk, ToolError> {
+) -> Result<Chunk, SyncError> {
     let path = WorkspacePath::parse(raw, &pointer(index, "path"))?;
     if path.is_root() {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             "names the workspace root; name a file",
         ));
@@ -324,7 +437,7 @@ fn read_chunk(
         .metadata()
         .map_err(|e| io_error(ws, &path, "inspect", e))?;
     if !meta.is_file() {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             format!("'{path}' is not a regular file; only regular files are synced"),
         ));
@@ -355,30 +468,30 @@ fn read_chunk(
 }
 
 /// The PROTOCOL.md code of an io error met on `path`.
-fn io_error(ws: &Workspace, path: &WorkspacePath, op: &str, e: io::Error) -> ToolError {
+fn io_error(ws: &Workspace, path: &WorkspacePath, op: &'static str, e: io::Error) -> SyncError {
     if is_escape(&e) {
-        return ToolError::new(
-            ErrorCode::PathOutsideWorkspace,
-            format!("'{path}' leads outside the workspace through a symbolic link"),
-        );
+        return ConfineError::Outside(format!(
+            "'{path}' leads outside the workspace through a symbolic link"
+        ))
+        .into();
     }
     match e.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => ToolError::new(
-            ErrorCode::NotFound,
-            format!("'{path}' does not exist in the workspace"),
-        ),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => {
+            ConfineError::NotFound(format!("'{path}' does not exist in the workspace")).into()
+        }
         _ if e.raw_os_error() == Some(40) /* ELOOP: O_NOFOLLOW met a link */
             || is_symlink(ws, path) =>
         {
-            ToolError::invalid_argument(
+            argument(
                 path.pointer(),
                 format!("'{path}' is a symbolic link; sync never follows links"),
             )
         }
-        _ => {
-            tracing::error!(path = %DisplaySafe(path), operation = op, error = %e, "workspace sync file operation failed");
-            ToolError::internal(format!("could not {op} '{path}' ({e})"))
-        }
+        _ => SyncError::Io {
+            op,
+            path: path.to_string(),
+            source: e,
+        },
     }
 }
 
@@ -400,7 +513,7 @@ enum Parent {
 
 /// Opens the parent directory of `path` component by component, never following a link;
 /// with `create`, missing directories are made.
-fn open_parent(ws: &Workspace, path: &WorkspacePath, create: bool) -> Result<Parent, ToolError> {
+fn open_parent(ws: &Workspace, path: &WorkspacePath, create: bool) -> Result<Parent, SyncError> {
     let mut dir = ws
         .dir()
         .open_dir_nofollow(".")
@@ -441,24 +554,22 @@ fn open_parent(ws: &Workspace, path: &WorkspacePath, create: bool) -> Result<Par
 }
 
 /// Why the parent `walked` of `path` cannot be opened without following.
-fn parent_error(ws: &Workspace, path: &WorkspacePath, walked: &str, e: io::Error) -> ToolError {
+fn parent_error(ws: &Workspace, path: &WorkspacePath, walked: &str, e: io::Error) -> SyncError {
     match ws.dir().symlink_metadata(walked) {
         Ok(meta) if meta.file_type().is_symlink() => {
             if ws.dir().open_dir(walked).is_err_and(|e| is_escape(&e)) {
-                ToolError::new(
-                    ErrorCode::PathOutsideWorkspace,
-                    format!(
-                        "'{path}' leads outside the workspace through the symbolic link '{walked}'"
-                    ),
-                )
+                ConfineError::Outside(format!(
+                    "'{path}' leads outside the workspace through the symbolic link '{walked}'"
+                ))
+                .into()
             } else {
-                ToolError::invalid_argument(
+                argument(
                     path.pointer(),
                     format!("'{walked}' is a symbolic link; sync never writes through links"),
                 )
             }
         }
-        Ok(meta) if !meta.is_dir() => ToolError::invalid_argument(
+        Ok(meta) if !meta.is_dir() => argument(
             path.pointer(),
             format!("'{walked}' is a file, so '{path}' cannot be created beneath it"),
         ),
@@ -502,16 +613,16 @@ fn holds(expected: Expected, current: Current) -> bool {
     }
 }
 
-fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutcome, ToolError> {
+fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutcome, SyncError> {
     let path = WorkspacePath::parse(&change.path, &format!("changes/{index}/path"))?;
     let Some(name) = path.file_name().map(str::to_owned) else {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             "names the workspace root; name a file",
         ));
     };
     if path.as_str() == STAGING_DIR || path.as_str().starts_with(&format!("{STAGING_DIR}/")) {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             format!("'{path}' is inside the sync staging area {STAGING_DIR}; pick another path"),
         ));
@@ -524,7 +635,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
     if matches!(change.op, ChangeOp::MakeDir | ChangeOp::RemoveDir)
         && wire::is_skipped_path(&format!("{path}/x"))
     {
-        return Err(ToolError::invalid_argument(
+        return Err(argument(
             path.pointer(),
             format!("'{path}' is a directory sync skips (or lies beneath one); it is never synced"),
         ));
@@ -604,7 +715,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                     remove_entry(dir, &name).map_err(|e| io_error(ws, &path, "delete", e))?
                 }
                 Current::Dir | Current::Other if change.expected == Expected::Any => {
-                    return Err(ToolError::invalid_argument(
+                    return Err(argument(
                         path.pointer(),
                         format!("'{path}' is not a regular file; sync deletes files only"),
                     ))
@@ -633,13 +744,14 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
         } => {
             let len = content.len() as u64;
             if total > MAX_PUT_BYTES {
-                return Err(ToolError::new(
-                    ErrorCode::LimitExceeded,
-                    format!("'{path}' is {total} bytes, over the sync limit of {MAX_PUT_BYTES}"),
-                ));
+                return Err(SyncError::TooBig {
+                    path: path.to_string(),
+                    total,
+                    max: MAX_PUT_BYTES,
+                });
             }
             if offset.checked_add(len).is_none_or(|end| end > total) {
-                return Err(ToolError::invalid_request(format!(
+                return Err(request(format!(
                     "a part of '{path}' ends past its total of {total} bytes"
                 )));
             }
@@ -652,15 +764,13 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                             .bytes()
                             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
                     {
-                        return Err(ToolError::invalid_request(
-                            "an upload id must match [A-Za-z0-9_-]{1,64}",
-                        ));
+                        return Err(request("an upload id must match [A-Za-z0-9_-]{1,64}"));
                     }
                     format!("up-{id}")
                 }
                 (None, true) => format!("tmp-{}", uuid::Uuid::new_v4().simple()),
                 (None, false) => {
-                    return Err(ToolError::invalid_request(format!(
+                    return Err(request(format!(
                         "a put of '{path}' in several parts needs an upload id"
                     )))
                 }
@@ -677,7 +787,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                     });
                 }
                 if now == Current::Dir {
-                    return Err(ToolError::invalid_argument(
+                    return Err(argument(
                         path.pointer(),
                         format!(
                             "'{path}' is a directory in the workspace; it cannot become a file"
@@ -721,7 +831,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             };
             if meta.len() != total {
                 discard();
-                return Err(ToolError::invalid_request(format!(
+                return Err(request(format!(
                     "the parts of '{path}' add up to {} bytes, not {total}",
                     meta.len()
                 )));
@@ -753,14 +863,12 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             if let Err(e) = staging.rename(&staging_name, &dir, &name) {
                 discard();
                 return Err(match e.kind() {
-                    io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => {
-                        ToolError::invalid_argument(
-                            path.pointer(),
-                            format!(
-                                "'{path}' is a directory in the workspace; it cannot become a file"
-                            ),
-                        )
-                    }
+                    io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => argument(
+                        path.pointer(),
+                        format!(
+                            "'{path}' is a directory in the workspace; it cannot become a file"
+                        ),
+                    ),
                     _ => io_error(ws, &path, "replace", e),
                 });
             }
@@ -792,7 +900,7 @@ fn prune(ws: &Workspace, path: &WorkspacePath) {
 }
 
 /// `.toolmesh/sync`, created when missing, opened without following links.
-fn open_staging(ws: &Workspace) -> Result<Dir, ToolError> {
+fn open_staging(ws: &Workspace) -> Result<Dir, SyncError> {
     let marker = WorkspacePath::parse(&format!("{STAGING_DIR}/x"), "path")
         .expect("the staging path is valid");
     match open_parent(ws, &marker, true)? {
@@ -830,18 +938,19 @@ fn stage_part(staging: &Dir, name: &str, offset: u64, content: &[u8]) -> io::Res
     Ok(file)
 }
 
-fn staging_error(path: &WorkspacePath, e: io::Error) -> ToolError {
+fn staging_error(path: &WorkspacePath, e: io::Error) -> SyncError {
     match e.kind() {
-        io::ErrorKind::NotFound => ToolError::invalid_request(format!(
+        io::ErrorKind::NotFound => request(format!(
             "no upload of '{path}' is staged (its first part is missing or expired); start again at offset 0"
         )),
-        io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
-            ToolError::invalid_request(format!("upload of '{path}': {e}"))
-        }
-        _ => {
-            tracing::error!(path = %DisplaySafe(path), error = %e, "workspace sync staging failed");
-            ToolError::internal(format!("could not stage '{path}' ({e})"))
-        }
+        io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => SyncError::Upload {
+            path: path.to_string(),
+            source: e,
+        },
+        _ => SyncError::Stage {
+            path: path.to_string(),
+            source: e,
+        },
     }
 }
 
