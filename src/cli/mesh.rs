@@ -85,7 +85,7 @@ pub(super) fn url_has_user(nats_url: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::cli::mesh::{redacted_url, url_has_user};
 
     #[test]
     fn urls_lose_their_credentials_and_keep_the_rest() {

@@ -209,7 +209,7 @@ fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::cli::run::error_text;
 
     #[test]
     fn an_error_names_each_cause_once() {

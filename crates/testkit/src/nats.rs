@@ -280,8 +280,10 @@ impl Drop for AuthNats {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
     use crate::client::wait_until;
+    use crate::nats::NatsServer;
 
     #[tokio::test]
     async fn nats_picks_its_port_keeps_it_across_a_restart_and_counts_interest() {

@@ -69,7 +69,7 @@ pub async fn http_target() -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::net::ClosedPort;
 
     #[tokio::test]
     async fn a_closed_port_refuses_connections() {

@@ -230,7 +230,7 @@ impl Drop for Node {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::node::Listener;
 
     /// `line` is `listener`'s line naming `addr`, or no line of it (`None`).
     fn check(listener: Listener, line: &str, addr: Option<&str>) {

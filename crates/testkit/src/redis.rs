@@ -135,7 +135,8 @@ fn candidate_port() -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::process::temp_dir;
+    use crate::redis::{PortTaken, RedisServer};
 
     #[tokio::test]
     async fn two_redis_servers_get_two_ports_and_one_comes_back_on_its_own() {
