@@ -26,6 +26,12 @@ fn with_approval(mut body: Value, approval: Value) -> Value {
     body
 }
 
+/// `component_status` in `session` of `account` with `approval`.
+async fn status_with(c: &Cluster, account: &str, session: &str, approval: Value) -> Value {
+    c.call(account, with_approval(status_call(session), approval))
+        .await
+}
+
 async fn request_approval(c: &Cluster, account: &str, body: Value) -> Value {
     let reply = c.call(account, body).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
@@ -80,9 +86,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
     let a = request_approval(&c, "acme", status_call("s1")).await;
     let id = a["id"].as_str().unwrap();
 
-    let pending = c
-        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
+    let pending = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(pending["error"], "approval_pending", "{pending}");
 
     let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
@@ -106,9 +110,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
         .collect();
     assert_eq!(kinds, ["started", "approved", "finished"]);
 
-    let again = c
-        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
+    let again = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(again["error"], "approval_expired", "{again}");
     assert_eq!(c.approval_status("acme", id).await, "used");
     // Decisions on a used approval still follow the first decision.
@@ -127,9 +129,7 @@ async fn rejection_and_conflicting_decisions() {
     );
     assert_eq!(c.decide("acme", id, false).await["ok"], true);
     assert_eq!(c.decide("acme", id, true).await["error"], "conflict");
-    let reply = c
-        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
+    let reply = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(reply["error"], "approval_rejected", "{reply}");
     let listed = c.approvals("acme", "list", json!({})).await;
     assert_eq!(listed["approvals"], json!([]));
@@ -218,16 +218,9 @@ async fn accounts_cannot_see_or_decide_each_others_approvals() {
         "not_found"
     );
     assert_eq!(c.decide("evil", id, true).await["error"], "not_found");
-    let reply = c
-        .call("evil", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
+    let reply = status_with(&c, "evil", "s1", json!({"id": id})).await;
     assert_eq!(reply["error"], "not_found", "{reply}");
-    let reply = c
-        .call(
-            "evil",
-            with_approval(status_call("s1"), json!({"id": id, "approved": true})),
-        )
-        .await;
+    let reply = status_with(&c, "evil", "s1", json!({"id": id, "approved": true})).await;
     assert_eq!(reply["error"], "not_found", "{reply}");
     // Still pending for its own account.
     assert_eq!(c.approval_status("acme", id).await, "pending");
@@ -237,28 +230,15 @@ async fn accounts_cannot_see_or_decide_each_others_approvals() {
 async fn in_band_decisions() {
     let (c, _policy) = gated(&[]).await;
     // Created and decided in one step.
-    ok(c.call(
-        "acme",
-        with_approval(status_call("s1"), json!({"approved": true})),
-    )
-    .await);
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s1"), json!({"approved": false})),
-        )
-        .await;
+    ok(status_with(&c, "acme", "s1", json!({"approved": true})).await);
+    let reply = status_with(&c, "acme", "s1", json!({"approved": false})).await;
     assert_eq!(reply["error"], "approval_rejected", "{reply}");
     assert_eq!(reply["approval_request"]["decided_by"], "in-band");
 
     // With an id: approve in band, then it is used.
     let a = request_approval(&c, "acme", status_call("s2")).await;
     let id = a["id"].as_str().unwrap();
-    ok(c.call(
-        "acme",
-        with_approval(status_call("s2"), json!({"id": id, "approved": true})),
-    )
-    .await);
+    ok(status_with(&c, "acme", "s2", json!({"id": id, "approved": true})).await);
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "used");
     assert_eq!(got["approval"]["decided_by"], "in-band");
@@ -267,24 +247,14 @@ async fn in_band_decisions() {
     let b = request_approval(&c, "acme", status_call("s3")).await;
     let bid = b["id"].as_str().unwrap();
     c.decide("acme", bid, false).await;
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s3"), json!({"id": bid, "approved": true})),
-        )
-        .await;
+    let reply = status_with(&c, "acme", "s3", json!({"id": bid, "approved": true})).await;
     assert_eq!(reply["error"], "conflict", "{reply}");
 }
 
 #[tokio::test]
 async fn in_band_can_be_switched_off() {
     let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_IN_BAND", "0")]).await;
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s1"), json!({"approved": true})),
-        )
-        .await;
+    let reply = status_with(&c, "acme", "s1", json!({"approved": true})).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
     // The caller hears why its in-band decision did nothing.
     let says_why = |reply: &serde_json::Value| {
@@ -294,12 +264,7 @@ async fn in_band_can_be_switched_off() {
     };
     assert!(says_why(&reply), "{reply}");
     let id = reply["approval_request"]["id"].as_str().unwrap();
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s1"), json!({"id": id, "approved": true})),
-        )
-        .await;
+    let reply = status_with(&c, "acme", "s1", json!({"id": id, "approved": true})).await;
     assert_eq!(reply["error"], "approval_pending", "{reply}");
     assert!(says_why(&reply), "{reply}");
     // Without an in-band decision there is nothing to explain.
@@ -433,9 +398,7 @@ async fn approvals_expire() {
         c.approvals("acme", "list", json!({})).await["approvals"],
         json!([])
     );
-    let reply = c
-        .call("acme", with_approval(status_call("s1"), json!({"id": id})))
-        .await;
+    let reply = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(reply["error"], "approval_expired");
     let events = collect(&mut decided, 1, Duration::from_secs(5)).await;
     assert_eq!(events[0]["status"], "expired", "{events:?}");
@@ -512,10 +475,7 @@ async fn a_pending_approval_survives_a_restart_of_every_node() {
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "pending", "{got}");
     c.decide("acme", &id, true).await;
-    ok(
-        c.call("acme", with_approval(status_call("s1"), json!({"id": id})))
-            .await,
-    );
+    ok(status_with(&c, "acme", "s1", json!({"id": id})).await);
 }
 
 #[tokio::test]
@@ -530,12 +490,7 @@ async fn calls_without_approval_do_not_touch_redis() {
     )
     .await);
     // ...while gated ones say the approval store is unavailable (and nothing runs).
-    let reply = c
-        .call(
-            "acme",
-            with_approval(status_call("s1"), json!({"id": a["id"]})),
-        )
-        .await;
+    let reply = status_with(&c, "acme", "s1", json!({"id": a["id"]})).await;
     assert_eq!(reply["error"], "unavailable", "{reply}");
     let mut events = c.client.subscribe("toolmesh.v1.approvals.>").await.unwrap();
     let quiet = tokio::time::timeout(Duration::from_millis(200), events.next()).await;

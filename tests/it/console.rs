@@ -83,6 +83,12 @@ impl Console {
         (status, body)
     }
 
+    /// A decision of approval `id` of `account` with `body`, as `tok-acme`.
+    async fn decide(&self, account: &str, id: &str, body: &str) -> (u16, Value) {
+        let path = format!("/api/approvals/{account}/{id}/decide");
+        self.api("POST", &path, Some("tok-acme"), Some(body)).await
+    }
+
     /// A GET of the console's API.
     async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
         self.api("GET", path, token, None).await
@@ -137,12 +143,7 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
         .await;
     assert_eq!(status, 403);
     let (status, _) = con
-        .api(
-            "POST",
-            &format!("/api/approvals/globex/{gid}/decide"),
-            Some("tok-acme"),
-            Some(r#"{"approved": true, "reason": "not mine"}"#),
-        )
+        .decide("globex", gid, r#"{"approved": true, "reason": "not mine"}"#)
         .await;
     assert_eq!(status, 403);
     assert_eq!(
@@ -205,14 +206,7 @@ async fn list_and_decide_record_the_approver() {
         r#"{"approved": "yes"}"#,
         r#"{"approved": true, "approver": "mallory"}"#,
     ] {
-        let (status, body) = con
-            .api(
-                "POST",
-                &format!("/api/approvals/acme/{id}/decide"),
-                Some("tok-acme"),
-                Some(bad),
-            )
-            .await;
+        let (status, body) = con.decide("acme", id, bad).await;
         assert_eq!(
             (status, body["error"].as_str()),
             (400, Some("invalid_request")),
@@ -221,12 +215,7 @@ async fn list_and_decide_record_the_approver() {
     }
 
     let (status, decided) = con
-        .api(
-            "POST",
-            &format!("/api/approvals/acme/{id}/decide"),
-            Some("tok-acme"),
-            Some(r#"{"approved": true, "reason": "looks right"}"#),
-        )
+        .decide("acme", id, r#"{"approved": true, "reason": "looks right"}"#)
         .await;
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["approval"]["status"], "approved");
@@ -234,11 +223,10 @@ async fn list_and_decide_record_the_approver() {
     assert_eq!(decided["approval"]["reason"], "looks right");
     // The contrary decision is a conflict the page shows.
     let (status, body) = con
-        .api(
-            "POST",
-            &format!("/api/approvals/acme/{id}/decide"),
-            Some("tok-acme"),
-            Some(r#"{"approved": false, "reason": "changed my mind"}"#),
+        .decide(
+            "acme",
+            id,
+            r#"{"approved": false, "reason": "changed my mind"}"#,
         )
         .await;
     assert_eq!(

@@ -545,19 +545,18 @@ async fn a_client_without_elicitation_waits_for_an_out_of_band_decision() {
     );
 }
 
+/// A sandbox of the process backend, without a disk of its own, and approvals off.
+const PROCESS_SANDBOX: [(&str, &str); 3] = [
+    ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
+    ("TOOLMESH_SANDBOX_BACKEND", "process"),
+    ("TOOLMESH_SANDBOX_DISK_MB", "0"),
+];
+
 /// stdout of a long command arrives as progress; cancelling the request (stdio:
 /// notifications/cancelled; HTTP: the stream closes) cancels the invocation.
 #[tokio::test]
 async fn progress_streams_and_cancellation_kills_the_command() {
-    let f = Front::start(
-        "gateway,approval,workspace,sandbox,mcp",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_SANDBOX_BACKEND", "process"),
-            ("TOOLMESH_SANDBOX_DISK_MB", "0"),
-        ],
-    )
-    .await;
+    let f = Front::start("gateway,approval,workspace,sandbox,mcp", &PROCESS_SANDBOX).await;
     let lines = client(
         f.http("tok-c", "p1"),
         json!({"steps": [{"call": "run_command", "progress": true,
@@ -605,15 +604,7 @@ async fn progress_streams_and_cancellation_kills_the_command() {
 #[tokio::test]
 async fn a_stdio_client_that_leaves_cancels_its_calls() {
     use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-    let f = Front::start(
-        "gateway,approval,workspace,sandbox",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_SANDBOX_BACKEND", "process"),
-            ("TOOLMESH_SANDBOX_DISK_MB", "0"),
-        ],
-    )
-    .await;
+    let f = Front::start("gateway,approval,workspace,sandbox", &PROCESS_SANDBOX).await;
     let mut events = f.c.watch("toolmesh.v1.events.acme.>").await;
     let spec = f.stdio("leaves", "coding", json!({}));
     let argv: Vec<String> = serde_json::from_value(spec["stdio"].clone()).unwrap();

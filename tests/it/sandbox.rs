@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, node_failure, ok, Cluster};
+use crate::support::{assert_error, node_failure, ok, write_skill, Cluster};
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
 
@@ -109,6 +109,14 @@ async fn run_with(c: &Cluster, session: &str, command: &str, mut args: Value) ->
 /// `run_command` of `command` as a background task (its reply: the task's id).
 async fn background(c: &Cluster, session: &str, command: &str) -> Value {
     run_with(c, session, command, json!({"background": true})).await
+}
+
+/// `command` started as a background task of session s1, asserted ok: the reply and the
+/// task's id.
+async fn task_started(c: &Cluster, command: &str) -> (Value, String) {
+    let r = ok(background(c, "s1", command).await);
+    let task = r["task_id"].as_str().unwrap().to_owned();
+    (r, task)
 }
 
 /// `run_command` of `command` in a sandbox of `template`.
@@ -471,13 +479,11 @@ async fn a_character_split_between_writes_stays_whole_in_events_and_task_reads()
 
     // Once the first two bytes are out, the command says so on stderr, and the read that
     // waits for that finds stdout still empty.
-    let started = ok(background(
+    let (_, task) = task_started(
         &c,
-        "s1",
         r"printf '\342\202'; echo half >&2; sleep 2; printf '\254\n'; echo done",
     )
-    .await);
-    let task = started["task_id"].as_str().unwrap().to_owned();
+    .await;
     let early = wait_output(&c, "s1", &task, "half").await;
     assert_eq!(early["matched"], true, "{early}");
     assert_eq!(
@@ -556,13 +562,11 @@ async fn run_code_runs_python_javascript_and_bash_snippets() {
 #[tokio::test]
 async fn background_tasks_poll_wait_feed_and_kill() {
     let c = cluster().await;
-    let r = ok(background(
+    let (r, task) = task_started(
         &c,
-        "s1",
         "echo ready; read line; echo got:$line; sleep 0.2; echo done",
     )
-    .await);
-    let task = r["task_id"].as_str().unwrap().to_owned();
+    .await;
     assert_eq!(r["status"], "running");
 
     let out = ok(wait_output(&c, "s1", &task, "ready").await);
@@ -961,14 +965,12 @@ async fn execute_skills_without_a_runner_says_how_to_enable_it() {
 #[tokio::test]
 async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
     let skills = tempfile::tempdir().unwrap();
-    let demo = skills.path().join("demo");
-    std::fs::create_dir_all(demo.join("scripts")).unwrap();
-    std::fs::write(
-        demo.join("SKILL.md"),
+    write_skill(
+        skills.path(),
+        "demo",
         "---\nname: demo\ndescription: says hello\nversion: 1.0.0\n---\nRun scripts/hello.sh.\n",
-    )
-    .unwrap();
-    std::fs::write(demo.join("scripts/hello.sh"), "echo hello from the skill\n").unwrap();
+        "echo hello from the skill\n",
+    );
     let skills_dir = skills.path().display().to_string();
     let runner = "sh /skills/demo/scripts/hello.sh; echo \"names=$TOOLMESH_SKILL_NAMES\"; \
                   echo \"prompt=$(cat)\"; echo \"env=$TOOLMESH_WORKFLOW_PROMPT\"; \
@@ -1141,12 +1143,17 @@ async fn a_worker_stopped_during_its_start_drains_and_leaves_nothing() {
 
 /// The peak resident memory of process `pid` (VmHWM), in bytes.
 fn peak_rss(pid: u32) -> u64 {
+    memory(pid, "VmHWM")
+}
+
+/// The size in kB of `field` of `/proc/<pid>/status`, in bytes.
+fn memory(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc status");
+        .unwrap_or_else(|| panic!("{field} in /proc status"));
     kb * 1024
 }
 
@@ -1256,13 +1263,11 @@ async fn output_past_the_cap_is_counted_and_the_reply_says_it_was_cut() {
     assert_eq!(r["stderr"], "err\n");
 
     // A background task's unread output is kept up to the same cap; a read says what it lost.
-    let started = ok(background(
+    let (_, task) = task_started(
         &c,
-        "s1",
         "head -c 3000000 /dev/zero | tr '\\0' 'b'; echo; echo finished",
     )
-    .await);
-    let task = started["task_id"].as_str().unwrap().to_owned();
+    .await;
     let (out, head) = output_once_exited(&c, &task).await;
     assert_eq!(out["stdout_original_chars"], 3_000_000 + 10, "{head}");
     assert_eq!(
@@ -1290,13 +1295,7 @@ async fn output_once_exited(c: &Cluster, task: &str) -> (Value, String) {
 
 /// The resident memory of process `pid` now (VmRSS), in bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc status");
-    kb * 1024
+    memory(pid, "VmRSS")
 }
 
 /// Bytes of the spool files on the worker (every `outputs` folder under the sandboxes).

@@ -14,7 +14,7 @@ use toolmesh_skills::catalog::SkillManifest;
 use toolmesh_skills::service::{RunningService, ServedSkill, ServiceCatalog, ServiceOptions};
 use toolmesh_testkit::LogTap;
 
-use crate::support::{ok, Cluster, BIN};
+use crate::support::{ok, write_skill, Cluster, BIN};
 
 const TOKEN: &str = "fixture-token";
 /// The inflate cap the node runs with (the inflate bomb passes it).
@@ -272,6 +272,10 @@ async fn tool(c: &Cluster, name: &str, args: Value) -> Value {
         .await
 }
 
+async fn load_skill(c: &Cluster, name: &str) -> Value {
+    tool(c, "load_skill", json!({"skill_name": name})).await
+}
+
 /// Every path under `dir`, relative.
 fn walk(dir: &Path) -> BTreeSet<String> {
     fn go(dir: &Path, base: &Path, out: &mut BTreeSet<String>) {
@@ -315,21 +319,11 @@ async fn hostile_archives_are_refused_and_nothing_escapes_staging() {
     }
     // The wrong hash is refused before anything is unpacked.
     let before = walk(data);
-    let r = tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "wrong-hash"}),
-    )
-    .await;
+    let r = load_skill(&f.cluster, "wrong-hash").await;
     assert_eq!(r["error"], "hash_mismatch", "{r}");
     assert_eq!(walk(data), before);
     // An archive on another loopback origin is refused by the egress policy, unasked.
-    let r = tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "cross-origin"}),
-    )
-    .await;
+    let r = load_skill(&f.cluster, "cross-origin").await;
     assert_eq!(r["error"], "blocked_url", "{r}");
     assert_eq!(r["reason"], "loopback address 127.0.0.1", "{r}");
     assert!(f.archive_host.requests().is_empty());
@@ -338,12 +332,7 @@ async fn hostile_archives_are_refused_and_nothing_escapes_staging() {
 #[tokio::test]
 async fn a_hash_mismatch_may_be_allowed_with_a_warning() {
     let f = fixture(&[("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", "1")]).await;
-    let r = ok(tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "wrong-hash"}),
-    )
-    .await);
+    let r = ok(load_skill(&f.cluster, "wrong-hash").await);
     assert_eq!(r["instructions"], "tampered\n");
     let warnings = r["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{r}");
@@ -387,7 +376,7 @@ async fn listing_merges_local_and_spaces_with_precedence() {
             .contains(&json!("good-skill")));
     }
     // The local one wins the clash.
-    let r = tool(&f.cluster, "load_skill", json!({"skill_name": "shadowed"})).await;
+    let r = load_skill(&f.cluster, "shadowed").await;
     assert_eq!(r["instructions"], "local instructions\n", "{r}");
     assert_eq!(r["space_id"], "local");
 }
@@ -441,12 +430,7 @@ async fn load_skill_verifies_caches_and_reports_cache_hits() {
     // The archive host listens on loopback like the service, on another port: only the
     // service's own origin is reachable without the allow-list.
     let f = fixture(&[("TOOLMESH_SKILL_ALLOWED_NETWORKS", "127.0.0.1/32")]).await;
-    let r = ok(tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "good-skill"}),
-    )
-    .await);
+    let r = ok(load_skill(&f.cluster, "good-skill").await);
     assert_eq!(r["instructions"], "# Good\nUse it well.\n");
     assert_eq!(r["name"], "good-skill");
     assert_eq!(r["version"], "1.0.0");
@@ -470,23 +454,13 @@ async fn load_skill_verifies_caches_and_reports_cache_hits() {
             .count()
     };
     assert_eq!(downloads(&f.service), 1);
-    let again = ok(tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "good-skill"}),
-    )
-    .await);
+    let again = ok(load_skill(&f.cluster, "good-skill").await);
     assert_eq!(again["cache_hit"], true);
     assert_eq!(again["instructions"], r["instructions"]);
     assert_eq!(downloads(&f.service), 1, "a cache hit downloads nothing");
 
     // The archive on another origin is fetched without the token.
-    let r = ok(tool(
-        &f.cluster,
-        "load_skill",
-        json!({"skill_name": "cross-origin"}),
-    )
-    .await);
+    let r = ok(load_skill(&f.cluster, "cross-origin").await);
     assert_eq!(r["instructions"], "from elsewhere\n");
     let seen = f.archive_host.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -556,14 +530,12 @@ fn listening_url(line: &str) -> Option<String> {
 #[tokio::test]
 async fn the_skill_service_command_serves_a_folder_to_a_node() {
     let dir = tempfile::tempdir().unwrap();
-    let skill = dir.path().join("hello");
-    std::fs::create_dir_all(skill.join("scripts")).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
+    let skill = write_skill(
+        dir.path(),
+        "hello",
         "---\nname: hello\ndescription: Says hello\nversion: 2.0.0\ntags: [greeting]\n---\nSay hello.\n",
-    )
-    .unwrap();
-    std::fs::write(skill.join("scripts/hello.sh"), "echo hello\n").unwrap();
+        "echo hello\n",
+    );
     let mut child = std::process::Command::new(BIN)
         .args([
             "skill-service",
@@ -603,7 +575,7 @@ async fn the_skill_service_command_serves_a_folder_to_a_node() {
     assert_eq!(r["skills"][0]["name"], "hello", "{r}");
     assert_eq!(r["skills"][0]["space_id"], "demo");
     assert_eq!(r["skills"][0]["version"], "2.0.0");
-    let r = ok(tool(&cluster, "load_skill", json!({"skill_name": "hello"})).await);
+    let r = ok(load_skill(&cluster, "hello").await);
     assert_eq!(r["instructions"], "Say hello.\n");
     assert_eq!(r["script_files"], json!(["scripts/hello.sh"]));
     assert_eq!(r["cache_hit"], false);

@@ -221,6 +221,20 @@ pub async fn events_until_finished(sub: &mut async_nats::Subscriber, idle: Durat
     seen
 }
 
+/// Writes skill `name` under `dir`: its `SKILL.md` and a `scripts/hello.sh`. Answers its folder.
+pub fn write_skill(
+    dir: &std::path::Path,
+    name: &str,
+    skill_md: &str,
+    hello_sh: &str,
+) -> std::path::PathBuf {
+    let skill = dir.join(name);
+    std::fs::create_dir_all(skill.join("scripts")).unwrap();
+    std::fs::write(skill.join("SKILL.md"), skill_md).unwrap();
+    std::fs::write(skill.join("scripts/hello.sh"), hello_sh).unwrap();
+    skill
+}
+
 /// A policy file in a temp dir; keep the returned dir alive while the node runs.
 pub fn policy_file(text: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -231,14 +231,20 @@ async fn start_traced(c: &mut Cluster, roles: &str, env: &[(&str, String)]) {
     c.start_node(roles, &env).await;
 }
 
+/// A collector, and servers with a node of each of `roles` exporting to it.
+async fn traced(delay_ms: &str, protocol: &str, roles: &[&str]) -> (Collector, Cluster) {
+    let collector = Collector::start().await;
+    let env = collector.env(delay_ms, protocol);
+    let mut c = Cluster::servers().await;
+    for roles in roles {
+        start_traced(&mut c, roles, &env).await;
+    }
+    (collector, c)
+}
+
 #[tokio::test]
 async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
-    let collector = Collector::start().await;
-    let env = collector.env("50", "http/protobuf");
-    let mut c = Cluster::servers().await;
-    start_traced(&mut c, "gateway", &env).await;
-    start_traced(&mut c, "approval", &env).await;
-    start_traced(&mut c, "workspace", &env).await;
+    let (collector, c) = traced("50", "http/protobuf", &["gateway", "approval", "workspace"]).await;
     let (gateway, approval, workspace) = ("test-node-1", "test-node-2", "test-node-3");
 
     // The caller is in a trace of its own: its `traceparent` is the call's parent.
@@ -309,13 +315,10 @@ async fn a_call_is_one_trace_across_gateway_approval_and_workspace() {
 
 #[tokio::test]
 async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_spans_in_json() {
-    let collector = Collector::start().await;
     // Batches leave every ten minutes: what arrives was sent when the node stopped. In JSON,
     // the other encoding of OTLP/HTTP.
-    let env = collector.env("600000", "http/json");
-    let mut c = Cluster::servers().await;
-    start_traced(&mut c, "gateway,approval", &env).await;
-    start_traced(&mut c, "workspace", &env).await;
+    let (collector, mut c) =
+        traced("600000", "http/json", &["gateway,approval", "workspace"]).await;
     ok(c.call(
         "acme",
         json!({"tool": "list_workspace_files", "session_id": "s1",
@@ -386,14 +389,11 @@ fn a_grpc_collector_is_refused_with_the_way_out() {
 
 #[tokio::test]
 async fn an_mcp_clients_traceparent_reaches_through_the_front_to_the_actor() {
-    let collector = Collector::start().await;
-    let env = collector.env("50", "http/protobuf");
-    let mut c = Cluster::servers().await;
-    start_traced(&mut c, "gateway,approval,workspace", &env).await;
+    let (collector, mut c) = traced("50", "http/protobuf", &["gateway,approval,workspace"]).await;
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.json");
     std::fs::write(&tokens, json!({"tok-a": {"account": "acme"}}).to_string()).unwrap();
-    let mut front = env.clone();
+    let mut front = collector.env("50", "http/protobuf");
     front.push(("TOOLMESH_MCP_LISTEN", "127.0.0.1:0".to_owned()));
     front.push(("TOOLMESH_MCP_TOKENS", tokens.display().to_string()));
     start_traced(&mut c, "mcp", &front).await;
@@ -458,10 +458,7 @@ async fn a_sandbox_command_is_a_span_of_the_worker_that_ran_it() {
 
 #[tokio::test]
 async fn the_command_line_continues_the_trace_of_its_environment() {
-    let collector = Collector::start().await;
-    let env = collector.env("50", "http/protobuf");
-    let mut c = Cluster::servers().await;
-    start_traced(&mut c, "gateway,approval", &env).await;
+    let (collector, c) = traced("50", "http/protobuf", &["gateway,approval"]).await;
     let (trace_id, script_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let out = tokio::process::Command::new(crate::support::BIN)
         .args(["call", "component_status", "--account", "acme"])
