@@ -110,17 +110,12 @@ impl Catalog {
     }
 
     /// `skill_not_found` with `available_skills`.
-    pub fn not_found(&self, name: &str) -> ToolError {
-        let mut message = format!(
-            "no active skill is named '{name}'; pick one of available_skills (list_skills shows them)"
-        );
-        if !self.warnings.is_empty() {
-            message.push_str(&format!(
-                " — some skill spaces could not be listed: {}",
-                self.warnings.join("; ")
-            ));
+    pub fn not_found(&self, name: &str) -> CatalogError {
+        CatalogError::SkillNotFound {
+            name: name.to_owned(),
+            available: self.names(),
+            warnings: self.warnings.clone(),
         }
-        ToolError::new(ErrorCode::SkillNotFound, message).with("available_skills", self.names())
     }
 }
 
@@ -193,6 +188,16 @@ pub fn local_skills(dir: &Path, warnings: &mut Vec<String>) -> Vec<CatalogSkill>
 /// usable back.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
+    /// No skill of the catalog has that name; `warnings` says which spaces could not be listed.
+    #[error(
+        "no active skill is named '{name}'; pick one of available_skills (list_skills shows them){}",
+        unlisted(.warnings)
+    )]
+    SkillNotFound {
+        name: String,
+        available: Vec<String>,
+        warnings: Vec<String>,
+    },
     #[error("no Skill Service is configured (TOOLMESH_SKILL_SERVICE_URL)")]
     NotConfigured,
     #[error("the Skill Service URL cannot take a path")]
@@ -229,9 +234,23 @@ pub enum CatalogError {
     Sha256 { name: String },
 }
 
+/// The end of a `skill_not_found` message when some spaces could not be listed.
+fn unlisted(warnings: &[String]) -> String {
+    if warnings.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " — some skill spaces could not be listed: {}",
+            warnings.join("; ")
+        )
+    }
+}
+
 /// What kind of [`CatalogError`] it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CatalogErrorKind {
+    /// No skill has the name: `skill_not_found`.
+    SkillNotFound,
     /// No Skill Service is configured: `unavailable`.
     Unavailable,
     /// The egress policy refused a hop: `blocked_url`.
@@ -251,6 +270,7 @@ pub enum CatalogErrorKind {
 impl CatalogError {
     pub fn kind(&self) -> CatalogErrorKind {
         match self {
+            CatalogError::SkillNotFound { .. } => CatalogErrorKind::SkillNotFound,
             CatalogError::NotConfigured => CatalogErrorKind::Unavailable,
             CatalogError::BaseUrl => CatalogErrorKind::Internal,
             CatalogError::Fetch { source, .. } => match **source {
@@ -293,7 +313,12 @@ impl From<CatalogError> for ToolError {
             error.message = e.message();
             return error;
         }
+        if let CatalogError::SkillNotFound { available, .. } = &e {
+            return ToolError::new(ErrorCode::SkillNotFound, e.to_string())
+                .with("available_skills", available.clone());
+        }
         let code = match e.kind() {
+            CatalogErrorKind::SkillNotFound => ErrorCode::SkillNotFound,
             CatalogErrorKind::Unavailable => ErrorCode::Unavailable,
             CatalogErrorKind::NotFound => ErrorCode::NotFound,
             CatalogErrorKind::TooBig => ErrorCode::UnsafeArchive,

@@ -134,7 +134,7 @@ impl SkillsService {
         // Unknown names first, so a typo costs no download.
         for name in &request.names {
             if catalog.get(name).is_none() {
-                return Err(catalog.not_found(name));
+                return Err(catalog.not_found(name).into());
             }
         }
         let mut loaded = Vec::with_capacity(request.names.len());
