@@ -92,8 +92,10 @@ pub enum EditFailure {
     },
 }
 
-/// A refused edit; `failed_edit_index` is set by [`apply_edits`].
-#[derive(Debug, Clone, PartialEq)]
+/// A refused edit; `failed_edit_index` is set by [`apply_edits`]. Its text is the wire's
+/// sentence without the file's name; [`EditError::into_tool_error`] names the file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.to_tool_error(None).message)]
 pub struct EditError {
     pub failure: EditFailure,
     pub failed_edit_index: Option<usize>,
@@ -199,14 +201,6 @@ impl EditError {
         }
     }
 }
-
-impl std::fmt::Display for EditError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.to_tool_error(None).message)
-    }
-}
-
-impl std::error::Error for EditError {}
 
 impl From<EditError> for ToolError {
     fn from(error: EditError) -> Self {
