@@ -169,6 +169,33 @@ async fn provider_error(
     assert_error(&r, "provider_error", says);
 }
 
+/// `fixture_sleep` for 120 s as `invocation` (`tag` names its files under `state`) in a task of
+/// its own, answered within 30 s; returned once the server has started it.
+async fn sleeping(
+    client: &async_nats::Client,
+    subject: &str,
+    invocation: &'static str,
+    tag: &str,
+    state: &Path,
+) -> tokio::task::JoinHandle<Value> {
+    let (client, subject) = (client.clone(), subject.to_owned());
+    let arguments = json!({"seconds": 120, "tag": tag});
+    let pending = tokio::spawn(async move {
+        let within = Duration::from_secs(30);
+        call_within(
+            &client,
+            &subject,
+            "fixture_sleep",
+            invocation,
+            arguments,
+            within,
+        )
+        .await
+    });
+    assert!(file_appears(&state.join(format!("{tag}.started"))).await);
+    pending
+}
+
 async fn call_within(
     client: &async_nats::Client,
     subject: &str,
@@ -337,18 +364,7 @@ async fn a_server_killed_mid_call_answers_its_caller_unavailable() {
 
     // The call sleeps 120 s at the server; the caller waits 30 s at most. Only the bridge
     // answering for the dead server can end it in time.
-    let pending = tokio::spawn(async move {
-        call_within(
-            &client,
-            &sleep,
-            "fixture_sleep",
-            "inv_mid",
-            json!({"seconds": 120, "tag": "mid"}),
-            Duration::from_secs(30),
-        )
-        .await
-    });
-    assert!(file_appears(&state.path().join("mid.started")).await);
+    let pending = sleeping(&client, &sleep, "inv_mid", "mid", state.path()).await;
     kill(pid);
     let r = pending.await.unwrap();
     assert_eq!(r["ok"], false, "{r}");
@@ -369,19 +385,7 @@ async fn a_cancel_reaches_the_mcp_server_and_list_changes_are_served() {
     let (_, sleep) = tool_of(&info, "fixture_sleep");
     let (_, add) = tool_of(&info, "fixture_add_tool");
 
-    let caller = client.clone();
-    let pending = tokio::spawn(async move {
-        call_within(
-            &caller,
-            &sleep,
-            "fixture_sleep",
-            "inv_cancel_me",
-            json!({"seconds": 120, "tag": "c"}),
-            Duration::from_secs(30),
-        )
-        .await
-    });
-    assert!(file_appears(&state.path().join("c.started")).await);
+    let pending = sleeping(&client, &sleep, "inv_cancel_me", "c", state.path()).await;
     client
         .publish(
             "toolmesh.v1.providers.cancel.mcp-fixture",

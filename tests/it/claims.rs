@@ -20,6 +20,12 @@ use toolmesh_testkit::{request_json, wait_until};
 
 use crate::support::{take_call, Cluster};
 
+/// How long a call answered by its worker may take.
+const SOON: Duration = Duration::from_secs(10);
+
+/// How long a call whose worker holds it a while may take.
+const SLOW: Duration = Duration::from_secs(30);
+
 /// `run_command` with a 120 s timeout: the gateway waits up to 150 s for it.
 fn long_command() -> Value {
     json!({
@@ -192,21 +198,17 @@ where
 #[tokio::test]
 async fn a_claimed_call_gets_the_reply_of_its_worker() {
     let c = cluster().await;
-    let (reply, _) = served(
-        &c,
-        Duration::from_secs(10),
-        |client, call, reply| async move {
-            assert_eq!(call.tool, "run_command");
-            claim(&client, &reply, "worker-a").await;
-            // The worker's own run time, not a wait: the reply comes a while after the
-            // claim (both on the reply subject, so in that order anyway).
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            client
-                .publish(reply, reply_body(json!({"exit_code": 0, "stdout": "hi"})))
-                .await
-                .unwrap();
-        },
-    )
+    let (reply, _) = served(&c, SOON, |client, call, reply| async move {
+        assert_eq!(call.tool, "run_command");
+        claim(&client, &reply, "worker-a").await;
+        // The worker's own run time, not a wait: the reply comes a while after the
+        // claim (both on the reply subject, so in that order anyway).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .publish(reply, reply_body(json!({"exit_code": 0, "stdout": "hi"})))
+            .await
+            .unwrap();
+    })
     .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["exit_code"], 0, "{reply}");
@@ -265,22 +267,18 @@ async fn a_draining_worker_is_not_lost() {
     // A `leaving` heartbeat means the node drains: it still answers its calls.
     let c = cluster().await;
     let heart = heartbeating(&c, "worker-d").await;
-    let (reply, took) = served(
-        &c,
-        Duration::from_secs(30),
-        |client, _call, reply| async move {
-            claim(&client, &reply, "worker-d").await;
-            heart.abort();
-            beat(&client, "worker-d", true).await;
-            // Longer than a node takes to drop out of the view: the test's subject (the
-            // reply still counts after it), not a wait for an event.
-            tokio::time::sleep(Duration::from_secs(8)).await;
-            client
-                .publish(reply, reply_body(json!({"exit_code": 0})))
-                .await
-                .unwrap();
-        },
-    )
+    let (reply, took) = served(&c, SLOW, |client, _call, reply| async move {
+        claim(&client, &reply, "worker-d").await;
+        heart.abort();
+        beat(&client, "worker-d", true).await;
+        // Longer than a node takes to drop out of the view: the test's subject (the
+        // reply still counts after it), not a wait for an event.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        client
+            .publish(reply, reply_body(json!({"exit_code": 0})))
+            .await
+            .unwrap();
+    })
     .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert!(took >= Duration::from_secs(8), "{took:?}");
@@ -290,18 +288,14 @@ async fn a_draining_worker_is_not_lost() {
 async fn a_claimless_call_waits_for_its_reply() {
     // A worker that never claims is treated as before the claim protocol: the reply counts.
     let c = cluster().await;
-    let (reply, _) = served(
-        &c,
-        Duration::from_secs(10),
-        |client, call, reply| async move {
-            let mut fields = Map::new();
-            fields.insert("seq".into(), Value::from(call.event_seq));
-            client
-                .publish(reply, reply_body(Value::Object(fields)))
-                .await
-                .unwrap();
-        },
-    )
+    let (reply, _) = served(&c, SOON, |client, call, reply| async move {
+        let mut fields = Map::new();
+        fields.insert("seq".into(), Value::from(call.event_seq));
+        client
+            .publish(reply, reply_body(Value::Object(fields)))
+            .await
+            .unwrap();
+    })
     .await;
     assert_eq!(reply["ok"], true, "{reply}");
     assert_eq!(reply["seq"], 1, "after `started` (seq 0): {reply}");

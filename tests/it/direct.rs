@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::host::{answer, confirm_subscriptions};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 
-use crate::support::{collect, fake_workspace, take_call, Cluster};
+use crate::support::{collect, fake_workspace, ok, take_call, Cluster};
 
 /// Sends `body` with `reply_to` as its reply subject; returns the subscription on it.
 async fn send_call(client: &Client, reply_to: &str, body: Value) -> Subscriber {
@@ -45,6 +45,20 @@ async fn finish(client: &Client, gateway_reply: &Subject, call: &ActorCall, repl
     .await;
 }
 
+/// An ordinary reply of the actor: `text` as the file's content.
+fn content(text: &str) -> ActorReply {
+    let mut fields = Map::new();
+    fields.insert("content".into(), json!(text));
+    ActorReply::ok(fields)
+}
+
+/// The one reply `replies` gets (a second within 800 ms fails the test).
+async fn only_reply(replies: &mut Subscriber) -> Value {
+    let got = collect(replies, 2, Duration::from_millis(800)).await;
+    assert_eq!(got.len(), 1, "exactly one reply: {got:?}");
+    got[0].clone()
+}
+
 fn read_call(invocation: &str) -> Value {
     json!({"tool": "read_workspace_file", "session_id": "s1", "invocation_id": invocation,
            "arguments": {"path": "a.txt"}})
@@ -70,14 +84,16 @@ async fn the_actor_answers_the_caller_itself() {
     // The gateway must not answer on its own once told the caller has the reply.
     let mut acks = c.client.subscribe(gateway_reply.clone()).await.unwrap();
     confirm_subscriptions(&c.client).await.unwrap();
-    let mut fields = Map::new();
-    fields.insert("content".into(), json!("     1\tfrom the actor\n"));
-    finish(&c.client, &gateway_reply, &call, ActorReply::ok(fields)).await;
+    finish(
+        &c.client,
+        &gateway_reply,
+        &call,
+        content("     1\tfrom the actor\n"),
+    )
+    .await;
 
-    let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
-    assert_eq!(got.len(), 1, "exactly one reply: {got:?}");
     assert_eq!(
-        got[0],
+        only_reply(&mut replies).await,
         json!({"ok": true, "invocation_id": "inv-direct1", "content": "     1\tfrom the actor\n"})
     );
     let ack = collect(&mut acks, 1, Duration::from_secs(2)).await;
@@ -114,10 +130,8 @@ async fn a_direct_failure_keeps_the_error_shape_and_the_dispatcher_name() {
     )
     .with("path", "missing.txt");
     finish(&c.client, &gateway_reply, &call, ActorReply::error(error)).await;
-    let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
-    assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
-        got[0],
+        only_reply(&mut replies).await,
         json!({"ok": false, "invocation_id": "inv-direct2", "error": "not_found",
                "error_message": "missing.txt does not exist", "path": "missing.txt",
                "dispatched_tool_name": "read_workspace_file"})
@@ -139,13 +153,9 @@ async fn other_callers_get_the_reply_through_the_gateway() {
     let mut replies = send_call(&c.client, "replies.acme.3", read_call("inv-direct3")).await;
     let (call, gateway_reply) = take_call(&mut actor).await;
     assert_eq!(call.direct, None);
-    let mut fields = Map::new();
-    fields.insert("content".into(), json!("x"));
-    finish(&c.client, &gateway_reply, &call, ActorReply::ok(fields)).await;
-    let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
-    assert_eq!(got.len(), 1, "{got:?}");
+    finish(&c.client, &gateway_reply, &call, content("x")).await;
     assert_eq!(
-        got[0],
+        only_reply(&mut replies).await,
         json!({"ok": true, "invocation_id": "inv-direct3", "content": "x"})
     );
 }
@@ -163,7 +173,5 @@ async fn a_call_that_used_an_approval_is_answered_by_the_gateway() {
     let (call, gateway_reply) = take_call(&mut actor).await;
     assert_eq!(call.direct, None);
     finish(&c.client, &gateway_reply, &call, ActorReply::ok(Map::new())).await;
-    let got = collect(&mut replies, 2, Duration::from_millis(800)).await;
-    assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(got[0]["ok"], true, "{got:?}");
+    ok(only_reply(&mut replies).await);
 }

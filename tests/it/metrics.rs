@@ -17,6 +17,14 @@ async fn metered(c: &mut Cluster, roles: &str, env: &[(&str, &str)]) -> u16 {
     port(&c.nodes[node])
 }
 
+/// Servers and one node of `roles` with `env` and its metrics on loopback: the cluster and
+/// the port of its metrics.
+async fn metered_cluster(roles: &str, env: &[(&str, &str)]) -> (Cluster, u16) {
+    let mut c = Cluster::servers().await;
+    let port = metered(&mut c, roles, env).await;
+    (c, port)
+}
+
 /// `TOOLMESH_METRICS_LISTEN` on loopback, on a port the node picks: read it with [`port`].
 pub(crate) const LISTEN: &str = "127.0.0.1:0";
 
@@ -90,9 +98,7 @@ async fn scrape_until(
 
 #[tokio::test]
 async fn calls_move_the_counters_and_the_histogram() {
-    let mut c = Cluster::servers().await;
-    let port = metered(
-        &mut c,
+    let (c, port) = metered_cluster(
         "gateway,approval,workspace",
         &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
     )
@@ -285,9 +291,7 @@ async fn sandboxes_are_gauged_by_template_and_state() {
 #[tokio::test]
 async fn web_fetch_egress_decisions_are_counted() {
     let target = toolmesh_testkit::http_target().await;
-    let mut c = Cluster::servers().await;
-    let port = metered(
-        &mut c,
+    let (c, port) = metered_cluster(
         "gateway,approval,web",
         &[
             ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
@@ -319,9 +323,7 @@ async fn web_fetch_egress_decisions_are_counted() {
 #[tokio::test]
 async fn provider_instances_follow_the_catalog() {
     use crate::providers::Provider;
-    let mut c = Cluster::servers().await;
-    let port = metered(
-        &mut c,
+    let (c, port) = metered_cluster(
         "gateway,approval",
         &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
     )

@@ -39,6 +39,12 @@ async fn write_file(c: &Cluster, path: &str, content: &str) -> Value {
     tool(c, "write_workspace_file", args).await
 }
 
+/// `read_workspace_file` of lines `start` to `end` of `path`.
+async fn read_lines(c: &Cluster, path: &str, start: u64, end: u64) -> Value {
+    let args = json!({"path": path, "start_line": start, "end_line": end});
+    tool(c, "read_workspace_file", args).await
+}
+
 /// `edit_workspace_file` of `path`: `old` replaced by `new`.
 async fn edit_file(c: &Cluster, path: &str, old: &str, new: &str) -> Value {
     let args = json!({"path": path, "old_text": old, "new_text": new});
@@ -398,12 +404,7 @@ async fn large_reads_are_cut_and_persisted_for_paging() {
         .unwrap()
         .to_owned();
     assert!(persisted.starts_with(".toolmesh/outputs/"), "{persisted}");
-    let page = ok(tool(
-        &c,
-        "read_workspace_file",
-        json!({"path": persisted, "start_line": 400, "end_line": 400}),
-    )
-    .await);
+    let page = ok(read_lines(&c, &persisted, 400, 400).await);
     assert!(
         page["content"]
             .as_str()
@@ -545,12 +546,7 @@ async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
     }
     assert!(text.len() > 10 * 1024 * 1024);
     std::fs::write(dir.join("huge.log"), &text).unwrap();
-    let r = ok(tool(
-        &c,
-        "read_workspace_file",
-        json!({"path": "huge.log", "start_line": 350_000, "end_line": 350_002}),
-    )
-    .await);
+    let r = ok(read_lines(&c, "huge.log", 350_000, 350_002).await);
     assert_eq!(
         r["content"],
         "350000\tline     350000 of the big file\n350001\tline     350001 of the big file\n350002\tline     350002 of the big file\n"
@@ -598,12 +594,7 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
         .collect();
     assert_eq!(text.len(), 3_000_000);
     std::fs::write(dir.join("three.log"), &text).unwrap();
-    let r = ok(tool(
-        &c,
-        "read_workspace_file",
-        json!({"path": "three.log", "start_line": 1, "end_line": 30_000}),
-    )
-    .await);
+    let r = ok(read_lines(&c, "three.log", 1, 30_000).await);
     // 2 MiB of 100-byte lines, ending on a whole line.
     let kept = (2 * 1024 * 1024) / 100;
     assert_eq!(r["read_range"], json!([1, kept]), "{}", r["read_range"]);
@@ -613,12 +604,7 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
     let original = r["content_original_chars"].as_u64().unwrap();
     assert_eq!(original, kept * (100 + 7), "with `{{n:>6}}\\t` per line");
     // A range under the cap is read as asked.
-    let r = tool(
-        &c,
-        "read_workspace_file",
-        json!({"path": "three.log", "start_line": 29_999, "end_line": 30_000}),
-    )
-    .await;
+    let r = read_lines(&c, "three.log", 29_999, 30_000).await;
     assert_eq!(
         r["read_range"],
         json!([29_999, 30_000]),
