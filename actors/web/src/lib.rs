@@ -39,8 +39,8 @@ pub struct WebSettings {
 pub enum WebStartError {
     #[error("TOOLMESH_WEB_ALLOWED_NETWORKS: {0}")]
     AllowedNetworks(String),
-    #[error("{0}")]
-    SearchProvider(String),
+    #[error(transparent)]
+    SearchProvider(#[from] search::SearchConfigError),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
     #[error("cannot subscribe to the web subject: {0}")]
@@ -63,8 +63,7 @@ pub async fn spawn(
         config.search_provider.as_deref(),
         config.search_url.as_deref(),
         config.search_api_key.as_deref(),
-    )
-    .map_err(WebStartError::SearchProvider)?;
+    )?;
     let service = Arc::new(service::WebService {
         client: client.clone(),
         fetcher: fetch::Fetcher::new(policy, config.max_bytes)?,

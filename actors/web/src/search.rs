@@ -40,6 +40,21 @@ pub struct Query<'a> {
     pub recency_days: Option<u64>,
 }
 
+/// Why the search provider's configuration cannot be used (the web actor does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum SearchConfigError {
+    #[error(
+        "TOOLMESH_WEB_SEARCH_PROVIDER=http needs TOOLMESH_WEB_SEARCH_URL, the search endpoint"
+    )]
+    NoUrl,
+    #[error("TOOLMESH_WEB_SEARCH_URL={0:?} is not an http(s) URL")]
+    NotHttp(String),
+    #[error("cannot build the search HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("TOOLMESH_WEB_SEARCH_PROVIDER={0:?} is not a provider; use http or fake")]
+    Unknown(String),
+}
+
 /// Why the `http` provider brought no results. `tools::web_search` turns it into PROTOCOL.md's
 /// code.
 #[derive(Debug, thiserror::Error)]
@@ -97,33 +112,27 @@ impl SearchProvider {
         name: Option<&str>,
         url: Option<&str>,
         api_key: Option<&str>,
-    ) -> Result<Option<SearchProvider>, String> {
+    ) -> Result<Option<SearchProvider>, SearchConfigError> {
         match name.map(str::trim) {
             None => Ok(None),
             Some("fake") => Ok(Some(SearchProvider::Fake)),
             Some("http") => {
-                let raw = url.ok_or(
-                    "TOOLMESH_WEB_SEARCH_PROVIDER=http needs TOOLMESH_WEB_SEARCH_URL, the search endpoint",
-                )?;
+                let raw = url.ok_or(SearchConfigError::NoUrl)?;
                 let url = Url::parse(raw.trim())
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
-                    .ok_or_else(|| {
-                        format!("TOOLMESH_WEB_SEARCH_URL={raw:?} is not an http(s) URL")
-                    })?;
+                    .ok_or_else(|| SearchConfigError::NotHttp(raw.to_owned()))?;
                 let client = reqwest::Client::builder()
                     .timeout(HTTP_SEARCH_TIMEOUT)
                     .build()
-                    .map_err(|e| format!("cannot build the search HTTP client: {e}"))?;
+                    .map_err(SearchConfigError::Client)?;
                 Ok(Some(SearchProvider::Http {
                     url,
                     api_key: api_key.map(str::to_owned),
                     client,
                 }))
             }
-            Some(other) => Err(format!(
-                "TOOLMESH_WEB_SEARCH_PROVIDER={other:?} is not a provider; use http or fake"
-            )),
+            Some(other) => Err(SearchConfigError::Unknown(other.to_owned())),
         }
     }
 
@@ -249,11 +258,17 @@ mod tests {
             .is_none());
         let fake = SearchProvider::from_config(Some("fake"), None, None).unwrap();
         assert_eq!(fake.unwrap().name(), "fake");
-        let err = SearchProvider::from_config(Some("http"), None, None).unwrap_err();
+        let err = SearchProvider::from_config(Some("http"), None, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("TOOLMESH_WEB_SEARCH_URL"), "{err}");
-        let err = SearchProvider::from_config(Some("http"), Some("ftp://x/"), None).unwrap_err();
+        let err = SearchProvider::from_config(Some("http"), Some("ftp://x/"), None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not an http(s) URL"), "{err}");
-        let err = SearchProvider::from_config(Some("ksyun"), None, None).unwrap_err();
+        let err = SearchProvider::from_config(Some("ksyun"), None, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("use http or fake"), "{err}");
         let http = SearchProvider::from_config(Some("http"), Some("http://127.0.0.1:1/s"), None);
         assert_eq!(http.unwrap().unwrap().name(), "http");
