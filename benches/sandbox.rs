@@ -50,13 +50,13 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bytes::Bytes;
-use toolmesh_kernel::config::{
-    DEFAULT_SYNC_MAX_FILES, DEFAULT_SYNC_MAX_FILE_BYTES, DEFAULT_SYNC_MAX_TOTAL_BYTES,
-};
 use toolmesh_kernel::sync::{ManifestLimits, WorkspaceSync};
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_sandbox::backend::docker::DockerBackend;
 use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec};
+use toolmesh_sandbox::config::{
+    DEFAULT_SYNC_MAX_FILES, DEFAULT_SYNC_MAX_FILE_BYTES, DEFAULT_SYNC_MAX_TOTAL_BYTES,
+};
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;

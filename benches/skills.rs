@@ -624,7 +624,6 @@ async fn run() {
         service_url: Some(service_url),
         space_ids: vec![SPACE.into()],
         service_token: None,
-        runner_command: None,
         allow_hash_mismatch: false,
         max_bytes: CAPS.max_bytes,
         max_entries: CAPS.max_entries,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use toolmesh_approval::ApprovalConfig;
 use toolmesh_gateway::{GatewayConfig, Reported};
 use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
+use toolmesh_sandbox::config::SandboxConfig;
 use toolmesh_web::WebConfig;
 
 /// The configs of the actors every node reads.
@@ -18,19 +19,21 @@ use toolmesh_web::WebConfig;
 pub struct ActorConfigs {
     pub gateway: Arc<GatewayConfig>,
     pub approval: ApprovalConfig,
+    pub sandbox: SandboxConfig,
     pub web: WebConfig,
 }
 
 impl ActorConfigs {
     pub fn from_env(env: &RawEnv, node: &Arc<NodeConfig>) -> Result<ActorConfigs, ConfigError> {
         let approval = ApprovalConfig::from_env(env)?;
+        let sandbox = SandboxConfig::from_env(env, &node.data_dir)?;
         let web = WebConfig::from_env(env)?;
         let reported = Reported {
-            sandbox_backend: node.sandbox.backend.wire_name().to_owned(),
-            sandbox_image: node.sandbox.image.clone(),
+            sandbox_backend: sandbox.backend.wire_name().to_owned(),
+            sandbox_image: sandbox.image.clone(),
             skill_space_ids: node.skills.space_ids.clone(),
             skill_service_configured: node.skills.service_url.is_some(),
-            skill_runner_configured: node.skills.runner_command.is_some(),
+            skill_runner_configured: sandbox.skill_runner.is_some(),
             web_search_provider: web.search_provider.clone(),
             approval_in_band: approval.in_band,
         };
@@ -38,6 +41,7 @@ impl ActorConfigs {
         Ok(ActorConfigs {
             gateway,
             approval,
+            sandbox,
             web,
         })
     }

@@ -171,7 +171,7 @@ pub async fn run(
     let templates = if roles.contains(&Role::Sandbox) {
         Some(toolmesh_sandbox::templates::Templates::from_env(
             &env,
-            &config.sandbox,
+            &actors.sandbox,
         )?)
     } else {
         None
@@ -318,12 +318,11 @@ pub async fn run(
                     nats.clone(),
                     toolmesh_sandbox::SandboxSettings {
                         node: id.clone(),
-                        config: config.sandbox.clone(),
+                        config: actors.sandbox.clone(),
                         redis_url: config.redis_url.clone(),
                         budget_chars: config.result_budget_chars,
-                        skill_runner: config.skills.runner_command.clone(),
                         templates: templates.clone().unwrap_or_else(|| {
-                            toolmesh_sandbox::templates::Templates::only_default(&config.sandbox)
+                            toolmesh_sandbox::templates::Templates::only_default(&actors.sandbox)
                         }),
                         metrics: metrics.clone(),
                     },

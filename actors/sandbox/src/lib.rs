@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod backend;
+pub mod config;
 pub mod disk;
 pub mod egress;
 pub mod exec;
@@ -34,7 +35,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
-use toolmesh_kernel::config::{DockerCommands, SandboxBackend, SandboxConfig};
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
@@ -43,6 +43,7 @@ use toolmesh_kernel::{NodeId, Role};
 
 use crate::backend::spawner::Spawner;
 use crate::backend::Backend;
+use crate::config::{DockerCommands, SandboxBackend, SandboxConfig};
 use crate::mirror::SyncLimits;
 use crate::pool::{Pool, PoolSettings};
 use crate::templates::Templates;
@@ -56,8 +57,6 @@ pub struct SandboxSettings {
     pub redis_url: String,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`.
     pub budget_chars: usize,
-    /// `TOOLMESH_SKILL_RUNNER_COMMAND`: what `execute_skills` runs (`sh -c`), if anything.
-    pub skill_runner: Option<String>,
     /// `TOOLMESH_SANDBOX_TEMPLATES` (read before the node connects), or only `default`.
     pub templates: Templates,
     /// The node's metrics: egress decisions of the sandboxes' proxy.
@@ -256,7 +255,7 @@ pub async fn spawn(
             config.worker_output_max_bytes,
         ),
         handovers: crate::output::Handover::worker_slots(),
-        skill_runner: settings.skill_runner.clone(),
+        skill_runner: config.skill_runner.clone(),
     });
     let shared = client
         .queue_subscribe(internal::run(Role::Sandbox), queue::of(Role::Sandbox))

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolmesh_kernel::config::{RawEnv, SandboxConfig};
+use toolmesh_kernel::config::RawEnv;
 
 use crate::backend::SandboxLimits;
+use crate::config::SandboxConfig;
 
 /// The variable naming the templates file.
 pub const TEMPLATES_VAR: &str = "TOOLMESH_SANDBOX_TEMPLATES";
@@ -588,9 +589,7 @@ mod tests {
 
     fn config() -> SandboxConfig {
         let env = RawEnv::from_pairs([("TOOLMESH_SANDBOX_IMAGES", "toolmesh/sandbox:latest,py:1")]);
-        toolmesh_kernel::config::NodeConfig::from_env(&env)
-            .unwrap()
-            .sandbox
+        SandboxConfig::from_env(&env, Path::new("./data")).unwrap()
     }
 
     /// `text` is refused naming `field`, with a reason containing `why`.

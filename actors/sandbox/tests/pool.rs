@@ -112,7 +112,7 @@ impl Rig {
                 dir: dir.path().to_owned(),
                 templates: Templates::of_default(Template {
                     name: "default".into(),
-                    image: toolmesh_kernel::config::DEFAULT_SANDBOX_IMAGE.into(),
+                    image: toolmesh_sandbox::config::DEFAULT_SANDBOX_IMAGE.into(),
                     limits: SandboxLimits {
                         memory_mb: 256,
                         pids: 64,

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cap_std::fs::Dir;
-use toolmesh_kernel::config::{DEFAULT_SYNC_MAX_DEPTH, DEFAULT_SYNC_MAX_ENTRIES};
 use toolmesh_kernel::sync::{FileStamp, ManifestLimits, WorkspaceSync};
 use toolmesh_kernel::{Account, SessionId, ToolError};
 
+use crate::config::{DEFAULT_SYNC_MAX_DEPTH, DEFAULT_SYNC_MAX_ENTRIES};
 use crate::mirror::local::{blocking_failed, local_failure};
 
 /// The uid and gid of the sandbox user, who must own what the mirror creates.
