@@ -1,5 +1,5 @@
 //! What the sandbox worker's tools share: the [`SandboxService`], how a call is placed
-//! ([`Placement`], [`Placed`], [`SandboxTool`]), the definitions' base ([`SANDBOX`]) and the
+//! ([`Placement`], [`Placed`], [`SandboxTool`]), the definitions' base (`SANDBOX`) and the
 //! steps of a command (pull, exec, push, output). The tools themselves are `tools/`, one file
 //! each.
 

@@ -1,5 +1,5 @@
 //! What the skill tools and the bundle subject share: the [`SkillsService`] (the skills folder
-//! and the loader), the catalog, bundle pages and the definitions' base ([`SKILLS`]). The tools
+//! and the loader), the catalog, bundle pages and the definitions' base (`SKILLS`). The tools
 //! themselves are `tools/`, one file each.
 
 use std::fs;

@@ -1,5 +1,5 @@
 //! What the web tools share: the [`WebService`] (the fetcher, the search provider, workspace
-//! sync for persisted text) and the definitions' base ([`WEB`]). The tools themselves are
+//! sync for persisted text) and the definitions' base (`WEB`). The tools themselves are
 //! `tools/`, one file each.
 
 use toolmesh_kernel::sync::WorkspaceSync;

@@ -1,7 +1,7 @@
 //! What the workspace tools share: the [`WorkspaceService`] (the data folder, read state and
 //! locks), running file work on the blocking pool, read-check-write of one file
-//! ([`WorkspaceService::change`]), budgeted text fields and the definitions' base
-//! ([`WORKSPACE`], [`WRITING`]). The tools themselves are `tools/`, one file each.
+//! (`WorkspaceService::change`), budgeted text fields and the definitions' base
+//! (`WORKSPACE`, `WRITING`). The tools themselves are `tools/`, one file each.
 
 use std::path::PathBuf;
 use toolmesh_kernel::tools::args::Profile;

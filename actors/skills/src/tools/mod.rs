@@ -1,6 +1,6 @@
 //! The skill tools (`list_skills`, `search_skills`, `load_skill`), one file each (definition,
-//! arguments, handler) listed in [`TOOLS`], and the bundle subject's server side
-//! ([`toolmesh_kernel::skills`]). `execute_skills` runs in the sandbox worker.
+//! arguments, handler) listed in [`TOOLS`]; what they share, with the bundle subject's server
+//! side, is `crate::library`. `execute_skills` runs in the sandbox worker.
 
 mod list_skills;
 mod load_skill;

@@ -1,5 +1,5 @@
 //! The web tools of PROTOCOL.md: `web_fetch` and `web_search`, one file each (definition,
-//! arguments, handler), listed in [`TOOLS`].
+//! arguments, handler), listed in [`TOOLS`]; what they share is `crate::service`.
 //!
 //! `web_fetch` budgets `text` with the seed's field names: `truncated`, `original_chars`,
 //! `preview_chars`, and `persisted: {"path", "mime_type"}` when the whole text was written to

@@ -1,6 +1,6 @@
 //! The workspace tools: one file each (its definition, argument type and handler), listed in
-//! [`TOOLS`]; this module holds what they share. Results are PROTOCOL.md's shapes. File work
-//! runs on the blocking pool; read state and locks are in Redis ([`ReadState`]).
+//! [`TOOLS`]; what they share is `crate::service`. Results are PROTOCOL.md's shapes. File work
+//! runs on the blocking pool; read state and locks are in Redis (`crate::readstate`).
 
 mod delete_file;
 mod edit_file;

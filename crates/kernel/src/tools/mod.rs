@@ -9,8 +9,13 @@
 //! tool but the dispatcher, which the gateway's call path runs.
 
 pub mod args;
+mod spec;
 mod tool;
 
+pub use spec::{
+    schema_of, BuiltinGroup, ProviderRoute, Review, Runs, ToolDef, ToolGroup, ToolSpec,
+    TOOL_DISPATCHER, TOOL_DISPATCHER_ALIAS,
+};
 pub use tool::{
     find, parse_args, ClaimTo, DefWithSchema, Define, Listed, Runnable, Table, Tool, ToolCall,
     ToolResult,
@@ -20,213 +25,10 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
 use crate::error::{ErrorCode, ToolError};
-use crate::role::Role;
-use crate::wire::{RiskLevel, SideEffect};
 use args::Profile;
-
-/// The groups of PROTOCOL.md's tool table, `external` and `mcp` for provider tools, and any
-/// other group a provider names.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ToolGroup {
-    Platform,
-    Dispatcher,
-    Workspace,
-    Skills,
-    Sandbox,
-    Web,
-    /// A provider's tool that names no group.
-    External,
-    /// A tool an MCP server serves through the bridge.
-    Mcp,
-    /// A group a provider named that is none of the above.
-    Named(Arc<str>),
-}
-
-impl ToolGroup {
-    /// The groups with a fixed name.
-    pub const ALL: [ToolGroup; 8] = [
-        ToolGroup::Platform,
-        ToolGroup::Dispatcher,
-        ToolGroup::Workspace,
-        ToolGroup::Skills,
-        ToolGroup::Sandbox,
-        ToolGroup::Web,
-        ToolGroup::External,
-        ToolGroup::Mcp,
-    ];
-
-    /// The groups of the built-in tools, which no provider may claim.
-    pub const BUILTIN: [ToolGroup; 6] = [
-        ToolGroup::Platform,
-        ToolGroup::Dispatcher,
-        ToolGroup::Workspace,
-        ToolGroup::Skills,
-        ToolGroup::Sandbox,
-        ToolGroup::Web,
-    ];
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            ToolGroup::Platform => "platform",
-            ToolGroup::Dispatcher => "dispatcher",
-            ToolGroup::Workspace => "workspace",
-            ToolGroup::Skills => "skills",
-            ToolGroup::Sandbox => "sandbox",
-            ToolGroup::Web => "web",
-            ToolGroup::External => "external",
-            ToolGroup::Mcp => "mcp",
-            ToolGroup::Named(name) => name,
-        }
-    }
-
-    /// The group of that name: a fixed one when it is one, else [`ToolGroup::Named`].
-    pub fn parse(name: &str) -> ToolGroup {
-        ToolGroup::ALL
-            .into_iter()
-            .find(|g| g.as_str() == name)
-            .unwrap_or_else(|| ToolGroup::Named(name.into()))
-    }
-
-    /// Whether built-in tools live in this group.
-    pub fn is_builtin(&self) -> bool {
-        ToolGroup::BUILTIN.contains(self)
-    }
-}
-
-/// The group of a built-in tool (PROTOCOL.md's tool table), as its [`ToolDef`] names it; the
-/// registry names it as a [`ToolGroup`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuiltinGroup {
-    Platform,
-    Dispatcher,
-    Workspace,
-    Skills,
-    Sandbox,
-    Web,
-}
-
-impl From<BuiltinGroup> for ToolGroup {
-    fn from(group: BuiltinGroup) -> Self {
-        match group {
-            BuiltinGroup::Platform => ToolGroup::Platform,
-            BuiltinGroup::Dispatcher => ToolGroup::Dispatcher,
-            BuiltinGroup::Workspace => ToolGroup::Workspace,
-            BuiltinGroup::Skills => ToolGroup::Skills,
-            BuiltinGroup::Sandbox => ToolGroup::Sandbox,
-            BuiltinGroup::Web => ToolGroup::Web,
-        }
-    }
-}
-
-impl Serialize for ToolGroup {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-/// Where a tool runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Runs {
-    /// Answered by the gateway itself.
-    Gateway,
-    /// Routed to the actor of a role over `toolmesh.internal.v1.run.<role>`.
-    Actor(Role),
-    /// Requested on a provider's endpoint subject (PROTOCOL.md "Tool providers").
-    Provider(ProviderRoute),
-}
-
-/// Where a provider tool's calls go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderRoute {
-    /// The micro service's name (`$SRV.INFO`'s `name`).
-    pub service: Arc<str>,
-    /// The endpoint's subject; every instance of the service shares it as a queue group.
-    pub subject: Arc<str>,
-}
-
-impl Runs {
-    /// What `tool_search` and `describe` say as `execution`.
-    pub fn execution(&self) -> Cow<'static, str> {
-        match self {
-            Runs::Gateway => Cow::Borrowed("gateway"),
-            Runs::Actor(Role::Workspace) => Cow::Borrowed("workspace_actor"),
-            Runs::Actor(Role::Sandbox) => Cow::Borrowed("sandbox_worker"),
-            Runs::Actor(Role::Skills) => Cow::Borrowed("skill_loader"),
-            Runs::Actor(Role::Web) => Cow::Borrowed("web_actor"),
-            Runs::Actor(Role::Approval) => Cow::Borrowed("approval_actor"),
-            Runs::Actor(Role::Gateway) => Cow::Borrowed("gateway"),
-            Runs::Actor(Role::Bridge) => Cow::Borrowed("bridge"),
-            Runs::Actor(Role::Mcp) => Cow::Borrowed("mcp_front"),
-            Runs::Actor(Role::Console) => Cow::Borrowed("console"),
-            Runs::Provider(route) => Cow::Owned(format!("provider:{}", route.service)),
-        }
-    }
-
-    /// The role a live node must run for the tool to be served; `None` for a provider tool
-    /// (in the registry only while its provider is).
-    pub fn role(&self) -> Option<Role> {
-        match self {
-            Runs::Gateway => Some(Role::Gateway),
-            Runs::Actor(role) => Some(*role),
-            Runs::Provider(_) => None,
-        }
-    }
-}
-
-pub const TOOL_DISPATCHER: &str = "tool_dispatcher";
-pub const TOOL_DISPATCHER_ALIAS: &str = "agentengine_tool_dispatcher";
-
-const BOUNDARY_GATEWAY: &str =
-    "answered by the gateway from the cluster view and tool registry; reads no files and runs nothing";
-const BOUNDARY_WORKSPACE_READ: &str =
-    "reads only inside the workspace of this account and session; paths that resolve outside are refused";
-const BOUNDARY_WORKSPACE_WRITE: &str =
-    "writes only inside the workspace of this account and session, atomically; paths that resolve outside are refused";
-const BOUNDARY_SANDBOX: &str =
-    "executes only through the sandbox backend on a sandbox worker; never exposes the host shell";
-const BOUNDARY_SKILLS_READ: &str =
-    "reads skill manifests and the verified skill cache; runs nothing";
-const BOUNDARY_SKILLS_RUN: &str =
-    "runs the skill runner inside the session's sandbox with skills mounted read-only";
-const BOUNDARY_WEB: &str =
-    "egress to public http(s) addresses only; private, loopback and metadata addresses are refused";
-
-/// The description of one tool, built in or from a provider.
-#[derive(Debug, Clone)]
-pub struct ToolSpec {
-    pub name: Cow<'static, str>,
-    pub group: ToolGroup,
-    pub description: Cow<'static, str>,
-    /// The tool's own risk; `Policy::risk_for` applies the operator's overrides and floors.
-    pub risk_level: RiskLevel,
-    pub side_effects: Cow<'static, [SideEffect]>,
-    pub boundary: Cow<'static, str>,
-    pub runs: Runs,
-    /// Workspace, sandbox and `execute_skills` tools need a `session_id`.
-    pub needs_session: bool,
-    /// The named profiles it belongs to besides `default` (none for a provider's tool).
-    pub profiles: &'static [Profile],
-    /// How an approver sees its arguments.
-    pub review: Review,
-}
-
-impl ToolSpec {
-    /// How it runs, for `tool_search` and `describe`.
-    pub fn execution(&self) -> Cow<'static, str> {
-        self.runs.execution()
-    }
-
-    /// Whether this is `tool_dispatcher`, which the gateway's call path runs (a `call` goes
-    /// on as the tool it names) and no profile or group selection includes.
-    pub fn is_dispatcher(&self) -> bool {
-        self.runs == Runs::Gateway && self.name == TOOL_DISPATCHER
-    }
-}
 
 /// A tool with its compiled schema.
 pub struct RegisteredTool {
@@ -339,127 +141,6 @@ pub const DETAIL_MESSAGE_CHARS: usize = 300;
 /// Characters of one detail's `path` at most: a longer pointer (a huge member name) keeps its
 /// two ends around `…(N chars hidden)…` and is then no longer exact.
 pub const DETAIL_PATH_CHARS: usize = 256;
-
-/// How an approver sees a call's arguments (the console shows them; a diff besides when the
-/// tool says how to make one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Review {
-    /// The arguments as they are.
-    Arguments,
-    /// The arguments and the unified diff of the change they make: for the arguments
-    /// themselves, or for each item of the array member `each`, the file named by the string
-    /// member `path` (of the item, else of the arguments) goes from member `old` (an empty file
-    /// when `None`) to member `new`.
-    Diff {
-        each: Option<&'static str>,
-        path: &'static str,
-        old: Option<&'static str>,
-        new: &'static str,
-    },
-}
-
-impl Review {
-    /// The diff of the file named by member `path`, from member `old` (empty when `None`) to
-    /// member `new`.
-    pub const fn diff(path: &'static str, old: Option<&'static str>, new: &'static str) -> Self {
-        Review::Diff {
-            each: None,
-            path,
-            old,
-            new,
-        }
-    }
-
-    /// [`Review::diff`] of each item of the array member `each`.
-    pub const fn diff_each(
-        each: &'static str,
-        path: &'static str,
-        old: Option<&'static str>,
-        new: &'static str,
-    ) -> Self {
-        Review::Diff {
-            each: Some(each),
-            path,
-            old,
-            new,
-        }
-    }
-}
-
-/// A built-in tool's definition: [`Define::DEF`] of the tool's type, in the file of the actor
-/// that runs it. Its boundary follows from its group and side effects, where it runs from its
-/// role, its schema from its argument type.
-#[derive(Debug, Clone)]
-pub struct ToolDef {
-    pub name: &'static str,
-    pub group: BuiltinGroup,
-    pub description: &'static str,
-    pub risk_level: RiskLevel,
-    pub side_effects: &'static [SideEffect],
-    /// Whether a call needs a `session_id`.
-    pub needs_session: bool,
-    /// The actor that runs it.
-    pub role: Role,
-    /// The named profiles it belongs to besides `default` (which has every tool).
-    pub profiles: &'static [Profile],
-    /// How an approver sees its arguments.
-    pub review: Review,
-}
-
-impl ToolDef {
-    /// A definition of a tool of `group` that `role` runs, with the usual defaults: low risk,
-    /// no side effect, no session, no named profile, arguments shown as they are. An actor's
-    /// tools start from one such base and name what differs (`..BASE`); `name` and
-    /// `description` are always their own.
-    pub const fn of(group: BuiltinGroup, role: Role) -> ToolDef {
-        ToolDef {
-            name: "",
-            group,
-            description: "",
-            risk_level: RiskLevel::Low,
-            side_effects: &[],
-            needs_session: false,
-            role,
-            profiles: &[],
-            review: Review::Arguments,
-        }
-    }
-
-    /// Its description in the registry.
-    pub fn spec(&self) -> ToolSpec {
-        let boundary = match (self.group, self.side_effects) {
-            (BuiltinGroup::Platform | BuiltinGroup::Dispatcher, _) => BOUNDARY_GATEWAY,
-            (BuiltinGroup::Workspace, []) => BOUNDARY_WORKSPACE_READ,
-            (BuiltinGroup::Workspace, _) => BOUNDARY_WORKSPACE_WRITE,
-            (BuiltinGroup::Sandbox, _) => BOUNDARY_SANDBOX,
-            (BuiltinGroup::Skills, []) => BOUNDARY_SKILLS_READ,
-            (BuiltinGroup::Skills, _) => BOUNDARY_SKILLS_RUN,
-            (BuiltinGroup::Web, _) => BOUNDARY_WEB,
-        };
-        let runs = if self.role == Role::Gateway {
-            Runs::Gateway
-        } else {
-            Runs::Actor(self.role)
-        };
-        ToolSpec {
-            name: Cow::Borrowed(self.name),
-            group: self.group.into(),
-            description: Cow::Borrowed(self.description),
-            risk_level: self.risk_level,
-            side_effects: Cow::Borrowed(self.side_effects),
-            boundary: Cow::Borrowed(boundary),
-            runs,
-            needs_session: self.needs_session,
-            profiles: self.profiles,
-            review: self.review,
-        }
-    }
-}
-
-/// The JSON Schema of an argument type, for [`ToolDef::schema`].
-pub fn schema_of<A: JsonSchema>() -> Value {
-    schemars::schema_for!(A).to_value()
-}
 
 /// Why a registry cannot be built from its definitions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -596,6 +277,7 @@ impl ToolRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::Role;
     use args::NoArgs;
 
     fn def(name: &'static str, group: BuiltinGroup, schema: fn() -> Value) -> DefWithSchema {

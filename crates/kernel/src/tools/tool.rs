@@ -18,7 +18,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{schema_of, ToolDef};
+use super::spec::{schema_of, ToolDef};
 use crate::error::{ErrorCode, ToolError};
 use crate::events::EventSink;
 use crate::ids::SessionId;
