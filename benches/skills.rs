@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use toolmesh_kernel::canonical::sha256_hex;
-use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_skills::archive::{self, Caps};
+use toolmesh_skills::SkillsConfig;
 use toolmesh_testkit::{LogTap, NatsServer, RedisServer};
 
 mod support;

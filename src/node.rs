@@ -305,7 +305,7 @@ pub async fn run(
                     toolmesh_skills::SkillsSettings {
                         node: id.clone(),
                         data_dir: config.data_dir.clone(),
-                        config: config.skills.clone(),
+                        config: actors.skills.clone(),
                         budget_chars: config.result_budget_chars,
                     },
                     lifecycle.clone(),

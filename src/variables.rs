@@ -13,6 +13,7 @@ pub const TABLES: &[&[Variable]] = &[
     toolmesh_kernel::config::VARIABLES,
     toolmesh_gateway::variables::VARIABLES,
     toolmesh_approval::variables::VARIABLES,
+    toolmesh_skills::variables::VARIABLES,
     toolmesh_sandbox::variables::VARIABLES,
     toolmesh_web::variables::VARIABLES,
     toolmesh_bridge::variables::VARIABLES,

@@ -21,13 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_kernel::egress::{Egress, FetchError};
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{is_skill_name, LOCAL_SPACE_ID};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{ErrorCode, ToolError};
 use url::Url;
+
+use crate::config::SkillsConfig;
 
 use crate::frontmatter;
 

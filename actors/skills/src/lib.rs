@@ -14,22 +14,25 @@
 pub mod archive;
 pub mod cache;
 pub mod catalog;
+pub mod config;
 pub mod frontmatter;
 pub mod library;
 mod loader;
 pub mod search;
 pub mod service;
 pub mod tools;
+pub mod variables;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use toolmesh_kernel::config::SkillsConfig;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::skills::BUNDLE_SUBJECT;
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::{NodeId, Role};
+
+pub use config::SkillsConfig;
 
 /// What the skills actor needs besides NATS.
 #[derive(Debug, Clone)]

@@ -1,7 +1,17 @@
-//! Configuration from the environment variables of PROTOCOL.md, validated once at startup.
+//! Configuration from the environment variables of PROTOCOL.md, validated once at startup: the
+//! raw layer every config reads, and the part of it every node shares.
 //!
-//! `RawEnv` is the raw layer (a snapshot of `TOOLMESH_*`, so tests can build one); the typed
-//! `NodeConfig` holds durations, URLs and limits, and each actor takes the part it needs.
+//! `RawEnv` is the raw layer (a snapshot of `TOOLMESH_*`, so tests can build one), with the
+//! parsing helpers and the [`ConfigError`] of every config. The typed `NodeConfig` holds only
+//! what is shared whatever the node's roles: how to reach NATS (its URL, credentials included)
+//! and Redis, the node's identity, the data dir, the limits of the wire (the reply text budget,
+//! where replies may go, the RunEvents stream) and the drain bound.
+//!
+//! What belongs here is what more than one crate reads. A setting one actor alone reads belongs
+//! to that actor's crate, in a `config.rs` of its own (`…Config::from_env(&RawEnv)`, its
+//! defaults and checks) beside a `variables.rs` listing its variables: the gateway's policy,
+//! the approval, sandbox, skills and web settings, the bridge's servers, the MCP front's and the
+//! console's. The node builds each with its crate's constructor (`src/configs.rs`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,11 +29,6 @@ pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_RESULT_BUDGET_CHARS: usize = 20_000;
-pub const DEFAULT_SKILLS_DIR: &str = "./skills";
-pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
-pub const DEFAULT_SKILL_MAX_ENTRIES: u64 = 10_000;
-/// How long one Skill Service request or archive download may take.
-pub const DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S: u64 = 120;
 pub const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
 /// How long `TOOLMESH_EVENTS` keeps a RunEvent (`TOOLMESH_EVENTS_MAX_AGE_S`): a day.
 pub const DEFAULT_EVENTS_MAX_AGE_S: u64 = 86_400;
@@ -122,28 +127,7 @@ pub enum ConfigError {
     Policy(#[from] PolicyError),
 }
 
-/// Skill settings.
-#[derive(Debug, Clone)]
-pub struct SkillsConfig {
-    pub dir: PathBuf,
-    pub service_url: Option<String>,
-    pub space_ids: Vec<String>,
-    pub service_token: Option<String>,
-    pub allow_hash_mismatch: bool,
-    pub max_bytes: u64,
-    pub max_entries: u64,
-    /// Public spaces that expose only some of their skills
-    /// (`TOOLMESH_SKILL_SPACE_ALLOWLISTS=space=skill-a|skill-b,other=skill-c`): a space named
-    /// here lists only the skills named for it; other spaces list all their active skills.
-    pub space_allowlists: Vec<(String, Vec<String>)>,
-    /// `TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S`: one Skill Service request or archive download.
-    pub download_timeout: Duration,
-    /// `TOOLMESH_SKILL_ALLOWED_NETWORKS`: networks an archive URL (or a redirect) may reach
-    /// although they are not public; the Skill Service's own origin is always reachable.
-    pub allowed_networks: Vec<String>,
-}
-
-/// Everything a node reads from its environment.
+/// What every node reads from its environment, whatever its roles.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: Option<String>,
@@ -151,7 +135,6 @@ pub struct NodeConfig {
     pub redis_url: String,
     pub data_dir: PathBuf,
     pub result_budget_chars: usize,
-    pub skills: SkillsConfig,
     pub drain_timeout: Duration,
     /// The limits of the RunEvents stream and what the node found at start.
     pub events: crate::streams::EventsConfig,
@@ -175,21 +158,6 @@ impl NodeConfig {
             data_dir,
             result_budget_chars: env
                 .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
-            skills: SkillsConfig {
-                dir: PathBuf::from(env.get("TOOLMESH_SKILLS_DIR").unwrap_or(DEFAULT_SKILLS_DIR)),
-                service_url: env.get("TOOLMESH_SKILL_SERVICE_URL").map(str::to_owned),
-                space_ids: env.list("TOOLMESH_SKILL_SPACE_IDS"),
-                service_token: env.get("TOOLMESH_SKILL_SERVICE_TOKEN").map(str::to_owned),
-                allow_hash_mismatch: env.flag("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", false)?,
-                max_bytes: env.parse("TOOLMESH_SKILL_MAX_BYTES", DEFAULT_SKILL_MAX_BYTES)?,
-                max_entries: env.parse("TOOLMESH_SKILL_MAX_ENTRIES", DEFAULT_SKILL_MAX_ENTRIES)?,
-                space_allowlists: skill_allowlists(env)?,
-                download_timeout: Duration::from_secs(env.parse(
-                    "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-                    DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
-                )?),
-                allowed_networks: env.list("TOOLMESH_SKILL_ALLOWED_NETWORKS"),
-            },
             drain_timeout: Duration::from_secs(
                 env.parse("TOOLMESH_DRAIN_TIMEOUT_S", DEFAULT_DRAIN_TIMEOUT_S)?,
             ),
@@ -236,32 +204,6 @@ fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigErr
     })
 }
 
-/// `TOOLMESH_SKILL_SPACE_ALLOWLISTS`: `space=name|name,space2=name`.
-fn skill_allowlists(env: &RawEnv) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
-    const KEY: &str = "TOOLMESH_SKILL_SPACE_ALLOWLISTS";
-    let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    for item in env.list(KEY) {
-        let Some((space, names)) = item.split_once('=') else {
-            return Err(ConfigError::Invalid {
-                key: KEY,
-                value: item,
-                reason: "use space=skill|skill,other-space=skill".into(),
-            });
-        };
-        let names = names
-            .split('|')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned);
-        let space = space.trim();
-        match out.iter_mut().find(|(s, _)| s == space) {
-            Some((_, list)) => list.extend(names),
-            None => out.push((space.to_owned(), names.collect())),
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +216,17 @@ mod tests {
     }
 
     #[test]
+    fn lists_are_comma_separated_and_flags_are_words() {
+        let env = RawEnv::from_pairs([("LIST", " a, b,,c "), ("ON", "yes"), ("BAD", "maybe")]);
+        assert_eq!(env.list("LIST"), ["a", "b", "c"]);
+        assert!(env.list("UNSET").is_empty());
+        assert!(env.flag("ON", false).unwrap());
+        assert!(!env.flag("UNSET", false).unwrap());
+        let err = env.flag("BAD", true).unwrap_err();
+        assert!(err.to_string().contains("BAD"), "{err}");
+    }
+
+    #[test]
     fn bad_values_name_the_variable() {
         for (key, value) in [
             ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),
@@ -283,33 +236,5 @@ mod tests {
             let err = NodeConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
         }
-    }
-
-    #[test]
-    fn lists_are_comma_separated() {
-        let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SPACE_IDS", " a, b,,c ")]);
-        let config = NodeConfig::from_env(&env).unwrap();
-        assert_eq!(config.skills.space_ids, ["a", "b", "c"]);
-    }
-
-    #[test]
-    fn skill_allowlists_name_skills_per_space() {
-        let env = RawEnv::from_pairs([(
-            "TOOLMESH_SKILL_SPACE_ALLOWLISTS",
-            "public=a|b, other=c,public=d",
-        )]);
-        let config = NodeConfig::from_env(&env).unwrap();
-        assert_eq!(
-            config.skills.space_allowlists,
-            [
-                (
-                    "public".to_owned(),
-                    vec!["a".to_owned(), "b".into(), "d".into()]
-                ),
-                ("other".to_owned(), vec!["c".to_owned()])
-            ]
-        );
-        let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SPACE_ALLOWLISTS", "nope")]);
-        assert!(NodeConfig::from_env(&env).is_err());
     }
 }

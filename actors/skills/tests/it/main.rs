@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use toolmesh_kernel::config::{NodeConfig, RawEnv};
+use toolmesh_kernel::config::RawEnv;
 use toolmesh_kernel::skills::{BundleCursor, BundleRequest};
 use toolmesh_kernel::{ErrorCode, NodeId};
 use toolmesh_skills::{service, SkillsSettings};
@@ -13,11 +13,11 @@ fn settings(skills_dir: &Path, data_dir: &Path, env: &[(&str, &str)]) -> SkillsS
     let dir = skills_dir.display().to_string();
     let mut pairs = vec![("TOOLMESH_SKILLS_DIR", dir.as_str())];
     pairs.extend_from_slice(env);
-    let config = NodeConfig::from_env(&RawEnv::from_pairs(pairs)).unwrap();
+    let config = toolmesh_skills::SkillsConfig::from_env(&RawEnv::from_pairs(pairs)).unwrap();
     SkillsSettings {
         node: NodeId::parse("test-node").unwrap(),
         data_dir: data_dir.to_path_buf(),
-        config: config.skills,
+        config,
         budget_chars: 20_000,
     }
 }

@@ -104,69 +104,6 @@ pub const VARIABLES: &[Variable] = &[
          stream's limit, never lowers it.",
     ),
     var(
-        "TOOLMESH_SKILLS_DIR",
-        Skills,
-        "`./skills`",
-        "Local skills: folders holding a `SKILL.md`.",
-    ),
-    var(
-        "TOOLMESH_SKILL_SERVICE_URL",
-        Skills,
-        "unset (local skills only)",
-        "The Skill Service remote skills come from (docs/PROTOCOL.md \"Skill Service\").",
-    ),
-    var(
-        "TOOLMESH_SKILL_SPACE_IDS",
-        Skills,
-        "unset",
-        "The Skill Service's spaces to list, comma-separated, in order.",
-    ),
-    var(
-        "TOOLMESH_SKILL_SERVICE_TOKEN",
-        Skills,
-        "unset",
-        "The Skill Service's bearer token; `toolmesh skill-service` requires it of its clients \
-         when set.",
-    ),
-    var(
-        "TOOLMESH_SKILL_SPACE_ALLOWLISTS",
-        Skills,
-        "unset (every active skill)",
-        "Spaces that expose only some skills: `space=a|b,other=c`. A space named here lists only \
-         the skills named for it.",
-    ),
-    var(
-        "TOOLMESH_SKILL_MAX_BYTES",
-        Skills,
-        "`268435456` (256 MiB)",
-        "Inflated bytes of one skill archive at most.",
-    ),
-    var(
-        "TOOLMESH_SKILL_MAX_ENTRIES",
-        Skills,
-        "`10000`",
-        "Entries of one skill archive at most.",
-    ),
-    var(
-        "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-        Skills,
-        "`120`",
-        "How long one Skill Service request or archive download may take.",
-    ),
-    var(
-        "TOOLMESH_SKILL_ALLOW_HASH_MISMATCH",
-        Skills,
-        "`0`",
-        "`1`: load an archive whose hash does not match, with a warning.",
-    ),
-    var(
-        "TOOLMESH_SKILL_ALLOWED_NETWORKS",
-        Skills,
-        "unset",
-        "CIDRs a skill archive URL or redirect may reach although they are not public; the \
-         Skill Service's own origin is always reachable.",
-    ),
-    var(
         "TOOLMESH_METRICS_LISTEN",
         Telemetry,
         "unset (no listener)",
@@ -212,13 +149,6 @@ mod tests {
         check("TOOLMESH_EVENTS_MAX_AGE_S", &DEFAULT_EVENTS_MAX_AGE_S);
         check("TOOLMESH_EVENTS_MAX_BYTES", &DEFAULT_EVENTS_MAX_BYTES);
         check("TOOLMESH_AUDIT_MAX_AGE_S", &crate::audit::DEFAULT_MAX_AGE_S);
-        check("TOOLMESH_SKILLS_DIR", &DEFAULT_SKILLS_DIR);
-        check("TOOLMESH_SKILL_MAX_BYTES", &DEFAULT_SKILL_MAX_BYTES);
-        check("TOOLMESH_SKILL_MAX_ENTRIES", &DEFAULT_SKILL_MAX_ENTRIES);
-        check(
-            "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-            &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
-        );
     }
 
     /// Setting a variable to its default's literal changes nothing: this holds the defaults
