@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{request_json, wait_until, AuthNats, NodeSpec, RedisServer};
+use toolmesh_testkit::{request_json, wait_until};
 
-use crate::support::{collect, fake_workspace, ok, Cluster, LoggedNode, BIN};
+use crate::support::{collect, fake_workspace, ok, Cluster, Deployed, LoggedNode, BIN};
 
 const STREAM: &str = "TOOLMESH_AUDIT";
 
@@ -256,10 +256,7 @@ async fn the_query_answers_the_subject_s_account_only_and_refuses_bad_input() {
             "{subject} {body}: {reply}"
         );
     }
-    let status = c
-        .call("acme", json!({"tool": "component_status", "arguments": {}}))
-        .await;
-    assert_eq!(status["audit"]["status"], "ok", "{status}");
+    assert_audit(&c, "ok").await;
 }
 
 #[tokio::test]
@@ -302,10 +299,7 @@ async fn trail_after_restart(c: &mut Cluster) -> Vec<Value> {
 #[tokio::test]
 async fn without_jetstream_calls_run_and_component_status_says_there_is_no_trail() {
     let c = Cluster::start().await;
-    let status = ok(c
-        .call("acme", json!({"tool": "component_status", "arguments": {}}))
-        .await);
-    assert_eq!(status["audit"]["status"], "off", "{status}");
+    let status = ok(assert_audit(&c, "off").await);
     assert!(
         status["audit"]["reason"]
             .as_str()
@@ -315,6 +309,15 @@ async fn without_jetstream_calls_run_and_component_status_says_there_is_no_trail
     );
     let reply = request_json(&c.client, "toolmesh.v1.audit.acme.query", json!({})).await;
     assert_eq!(reply["error"], "unavailable", "{reply}");
+}
+
+/// Asserts that acme's `component_status` says the audit trail is `state`: the status.
+async fn assert_audit(c: &Cluster, state: &str) -> Value {
+    let status = c
+        .call("acme", json!({"tool": "component_status", "arguments": {}}))
+        .await;
+    assert_eq!(status["audit"]["status"], state, "{status}");
+    status
 }
 
 /// A gateway with JetStream after the calls `ids` of acme.
@@ -357,14 +360,10 @@ async fn refused(errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>, subj
 /// each of these to the node user, which still makes the stream and writes the chain.
 #[tokio::test]
 async fn the_node_user_cannot_purge_delete_or_reconfigure_the_audit_stream() {
-    let nats = AuthNats::start();
-    let redis = RedisServer::start();
-    let data = tempfile::tempdir().expect("temp dir");
-    let _node = NodeSpec::new(BIN, "gateway,approval", "audit-auth-1")
-        .env("TOOLMESH_NATS_URL", nats.url("node"))
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-        .start(&nats.client("node").await)
+    let deployed = Deployed::start();
+    let nats = &deployed.nats;
+    let _node = deployed
+        .start_node("gateway,approval", "audit-auth-1")
         .await;
     let acme = nats.client("acme").await;
     for i in 0..2 {
@@ -492,10 +491,7 @@ async fn a_node_with_a_shorter_max_age_leaves_the_audit_stream_as_it_is_and_says
     .await;
     assert!(logged, "{}", node.log());
     // Its trail is on: it writes into the stream as it is.
-    let status = c
-        .call("acme", json!({"tool": "component_status", "arguments": {}}))
-        .await;
-    assert_eq!(status["audit"]["status"], "ok", "{status}");
+    assert_audit(&c, "ok").await;
 }
 
 /// Finding 9 of issue 28: entries cut from the end of a chain leave a chain that verifies
@@ -569,9 +565,8 @@ async fn a_head_kept_before_a_cut_tail_shows_the_cut_that_verify_alone_cannot() 
 /// raise, and keeps writing its trail into the stream as it is.
 #[tokio::test]
 async fn a_node_that_may_not_raise_an_older_audit_stream_says_so_and_keeps_its_trail() {
-    let nats = AuthNats::start();
-    let redis = RedisServer::start();
-    let data = tempfile::tempdir().expect("temp dir");
+    let deployed = Deployed::start();
+    let nats = &deployed.nats;
     let node_client = nats.client("node").await;
     let older = jetstream::stream::Config {
         name: STREAM.into(),
@@ -585,10 +580,7 @@ async fn a_node_that_may_not_raise_an_older_audit_stream_says_so_and_keeps_its_t
         .await
         .unwrap();
     let (before, _) = audit_stream(&node_client).await;
-    let spec = NodeSpec::new(BIN, "gateway,approval", "audit-auth-older")
-        .env("TOOLMESH_NATS_URL", nats.url("node"))
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.path().display().to_string());
+    let spec = deployed.spec("gateway,approval", "audit-auth-older");
     let node = LoggedNode::start(&spec, &node_client).await;
     let said = "deny_purge is false on the stream, true in this node's settings";
     let logged = wait_until(Duration::from_secs(5), || {

@@ -39,17 +39,17 @@ impl Console {
         )
         .unwrap();
         let mut c = Cluster::servers().await;
-        let node = c
-            .start_node(
+        let listen = c
+            .start_listening(
                 "gateway,approval,workspace,console",
                 &[
                     ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
                     ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
                     ("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap()),
                 ],
+                Listener::Console,
             )
             .await;
-        let listen = c.nodes[node].addr(Listener::Console);
         Console {
             c,
             url: format!("http://{listen}"),

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toolmesh_testkit::request_raw;
 
-use crate::support::{collect, ok, Cluster};
+use crate::support::{collect, ok, strings, Cluster};
 
 #[tokio::test]
 async fn garbage_bodies_get_invalid_request_and_the_node_survives() {
@@ -72,29 +72,23 @@ async fn malformed_accounts_in_the_subject_are_refused() {
     );
 }
 
+/// A call of `tool` (no arguments) as invocation `id`.
+async fn call_as(c: &Cluster, tool: &str, id: &str) -> Value {
+    c.call("acme", json!({"tool": tool, "invocation_id": id}))
+        .await
+}
+
 #[tokio::test]
 async fn invocation_ids_are_echoed_or_generated() {
     let c = Cluster::start().await;
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "invocation_id": "inv-42"}),
-        )
-        .await;
+    let reply = call_as(&c, "component_status", "inv-42").await;
     assert_eq!(reply["invocation_id"], "inv-42");
-    let reply = c
-        .call("acme", json!({"tool": "nope", "invocation_id": "inv-43"}))
-        .await;
+    let reply = call_as(&c, "nope", "inv-43").await;
     assert_eq!(reply["invocation_id"], "inv-43");
     assert_eq!(reply["error"], "unknown_tool");
     let reply = c.call("acme", json!({"tool": "component_status"})).await;
     assert!(reply["invocation_id"].as_str().unwrap().starts_with("inv_"));
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "invocation_id": "a.b"}),
-        )
-        .await;
+    let reply = call_as(&c, "component_status", "a.b").await;
     assert_eq!(reply["error"], "invalid_request");
 }
 
@@ -277,12 +271,7 @@ async fn tool_search_scores_and_defers() {
 }
 
 fn names(reply: &Value) -> Vec<String> {
-    reply["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{reply}"))
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect()
+    strings(reply, "tools", "name")
 }
 
 #[tokio::test]

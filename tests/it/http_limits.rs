@@ -157,17 +157,17 @@ impl Front {
         )
         .unwrap();
         let mut c = Cluster::servers().await;
-        let front = c
-            .start_node(
+        let listen = c
+            .start_listening(
                 "gateway,approval,workspace,mcp",
                 &[
                     ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
                     ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
                     ("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000"),
                 ],
+                Listener::Mcp,
             )
             .await;
-        let listen = c.nodes[front].addr(Listener::Mcp);
         ok(c.call(
             "acme",
             json!({"tool": "write_workspace_file", "session_id": "victim",

@@ -59,18 +59,19 @@ impl Front {
     /// Another node with only the role `mcp` (same tokens); its URL.
     async fn another_front(&mut self) -> String {
         let tokens = self._dir.path().join("tokens.json");
-        let node = self
+        let listen = self
             .c
-            .start_node(
+            .start_listening(
                 "mcp",
                 &[
                     ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
                     ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
                     ("TOOLMESH_MCP_APPROVAL_WAIT_S", "1"),
                 ],
+                Listener::Mcp,
             )
             .await;
-        format!("http://{}/mcp", self.c.nodes[node].addr(Listener::Mcp))
+        format!("http://{listen}/mcp")
     }
 
     fn stdio(&self, session: &str, profile: &str, env: Value) -> Value {
@@ -219,6 +220,23 @@ async fn run_command_finished(events: &mut async_nats::Subscriber) -> Option<Val
         .ok()
 }
 
+/// `write_workspace_file` of `path` in `session` of acme, straight on NATS, with `approval`
+/// unless it is null.
+async fn write_on_nats(
+    c: &Cluster,
+    session: &str,
+    path: &str,
+    content: &str,
+    approval: Value,
+) -> Value {
+    let mut body = json!({"tool": "write_workspace_file", "session_id": session,
+                          "arguments": {"path": path, "content": content}});
+    if !approval.is_null() {
+        body["approval"] = approval;
+    }
+    c.call("acme", body).await
+}
+
 fn asked_approval(line: &Value) -> String {
     let text = line["asked"][0]["requestedSchema"]["properties"]["approve"]["description"]
         .as_str()
@@ -231,14 +249,8 @@ fn asked_approval(line: &Value) -> String {
 async fn http_lists_per_profile_calls_and_refuses_unknown_tokens() {
     let f = Front::start("gateway,approval,workspace,web,mcp", &[]).await;
     // A file to read, written in band on NATS.
-    let written =
-        f.c.call(
-            "acme",
-            json!({"tool": "write_workspace_file", "session_id": "s1",
-                   "arguments": {"path": "notes.md", "content": "hello mcp"},
-                   "approval": {"approved": true}}),
-        )
-        .await;
+    let approved = json!({"approved": true});
+    let written = write_on_nats(&f.c, "s1", "notes.md", "hello mcp", approved).await;
     assert_eq!(written["ok"], true, "{written}");
 
     let lines = client(
@@ -413,13 +425,14 @@ async fn the_answer_to_an_elicitation_may_reach_another_front_node() {
 #[tokio::test]
 async fn a_request_state_cannot_decide_another_sessions_approval() {
     let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
-    let victim =
-        f.c.call(
-            "acme",
-            json!({"tool": "write_workspace_file", "session_id": "victim",
-                   "arguments": {"path": "owned.txt", "content": "attacker was here"}}),
-        )
-        .await;
+    let victim = write_on_nats(
+        &f.c,
+        "victim",
+        "owned.txt",
+        "attacker was here",
+        Value::Null,
+    )
+    .await;
     assert_eq!(victim["error"], "approval_required", "{victim}");
     let id = victim["approval_request"]["id"]
         .as_str()

@@ -5,15 +5,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json, wait_until};
 
-use crate::support::{collect, ok, policy_file, Cluster, GATED_STATUS};
+use crate::support::{collect, ok, policy_file, strings, Cluster, GATED_STATUS};
 
 fn node_ids(status: &Value) -> Vec<String> {
-    status["nodes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{status}"))
-        .iter()
-        .map(|n| n["node_id"].as_str().unwrap().to_owned())
-        .collect()
+    strings(status, "nodes", "node_id")
 }
 
 #[tokio::test]

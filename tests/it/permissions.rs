@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
 use tokio::io::AsyncBufReadExt as _;
-use toolmesh_testkit::{AuthNats, NatsServer, Node, NodeSpec, RedisServer};
+use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
-use crate::support::BIN;
+use crate::support::{Deployed, BIN};
 
 /// Well under the shortest timeout that used to end these commands (5 s for `status`); a
 /// refusal comes back from the server within milliseconds.
@@ -17,27 +17,16 @@ const AT_ONCE: Duration = Duration::from_secs(4);
 
 /// One node (gateway and approval) on the deployment's NATS, as the node user.
 struct Deployment {
-    nats: AuthNats,
-    _redis: RedisServer,
-    _data: tempfile::TempDir,
+    servers: Deployed,
     _node: Node,
 }
 
 impl Deployment {
     async fn start() -> Deployment {
-        let nats = AuthNats::start();
-        let redis = RedisServer::start();
-        let data = tempfile::tempdir().expect("temp dir");
-        let node = NodeSpec::new(BIN, "gateway,approval", "perm-1")
-            .env("TOOLMESH_NATS_URL", nats.url("node"))
-            .env("TOOLMESH_REDIS_URL", redis.url())
-            .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-            .start(&nats.client("node").await)
-            .await;
+        let servers = Deployed::start();
+        let node = servers.start_node("gateway,approval", "perm-1").await;
         Deployment {
-            nats,
-            _redis: redis,
-            _data: data,
+            servers,
             _node: node,
         }
     }
@@ -48,7 +37,7 @@ impl Deployment {
         let mut command = tokio::process::Command::new(BIN);
         command
             .args(args)
-            .env("TOOLMESH_NATS_URL", self.nats.url(user))
+            .env("TOOLMESH_NATS_URL", self.servers.nats.url(user))
             .env_remove("TOOLMESH_NATS_INBOX_PREFIX")
             .env_remove("RUST_LOG")
             .kill_on_drop(true);
@@ -151,7 +140,7 @@ async fn toolmesh_mcp_without_the_inbox_prefix_says_which_to_set() {
     let d = Deployment::start().await;
     let mut child = tokio::process::Command::new(BIN)
         .args(["mcp", "--account", "acme", "--session", "s1"])
-        .env("TOOLMESH_NATS_URL", d.nats.url("acme"))
+        .env("TOOLMESH_NATS_URL", d.servers.nats.url("acme"))
         .env_remove("TOOLMESH_NATS_INBOX_PREFIX")
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())

@@ -104,15 +104,11 @@ async fn a_listing_too_big_for_one_message_is_cut_to_fit() {
     for i in 0..2000 {
         std::fs::write(dir.join(format!("{i:05}-{}", "n".repeat(114))), "x").unwrap();
     }
-    for (path, reply) in cut_to_fit(
-        &c,
-        workspace_call(
-            "list_workspace_files",
-            json!({"path": "many", "max_results": 5000}),
-        ),
-    )
-    .await
-    {
+    let body = workspace_call(
+        "list_workspace_files",
+        json!({"path": "many", "max_results": 5000}),
+    );
+    for (path, reply) in cut_to_fit(&c, body).await {
         let entries = reply["entries"].as_array().unwrap();
         assert!(
             entries.len() > 50 && entries.len() < 2000,
@@ -134,15 +130,11 @@ async fn a_search_with_many_long_matching_lines_is_cut_to_fit() {
         .map(|i| format!("needle {i:05} {}\n", "long line ".repeat(20)))
         .collect();
     std::fs::write(root.join("hay.txt"), text).unwrap();
-    for (path, reply) in cut_to_fit(
-        &c,
-        workspace_call(
-            "search_workspace_files",
-            json!({"query": "needle", "max_results": 5000}),
-        ),
-    )
-    .await
-    {
+    let body = workspace_call(
+        "search_workspace_files",
+        json!({"query": "needle", "max_results": 5000}),
+    );
+    for (path, reply) in cut_to_fit(&c, body).await {
         let results = reply["results"].as_array().unwrap();
         assert!(
             !results.is_empty() && results.len() < 3000,

@@ -160,7 +160,18 @@ pub(crate) async fn execute_skills(
 
 /// `task_output` of `task` waiting (at most 20 s) for `pattern`.
 async fn wait_output(c: &Cluster, session: &str, task: &str, pattern: &str) -> Value {
-    let args = json!({"task_id": task, "wait_for_pattern": pattern, "timeout": 20});
+    wait_output_for(c, session, task, pattern, 20).await
+}
+
+/// `task_output` of `task` waiting at most `seconds` for `pattern`.
+async fn wait_output_for(
+    c: &Cluster,
+    session: &str,
+    task: &str,
+    pattern: &str,
+    seconds: u64,
+) -> Value {
+    let args = json!({"task_id": task, "wait_for_pattern": pattern, "timeout": seconds});
     tool(c, session, "task_output", args).await
 }
 
@@ -593,13 +604,7 @@ async fn background_tasks_poll_wait_feed_and_kill() {
     assert_eq!(status["status"], "exited", "{status}");
     assert_eq!(status["exit_code"], 0);
 
-    let wait = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "never", "timeout": 1}),
-    )
-    .await;
+    let wait = wait_output_for(&c, "s1", &task, "never", 1).await;
     assert_eq!(wait["ok"], true);
     assert_eq!(wait["matched"], false, "{wait}");
 
@@ -621,13 +626,7 @@ async fn background_tasks_poll_wait_feed_and_kill() {
     assert_eq!(other["error"], "not_found", "{other}");
     let other = tool_as(&c, "globex", "s1", "kill_task", json!({"task_id": task})).await;
     assert_eq!(other["error"], "not_found", "{other}");
-    let bad = tool(
-        &c,
-        "s1",
-        "task_output",
-        json!({"task_id": task, "wait_for_pattern": "(", "timeout": 1}),
-    )
-    .await;
+    let bad = wait_output_for(&c, "s1", &task, "(", 1).await;
     assert_eq!(bad["error"], "invalid_arguments", "{bad}");
 }
 

@@ -10,7 +10,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use toolmesh_kernel::wire::ActorCall;
-use toolmesh_testkit::{request_json, wait_until, NatsServer, Node, NodeSpec, RedisServer};
+use toolmesh_testkit::{
+    request_json, wait_until, AuthNats, Listener, NatsServer, Node, NodeSpec, RedisServer,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
 
@@ -114,6 +116,17 @@ impl Cluster {
         self.nodes.len() - 1
     }
 
+    /// Starts a node of `roles` with `env`: the address its `listener` took.
+    pub async fn start_listening(
+        &mut self,
+        roles: &str,
+        env: &[(&str, &str)],
+        listener: Listener,
+    ) -> std::net::SocketAddr {
+        let node = self.start_node(roles, env).await;
+        self.nodes[node].addr(listener)
+    }
+
     /// A tool call on `toolmesh.v1.call.<account>`.
     pub async fn call(&self, account: &str, body: Value) -> Value {
         request_json(&self.client, format!("toolmesh.v1.call.{account}"), body).await
@@ -171,6 +184,57 @@ impl Drop for Cluster {
             eprintln!("cannot unmount the sandbox disks of a test cluster: {e}");
         }
     }
+}
+
+/// The servers of a deployment: NATS with its users (docker/nats.conf), Redis, and a data
+/// directory for its nodes.
+pub struct Deployed {
+    pub nats: AuthNats,
+    redis: RedisServer,
+    data: tempfile::TempDir,
+}
+
+impl Deployed {
+    pub fn start() -> Deployed {
+        Deployed {
+            nats: AuthNats::start(),
+            redis: RedisServer::start(),
+            data: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    /// A node of `roles` named `node_id` that connects as the `node` user.
+    pub fn spec(&self, roles: &str, node_id: &str) -> NodeSpec {
+        NodeSpec::new(BIN, roles, node_id)
+            .env("TOOLMESH_NATS_URL", self.nats.url("node"))
+            .env("TOOLMESH_REDIS_URL", self.redis.url())
+            .env("TOOLMESH_DATA_DIR", self.data.path().display().to_string())
+    }
+
+    /// [`Deployed::spec`], started.
+    pub async fn start_node(&self, roles: &str, node_id: &str) -> Node {
+        let client = self.nats.client("node").await;
+        self.spec(roles, node_id).start(&client).await
+    }
+}
+
+/// A task of a test's own server, aborted when dropped.
+pub struct Aborting(pub JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The string `field` of each member of array `list` of `value` (which must have the array).
+pub fn strings(value: &Value, list: &str, field: &str) -> Vec<String> {
+    value[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{value}"))
+        .iter()
+        .map(|member| member[field].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Asserts that a reply says `ok` (printing it when not, at the caller's line) and answers it.

@@ -5,15 +5,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{request_json, AuthNats, Node, NodeSpec, RedisServer};
+use toolmesh_testkit::{request_json, Node};
 
-use crate::support::{ok, policy_file, BIN, GATED_STATUS};
+use crate::support::{ok, policy_file, Deployed, GATED_STATUS};
 
 /// One node (gateway and approval) on the deployment's NATS, as the node user.
 struct Deployment {
-    nats: AuthNats,
-    _redis: RedisServer,
-    _data: tempfile::TempDir,
+    servers: Deployed,
     _policy: tempfile::TempDir,
     _node: Node,
 }
@@ -21,23 +19,17 @@ struct Deployment {
 impl Deployment {
     /// `policy` is the node's policy file.
     async fn start(policy: &str, env: &[(&str, &str)]) -> Deployment {
-        let nats = AuthNats::start();
-        let redis = RedisServer::start();
-        let data = tempfile::tempdir().expect("temp dir");
+        let servers = Deployed::start();
         let (policy_dir, policy_path) = policy_file(policy);
-        let mut spec = NodeSpec::new(BIN, "gateway,approval", "tenancy-1")
-            .env("TOOLMESH_NATS_URL", nats.url("node"))
-            .env("TOOLMESH_REDIS_URL", redis.url())
-            .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+        let mut spec = servers
+            .spec("gateway,approval", "tenancy-1")
             .env("TOOLMESH_POLICY_FILE", policy_path);
         for (key, value) in env {
             spec = spec.env(key, *value);
         }
-        let node = spec.start(&nats.client("node").await).await;
+        let node = spec.start(&servers.nats.client("node").await).await;
         Deployment {
-            nats,
-            _redis: redis,
-            _data: data,
+            servers,
             _policy: policy_dir,
             _node: node,
         }
@@ -52,7 +44,7 @@ async fn a_reply_subject_outside_the_inboxes_reaches_no_other_account() {
     // Calls of globex need approval; acme's run at once.
     let policy = format!("mode = \"off\"\n[accounts.globex]\nmode = \"strict\"\n{GATED_STATUS}");
     let deployment = Deployment::start(&policy, &[]).await;
-    let nats = &deployment.nats;
+    let nats = &deployment.servers.nats;
     let (acme, globex, approver, node) = (
         nats.client("acme").await,
         nats.client("globex").await,
@@ -185,7 +177,7 @@ async fn a_parked_call_does_not_poll_its_approval() {
 #[tokio::test]
 async fn a_provider_serves_as_the_provider_user_and_reaches_nothing_else() {
     let deployment = Deployment::start("", &[]).await;
-    let nats = &deployment.nats;
+    let nats = &deployment.servers.nats;
     let _provider =
         crate::providers::Provider::start_on(&nats.url("provider"), "tickets", &[]).await;
     let (acme, approver, as_provider) = (

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use toolmesh_testkit::wait_until;
 
-use crate::support::{node_refusal, ok, Cluster};
+use crate::support::{node_refusal, ok, Aborting, Cluster};
 
 /// How long the collector waits for spans to come.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -57,13 +57,7 @@ impl Received {
 struct Collector {
     endpoint: String,
     spans: Arc<Mutex<Vec<Received>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: Aborting,
 }
 
 impl Collector {
@@ -80,7 +74,7 @@ impl Collector {
         Collector {
             endpoint,
             spans,
-            task,
+            _task: Aborting(task),
         }
     }
 

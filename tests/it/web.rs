@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::support::{self, assert_error, Cluster};
+use crate::support::{self, assert_error, Aborting, Cluster};
 
 const ALLOWED: &str = "127.0.0.2/32";
 
@@ -35,13 +35,7 @@ impl Seen {
 struct Fixture {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: Aborting,
 }
 
 struct Response {
@@ -184,7 +178,11 @@ impl Fixture {
                 tokio::spawn(serve_one(stream, task_seen.clone()));
             }
         });
-        Some(Fixture { addr, seen, task })
+        Some(Fixture {
+            addr,
+            seen,
+            _task: Aborting(task),
+        })
     }
 
     fn url(&self, path: &str) -> String {
