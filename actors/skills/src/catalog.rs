@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use toolmesh_kernel::config::Secret;
 use toolmesh_kernel::egress::{Egress, FetchError};
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{is_skill_name, LOCAL_SPACE_ID};
@@ -344,7 +345,7 @@ pub struct ServiceClient {
     http: reqwest::Client,
     egress: Arc<Egress>,
     base: Option<Url>,
-    token: Option<String>,
+    token: Option<Secret>,
     space_ids: Vec<String>,
     allowlists: Vec<(String, Vec<String>)>,
     pub max_download_bytes: u64,
@@ -417,7 +418,7 @@ impl ServiceClient {
     fn request(&self, client: &reqwest::Client, url: &Url) -> reqwest::RequestBuilder {
         let request = client.get(url.clone());
         match &self.token {
-            Some(token) if self.same_origin(url) => request.bearer_auth(token),
+            Some(token) if self.same_origin(url) => request.bearer_auth(token.expose()),
             _ => request,
         }
     }

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use toolmesh_kernel::config::{ConfigError, RawEnv};
+use toolmesh_kernel::config::{ConfigError, RawEnv, Secret};
 
 pub const DEFAULT_SKILLS_DIR: &str = "./skills";
 pub const DEFAULT_SKILL_MAX_BYTES: u64 = 256 * 1024 * 1024;
@@ -22,7 +22,7 @@ pub struct SkillsConfig {
     pub dir: PathBuf,
     pub service_url: Option<String>,
     pub space_ids: Vec<String>,
-    pub service_token: Option<String>,
+    pub service_token: Option<Secret>,
     pub allow_hash_mismatch: bool,
     pub max_bytes: u64,
     pub max_entries: u64,
@@ -43,7 +43,7 @@ impl SkillsConfig {
             dir: PathBuf::from(env.get("TOOLMESH_SKILLS_DIR").unwrap_or(DEFAULT_SKILLS_DIR)),
             service_url: env.get("TOOLMESH_SKILL_SERVICE_URL").map(str::to_owned),
             space_ids: env.list("TOOLMESH_SKILL_SPACE_IDS"),
-            service_token: env.get("TOOLMESH_SKILL_SERVICE_TOKEN").map(str::to_owned),
+            service_token: env.secret("TOOLMESH_SKILL_SERVICE_TOKEN"),
             allow_hash_mismatch: env.flag("TOOLMESH_SKILL_ALLOW_HASH_MISMATCH", false)?,
             max_bytes: env.parse("TOOLMESH_SKILL_MAX_BYTES", DEFAULT_SKILL_MAX_BYTES)?,
             max_entries: env.parse("TOOLMESH_SKILL_MAX_ENTRIES", DEFAULT_SKILL_MAX_ENTRIES)?,
@@ -125,5 +125,16 @@ mod tests {
             let err = SkillsConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    /// A config (or the client made from it) printed in a log must not carry the token.
+    #[test]
+    fn debug_output_never_shows_the_service_token() {
+        let env = RawEnv::from_pairs([("TOOLMESH_SKILL_SERVICE_TOKEN", "tok-very-secret-4711")]);
+        let config = SkillsConfig::from_env(&env).unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("tok-very-secret-4711"), "{shown}");
+        let token = config.service_token.as_ref().map(Secret::expose);
+        assert_eq!(token, Some("tok-very-secret-4711"));
     }
 }

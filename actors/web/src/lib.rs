@@ -17,6 +17,7 @@ pub mod variables;
 
 use std::sync::Arc;
 
+use toolmesh_kernel::config::Secret;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
@@ -62,7 +63,7 @@ pub async fn spawn(
     let search = search::SearchProvider::from_config(
         config.search_provider.as_deref(),
         config.search_url.as_deref(),
-        config.search_api_key.as_deref(),
+        config.search_api_key.as_ref().map(Secret::expose),
     )?;
     let service = Arc::new(service::WebService {
         client: client.clone(),

@@ -40,6 +40,28 @@ pub const DEFAULT_EVENTS_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 #[derive(Debug, Clone, Default)]
 pub struct RawEnv(HashMap<String, String>);
 
+/// A secret setting (a token, an API key): kept whole for its one use, never shown by `Debug`,
+/// so a config or client printed in a log or a panic message carries no credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
 impl RawEnv {
     pub fn from_process() -> Self {
         Self(
@@ -59,6 +81,11 @@ impl RawEnv {
     }
 
     /// The value, with empty strings treated as unset.
+    /// A secret setting ([`Secret`]), unset when empty.
+    pub fn secret(&self, key: &str) -> Option<Secret> {
+        self.get(key).map(Secret::new)
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .get(key)
