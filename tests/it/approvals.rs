@@ -329,50 +329,30 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     let parked = park("s3", 60, "inv-p3");
     collect(&mut requested, 1, Duration::from_secs(5)).await;
     // Another account naming the same invocation id reaches nothing.
-    let foreign = toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.evil",
-        json!({"invocation_id": "inv-p3"}),
-    )
-    .await;
+    let foreign = c.cancel("evil", json!({"invocation_id": "inv-p3"})).await;
     assert_eq!(foreign, json!({"ok": true, "cancelled": false}));
     assert!(
         !parked.is_finished(),
         "a foreign cancel must not end the call"
     );
     // A body with more than the id (a reply, an event) is no cancel.
-    let loose = toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.acme",
-        json!({"ok": true, "invocation_id": "inv-p3", "tool": "component_status"}),
-    )
-    .await;
+    let loose = c
+        .cancel(
+            "acme",
+            json!({"ok": true, "invocation_id": "inv-p3", "tool": "component_status"}),
+        )
+        .await;
     assert_eq!(loose["error"], "invalid_request", "{loose}");
     assert!(!parked.is_finished(), "a loose body must not end the call");
-    let cancel = toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.acme",
-        json!({"invocation_id": "inv-p3"}),
-    )
-    .await;
+    let cancel = c.cancel("acme", json!({"invocation_id": "inv-p3"})).await;
     assert_eq!(cancel, json!({"ok": true, "cancelled": true}));
     let reply = parked.await.unwrap();
     assert_eq!(reply["error"], "cancelled", "{reply}");
 
     // Nothing runs under that id any more; bad bodies.
-    let again = toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.acme",
-        json!({"invocation_id": "inv-p3"}),
-    )
-    .await;
+    let again = c.cancel("acme", json!({"invocation_id": "inv-p3"})).await;
     assert_eq!(again, json!({"ok": true, "cancelled": false}));
-    let bad = toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.acme",
-        json!({"invocation_id": "a b"}),
-    )
-    .await;
+    let bad = c.cancel("acme", json!({"invocation_id": "a b"})).await;
     assert_eq!(bad["error"], "invalid_request");
     let bad =
         toolmesh_testkit::request_raw(&c.client, "toolmesh.v1.cancel.acme", b"nope".to_vec()).await;

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
 use toolmesh_testkit::{request_json_within, Listener};
 
-use crate::support::{ok, Cluster};
+use crate::support::{ok, tokens_file, Cluster};
 
 /// The approver name `tok-acme` records as `decided_by`.
 const ALICE: &str = "Alice Approver";
@@ -27,17 +27,10 @@ struct Console {
 
 impl Console {
     async fn start() -> Console {
-        let dir = tempfile::tempdir().unwrap();
-        let tokens = dir.path().join("console-tokens.json");
-        std::fs::write(
-            &tokens,
-            json!({
-                "tok-acme": {"approver": ALICE, "accounts": ["acme"]},
-                "tok-root": {"approver": "root", "accounts": "*"},
-            })
-            .to_string(),
-        )
-        .unwrap();
+        let (dir, tokens) = tokens_file(&json!({
+            "tok-acme": {"approver": ALICE, "accounts": ["acme"]},
+            "tok-root": {"approver": "root", "accounts": "*"},
+        }));
         let mut c = Cluster::servers().await;
         let listen = c
             .start_listening(

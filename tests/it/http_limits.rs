@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use toolmesh_testkit::raw_http::{read_response, read_until_closed};
 use toolmesh_testkit::Listener;
 
-use crate::support::{node_refusal, ok, Cluster};
+use crate::support::{node_refusal, ok, tokens_file, Cluster};
 
 /// An outer bound for what comes within a fraction of it.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -145,17 +145,10 @@ const SECRET: &str = "the victim's notes";
 
 impl Front {
     async fn start() -> Front {
-        let dir = tempfile::tempdir().unwrap();
-        let tokens = dir.path().join("tokens.json");
-        std::fs::write(
-            &tokens,
-            json!({
-                "tok-bound": {"account": "acme", "session": "attacker"},
-                "tok-any": {"account": "acme", "session": "attacker", "sessions": "any"},
-            })
-            .to_string(),
-        )
-        .unwrap();
+        let (dir, tokens) = tokens_file(&json!({
+            "tok-bound": {"account": "acme", "session": "attacker"},
+            "tok-any": {"account": "acme", "session": "attacker", "sessions": "any"},
+        }));
         let mut c = Cluster::servers().await;
         let listen = c
             .start_listening(

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{venv_bin, Listener};
 
-use crate::support::{ok, Cluster, BIN};
+use crate::support::{ok, tokens_file, Cluster, BIN};
 
 /// How long one client script may run (Python start-up on a busy machine included).
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
@@ -26,16 +26,9 @@ struct Front {
 
 impl Front {
     async fn start(roles: &str, env: &[(&str, &str)]) -> Front {
-        let dir = tempfile::tempdir().unwrap();
-        let tokens = dir.path().join("tokens.json");
-        std::fs::write(
-            &tokens,
-            json!({"tok-a": {"account": "acme"},
+        let (dir, tokens) = tokens_file(&json!({"tok-a": {"account": "acme"},
                    "tok-c": {"account": "acme", "profile": "coding", "name": "coder"},
-                   "tok-s": {"account": "acme", "session": "s1"}})
-            .to_string(),
-        )
-        .unwrap();
+                   "tok-s": {"account": "acme", "session": "s1"}}));
         let mut all: Vec<(&str, &str)> = vec![
             ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
             ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),

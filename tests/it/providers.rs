@@ -535,12 +535,9 @@ async fn a_cancel_reaches_the_provider() {
         json!({"tool": "slow", "invocation_id": "inv-slow", "arguments": {"seconds": 100}}),
     );
     until_requested(&provider).await;
-    let cancel = request_json(
-        &cluster.client,
-        "toolmesh.v1.cancel.acme",
-        json!({"invocation_id": "inv-slow"}),
-    )
-    .await;
+    let cancel = cluster
+        .cancel("acme", json!({"invocation_id": "inv-slow"}))
+        .await;
     assert_eq!(cancel["cancelled"], true, "{cancel}");
     let reply = pending.await.unwrap();
     assert_eq!(reply["error"], "cancelled", "{reply}");

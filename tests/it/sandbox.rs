@@ -525,12 +525,7 @@ async fn a_cancel_kills_the_running_command() {
     // Wait until it runs (its first line is an event), then cancel.
     let started = Instant::now();
     wait_for_stdout(&mut events, "started").await;
-    ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.cancel.acme".to_owned(),
-        json!({"invocation_id": invocation}),
-    )
-    .await);
+    ok(c.cancel("acme", json!({"invocation_id": invocation})).await);
     let r = call.await.unwrap();
     assert_eq!(r["error"], "cancelled", "{r}");
     assert!(started.elapsed() < Duration::from_secs(20));

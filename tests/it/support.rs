@@ -132,6 +132,11 @@ impl Cluster {
         request_json(&self.client, format!("toolmesh.v1.call.{account}"), body).await
     }
 
+    /// A cancel request with `body` on `toolmesh.v1.cancel.<account>`.
+    pub async fn cancel(&self, account: &str, body: Value) -> Value {
+        request_json(&self.client, format!("toolmesh.v1.cancel.{account}"), body).await
+    }
+
     /// A tool call that waits in a task of its own (a parked call): its reply when it ends.
     pub fn call_in_background(&self, account: &str, body: Value) -> JoinHandle<Value> {
         let client = self.client.clone();
@@ -297,6 +302,15 @@ pub fn write_skill(
     std::fs::write(skill.join("SKILL.md"), skill_md).unwrap();
     std::fs::write(skill.join("scripts/hello.sh"), hello_sh).unwrap();
     skill
+}
+
+/// A tokens file (MCP or console) of `tokens` in a temp dir: the dir (keep it while the node
+/// runs) and the file's path.
+pub fn tokens_file(tokens: &Value) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens.json");
+    std::fs::write(&path, tokens.to_string()).expect("write the tokens");
+    (dir, path)
 }
 
 /// A policy file in a temp dir; keep the returned dir alive while the node runs.

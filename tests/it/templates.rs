@@ -533,15 +533,22 @@ fn gvisor_ready() {
     assert!(status.success(), "scripts/gvisor: {status}");
 }
 
-#[tokio::test]
-async fn under_gvisor_the_kernel_is_gvisors_and_the_hardening_holds() {
+/// A sandbox node with the gVisor templates (gVisor installed first), disks of 64 MB and
+/// `extra`; keep the folder of its templates file while it runs.
+async fn gvisor_cluster(extra: &[(&str, &str)]) -> (tempfile::TempDir, SandboxCluster) {
     gvisor_ready();
-    let (_dir, file) = templates_file(GVISOR);
-    let c = cluster_with(&[
+    let (dir, file) = templates_file(GVISOR);
+    let mut env = vec![
         ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
         ("TOOLMESH_SANDBOX_DISK_MB", "64"),
-    ])
-    .await;
+    ];
+    env.extend_from_slice(extra);
+    (dir, cluster_with(&env).await)
+}
+
+#[tokio::test]
+async fn under_gvisor_the_kernel_is_gvisors_and_the_hardening_holds() {
+    let (_dir, c) = gvisor_cluster(&[]).await;
     check_gvisor(&c, "s1").await;
     // The same command under runc shows the host's kernel.
     let r = ok(run(&c, "s2", "cat /proc/version").await);
@@ -556,13 +563,6 @@ async fn under_gvisor_the_kernel_is_gvisors_and_the_hardening_holds() {
 
 #[tokio::test]
 async fn under_gvisor_exec_mode_works_too() {
-    gvisor_ready();
-    let (_dir, file) = templates_file(GVISOR);
-    let c = cluster_with(&[
-        ("TOOLMESH_SANDBOX_TEMPLATES", file.as_str()),
-        ("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec"),
-        ("TOOLMESH_SANDBOX_DISK_MB", "64"),
-    ])
-    .await;
+    let (_dir, c) = gvisor_cluster(&[("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "exec")]).await;
     check_gvisor(&c, "s1").await;
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use toolmesh_testkit::wait_until;
 
-use crate::support::{node_refusal, ok, Aborting, Cluster};
+use crate::support::{node_refusal, ok, tokens_file, Aborting, Cluster};
 
 /// How long the collector waits for spans to come.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -384,9 +384,7 @@ fn a_grpc_collector_is_refused_with_the_way_out() {
 #[tokio::test]
 async fn an_mcp_clients_traceparent_reaches_through_the_front_to_the_actor() {
     let (collector, mut c) = traced("50", "http/protobuf", &["gateway,approval,workspace"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.json");
-    std::fs::write(&tokens, json!({"tok-a": {"account": "acme"}}).to_string()).unwrap();
+    let (_dir, tokens) = tokens_file(&json!({"tok-a": {"account": "acme"}}));
     let mut front = collector.env("50", "http/protobuf");
     front.push(("TOOLMESH_MCP_LISTEN", "127.0.0.1:0".to_owned()));
     front.push(("TOOLMESH_MCP_TOKENS", tokens.display().to_string()));
