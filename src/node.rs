@@ -567,9 +567,8 @@ async fn answer_status(
             let nodes = serde_json::to_value(cluster.live()).unwrap_or_default();
             let mut fields = serde_json::Map::new();
             fields.insert("nodes".into(), nodes);
-            // A cluster too big for one reply lists the nodes that fit, `truncated: true`
-            // (`ok` takes the few bytes left out here).
-            let limit = budget::reply_limit(nats.max_payload()).saturating_sub(16);
+            // A cluster too big for one reply lists the nodes that fit, `truncated: true`.
+            let limit = budget::listing_limit(nats.max_payload());
             budget::fit_list(&mut fields, "nodes", limit);
             wire::ok_body(fields)
         } else {
