@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toolmesh_testkit::request_raw;
 
-use crate::support::{collect, ok, strings, Cluster};
+use crate::support::{assert_error, collect, ok, strings, Cluster};
 
 #[tokio::test]
 async fn garbage_bodies_get_invalid_request_and_the_node_survives() {
@@ -145,11 +145,7 @@ async fn session_tools_need_a_session_and_unserved_roles_are_unavailable_fast() 
             json!({"tool": "read_workspace_file", "arguments": {"path": "a"}}),
         )
         .await;
-    assert_eq!(reply["error"], "invalid_request");
-    assert!(reply["error_message"]
-        .as_str()
-        .unwrap()
-        .contains("session_id"));
+    assert_error(&reply, "invalid_request", "session_id");
 
     // No workspace actor runs in this cluster: the answer comes at once, not after a timeout.
     let started = Instant::now();
@@ -159,11 +155,7 @@ async fn session_tools_need_a_session_and_unserved_roles_are_unavailable_fast() 
             json!({"tool": "read_workspace_file", "arguments": {"path": "a"}, "session_id": "s1"}),
         )
         .await;
-    assert_eq!(reply["error"], "unavailable", "{reply}");
-    assert!(reply["error_message"]
-        .as_str()
-        .unwrap()
-        .contains("workspace"));
+    assert_error(&reply, "unavailable", "workspace");
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "{:?}",
@@ -254,20 +246,17 @@ async fn tool_search_scores_and_defers() {
     }
     assert_eq!(reply["deferred_tool_names"][0], "read_workspace_file");
     // Without include_disabled, tools no node serves are left out.
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_search", "arguments": {"query": "read file"}}),
-        )
-        .await;
+    let reply = search(&c, "read file").await;
     assert_eq!(reply["results"], json!([]));
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_search", "arguments": {"query": ""}}),
-        )
-        .await;
+    let reply = search(&c, "").await;
     assert_eq!(reply["error"], "invalid_arguments");
+}
+
+/// `tool_search` for `query`.
+async fn search(c: &Cluster, query: &str) -> Value {
+    let args = json!({"query": query});
+    c.call("acme", json!({"tool": "tool_search", "arguments": args}))
+        .await
 }
 
 fn names(reply: &Value) -> Vec<String> {

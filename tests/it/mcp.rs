@@ -784,30 +784,17 @@ async fn claude_code_connects_with_the_readme_configuration() {
         "my-project",
     ])
     .await;
-    run(vec![
-        "mcp",
-        "add",
-        "--transport",
-        "http",
-        "toolmesh-http",
-        &f.url,
-        "--header",
-        "Authorization: Bearer tok-a",
-        "--header",
-        "X-Toolmesh-Session: my-project",
-    ])
-    .await;
-    run(vec![
-        "mcp",
-        "add",
-        "--transport",
-        "http",
-        "toolmesh-wrong-token",
-        &f.url,
-        "--header",
-        "Authorization: Bearer nope",
-    ])
-    .await;
+    // The README's HTTP configuration, and one with a token the front does not know.
+    let add_http = |name: &'static str, headers: &[&'static str]| {
+        let mut args = vec!["mcp", "add", "--transport", "http", name, &f.url];
+        for header in headers {
+            args.extend(["--header", header]);
+        }
+        run(args)
+    };
+    let session = "X-Toolmesh-Session: my-project";
+    add_http("toolmesh-http", &["Authorization: Bearer tok-a", session]).await;
+    add_http("toolmesh-wrong-token", &["Authorization: Bearer nope"]).await;
 
     let listed = run(vec!["mcp", "list"]).await;
     let line = |name: &str| -> String {

@@ -223,6 +223,15 @@ impl Deployed {
     }
 }
 
+/// Asserts that `reply` is `unavailable` and came less than `within` after `killed` (when
+/// what served its call was killed).
+#[track_caller]
+pub fn assert_unavailable_within(reply: &Value, killed: std::time::Instant, within: Duration) {
+    assert_eq!(reply["error"], "unavailable", "{reply}");
+    let took = killed.elapsed();
+    assert!(took < within, "unavailable came {took:?} after the kill");
+}
+
 /// A task of a test's own server, aborted when dropped.
 pub struct Aborting(pub JoinHandle<()>);
 
