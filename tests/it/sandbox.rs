@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, node_failure, ok, write_skill, Cluster};
+use crate::support::{
+    assert_error, assert_unavailable_within, node_failure, ok, write_skill, Cluster,
+};
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
 
@@ -98,6 +100,13 @@ pub(crate) async fn tool(c: &Cluster, session: &str, name: &str, args: Value) ->
 /// `run_command` of `command` (and no other argument) in `session` of acme.
 pub(crate) async fn run(c: &Cluster, session: &str, command: &str) -> Value {
     tool(c, session, "run_command", json!({"command": command})).await
+}
+
+/// `run_command` of `command`, its stdout asserted to be `expected`: the reply.
+async fn stdout_is(c: &Cluster, session: &str, command: &str, expected: &str) -> Value {
+    let r = run(c, session, command).await;
+    assert_eq!(r["stdout"], expected, "{command}: {r}");
+    r
 }
 
 /// `run_command` of `command` with the other arguments `args`.
@@ -234,12 +243,10 @@ async fn cwd_env_and_a_non_root_user() {
 async fn sessions_reuse_their_sandbox_and_are_separated() {
     let c = cluster().await;
     let a = ok(run(&c, "s1", "echo one > /tmp/state").await);
-    let b = run(&c, "s1", "cat /tmp/state").await;
-    assert_eq!(b["stdout"], "one\n", "{b}");
+    let b = stdout_is(&c, "s1", "cat /tmp/state", "one\n").await;
     assert_eq!(a["sandbox_id"], b["sandbox_id"]);
 
-    let other = run(&c, "s2", "cat /tmp/state || echo none").await;
-    assert_eq!(other["stdout"], "none\n", "{other}");
+    let other = stdout_is(&c, "s2", "cat /tmp/state || echo none", "none\n").await;
     assert_ne!(other["sandbox_id"], a["sandbox_id"]);
     let other_account = tool_as(
         &c,
@@ -308,8 +315,7 @@ async fn the_workspace_is_synced_in_and_changes_come_back() {
     );
     // A change made through the workspace reaches the sandbox on the next command.
     write_file(&c, "s1", "data/out.txt", "again\n").await;
-    let r = run(&c, "s1", "cat data/out.txt").await;
-    assert_eq!(r["stdout"], "again\n", "{r}");
+    stdout_is(&c, "s1", "cat data/out.txt", "again\n").await;
 }
 
 #[tokio::test]
@@ -651,13 +657,13 @@ async fn containers_are_hardened() {
     let mounts = serde_json::to_string(&inspect["Mounts"]).unwrap();
     assert!(!mounts.contains("docker.sock"), "{mounts}");
     // And from inside: no network but loopback, no writes outside /workspace and /tmp.
-    let r = run(
+    stdout_is(
         &c,
         "s1",
         "ls /sys/class/net; touch /etc/x 2>/dev/null && echo wrote || echo read-only",
+        "lo\nread-only\n",
     )
     .await;
-    assert_eq!(r["stdout"], "lo\nread-only\n", "{r}");
 }
 
 #[tokio::test]
@@ -704,8 +710,7 @@ async fn floods_and_bombs_stay_inside_the_sandbox() {
         "a 1 GiB allocation in a 256 MiB sandbox fails: {hog}"
     );
     // The worker still answers, and the session still works.
-    let r = run(&c, "s2", "echo alive").await;
-    assert_eq!(r["stdout"], "alive\n", "{r}");
+    stdout_is(&c, "s2", "echo alive", "alive\n").await;
 }
 
 #[tokio::test]
@@ -802,12 +807,7 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
     let killed_at = Instant::now();
     c.nodes[victim].kill();
     let r = running.await.unwrap();
-    assert_eq!(r["error"], "unavailable", "{r}");
-    assert!(
-        killed_at.elapsed() < Duration::from_secs(15),
-        "{:?}",
-        killed_at.elapsed()
-    );
+    assert_unavailable_within(&r, killed_at, Duration::from_secs(15));
     // The next call of the session runs on the surviving worker, in a new sandbox.
     let next = ok(run(&c, "s1", "cat /tmp/mark 2>/dev/null || echo fresh").await);
     assert_eq!(next["stdout"], "fresh\n");
@@ -915,8 +915,7 @@ async fn the_process_backend_runs_in_bubblewrap() {
     // session does not see it.
     let keep = run(&c, "s1", "echo kept > /tmp/keep").await;
     assert_eq!(keep["exit_code"], 0, "{keep}");
-    let again = run(&c, "s1", "cat /tmp/keep").await;
-    assert_eq!(again["stdout"], "kept\n", "{again}");
+    stdout_is(&c, "s1", "cat /tmp/keep", "kept\n").await;
     let other = run(&c, "s2", "cat /tmp/keep 2>&1 || true").await;
     assert!(
         other["stdout"].as_str().unwrap().contains("No such file"),
@@ -931,8 +930,13 @@ async fn the_process_backend_runs_in_bubblewrap() {
     if gone["ok"] == false {
         assert_eq!(gone["error"], "unavailable", "{gone}");
     }
-    let fresh = run(&c, "s1", "cat /tmp/keep 2>/dev/null || echo fresh").await;
-    assert_eq!(fresh["stdout"], "fresh\n", "{fresh}");
+    let fresh = stdout_is(
+        &c,
+        "s1",
+        "cat /tmp/keep 2>/dev/null || echo fresh",
+        "fresh\n",
+    )
+    .await;
     assert_ne!(fresh["sandbox_id"], before["sandbox_id"], "{fresh}");
 }
 
@@ -1060,8 +1064,13 @@ async fn a_removed_container_is_replaced_on_the_next_call() {
     // The worker learns of it from Docker: that call says so, the next one gets a new sandbox.
     let gone = run(&c, "s1", "true").await;
     assert_error(&gone, "unavailable", "is gone");
-    let next = run(&c, "s1", "cat /tmp/mark 2>/dev/null || echo fresh").await;
-    assert_eq!(next["stdout"], "fresh\n", "{next}");
+    let next = stdout_is(
+        &c,
+        "s1",
+        "cat /tmp/mark 2>/dev/null || echo fresh",
+        "fresh\n",
+    )
+    .await;
     assert_ne!(next["sandbox_id"], sandbox.as_str());
 }
 
@@ -1696,13 +1705,13 @@ async fn a_sandbox_writes_no_more_than_its_disk_quota(mut c: SandboxCluster) {
     assert!(size <= 64 * 1024 * 1024, "a disk of {size} bytes");
 
     // The session goes on once it made room.
-    let r = run(
+    stdout_is(
         &c,
         "s1",
         "rm -f /workspace/big /workspace/fill && echo fine > ok.txt && cat ok.txt",
+        "fine\n",
     )
     .await;
-    assert_eq!(r["stdout"], "fine\n", "{r}");
     ok(read_file(&c, "s1", "ok.txt").await);
 
     // A drain removes every sandbox: no mount, no folder, no image is left.
