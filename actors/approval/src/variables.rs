@@ -38,18 +38,12 @@ mod tests {
     use super::*;
     use crate::config::*;
     use toolmesh_kernel::config::RawEnv;
-    use toolmesh_kernel::settings::find;
 
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
         let check = |name: &str, value: &dyn std::fmt::Display| {
-            let var = find(VARIABLES, name).unwrap_or_else(|| panic!("{name} is not listed"));
-            assert!(
-                var.default_is(value),
-                "{name}: {} is not `{value}`",
-                var.default
-            );
+            toolmesh_kernel::settings::assert_default(VARIABLES, name, value)
         };
         check("TOOLMESH_APPROVAL_TTL_S", &DEFAULT_APPROVAL_TTL_S);
         check(
@@ -66,16 +60,12 @@ mod tests {
     #[test]
     fn a_default_set_explicitly_changes_nothing() {
         let read = |env: &RawEnv| format!("{:?}", ApprovalConfig::from_env(env).unwrap());
-        let unset = read(&RawEnv::default());
-        let mut literals = 0;
-        for var in VARIABLES {
-            let Some(literal) = var.literal_default() else {
-                continue;
-            };
-            let set = read(&RawEnv::from_pairs([(var.name, literal)]));
-            assert_eq!(set, unset, "{}={literal} is not the default", var.name);
-            literals += 1;
-        }
+        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
+            read(&RawEnv::from_pairs(pairs.iter().copied()))
+        };
+        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
+            VARIABLES, from_pairs,
+        );
         assert_eq!(
             literals,
             VARIABLES.len(),

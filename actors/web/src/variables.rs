@@ -57,16 +57,12 @@ mod tests {
     #[test]
     fn a_default_set_explicitly_changes_nothing() {
         let read = |env: &RawEnv| format!("{:?}", WebConfig::from_env(env).unwrap());
-        let unset = read(&RawEnv::default());
-        let mut literals = 0;
-        for var in VARIABLES {
-            let Some(literal) = var.literal_default() else {
-                continue;
-            };
-            let set = read(&RawEnv::from_pairs([(var.name, literal)]));
-            assert_eq!(set, unset, "{}={literal} is not the default", var.name);
-            literals += 1;
-        }
+        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
+            read(&RawEnv::from_pairs(pairs.iter().copied()))
+        };
+        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
+            VARIABLES, from_pairs,
+        );
         assert_eq!(literals, 1, "{literals} defaults are literals");
     }
 }

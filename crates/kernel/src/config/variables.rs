@@ -116,18 +116,12 @@ pub const VARIABLES: &[Variable] = &[
 mod tests {
     use super::*;
     use crate::config::*;
-    use crate::settings::find;
 
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
         let check = |name: &str, value: &dyn std::fmt::Display| {
-            let var = find(VARIABLES, name).unwrap_or_else(|| panic!("{name} is not listed"));
-            assert!(
-                var.default_is(value),
-                "{name}: {} is not `{value}`",
-                var.default
-            );
+            crate::settings::assert_default(VARIABLES, name, value)
         };
         check("TOOLMESH_NATS_URL", &DEFAULT_NATS_URL);
         check("TOOLMESH_REDIS_URL", &DEFAULT_REDIS_URL);
@@ -166,16 +160,11 @@ mod tests {
                 )
             )
         };
-        let unset = read(&RawEnv::default());
-        let mut literals = 0;
-        for var in VARIABLES {
-            let Some(literal) = var.literal_default() else {
-                continue;
-            };
-            let set = read(&RawEnv::from_pairs([(var.name, literal)]));
-            assert_eq!(set, unset, "{}={literal} is not the default", var.name);
-            literals += 1;
-        }
+        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
+            read(&RawEnv::from_pairs(pairs.iter().copied()))
+        };
+        let literals =
+            crate::settings::assert_literal_defaults_change_nothing(VARIABLES, from_pairs);
         assert!(literals > 10, "{literals} defaults are literals");
     }
 }
