@@ -66,18 +66,8 @@ pub(super) fn local_failure(op: &str, what: &str, e: &io::Error) -> ToolError {
 
 /// `(size, mtime_ns, ino, mode)` of local metadata.
 pub(super) fn local_stamp(meta: &Metadata) -> FileStamp {
-    let mtime_ns = meta
-        .modified()
-        .map_or(0, |m| match m.into_std().duration_since(UNIX_EPOCH) {
-            Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
-            Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-        });
-    FileStamp {
-        size: meta.len(),
-        mtime_ns,
-        ino: meta.ino(),
-        mode: Some(meta.mode() & 0o7777),
-    }
+    let modified = meta.modified().ok().map(|m| m.into_std());
+    FileStamp::of(meta.len(), modified, meta.ino(), meta.mode())
 }
 
 /// Removes the regular file `path` if its local stamp is still `local` (the sandbox left it

@@ -25,7 +25,7 @@ use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_nats::{Client, Message};
 use bytes::Bytes;
@@ -287,18 +287,8 @@ fn push_children(dir: &Rc<Dir>, rel: &str, stack: &mut Vec<Pending>, skipped: &m
 
 /// `(size, mtime_ns, ino, mode)` of a file's metadata.
 pub fn stamp_of(meta: &Metadata) -> FileStamp {
-    let mtime_ns = meta
-        .modified()
-        .map_or(0, |m| match m.into_std().duration_since(UNIX_EPOCH) {
-            Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
-            Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-        });
-    FileStamp {
-        size: meta.len(),
-        mtime_ns,
-        ino: meta.ino(),
-        mode: Some(meta.mode() & 0o7777),
-    }
+    let modified = meta.modified().ok().map(|m| m.into_std());
+    FileStamp::of(meta.len(), modified, meta.ino(), meta.mode())
 }
 
 // ------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 //! The sync requests and replies and what they are made of: stamps, manifests, fetched chunks,
 //! changes with their preconditions, and outcomes.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,22 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of a file's `stat`: its size, last modification (`None` when the platform
+    /// gives none: 0), inode and `st_mode` (kept `& 0o7777`). A modification before the epoch
+    /// counts negative; one past `i64` nanoseconds either way saturates.
+    pub fn of(size: u64, modified: Option<SystemTime>, ino: u64, mode: u32) -> Self {
+        let mtime_ns = modified.map_or(0, |m| match m.duration_since(UNIX_EPOCH) {
+            Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+        });
+        FileStamp {
+            size,
+            mtime_ns,
+            ino,
+            mode: Some(mode & 0o7777),
+        }
+    }
+
     /// Whether a precondition stamp holds for the file stamp `have`: the same size, mtime and
     /// inode, and the same mode unless the precondition names none (an older peer).
     pub fn holds_for(&self, have: &FileStamp) -> bool {

@@ -219,3 +219,22 @@ fn heads_of_an_older_version_still_decode() {
         serde_json::json!({"size": 1, "mtime_ns": 2, "ino": 3})
     );
 }
+
+#[test]
+fn a_stamp_counts_nanoseconds_from_the_epoch_either_way_and_keeps_the_permission_bits() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let after = UNIX_EPOCH + Duration::from_nanos(1_500);
+    let stamp = FileStamp::of(7, Some(after), 42, 0o104_755);
+    assert_eq!(
+        stamp,
+        FileStamp {
+            size: 7,
+            mtime_ns: 1_500,
+            ino: 42,
+            mode: Some(0o4755),
+        }
+    );
+    let before = UNIX_EPOCH - Duration::from_nanos(2_000);
+    assert_eq!(FileStamp::of(0, Some(before), 1, 0o644).mtime_ns, -2_000);
+    assert_eq!(FileStamp::of(0, None, 1, 0o644).mtime_ns, 0);
+}
