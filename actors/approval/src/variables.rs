@@ -42,17 +42,19 @@ mod tests {
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
-        let check = |name: &str, value: &dyn std::fmt::Display| {
-            toolmesh_kernel::settings::assert_default(VARIABLES, name, value)
-        };
-        check("TOOLMESH_APPROVAL_TTL_S", &DEFAULT_APPROVAL_TTL_S);
-        check(
-            "TOOLMESH_APPROVAL_MAX_PENDING",
-            &DEFAULT_APPROVAL_MAX_PENDING,
-        );
-        check(
-            "TOOLMESH_APPROVAL_RETENTION_S",
-            &DEFAULT_APPROVAL_RETENTION_S,
+        toolmesh_kernel::settings::assert_defaults(
+            VARIABLES,
+            &[
+                ("TOOLMESH_APPROVAL_TTL_S", &DEFAULT_APPROVAL_TTL_S),
+                (
+                    "TOOLMESH_APPROVAL_MAX_PENDING",
+                    &DEFAULT_APPROVAL_MAX_PENDING,
+                ),
+                (
+                    "TOOLMESH_APPROVAL_RETENTION_S",
+                    &DEFAULT_APPROVAL_RETENTION_S,
+                ),
+            ],
         );
     }
 
@@ -60,12 +62,8 @@ mod tests {
     #[test]
     fn a_default_set_explicitly_changes_nothing() {
         let read = |env: &RawEnv| format!("{:?}", ApprovalConfig::from_env(env).unwrap());
-        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
-            read(&RawEnv::from_pairs(pairs.iter().copied()))
-        };
-        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
-            VARIABLES, from_pairs,
-        );
+        let literals =
+            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
         assert_eq!(
             literals,
             VARIABLES.len(),

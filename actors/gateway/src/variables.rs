@@ -30,12 +30,8 @@ mod tests {
     #[test]
     fn a_default_set_explicitly_changes_nothing() {
         let read = |env: &RawEnv| format!("{:?}", crate::config::tests::config(env).unwrap());
-        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
-            read(&RawEnv::from_pairs(pairs.iter().copied()))
-        };
-        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
-            VARIABLES, from_pairs,
-        );
+        let literals =
+            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
         assert_eq!(literals, 1, "{literals} defaults are literals");
     }
 }

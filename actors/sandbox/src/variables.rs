@@ -220,47 +220,49 @@ mod tests {
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
-        let check = |name: &str, value: &dyn std::fmt::Display| {
-            toolmesh_kernel::settings::assert_default(VARIABLES, name, value)
-        };
-        check("TOOLMESH_SANDBOX_IMAGE", &DEFAULT_SANDBOX_IMAGE);
-        check("TOOLMESH_SANDBOX_MEMORY_MB", &DEFAULT_SANDBOX_MEMORY_MB);
-        check("TOOLMESH_SANDBOX_PIDS", &DEFAULT_SANDBOX_PIDS);
-        check("TOOLMESH_SANDBOX_CPUS", &DEFAULT_SANDBOX_CPUS);
-        check(
-            "TOOLMESH_SANDBOX_MAX_SESSIONS",
-            &DEFAULT_SANDBOX_MAX_SESSIONS,
-        );
-        check("TOOLMESH_SANDBOX_IDLE_TTL_S", &DEFAULT_SANDBOX_IDLE_TTL_S);
-        check("TOOLMESH_SANDBOX_WARM", &DEFAULT_SANDBOX_WARM);
-        check("TOOLMESH_SANDBOX_TMPFS_MB", &DEFAULT_SANDBOX_TMPFS_MB);
-        check("TOOLMESH_SANDBOX_DISK_MB", &DEFAULT_SANDBOX_DISK_MB);
-        check("TOOLMESH_SANDBOX_TIMEOUT_S", &DEFAULT_SANDBOX_TIMEOUT_S);
-        check("TOOLMESH_SANDBOX_SYNC_MAX_FILES", &DEFAULT_SYNC_MAX_FILES);
-        check(
-            "TOOLMESH_SANDBOX_SYNC_MAX_FILE_BYTES",
-            &DEFAULT_SYNC_MAX_FILE_BYTES,
-        );
-        check(
-            "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
-            &DEFAULT_SYNC_MAX_TOTAL_BYTES,
-        );
-        check(
-            "TOOLMESH_SANDBOX_SYNC_MAX_ENTRIES",
-            &DEFAULT_SYNC_MAX_ENTRIES,
-        );
-        check("TOOLMESH_SANDBOX_SYNC_MAX_DEPTH", &DEFAULT_SYNC_MAX_DEPTH);
-        check(
-            "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
-            &DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
-        );
-        check(
-            "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
-            &DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES,
-        );
-        check(
-            "TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES",
-            &DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
+        toolmesh_kernel::settings::assert_defaults(
+            VARIABLES,
+            &[
+                ("TOOLMESH_SANDBOX_IMAGE", &DEFAULT_SANDBOX_IMAGE),
+                ("TOOLMESH_SANDBOX_MEMORY_MB", &DEFAULT_SANDBOX_MEMORY_MB),
+                ("TOOLMESH_SANDBOX_PIDS", &DEFAULT_SANDBOX_PIDS),
+                ("TOOLMESH_SANDBOX_CPUS", &DEFAULT_SANDBOX_CPUS),
+                (
+                    "TOOLMESH_SANDBOX_MAX_SESSIONS",
+                    &DEFAULT_SANDBOX_MAX_SESSIONS,
+                ),
+                ("TOOLMESH_SANDBOX_IDLE_TTL_S", &DEFAULT_SANDBOX_IDLE_TTL_S),
+                ("TOOLMESH_SANDBOX_WARM", &DEFAULT_SANDBOX_WARM),
+                ("TOOLMESH_SANDBOX_TMPFS_MB", &DEFAULT_SANDBOX_TMPFS_MB),
+                ("TOOLMESH_SANDBOX_DISK_MB", &DEFAULT_SANDBOX_DISK_MB),
+                ("TOOLMESH_SANDBOX_TIMEOUT_S", &DEFAULT_SANDBOX_TIMEOUT_S),
+                ("TOOLMESH_SANDBOX_SYNC_MAX_FILES", &DEFAULT_SYNC_MAX_FILES),
+                (
+                    "TOOLMESH_SANDBOX_SYNC_MAX_FILE_BYTES",
+                    &DEFAULT_SYNC_MAX_FILE_BYTES,
+                ),
+                (
+                    "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
+                    &DEFAULT_SYNC_MAX_TOTAL_BYTES,
+                ),
+                (
+                    "TOOLMESH_SANDBOX_SYNC_MAX_ENTRIES",
+                    &DEFAULT_SYNC_MAX_ENTRIES,
+                ),
+                ("TOOLMESH_SANDBOX_SYNC_MAX_DEPTH", &DEFAULT_SYNC_MAX_DEPTH),
+                (
+                    "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
+                    &DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
+                ),
+                (
+                    "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
+                    &DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES,
+                ),
+                (
+                    "TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES",
+                    &DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
+                ),
+            ],
         );
     }
 
@@ -274,12 +276,8 @@ mod tests {
                 SandboxConfig::from_env(env, Path::new("./data")).unwrap()
             )
         };
-        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
-            read(&RawEnv::from_pairs(pairs.iter().copied()))
-        };
-        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
-            VARIABLES, from_pairs,
-        );
+        let literals =
+            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
         assert!(literals > 20, "{literals} defaults are literals");
     }
 }

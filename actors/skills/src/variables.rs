@@ -81,15 +81,17 @@ mod tests {
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
-        let check = |name: &str, value: &dyn std::fmt::Display| {
-            toolmesh_kernel::settings::assert_default(VARIABLES, name, value)
-        };
-        check("TOOLMESH_SKILLS_DIR", &DEFAULT_SKILLS_DIR);
-        check("TOOLMESH_SKILL_MAX_BYTES", &DEFAULT_SKILL_MAX_BYTES);
-        check("TOOLMESH_SKILL_MAX_ENTRIES", &DEFAULT_SKILL_MAX_ENTRIES);
-        check(
-            "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-            &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
+        toolmesh_kernel::settings::assert_defaults(
+            VARIABLES,
+            &[
+                ("TOOLMESH_SKILLS_DIR", &DEFAULT_SKILLS_DIR),
+                ("TOOLMESH_SKILL_MAX_BYTES", &DEFAULT_SKILL_MAX_BYTES),
+                ("TOOLMESH_SKILL_MAX_ENTRIES", &DEFAULT_SKILL_MAX_ENTRIES),
+                (
+                    "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
+                    &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
+                ),
+            ],
         );
     }
 
@@ -97,12 +99,8 @@ mod tests {
     #[test]
     fn a_default_set_explicitly_changes_nothing() {
         let read = |env: &RawEnv| format!("{:?}", SkillsConfig::from_env(env).unwrap());
-        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
-            read(&RawEnv::from_pairs(pairs.iter().copied()))
-        };
-        let literals = toolmesh_kernel::settings::assert_literal_defaults_change_nothing(
-            VARIABLES, from_pairs,
-        );
+        let literals =
+            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
         assert_eq!(literals, 5, "{literals} defaults are literals");
     }
 }

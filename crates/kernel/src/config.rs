@@ -56,6 +56,26 @@ impl Secret {
     }
 }
 
+/// For the tests of a variable table: sets each variable that has a literal default to that
+/// literal, one at a time, and asserts that what `read` builds from that environment is what
+/// it builds from an empty one. Returns how many variables have a literal default.
+pub fn assert_literal_defaults_change_nothing(
+    table: &'static [crate::settings::Variable],
+    read: impl Fn(&RawEnv) -> String,
+) -> usize {
+    let unset = read(&RawEnv::default());
+    let mut literals = 0;
+    for var in table {
+        let Some(literal) = var.literal_default() else {
+            continue;
+        };
+        let set = read(&RawEnv::from_pairs([(var.name, literal)]));
+        assert_eq!(set, unset, "{}={literal} is not the default", var.name);
+        literals += 1;
+    }
+    literals
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Secret(redacted)")

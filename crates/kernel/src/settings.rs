@@ -41,35 +41,17 @@ pub fn find(table: &'static [Variable], name: &str) -> Option<&'static Variable>
     table.iter().find(|v| v.name == name)
 }
 
-/// For the tests of a table: `name` is listed, with `value` (the `const` the code uses) as its
-/// literal default.
-pub fn assert_default(table: &'static [Variable], name: &str, value: &dyn fmt::Display) {
-    let var = find(table, name).unwrap_or_else(|| panic!("{name} is not listed"));
-    assert!(
-        var.default_is(value),
-        "{name}: {} is not `{value}`",
-        var.default
-    );
-}
-
-/// For the tests of a table: sets each variable that has a literal default to that literal,
-/// one at a time, and asserts that what `read` builds from those pairs (none: nothing set) is
-/// what it builds with nothing set. Returns how many variables have a literal default.
-pub fn assert_literal_defaults_change_nothing(
-    table: &'static [Variable],
-    read: impl Fn(&[(&'static str, &'static str)]) -> String,
-) -> usize {
-    let unset = read(&[]);
-    let mut literals = 0;
-    for var in table {
-        let Some(literal) = var.literal_default() else {
-            continue;
-        };
-        let set = read(&[(var.name, literal)]);
-        assert_eq!(set, unset, "{}={literal} is not the default", var.name);
-        literals += 1;
+/// For the tests of a table: each name is listed, with its value (the `const` the code uses)
+/// as its literal default.
+pub fn assert_defaults(table: &'static [Variable], defaults: &[(&str, &dyn fmt::Display)]) {
+    for (name, value) in defaults {
+        let var = find(table, name).unwrap_or_else(|| panic!("{name} is not listed"));
+        assert!(
+            var.default_is(value),
+            "{name}: {} is not `{value}`",
+            var.default
+        );
     }
-    literals
 }
 
 /// The sections of the reference, in the order it lists them.

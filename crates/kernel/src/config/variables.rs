@@ -120,29 +120,31 @@ mod tests {
     /// Each default written as a literal is the `const` the code uses.
     #[test]
     fn defaults_are_the_documented_consts() {
-        let check = |name: &str, value: &dyn std::fmt::Display| {
-            crate::settings::assert_default(VARIABLES, name, value)
-        };
-        check("TOOLMESH_NATS_URL", &DEFAULT_NATS_URL);
-        check("TOOLMESH_REDIS_URL", &DEFAULT_REDIS_URL);
-        check("TOOLMESH_DATA_DIR", &DEFAULT_DATA_DIR);
-        check("TOOLMESH_RESULT_BUDGET_CHARS", &DEFAULT_RESULT_BUDGET_CHARS);
-        check(
-            "TOOLMESH_REPLY_PREFIXES",
-            &crate::replies::DEFAULT_REPLY_PREFIX,
+        crate::settings::assert_defaults(
+            VARIABLES,
+            &[
+                ("TOOLMESH_NATS_URL", &DEFAULT_NATS_URL),
+                ("TOOLMESH_REDIS_URL", &DEFAULT_REDIS_URL),
+                ("TOOLMESH_DATA_DIR", &DEFAULT_DATA_DIR),
+                ("TOOLMESH_RESULT_BUDGET_CHARS", &DEFAULT_RESULT_BUDGET_CHARS),
+                (
+                    "TOOLMESH_REPLY_PREFIXES",
+                    &crate::replies::DEFAULT_REPLY_PREFIX,
+                ),
+                ("TOOLMESH_DRAIN_TIMEOUT_S", &DEFAULT_DRAIN_TIMEOUT_S),
+                (
+                    "TOOLMESH_HTTP_HEADER_TIMEOUT_S",
+                    &crate::listener::DEFAULT_HEADER_TIMEOUT_S,
+                ),
+                (
+                    "TOOLMESH_HTTP_MAX_CONNECTIONS",
+                    &crate::listener::DEFAULT_MAX_CONNECTIONS,
+                ),
+                ("TOOLMESH_EVENTS_MAX_AGE_S", &DEFAULT_EVENTS_MAX_AGE_S),
+                ("TOOLMESH_EVENTS_MAX_BYTES", &DEFAULT_EVENTS_MAX_BYTES),
+                ("TOOLMESH_AUDIT_MAX_AGE_S", &crate::audit::DEFAULT_MAX_AGE_S),
+            ],
         );
-        check("TOOLMESH_DRAIN_TIMEOUT_S", &DEFAULT_DRAIN_TIMEOUT_S);
-        check(
-            "TOOLMESH_HTTP_HEADER_TIMEOUT_S",
-            &crate::listener::DEFAULT_HEADER_TIMEOUT_S,
-        );
-        check(
-            "TOOLMESH_HTTP_MAX_CONNECTIONS",
-            &crate::listener::DEFAULT_MAX_CONNECTIONS,
-        );
-        check("TOOLMESH_EVENTS_MAX_AGE_S", &DEFAULT_EVENTS_MAX_AGE_S);
-        check("TOOLMESH_EVENTS_MAX_BYTES", &DEFAULT_EVENTS_MAX_BYTES);
-        check("TOOLMESH_AUDIT_MAX_AGE_S", &crate::audit::DEFAULT_MAX_AGE_S);
     }
 
     /// Setting a variable to its default's literal changes nothing: this holds the defaults
@@ -160,11 +162,7 @@ mod tests {
                 )
             )
         };
-        let from_pairs = |pairs: &[(&'static str, &'static str)]| {
-            read(&RawEnv::from_pairs(pairs.iter().copied()))
-        };
-        let literals =
-            crate::settings::assert_literal_defaults_change_nothing(VARIABLES, from_pairs);
+        let literals = crate::config::assert_literal_defaults_change_nothing(VARIABLES, read);
         assert!(literals > 10, "{literals} defaults are literals");
     }
 }
