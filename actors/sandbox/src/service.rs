@@ -194,6 +194,11 @@ pub(crate) fn short_id() -> String {
 }
 
 impl SandboxService {
+    /// A command's timeout: the seconds the call names, else the worker's default.
+    pub(crate) fn timeout(&self, seconds: Option<u64>) -> Duration {
+        seconds.map_or(self.default_timeout, Duration::from_secs)
+    }
+
     pub fn backend_name(&self) -> &'static str {
         self.pool.backend.wire_name()
     }

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -57,10 +56,7 @@ impl Tool for ExecuteSkills {
             ToolError::internal("execute_skills reached a worker without a runner")
         })?;
         let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(service.default_timeout);
+        let timeout = service.timeout(a.timeout);
         if !names.is_empty() {
             let bundles = SkillBundles::fetch(&service.client, &names).await?;
             let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);

@@ -1,7 +1,6 @@
 //! `run_code`: a Python, JavaScript or Bash snippet in the session's sandbox.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
 use schemars::JsonSchema;
@@ -39,10 +38,7 @@ impl Tool for RunCode {
         let (service, session) = (&placed.service, placed.sandbox()?);
         let env = a.env.unwrap_or_default();
         check_env(&env)?;
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(service.default_timeout);
+        let timeout = service.timeout(a.timeout);
         let (language, interpreter, ext) = match a.language {
             CodeLanguage::Python => ("python", "python3", "py"),
             CodeLanguage::Javascript => ("javascript", "node", "js"),

@@ -2,7 +2,6 @@
 //! background task.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,10 +40,7 @@ impl Tool for RunCommand {
         let cwd = resolve_cwd(a.cwd.as_deref())?;
         let env = a.env.unwrap_or_default();
         check_env(&env)?;
-        let timeout = a
-            .timeout
-            .map(Duration::from_secs)
-            .unwrap_or(service.default_timeout);
+        let timeout = service.timeout(a.timeout);
         let exec_id = format!("exec-{}", short_id());
         let spec = ExecSpec {
             argv: vec!["sh".into(), "-c".into(), a.command.clone()],
