@@ -2,7 +2,7 @@
 //! ([`EventSink`], from the number the gateway handed over) and the `finished` event an actor
 //! publishes in the gateway's place (`host::answer`) all take their numbers from [`EventSeq`].
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use async_nats::Client;
 use bytes::Bytes;
@@ -91,9 +91,11 @@ impl RunEvents {
 /// (`ActorCall.event_seq`) without gaps, and counts them for `events_emitted`.
 #[derive(Debug)]
 pub struct EventSink<'a> {
-    client: Option<&'a async_nats::Client>,
+    client: &'a async_nats::Client,
     ctx: &'a InvocationContext,
     tool: &'a str,
+    /// The events subject, made at the first event: most tools publish none.
+    subject: OnceLock<String>,
     first_seq: u64,
     seq: Mutex<EventSeq>,
 }
@@ -107,35 +109,24 @@ impl<'a> EventSink<'a> {
         first_seq: u64,
     ) -> Self {
         Self {
-            client: Some(client),
+            client,
             ctx,
             tool,
+            subject: OnceLock::new(),
             first_seq,
             seq: Mutex::new(EventSeq::from(first_seq)),
-        }
-    }
-
-    /// A sink that publishes nothing (unit tests of tools).
-    pub fn none(ctx: &'a InvocationContext, tool: &'a str) -> Self {
-        Self {
-            client: None,
-            ctx,
-            tool,
-            first_seq: 0,
-            seq: Mutex::default(),
         }
     }
 
     /// Publishes one event of `kind` with `extra` members; a failed publish is logged, and
     /// its `seq` still counts (the gateway's numbering stays gap-free from its side).
     pub async fn publish(&self, kind: RunEventKind, extra: &Map<String, Value>) {
-        let Some(client) = self.client else {
-            return;
-        };
         let seq = self.seq.lock().expect("the event numbers").hand_out();
         let body = run_event(self.ctx, self.tool, seq, kind, extra);
-        let subject = public::events(&self.ctx.account, &self.ctx.invocation_id);
-        if let Err(e) = client.publish(subject, Bytes::from(body)).await {
+        let subject = (self.subject)
+            .get_or_init(|| public::events(&self.ctx.account, &self.ctx.invocation_id));
+        let sent = self.client.publish(subject.clone(), Bytes::from(body));
+        if let Err(e) = sent.await {
             tracing::warn!(error = %e, "cannot publish a run event");
         }
     }
