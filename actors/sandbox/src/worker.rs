@@ -112,14 +112,15 @@ impl SandboxWorker {
         let call = &routed.call;
         async {
             self.claim(&routed.msg).await;
-            let placement = match self.server.find(call) {
-                Ok(tool) => tool.placement(),
+            let tool = match self.server.find(call) {
+                Ok(tool) => tool,
                 Err(unknown) => {
                     return routed
                         .answer(&self.client, ActorReply::error(unknown))
                         .await
                 }
             };
+            let placement = tool.placement();
             let mut taking_over: Option<NodeId> = None;
             let (reply, opened) = loop {
                 let target = match &taking_over {
@@ -133,7 +134,7 @@ impl SandboxWorker {
                             service: self.service.clone(),
                             session,
                         };
-                        let reply = self.server.run(&host, &routed).await;
+                        let reply = self.server.run_tool(tool, &host, &routed).await;
                         // A session opened here may have been handed its sandbox before its
                         // claim came back; the tool ran nothing unless the claim held.
                         let Some(fresh) = fresh else {

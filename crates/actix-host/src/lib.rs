@@ -171,7 +171,22 @@ impl<H: Sync + 'static, E: ?Sized + Runnable<H> + 'static> ToolServer<H, E> {
 
     /// Runs the routed call's tool with `host`; the reply counts the events it published.
     pub async fn run(&self, host: &H, routed: &Routed) -> ActorReply {
+        match self.find(&routed.call) {
+            Ok(tool) => self.run_tool(tool, host, routed).await,
+            Err(unknown) => ActorReply::error(unknown),
+        }
+    }
+
+    /// Runs `tool`, the call's entry ([`Self::find`]), with `host`: for an actor that looked
+    /// the tool up already (the sandbox worker, for its placement).
+    pub async fn run_tool(&self, tool: &'static E, host: &H, routed: &Routed) -> ActorReply {
         let call = &routed.call;
+        if tool.def().needs_session && call.invocation.session_id.is_none() {
+            return ActorReply::error(ToolError::invalid_request(format!(
+                "{} works in a session: add \"session_id\"",
+                call.tool
+            )));
+        }
         let events = EventSink::new(&self.client, &call.invocation, &call.tool, call.event_seq);
         let tool_call = ToolCall {
             ctx: &call.invocation,
@@ -189,17 +204,7 @@ impl<H: Sync + 'static, E: ?Sized + Runnable<H> + 'static> ToolServer<H, E> {
                     node,
                 }),
         };
-        let result = match self.find(call) {
-            Ok(tool) if tool.def().needs_session && call.invocation.session_id.is_none() => {
-                Err(ToolError::invalid_request(format!(
-                    "{} works in a session: add \"session_id\"",
-                    call.tool
-                )))
-            }
-            Ok(tool) => tool.run_value(host, &tool_call).await,
-            Err(unknown) => Err(unknown),
-        };
-        let mut reply = match result {
+        let mut reply = match tool.run_value(host, &tool_call).await {
             Ok(fields) => ActorReply::ok(fields),
             Err(error) => ActorReply::error(error),
         };
