@@ -266,64 +266,46 @@ pub fn preview_value(value: &Value, max_chars: usize, all_top_members: bool) -> 
     last
 }
 
+/// The entries of an array (no keys) or an object.
+type Entries<'a> = Box<dyn ExactSizeIterator<Item = (Option<&'a String>, &'a Value)> + 'a>;
+
 fn render(value: &Value, detail: Detail, depth: usize, all_top: bool, out: &mut String) {
+    let (open, close, noun, entries): (char, char, &str, Entries) = match value {
+        Value::String(s) => return quoted(s, detail.string, out),
+        Value::Array(items) => ('[', ']', "items", Box::new(items.iter().map(|v| (None, v)))),
+        Value::Object(members) => (
+            '{',
+            '}',
+            "members",
+            Box::new(members.iter().map(|(k, v)| (Some(k), v))),
+        ),
+        scalar => return out.push_str(&scalar.to_string()),
+    };
+    let len = entries.len();
     let show_all = all_top && depth == 0;
-    match value {
-        Value::String(s) => quoted(s, detail.string, out),
-        Value::Array(items) => {
-            if depth >= detail.depth && !items.is_empty() && !show_all {
-                let _ = write!(out, "[…({} items)]", items.len());
-                return;
-            }
-            let shown = if show_all {
-                items.len()
-            } else {
-                items.len().min(detail.items)
-            };
-            out.push('[');
-            for (i, item) in items.iter().take(shown).enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                render(item, detail, depth + 1, all_top, out);
-            }
-            if shown < items.len() {
-                if shown > 0 {
-                    out.push(',');
-                }
-                let _ = write!(out, "…(+{} items)", items.len() - shown);
-            }
-            out.push(']');
-        }
-        Value::Object(members) => {
-            if depth >= detail.depth && !members.is_empty() && !show_all {
-                let _ = write!(out, "{{…({} members)}}", members.len());
-                return;
-            }
-            let shown = if show_all {
-                members.len()
-            } else {
-                members.len().min(detail.items)
-            };
-            out.push('{');
-            for (i, (key, member)) in members.iter().take(shown).enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                quoted(key, detail.key, out);
-                out.push(':');
-                render(member, detail, depth + 1, all_top, out);
-            }
-            if shown < members.len() {
-                if shown > 0 {
-                    out.push(',');
-                }
-                let _ = write!(out, "…(+{} members)", members.len() - shown);
-            }
-            out.push('}');
-        }
-        scalar => out.push_str(&scalar.to_string()),
+    if depth >= detail.depth && len > 0 && !show_all {
+        let _ = write!(out, "{open}…({len} {noun}){close}");
+        return;
     }
+    let shown = if show_all { len } else { len.min(detail.items) };
+    out.push(open);
+    for (i, (key, entry)) in entries.take(shown).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if let Some(key) = key {
+            quoted(key, detail.key, out);
+            out.push(':');
+        }
+        render(entry, detail, depth + 1, all_top, out);
+    }
+    if shown < len {
+        if shown > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "…(+{} {noun})", len - shown);
+    }
+    out.push(close);
 }
 
 /// `s` as a display-safe JSON string, or its two ends as two such strings around the marker.
