@@ -37,7 +37,7 @@ use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{ErrorCode, ToolError};
+use crate::error::{DisplayChain, ErrorCode, ToolError};
 use crate::role::Role;
 use crate::sync::{decode_frame, parse_reply};
 
@@ -330,11 +330,8 @@ impl SkillBundles {
                 let index = bundles
                     .iter()
                     .position(|b| b.name == chunk.head.skill)
-                    .ok_or_else(|| {
-                        ToolError::internal(format!(
-                            "the skills actor sent a chunk of '{}', which is not in the bundle",
-                            chunk.head.skill
-                        ))
+                    .ok_or_else(|| BundleError::UnknownSkill {
+                        skill: chunk.head.skill.clone(),
                     })?;
                 let (mut file, size) = match open.take() {
                     Some((i, file, size))
@@ -343,10 +340,11 @@ impl SkillBundles {
                         (file, size)
                     }
                     Some((i, file, _)) => {
-                        return Err(ToolError::internal(format!(
-                            "the skills actor left '{}' of '{}' unfinished",
-                            file.path, bundles[i].name
-                        )))
+                        return Err(BundleError::Unfinished {
+                            skill: bundles[i].name.clone(),
+                            path: file.path,
+                        }
+                        .into())
                     }
                     None => (
                         SkillFile {
@@ -358,10 +356,11 @@ impl SkillBundles {
                     ),
                 };
                 if chunk.head.offset != file.bytes.len() as u64 {
-                    return Err(ToolError::internal(format!(
-                        "the skills actor sent '{}' out of order",
-                        chunk.head.path
-                    )));
+                    return Err(BundleError::OutOfOrder {
+                        skill: chunk.head.skill,
+                        path: chunk.head.path,
+                    }
+                    .into());
                 }
                 let mut content = BytesMut::from(&file.bytes[..]);
                 content.extend_from_slice(&chunk.content);
@@ -378,12 +377,38 @@ impl SkillBundles {
             }
         }
         if let Some((i, file, _)) = open {
-            return Err(ToolError::internal(format!(
-                "the skills actor ended the bundle inside '{}' of '{}'",
-                file.path, bundles[i].name
-            )));
+            return Err(BundleError::EndedInside {
+                skill: bundles[i].name.clone(),
+                path: file.path,
+            }
+            .into());
         }
         Ok(Some(bundles))
+    }
+}
+
+/// A bundle whose pages break the paging rules of the module docs: the skills actor is of
+/// another version, or has a bug. No caller can fix it, so every one is `internal`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleError {
+    #[error("the skills actor sent a chunk of '{skill}', which is not in the bundle")]
+    UnknownSkill { skill: String },
+    /// A file's chunks stopped before its size, and another file began.
+    #[error("the skills actor left '{path}' of '{skill}' unfinished")]
+    Unfinished { skill: String, path: String },
+    /// A chunk that does not start where the file's bytes so far end.
+    #[error("the skills actor sent '{path}' of '{skill}' out of order")]
+    OutOfOrder { skill: String, path: String },
+    /// The last page ended before a file's size.
+    #[error("the skills actor ended the bundle inside '{path}' of '{skill}'")]
+    EndedInside { skill: String, path: String },
+}
+
+/// `internal` with the sentence of the error, logged here.
+impl From<BundleError> for ToolError {
+    fn from(e: BundleError) -> Self {
+        tracing::error!(error = %DisplayChain(&e), "a malformed skill bundle");
+        ToolError::internal(e.to_string())
     }
 }
 

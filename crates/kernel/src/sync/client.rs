@@ -11,6 +11,7 @@ use crate::error::{ErrorCode, ToolError};
 use crate::ids::{Account, SessionId};
 use crate::role::Role;
 use crate::subjects::internal;
+use crate::sync::error::SyncClientError;
 use crate::sync::frames::{decode_fetched, encode_apply, parse_reply};
 use crate::sync::messages::{
     ApplyReply, Change, ChangeOp, ChangeOutcome, Expected, FetchFile, FetchRequest, Fetched,
@@ -55,11 +56,11 @@ impl WorkspaceSync {
         let reply = self
             .request(internal::WORKSPACE_MANIFEST, body, "manifest")
             .await?;
-        let value: Value = serde_json::from_slice(&reply).map_err(|e| {
-            ToolError::internal(format!(
-                "the workspace answered a manifest that is not JSON: {e}"
-            ))
-        })?;
+        let value: Value =
+            serde_json::from_slice(&reply).map_err(|source| SyncClientError::NotJson {
+                what: "manifest",
+                source,
+            })?;
         parse_reply(value)
     }
 
@@ -110,9 +111,7 @@ impl WorkspaceSync {
                     return Err(ToolError::new(failure.error, failure.error_message));
                 }
                 let Some(chunk) = fetched.chunks.into_iter().next() else {
-                    return Err(ToolError::internal(
-                        "the workspace answered a fetch without the file",
-                    ));
+                    return Err(SyncClientError::FetchWithoutFile.into());
                 };
                 if stamp.is_some_and(|s| s != chunk.stamp) {
                     break; // changed between chunks: start over
@@ -123,9 +122,7 @@ impl WorkspaceSync {
                     return Ok((content.freeze(), chunk.stamp));
                 }
                 if chunk.content.is_empty() {
-                    return Err(ToolError::internal(
-                        "the workspace answered an empty chunk before the end",
-                    ));
+                    return Err(SyncClientError::EmptyChunk.into());
                 }
             }
         }
@@ -156,17 +153,18 @@ impl WorkspaceSync {
         let reply = self
             .request(internal::WORKSPACE_APPLY, body, "apply")
             .await?;
-        let value: Value = serde_json::from_slice(&reply).map_err(|e| {
-            ToolError::internal(format!(
-                "the workspace answered an apply that is not JSON: {e}"
-            ))
-        })?;
+        let value: Value =
+            serde_json::from_slice(&reply).map_err(|source| SyncClientError::NotJson {
+                what: "apply",
+                source,
+            })?;
         let reply: ApplyReply = parse_reply(value)?;
         if reply.outcomes.len() != count {
-            return Err(ToolError::internal(format!(
-                "the workspace answered {} outcomes for {count} changes",
-                reply.outcomes.len(),
-            )));
+            return Err(SyncClientError::OutcomeCount {
+                got: reply.outcomes.len(),
+                sent: count,
+            }
+            .into());
         }
         Ok(reply.outcomes)
     }
@@ -213,9 +211,11 @@ impl WorkspaceSync {
                 .await
                 .map_err(std::io::Error::other)
                 .and_then(|read| read);
-                read.map(Bytes::from).map_err(|e| {
-                    ToolError::internal(format!("cannot read what to put into '{path}': {e}"))
-                })
+                read.map(Bytes::from)
+                    .map_err(|source| SyncClientError::ReadPart {
+                        path: path.to_owned(),
+                        source,
+                    })
             }
         })
         .await
@@ -233,7 +233,7 @@ impl WorkspaceSync {
     ) -> Result<(), ToolError>
     where
         F: Fn(u64, usize) -> Fut,
-        Fut: std::future::Future<Output = Result<Bytes, ToolError>>,
+        Fut: std::future::Future<Output = Result<Bytes, SyncClientError>>,
     {
         let budget = BODY_CONTENT_BUDGET as u64;
         let upload = (total > budget).then(|| format!("put-{}", nuid::next()));
@@ -270,9 +270,11 @@ impl WorkspaceSync {
                     ..
                 } => return Err(ToolError::new(error, error_message)),
                 other => {
-                    return Err(ToolError::internal(format!(
-                        "unexpected outcome of an unconditional put of '{path}': {other:?}"
-                    )))
+                    return Err(SyncClientError::UnexpectedOutcome {
+                        path: path.to_owned(),
+                        outcome: Box::new(other),
+                    }
+                    .into())
                 }
             }
         }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::error::ToolError;
 use crate::ids::{Account, SessionId};
+use crate::sync::error::SyncClientError;
 use crate::sync::messages::{
     ApplyRequestHeader, Change, ChangeHeader, ChangeOp, Chunk, ChunkHeader, FetchReplyHeader,
     Fetched, OpHeader,
@@ -63,20 +64,13 @@ pub fn error_body(error: ToolError) -> Value {
 pub fn parse_reply<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> {
     match &value {
         Value::Object(map) if map.get("ok") == Some(&Value::Bool(false)) => {
-            Err(ToolError::from_fields(map).unwrap_or_else(|| {
-                ToolError::internal("the workspace answered an unreadable error")
-            }))
+            Err(ToolError::from_fields(map)
+                .unwrap_or_else(|| SyncClientError::UnreadableError.into()))
         }
         Value::Object(map) if map.get("ok") == Some(&Value::Bool(true)) => {
-            serde_json::from_value(value).map_err(|e| {
-                ToolError::internal(format!(
-                    "the workspace answered an unreadable sync reply: {e}"
-                ))
-            })
+            serde_json::from_value(value).map_err(|e| SyncClientError::Unreadable(e).into())
         }
-        _ => Err(ToolError::internal(
-            "the workspace answered a sync reply without `ok`",
-        )),
+        _ => Err(SyncClientError::NoOk.into()),
     }
 }
 

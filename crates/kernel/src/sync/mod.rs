@@ -63,19 +63,21 @@
 //! listed, walked or synced; symlinks are never followed or synced; only regular files are.
 //!
 //! The parts: limits, reserved paths, skip rules and modes (`rules`), the requests, replies
-//! and changes (`messages`), frames and reply bodies (`frames`), and the client
-//! [`WorkspaceSync`] (`client`).
+//! and changes (`messages`), frames and reply bodies (`frames`), the client [`WorkspaceSync`]
+//! (`client`) and why it could not use a reply ([`SyncClientError`], `error`).
 //!
 //! [`internal::WORKSPACE_MANIFEST`]: crate::subjects::internal::WORKSPACE_MANIFEST
 //! [`internal::WORKSPACE_FETCH`]: crate::subjects::internal::WORKSPACE_FETCH
 //! [`internal::WORKSPACE_APPLY`]: crate::subjects::internal::WORKSPACE_APPLY
 
 mod client;
+mod error;
 mod frames;
 mod messages;
 mod rules;
 
 pub use client::WorkspaceSync;
+pub use error::SyncClientError;
 pub use frames::{
     decode_apply, decode_fetched, decode_frame, encode_apply, encode_fetched, encode_frame,
     error_body, ok_body, parse_reply,
