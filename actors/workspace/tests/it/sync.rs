@@ -10,8 +10,8 @@ use bytes::Bytes;
 use crate::tree;
 use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::{
-    Change, ChangeOp, ChangeOutcome, Current, Expected, FetchFile, ManifestLimits, WorkspaceSync,
-    BODY_CONTENT_BUDGET,
+    Change, ChangeOp, ChangeOutcome, Current, Expected, FetchFile, Fetched, ManifestLimits,
+    WorkspaceSync, BODY_CONTENT_BUDGET,
 };
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_testkit::{NatsServer, RedisServer};
@@ -78,6 +78,42 @@ impl Rig {
             .await
             .unwrap()
     }
+
+    /// One fetch round trip for `paths`, each from its start.
+    async fn fetch(&self, paths: &[&str]) -> Fetched {
+        let files = paths
+            .iter()
+            .map(|path| FetchFile {
+                path: (*path).into(),
+                offset: 0,
+            })
+            .collect();
+        self.sync
+            .fetch(&self.account, &self.session, files)
+            .await
+            .unwrap()
+    }
+
+    /// `put_file`, then the workspace holds exactly `content` at `rel`.
+    async fn put_file_lands(&self, rel: &str, content: Bytes) {
+        self.sync
+            .put_file(&self.account, &self.session, rel, content.clone())
+            .await
+            .unwrap();
+        assert!(
+            std::fs::read(self.root().join(rel)).unwrap() == content[..],
+            "{rel}: the bytes put differ"
+        );
+    }
+
+    /// Applies the cases' changes as one batch and checks each outcome, in short, against
+    /// its case.
+    async fn apply_expecting(&self, cases: Vec<(Change, &str)>) -> Vec<ChangeOutcome> {
+        let (changes, wanted): (Vec<Change>, Vec<&str>) = cases.into_iter().unzip();
+        let outcomes = self.apply(&changes).await;
+        assert_eq!(shorts(&outcomes), wanted, "{changes:#?}\n{outcomes:#?}");
+        outcomes
+    }
 }
 
 const WIDE: ManifestLimits = ManifestLimits {
@@ -108,6 +144,59 @@ fn delete(path: &str, expected: Expected) -> Change {
             prune_empty_dirs: false,
         },
     }
+}
+
+/// `len` bytes that repeat every `period` bytes, so that a misplaced part shows.
+fn pattern(len: usize, period: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i % period) as u8)
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// One upload to `path` in parts: each part a slice of `content`, all with the same `mode`.
+struct Upload {
+    path: &'static str,
+    expected: Expected,
+    id: &'static str,
+    content: Bytes,
+    mode: Option<u32>,
+}
+
+impl Upload {
+    fn part(&self, offset: usize, end: usize) -> Change {
+        Change {
+            path: self.path.into(),
+            expected: self.expected,
+            op: ChangeOp::Put {
+                upload: Some(self.id.into()),
+                offset: offset as u64,
+                total: self.content.len() as u64,
+                content: self.content.slice(offset..end),
+                mode: self.mode,
+            },
+        }
+    }
+}
+
+/// An outcome in short (its kind, whether it carries a stamp, what a conflict found, a
+/// rejection's code), so that a batch's outcomes are checked against one list.
+fn short(outcome: &ChangeOutcome) -> String {
+    match outcome {
+        ChangeOutcome::Applied { stamp: None, .. } => "applied".into(),
+        ChangeOutcome::Applied { stamp: Some(_), .. } => "applied with stamp".into(),
+        ChangeOutcome::Staged { .. } => "staged".into(),
+        ChangeOutcome::Conflict {
+            current: Current::File(_),
+            ..
+        } => "conflict: File".into(),
+        ChangeOutcome::Conflict { current, .. } => format!("conflict: {current:?}"),
+        ChangeOutcome::Rejected { error, .. } => format!("rejected: {error:?}"),
+    }
+}
+
+fn shorts(outcomes: &[ChangeOutcome]) -> Vec<String> {
+    outcomes.iter().map(short).collect()
 }
 
 #[actix_rt::test]
@@ -205,28 +294,7 @@ async fn a_big_file_is_fetched_in_chunks_byte_exact() {
     rig.put("big.bin", &content);
     rig.put("small.txt", b"hello");
 
-    let first = rig
-        .sync
-        .fetch(
-            &rig.account,
-            &rig.session,
-            vec![
-                FetchFile {
-                    path: "small.txt".into(),
-                    offset: 0,
-                },
-                FetchFile {
-                    path: "big.bin".into(),
-                    offset: 0,
-                },
-                FetchFile {
-                    path: "missing.txt".into(),
-                    offset: 0,
-                },
-            ],
-        )
-        .await
-        .unwrap();
+    let first = rig.fetch(&["small.txt", "big.bin", "missing.txt"]).await;
     assert_eq!(first.chunks.len(), 2, "the budget ends inside big.bin");
     assert_eq!(first.chunks[0].content, "hello");
     assert!(first.chunks[0].eof);
@@ -255,25 +323,21 @@ async fn a_big_file_is_fetched_in_chunks_byte_exact() {
 async fn a_multi_part_put_is_invisible_until_its_last_part() {
     let rig = Rig::start().await;
     rig.put("dir/keep.txt", b"old");
-    let content: Bytes = (0..1_300_000u32)
-        .map(|i| (i % 251) as u8)
-        .collect::<Vec<_>>()
-        .into();
+    let content = pattern(1_300_000, 251);
     let total = content.len() as u64;
-    let part = |offset: usize, end: usize| Change {
-        path: "dir/new/big.bin".into(),
+    let upload = Upload {
+        path: "dir/new/big.bin",
         expected: Expected::Absent,
-        op: ChangeOp::Put {
-            upload: Some("u1".into()),
-            offset: offset as u64,
-            total,
-            content: content.slice(offset..end),
-            mode: None,
-        },
+        id: "u1",
+        content: content.clone(),
+        mode: None,
     };
     let cuts = [0, 500_000, 1_000_000, content.len()];
     for window in cuts.windows(2) {
-        let outcome = rig.apply(&[part(window[0], window[1])]).await.remove(0);
+        let outcome = rig
+            .apply(&[upload.part(window[0], window[1])])
+            .await
+            .remove(0);
         if window[1] < content.len() {
             assert_eq!(
                 outcome,
@@ -315,30 +379,15 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
         }])
         .await
         .remove(0);
-    assert!(
-        matches!(
-            outcome,
-            ChangeOutcome::Rejected {
-                error: ErrorCode::InvalidRequest,
-                ..
-            }
-        ),
-        "{outcome:?}"
-    );
+    assert_eq!(short(&outcome), "rejected: InvalidRequest", "{outcome:?}");
     assert!(!rig.root().join("dir/other.bin").exists());
 
     // put_file: unconditional, chunked.
-    let big: Bytes = vec![7u8; 2 * BODY_CONTENT_BUDGET + 5].into();
-    rig.sync
-        .put_file(
-            &rig.account,
-            &rig.session,
-            ".toolmesh/outputs/o.txt",
-            big.clone(),
-        )
-        .await
-        .unwrap();
-    assert!(std::fs::read(rig.root().join(".toolmesh/outputs/o.txt")).unwrap() == big[..]);
+    rig.put_file_lands(
+        ".toolmesh/outputs/o.txt",
+        vec![7u8; 2 * BODY_CONTENT_BUDGET + 5].into(),
+    )
+    .await;
 }
 
 /// Parts go one after the other: a part that does not start where the staged bytes end is
@@ -346,46 +395,27 @@ async fn a_multi_part_put_is_invisible_until_its_last_part() {
 #[actix_rt::test]
 async fn a_part_ahead_of_the_staged_bytes_is_refused_and_the_upload_goes_on() {
     let rig = Rig::start().await;
-    let content: Bytes = (0..2_000_000u32)
-        .map(|i| (i % 253) as u8)
-        .collect::<Vec<_>>()
-        .into();
-    let total = content.len() as u64;
-    let part = |offset: usize, end: usize| Change {
-        path: "big.bin".into(),
+    let content = pattern(2_000_000, 253);
+    let upload = Upload {
+        path: "big.bin",
         expected: Expected::Any,
-        op: ChangeOp::Put {
-            upload: Some("u3".into()),
-            offset: offset as u64,
-            total,
-            content: content.slice(offset..end),
-            mode: None,
-        },
+        id: "u3",
+        content: content.clone(),
+        mode: None,
     };
-    let staged = |outcome: ChangeOutcome| matches!(outcome, ChangeOutcome::Staged { .. });
-    assert!(staged(rig.apply(&[part(0, 500_000)]).await.remove(0)));
+    let first = rig.apply(&[upload.part(0, 500_000)]).await;
+    assert_eq!(shorts(&first), ["staged"]);
     // The third part before the second is refused …
-    let early = rig.apply(&[part(1_000_000, 1_500_000)]).await.remove(0);
-    assert!(
-        matches!(
-            early,
-            ChangeOutcome::Rejected {
-                error: ErrorCode::InvalidRequest,
-                ..
-            }
-        ),
-        "{early:?}"
-    );
+    let early = rig.apply(&[upload.part(1_000_000, 1_500_000)]).await;
+    assert_eq!(shorts(&early), ["rejected: InvalidRequest"], "{early:?}");
     assert!(!rig.root().join("big.bin").exists());
     // … and the upload goes on in order.
     for (offset, end) in [(500_000, 1_000_000), (1_000_000, 1_500_000)] {
-        assert!(staged(rig.apply(&[part(offset, end)]).await.remove(0)));
+        let next = rig.apply(&[upload.part(offset, end)]).await;
+        assert_eq!(shorts(&next), ["staged"], "{offset}..{end}");
     }
-    let last = rig.apply(&[part(1_500_000, 2_000_000)]).await.remove(0);
-    assert!(
-        matches!(last, ChangeOutcome::Applied { stamp: Some(_), .. }),
-        "{last:?}"
-    );
+    let last = rig.apply(&[upload.part(1_500_000, 2_000_000)]).await;
+    assert_eq!(shorts(&last), ["applied with stamp"], "{last:?}");
     assert!(std::fs::read(rig.root().join("big.bin")).unwrap() == content[..]);
     assert_eq!(
         tree(&rig.root().join(".toolmesh/sync")),
@@ -394,15 +424,8 @@ async fn a_part_ahead_of_the_staged_bytes_is_refused_and_the_upload_goes_on() {
     );
 
     // put_file sends many parts and lands the whole file.
-    let many: Bytes = (0..(9 * BODY_CONTENT_BUDGET + 17) as u32)
-        .map(|i| (i % 241) as u8)
-        .collect::<Vec<_>>()
-        .into();
-    rig.sync
-        .put_file(&rig.account, &rig.session, "many.bin", many.clone())
-        .await
-        .unwrap();
-    assert!(std::fs::read(rig.root().join("many.bin")).unwrap() == many[..]);
+    rig.put_file_lands("many.bin", pattern(9 * BODY_CONTENT_BUDGET + 17, 241))
+        .await;
 }
 
 #[actix_rt::test]
@@ -419,11 +442,20 @@ async fn conditional_changes_conflict_when_the_workspace_moved_on() {
     std::fs::rename(rig.root().join("a.tmp"), rig.root().join("a.txt")).unwrap();
 
     let outcomes = rig
-        .apply(&[
-            put("a.txt", Expected::Stamp(seen_a), b"sandbox"),
-            put("b.txt", Expected::Stamp(seen_b), b"sandbox b"),
-            put("c.txt", Expected::Absent, b"new"),
-            put("b.txt", Expected::Absent, b"must not exist"),
+        .apply_expecting(vec![
+            (
+                put("a.txt", Expected::Stamp(seen_a), b"sandbox"),
+                "conflict: File",
+            ),
+            (
+                put("b.txt", Expected::Stamp(seen_b), b"sandbox b"),
+                "applied with stamp",
+            ),
+            (put("c.txt", Expected::Absent, b"new"), "applied with stamp"),
+            (
+                put("b.txt", Expected::Absent, b"must not exist"),
+                "conflict: File",
+            ),
         ])
         .await;
     let ChangeOutcome::Conflict {
@@ -431,7 +463,7 @@ async fn conditional_changes_conflict_when_the_workspace_moved_on() {
         ..
     } = outcomes[0]
     else {
-        panic!("{:?}", outcomes[0])
+        unreachable!()
     };
     assert_eq!(now.size, 3);
     assert_eq!(
@@ -443,42 +475,20 @@ async fn conditional_changes_conflict_when_the_workspace_moved_on() {
         stamp: Some(new_b), ..
     } = outcomes[1]
     else {
-        panic!("{:?}", outcomes[1])
+        unreachable!()
     };
     assert_eq!(
         std::fs::read(rig.root().join("b.txt")).unwrap(),
         b"sandbox b"
     );
-    assert!(matches!(outcomes[2], ChangeOutcome::Applied { .. }));
-    assert!(matches!(
-        outcomes[3],
-        ChangeOutcome::Conflict {
-            current: Current::File(_),
-            ..
-        }
-    ));
 
     // Deletes: a stale stamp conflicts, the right one deletes, an absent path is done.
-    let outcomes = rig
-        .apply(&[
-            delete("b.txt", Expected::Stamp(seen_b)),
-            delete("b.txt", Expected::Stamp(new_b)),
-            delete("never.txt", Expected::Stamp(new_b)),
-        ])
-        .await;
-    assert!(
-        matches!(outcomes[0], ChangeOutcome::Conflict { .. }),
-        "{:?}",
-        outcomes[0]
-    );
-    assert!(matches!(
-        outcomes[1],
-        ChangeOutcome::Applied { stamp: None, .. }
-    ));
-    assert!(matches!(
-        outcomes[2],
-        ChangeOutcome::Applied { stamp: None, .. }
-    ));
+    rig.apply_expecting(vec![
+        (delete("b.txt", Expected::Stamp(seen_b)), "conflict: File"),
+        (delete("b.txt", Expected::Stamp(new_b)), "applied"),
+        (delete("never.txt", Expected::Stamp(new_b)), "applied"),
+    ])
+    .await;
     assert!(!rig.root().join("b.txt").exists());
 
     // Pruning: the emptied parents go.
@@ -499,7 +509,7 @@ async fn conditional_changes_conflict_when_the_workspace_moved_on() {
             },
         }])
         .await;
-    assert!(matches!(outcome[0], ChangeOutcome::Applied { .. }));
+    assert_eq!(shorts(&outcome), ["applied"]);
     assert!(!rig.root().join("x").exists());
 }
 
@@ -514,62 +524,51 @@ async fn paths_outside_the_workspace_are_rejected_and_nothing_outside_changes() 
     symlink(outside.join("secret.txt"), rig.root().join("secret-link")).unwrap();
     let before = tree(&outside);
 
-    let outcomes = rig
-        .apply(&[
+    rig.apply_expecting(vec![
+        (
             put("../x.txt", Expected::Any, b"x"),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
             put("/etc/x.txt", Expected::Any, b"x"),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
             put("out/x.txt", Expected::Any, b"x"),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
             put("out/secret.txt", Expected::Any, b"pwned"),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
             delete("out/secret.txt", Expected::Any),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
             put(".toolmesh/sync/up-x", Expected::Any, b"x"),
+            "rejected: InvalidArguments",
+        ),
+        (
             put("a.txt/b.txt", Expected::Any, b"x"),
-        ])
-        .await;
-    let codes: Vec<Option<ErrorCode>> = outcomes
-        .iter()
-        .map(|o| match o {
-            ChangeOutcome::Rejected { error, .. } => Some(*error),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        codes,
-        [
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::InvalidArguments),
-            Some(ErrorCode::InvalidArguments),
-        ],
-        "{outcomes:#?}"
-    );
+            "rejected: InvalidArguments",
+        ),
+    ])
+    .await;
 
     // A link at the path itself: a conditional put conflicts; an unconditional one replaces
     // the link, never writing through it.
-    let outcomes = rig
-        .apply(&[
+    rig.apply_expecting(vec![
+        (
             put("secret-link", Expected::Absent, b"pwned"),
-            put("secret-link", Expected::Any, b"replaced"),
-        ])
-        .await;
-    assert!(
-        matches!(
-            outcomes[0],
-            ChangeOutcome::Conflict {
-                current: Current::Symlink,
-                ..
-            }
+            "conflict: Symlink",
         ),
-        "{:?}",
-        outcomes[0]
-    );
-    assert!(
-        matches!(outcomes[1], ChangeOutcome::Applied { .. }),
-        "{:?}",
-        outcomes[1]
-    );
+        (
+            put("secret-link", Expected::Any, b"replaced"),
+            "applied with stamp",
+        ),
+    ])
+    .await;
     assert_eq!(
         std::fs::read(rig.root().join("secret-link")).unwrap(),
         b"replaced"
@@ -577,23 +576,8 @@ async fn paths_outside_the_workspace_are_rejected_and_nothing_outside_changes() 
 
     // Fetch: neither through a link nor outside.
     let fetched = rig
-        .sync
-        .fetch(
-            &rig.account,
-            &rig.session,
-            vec![
-                FetchFile {
-                    path: "out/secret.txt".into(),
-                    offset: 0,
-                },
-                FetchFile {
-                    path: "../outside/secret.txt".into(),
-                    offset: 0,
-                },
-            ],
-        )
-        .await
-        .unwrap();
+        .fetch(&["out/secret.txt", "../outside/secret.txt"])
+        .await;
     assert!(fetched.chunks.is_empty());
     assert_eq!(fetched.failed.len(), 2);
     assert!(
@@ -656,9 +640,13 @@ async fn modes_travel_masked_and_a_mode_change_is_a_change() {
         (before.size, before.mtime_ns, before.ino)
     );
     assert_ne!(after, before);
-    let outcomes = rig
-        .apply(&[
+    rig.apply_expecting(vec![
+        // A mode change is a change.
+        (
             put("run.sh", Expected::Stamp(before), b"stale"),
+            "conflict: File",
+        ),
+        (
             // An older peer names no mode: its stamp still holds.
             put(
                 "run.sh",
@@ -668,18 +656,10 @@ async fn modes_travel_masked_and_a_mode_change_is_a_change() {
                 }),
                 b"#!/bin/sh\necho older\n",
             ),
-        ])
-        .await;
-    assert!(
-        matches!(outcomes[0], ChangeOutcome::Conflict { .. }),
-        "a mode change is a change: {:?}",
-        outcomes[0]
-    );
-    assert!(
-        matches!(outcomes[1], ChangeOutcome::Applied { .. }),
-        "{:?}",
-        outcomes[1]
-    );
+            "applied with stamp",
+        ),
+    ])
+    .await;
 
     // A put's mode is applied, masked: exec bits travel; setuid, setgid, sticky and write for
     // group or others never do, and the owner keeps read and write.
@@ -711,26 +691,19 @@ async fn modes_travel_masked_and_a_mode_change_is_a_change() {
     assert_eq!(stamps[..3], [Some(0o755), Some(0o755), Some(0o600)]);
 
     // A put in parts takes the mode of its last part.
-    let content: Bytes = vec![3u8; BODY_CONTENT_BUDGET + 10].into();
-    let total = content.len() as u64;
-    let part = |offset: usize, end: usize| Change {
-        path: "tool.bin".into(),
+    let upload = Upload {
+        path: "tool.bin",
         expected: Expected::Absent,
-        op: ChangeOp::Put {
-            upload: Some("m1".into()),
-            offset: offset as u64,
-            total,
-            content: content.slice(offset..end),
-            mode: Some(0o4755),
-        },
+        id: "m1",
+        content: vec![3u8; BODY_CONTENT_BUDGET + 10].into(),
+        mode: Some(0o4755),
     };
-    let first = rig.apply(&[part(0, BODY_CONTENT_BUDGET)]).await.remove(0);
-    assert!(matches!(first, ChangeOutcome::Staged { .. }), "{first:?}");
+    let first = rig.apply(&[upload.part(0, BODY_CONTENT_BUDGET)]).await;
+    assert_eq!(shorts(&first), ["staged"], "{first:?}");
     let last = rig
-        .apply(&[part(BODY_CONTENT_BUDGET, content.len())])
-        .await
-        .remove(0);
-    assert!(matches!(last, ChangeOutcome::Applied { .. }), "{last:?}");
+        .apply(&[upload.part(BODY_CONTENT_BUDGET, BODY_CONTENT_BUDGET + 10)])
+        .await;
+    assert_eq!(shorts(&last), ["applied with stamp"], "{last:?}");
     assert_eq!(mode_of(&rig.root().join("tool.bin")), 0o755);
 }
 
@@ -772,114 +745,54 @@ async fn directories_are_listed_made_and_removed_only_when_empty() {
         "{manifest:?}"
     );
 
-    let outcomes = rig
-        .apply(&[
-            dir_change("new/deeper", ChangeOp::MakeDir),
-            dir_change("new/deeper", ChangeOp::MakeDir),
+    // A directory already there is done.
+    rig.apply_expecting(vec![
+        (dir_change("new/deeper", ChangeOp::MakeDir), "applied"),
+        (dir_change("new/deeper", ChangeOp::MakeDir), "applied"),
+        (
             dir_change("src/lib.rs", ChangeOp::MakeDir),
-            dir_change("out/made", ChangeOp::MakeDir),
-            dir_change("node_modules/x", ChangeOp::MakeDir),
-            dir_change(".git", ChangeOp::MakeDir),
-            dir_change(".toolmesh/sync/x", ChangeOp::MakeDir),
-        ])
-        .await;
-    assert!(matches!(
-        outcomes[0],
-        ChangeOutcome::Applied { stamp: None, .. }
-    ));
-    assert!(
-        matches!(outcomes[1], ChangeOutcome::Applied { .. }),
-        "a directory already there is done"
-    );
-    assert!(
-        matches!(
-            outcomes[2],
-            ChangeOutcome::Conflict {
-                current: Current::File(_),
-                ..
-            }
+            "conflict: File",
         ),
-        "{:?}",
-        outcomes[2]
-    );
-    let codes: Vec<Option<ErrorCode>> = outcomes[3..]
-        .iter()
-        .map(|o| match o {
-            ChangeOutcome::Rejected { error, .. } => Some(*error),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        codes,
-        [
-            Some(ErrorCode::PathOutsideWorkspace),
-            Some(ErrorCode::InvalidArguments),
-            Some(ErrorCode::InvalidArguments),
-            Some(ErrorCode::InvalidArguments),
-        ],
-        "{outcomes:#?}"
-    );
+        (
+            dir_change("out/made", ChangeOp::MakeDir),
+            "rejected: PathOutsideWorkspace",
+        ),
+        (
+            dir_change("node_modules/x", ChangeOp::MakeDir),
+            "rejected: InvalidArguments",
+        ),
+        (
+            dir_change(".git", ChangeOp::MakeDir),
+            "rejected: InvalidArguments",
+        ),
+        (
+            dir_change(".toolmesh/sync/x", ChangeOp::MakeDir),
+            "rejected: InvalidArguments",
+        ),
+    ])
+    .await;
     assert!(root.join("new/deeper").is_dir());
     assert!(!outside.join("made").exists(), "nothing made outside");
 
-    let outcomes = rig
-        .apply(&[
-            dir_change("new/deeper", ChangeOp::RemoveDir),
-            dir_change("src", ChangeOp::RemoveDir),
+    // A directory that is not empty stays; one that was never there is done.
+    rig.apply_expecting(vec![
+        (dir_change("new/deeper", ChangeOp::RemoveDir), "applied"),
+        (dir_change("src", ChangeOp::RemoveDir), "conflict: Dir"),
+        (
             dir_change("src/lib.rs", ChangeOp::RemoveDir),
-            dir_change("never", ChangeOp::RemoveDir),
-            dir_change("out", ChangeOp::RemoveDir),
+            "conflict: File",
+        ),
+        (dir_change("never", ChangeOp::RemoveDir), "applied"),
+        (dir_change("out", ChangeOp::RemoveDir), "conflict: Symlink"),
+        (
             dir_change("out/sub", ChangeOp::RemoveDir),
-        ])
-        .await;
-    assert!(matches!(
-        outcomes[0],
-        ChangeOutcome::Applied { stamp: None, .. }
-    ));
+            "rejected: PathOutsideWorkspace",
+        ),
+    ])
+    .await;
     assert!(!root.join("new/deeper").exists());
     assert!(root.join("new").is_dir(), "parents are left alone");
-    assert!(
-        matches!(
-            outcomes[1],
-            ChangeOutcome::Conflict {
-                current: Current::Dir,
-                ..
-            }
-        ),
-        "a directory that is not empty stays: {:?}",
-        outcomes[1]
-    );
     assert!(root.join("src/lib.rs").is_file());
-    assert!(matches!(
-        outcomes[2],
-        ChangeOutcome::Conflict {
-            current: Current::File(_),
-            ..
-        }
-    ));
-    assert!(matches!(outcomes[3], ChangeOutcome::Applied { .. }));
-    assert!(
-        matches!(
-            outcomes[4],
-            ChangeOutcome::Conflict {
-                current: Current::Symlink,
-                ..
-            }
-        ),
-        "{:?}",
-        outcomes[4]
-    );
-    assert!(
-        matches!(
-            outcomes[5],
-            ChangeOutcome::Rejected {
-                error: ErrorCode::PathOutsideWorkspace,
-                ..
-            }
-        ),
-        "{:?}",
-        outcomes[5]
-    );
     assert!(std::fs::symlink_metadata(root.join("out"))
         .unwrap()
         .file_type()
