@@ -724,15 +724,7 @@ impl ZipBuilder {
         for c in &self.central {
             out.extend_from_slice(&CENTRAL_SIG.to_le_bytes());
             out.extend_from_slice(&c.made_by.to_le_bytes());
-            out.extend_from_slice(&20u16.to_le_bytes());
-            out.extend_from_slice(&c.flags.to_le_bytes());
-            out.extend_from_slice(&c.method.to_le_bytes());
-            out.extend_from_slice(&0u16.to_le_bytes());
-            out.extend_from_slice(&DOS_DATE.to_le_bytes());
-            out.extend_from_slice(&c.crc.to_le_bytes());
-            out.extend_from_slice(&c.compressed.to_le_bytes());
-            out.extend_from_slice(&c.size.to_le_bytes());
-            out.extend_from_slice(&(c.name.len() as u16).to_le_bytes());
+            write_shared(&mut out, c);
             out.extend_from_slice(&[0; 8]); // extra, comment, disk, internal attributes
             out.extend_from_slice(&c.external.to_le_bytes());
             out.extend_from_slice(&c.offset.to_le_bytes());
@@ -753,6 +745,14 @@ impl ZipBuilder {
 
 fn write_local(out: &mut Vec<u8>, c: &Central) {
     out.extend_from_slice(&LOCAL_SIG.to_le_bytes());
+    write_shared(out, c);
+    out.extend_from_slice(&0u16.to_le_bytes()); // extra field length
+    out.extend_from_slice(&c.name);
+}
+
+/// The fields a local header and its central directory record both hold, in the same order:
+/// version needed, flags, method, time, date, CRC-32, sizes, the name's length.
+fn write_shared(out: &mut Vec<u8>, c: &Central) {
     out.extend_from_slice(&20u16.to_le_bytes());
     out.extend_from_slice(&c.flags.to_le_bytes());
     out.extend_from_slice(&c.method.to_le_bytes());
@@ -762,8 +762,6 @@ fn write_local(out: &mut Vec<u8>, c: &Central) {
     out.extend_from_slice(&c.compressed.to_le_bytes());
     out.extend_from_slice(&c.size.to_le_bytes());
     out.extend_from_slice(&(c.name.len() as u16).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&c.name);
 }
 
 /// Zips the regular files under `dir` (sorted, symlinks skipped, paths relative to `dir`)
