@@ -147,63 +147,59 @@ pub async fn start(server: &ServerConfig, tools_changed: Arc<Notify>) -> Result<
                     return Err(why);
                 }
             };
-            let service = match outcome {
-                Ok(Ok(service)) => service,
-                Ok(Err(e)) => {
+            match handshake_outcome(outcome) {
+                Ok(service) => Ok(Running::new(service, pid, Some(child), stderr)),
+                Err(why) => {
                     kill(&mut child).await;
-                    return Err(format!("the MCP handshake failed: {e}"));
+                    Err(why)
                 }
-                Err(_) => {
-                    kill(&mut child).await;
-                    return Err(format!(
-                        "no MCP handshake within {} s",
-                        START_TIMEOUT.as_secs()
-                    ));
-                }
-            };
-            Ok(Running {
-                connection: Arc::new(Connection {
-                    peer: service.peer().clone(),
-                    closed: CancellationToken::new(),
-                    pid,
-                }),
-                service,
-                child: Some(child),
-                stderr,
-            })
+            }
         }
         Transport::Http { url, headers } => {
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.iter().cloned().collect());
             let transport = StreamableHttpClientTransport::from_config(config);
-            let service =
-                match tokio::time::timeout(START_TIMEOUT, rmcp::serve_client(listener, transport))
-                    .await
-                {
-                    Ok(Ok(service)) => service,
-                    Ok(Err(e)) => return Err(format!("the MCP handshake failed: {e}")),
-                    Err(_) => {
-                        return Err(format!(
-                            "no MCP handshake within {} s",
-                            START_TIMEOUT.as_secs()
-                        ))
-                    }
-                };
-            Ok(Running {
-                connection: Arc::new(Connection {
-                    peer: service.peer().clone(),
-                    closed: CancellationToken::new(),
-                    pid: None,
-                }),
-                service,
-                child: None,
-                stderr: None,
-            })
+            let handshake =
+                tokio::time::timeout(START_TIMEOUT, rmcp::serve_client(listener, transport));
+            let service = handshake_outcome(handshake.await)?;
+            Ok(Running::new(service, None, None, None))
         }
     }
 }
 
+/// The service of a handshake that completed within [`START_TIMEOUT`], or why it did not.
+fn handshake_outcome<S, E: std::fmt::Display>(
+    outcome: Result<Result<S, E>, tokio::time::error::Elapsed>,
+) -> Result<S, String> {
+    match outcome {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(e)) => Err(format!("the MCP handshake failed: {e}")),
+        Err(_) => Err(format!(
+            "no MCP handshake within {} s",
+            START_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 impl Running {
+    fn new(
+        service: RunningService<RoleClient, Listener>,
+        pid: Option<u32>,
+        child: Option<Box<dyn ChildWrapper>>,
+        stderr: Option<JoinHandle<()>>,
+    ) -> Running {
+        Running {
+            connection: Arc::new(Connection {
+                peer: service.peer().clone(),
+                closed: CancellationToken::new(),
+                pid,
+            }),
+            service,
+            child,
+            stderr,
+        }
+    }
+
     /// The server's whole tool list (every page), read fresh (no SDK cache).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, String> {
         let peer = &self.connection.peer;
