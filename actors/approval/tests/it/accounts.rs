@@ -33,14 +33,14 @@ async fn another_account_cannot_see_decide_list_or_use_an_approval() {
     );
     assert!(ids_of(&rig.list("globex").await).is_empty());
 
-    let mut foreign_call = call.with_grant(json!({"id": created.id, "approved": true}));
+    let mut foreign_call = call.deciding(&created.id, true);
     foreign_call.account = "globex".into();
     let (code, _, approval) = refusal(rig.gate(&foreign_call).await);
     assert_eq!(code, "not_found");
     assert_eq!(approval, None);
 
     assert_eq!(
-        status_of(&rig.get("acme", &created.id).await),
+        rig.status("acme", &created.id).await,
         ApprovalStatus::Pending
     );
     assert_eq!(ids_of(&rig.list("acme").await), vec![created.id]);

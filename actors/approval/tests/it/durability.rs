@@ -31,7 +31,7 @@ async fn a_pending_approval_survives_an_actor_restart() {
     assert_eq!(approval_of(&rig.get("acme", &created.id).await), created);
     assert_eq!(ids_of(&rig.list("acme").await), vec![created.id.clone()]);
     approval_of(&rig.decide("acme", &created.id, true, None).await);
-    proceeded(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    proceeded(rig.gate(&call.presenting(&created.id)).await);
 }
 
 #[actix_rt::test]
@@ -56,7 +56,7 @@ async fn a_pending_approval_survives_a_redis_restart() {
     );
     assert_eq!(approval_of(&rig.get("acme", &created.id).await), created);
     approval_of(&rig.decide("acme", &created.id, true, None).await);
-    proceeded(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    proceeded(rig.gate(&call.presenting(&created.id)).await);
 }
 
 #[actix_rt::test]

@@ -1,9 +1,7 @@
 //! Expiry by Redis time: an expired approval cannot be decided or used, is not listed, and the
 //! sweeper announces it once.
 
-use serde_json::json;
 use toolmesh_kernel::wire::ApprovalStatus;
-use toolmesh_testkit::wait_until;
 
 use crate::support::*;
 
@@ -16,26 +14,20 @@ async fn a_pending_approval_expires_after_its_ttl() {
     assert_eq!(next_event(&mut events).await.0, "requested");
 
     assert!(
-        wait_until(PATIENCE, || async {
-            status_of(&rig.get("acme", &created.id).await) == ApprovalStatus::Expired
-        })
-        .await,
+        rig.shows_expired("acme", &created.id).await,
         "the approval shows expired once its time is past"
     );
     assert_eq!(
-        error_of(&rig.decide("acme", &created.id, true, None).await),
-        "approval_expired"
+        rig.decision("acme", &created.id, true).await,
+        Err("approval_expired".into())
     );
     assert!(ids_of(&rig.list("acme").await).is_empty());
-    let (code, _, approval) = refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    let (code, _, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(code, "approval_expired");
     assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Expired));
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
     assert_eq!(
-        code, "approval_expired",
+        rig.refused(&call.deciding(&created.id, true)).await,
+        "approval_expired",
         "an expired approval cannot be decided in band either"
     );
 
@@ -67,11 +59,13 @@ async fn an_approved_but_unused_approval_expires_too() {
         Some("anonymous"),
         "the decision stays on record"
     );
-    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
-    assert_eq!(code, "approval_expired");
     assert_eq!(
-        error_of(&rig.decide("acme", &created.id, true, None).await),
+        rig.refused(&call.presenting(&created.id)).await,
         "approval_expired"
+    );
+    assert_eq!(
+        rig.decision("acme", &created.id, true).await,
+        Err("approval_expired".into())
     );
 }
 
@@ -83,32 +77,28 @@ async fn rejected_and_used_approvals_keep_their_status_past_the_ttl() {
     approval_of(&rig.decide("acme", &rejected.id, false, None).await);
     let used = rig.create(&call).await;
     approval_of(&rig.decide("acme", &used.id, true, None).await);
-    proceeded(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
+    proceeded(rig.gate(&call.presenting(&used.id)).await);
     // A third one marks the passing of the TTL for the other two.
     let marker = rig.create(&call).await;
-    assert!(
-        wait_until(PATIENCE, || async {
-            status_of(&rig.get("acme", &marker.id).await) == ApprovalStatus::Expired
-        })
-        .await
-    );
+    assert!(rig.shows_expired("acme", &marker.id).await);
     assert_eq!(
-        status_of(&rig.get("acme", &rejected.id).await),
+        rig.status("acme", &rejected.id).await,
         ApprovalStatus::Rejected
     );
+    assert_eq!(rig.status("acme", &used.id).await, ApprovalStatus::Used);
     assert_eq!(
-        status_of(&rig.get("acme", &used.id).await),
-        ApprovalStatus::Used
+        rig.refused(&call.presenting(&rejected.id)).await,
+        "approval_rejected"
     );
-    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": rejected.id}))).await);
-    assert_eq!(code, "approval_rejected");
     // The first-decision rule still holds for them.
-    assert_eq!(
-        status_of(&rig.decide("acme", &rejected.id, false, None).await),
-        ApprovalStatus::Rejected
-    );
-    assert_eq!(
-        error_of(&rig.decide("acme", &used.id, false, None).await),
-        "conflict"
-    );
+    for (which, id, outcome) in [
+        ("rejected", &rejected.id, Ok(ApprovalStatus::Rejected)),
+        ("used", &used.id, Err("conflict".to_owned())),
+    ] {
+        assert_eq!(
+            rig.decision("acme", id, false).await,
+            outcome,
+            "{which}: rejected again"
+        );
+    }
 }

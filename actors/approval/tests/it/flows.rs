@@ -94,7 +94,7 @@ async fn an_approved_approval_runs_exactly_one_call() {
         "an approved one is no longer pending"
     );
 
-    let used = proceeded(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    let used = proceeded(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(used.status, ApprovalStatus::Used);
     assert_eq!(used.id, created.id);
     let (verb, announced) = next_event(&mut events).await;
@@ -103,25 +103,23 @@ async fn an_approved_approval_runs_exactly_one_call() {
         ("decided", ApprovalStatus::Used)
     );
 
-    let (code, message, approval) =
-        refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    let (code, message, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(code, "approval_expired");
     assert!(message.contains("already used"), "{message}");
     assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Used));
-    assert_eq!(
-        status_of(&rig.get("acme", &created.id).await),
-        ApprovalStatus::Used
-    );
+    assert_eq!(rig.status("acme", &created.id).await, ApprovalStatus::Used);
 
     // A used approval was approved first: the same decision is ok, the contrary one a conflict.
-    assert_eq!(
-        status_of(&rig.decide("acme", &created.id, true, None).await),
-        ApprovalStatus::Used
-    );
-    assert_eq!(
-        error_of(&rig.decide("acme", &created.id, false, None).await),
-        "conflict"
-    );
+    for (approved, outcome) in [
+        (true, Ok(ApprovalStatus::Used)),
+        (false, Err("conflict".to_owned())),
+    ] {
+        assert_eq!(
+            rig.decision("acme", &created.id, approved).await,
+            outcome,
+            "approved: {approved}"
+        );
+    }
 }
 
 #[actix_rt::test]
@@ -129,8 +127,7 @@ async fn a_pending_approval_answers_pending_and_says_where_to_decide() {
     let rig = Rig::start().await;
     let call = Call::new("acme");
     let created = rig.create(&call).await;
-    let (code, message, approval) =
-        refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    let (code, message, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(code, "approval_pending");
     assert!(
         message.contains("toolmesh.v1.approvals.acme.decide"),
@@ -149,7 +146,7 @@ async fn a_rejection_refuses_and_the_first_decision_wins() {
     assert_eq!(rejected.status, ApprovalStatus::Rejected);
     assert_eq!(rejected.decided_by.as_deref(), Some("anonymous"));
 
-    let (code, _, approval) = refusal(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    let (code, _, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(code, "approval_rejected");
     assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Rejected));
 
@@ -198,12 +195,12 @@ async fn a_mismatched_call_is_refused_and_the_approval_stays_usable() {
         );
     }
     // In-band decisions on a mismatched call decide nothing either.
-    let mut wrong = call.with_grant(json!({"id": created.id, "approved": false}));
+    let mut wrong = call.deciding(&created.id, false);
     wrong.tool = "other".into();
     assert_eq!(refusal(rig.gate(&wrong).await).0, "approval_mismatch");
 
     assert_eq!(
-        status_of(&rig.get("acme", &created.id).await),
+        rig.status("acme", &created.id).await,
         ApprovalStatus::Approved
     );
     assert_eq!(
@@ -220,13 +217,13 @@ async fn a_call_without_a_session_binds_to_no_session() {
     let created = rig.create(&call).await;
     assert_eq!(created.session_id, None);
     approval_of(&rig.decide("acme", &created.id, true, None).await);
-    let mut with_session = call.with_grant(json!({"id": created.id}));
+    let mut with_session = call.presenting(&created.id);
     with_session.session_id = Some("s-1".into());
     assert_eq!(
         refusal(rig.gate(&with_session).await).0,
         "approval_mismatch"
     );
-    proceeded(rig.gate(&call.with_grant(json!({"id": created.id}))).await);
+    proceeded(rig.gate(&call.presenting(&created.id)).await);
 }
 
 #[actix_rt::test]
@@ -235,20 +232,16 @@ async fn unknown_ids_are_not_found_everywhere() {
     let id = "appr_00000000000000000000000000000000";
     assert_eq!(error_of(&rig.get("acme", id).await), "not_found");
     assert_eq!(
-        error_of(&rig.decide("acme", id, true, None).await),
-        "not_found"
+        rig.decision("acme", id, true).await,
+        Err("not_found".into())
     );
-    let (code, _, approval) = refusal(
-        rig.gate(&Call::new("acme").with_grant(json!({"id": id})))
-            .await,
-    );
+    let (code, _, approval) = refusal(rig.gate(&Call::new("acme").presenting(id)).await);
     assert_eq!(code, "not_found");
     assert_eq!(approval, None);
-    let (code, _, _) = refusal(
-        rig.gate(&Call::new("acme").with_grant(json!({"id": id, "approved": true})))
-            .await,
+    assert_eq!(
+        rig.refused(&Call::new("acme").deciding(id, true)).await,
+        "not_found"
     );
-    assert_eq!(code, "not_found");
 }
 
 /// `get` answers the arguments the approval is bound to, as the gateway sent them; the gate

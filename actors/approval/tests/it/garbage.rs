@@ -102,7 +102,7 @@ async fn garbage_on_the_public_subjects_is_invalid_request() {
     // Still serving.
     let created = rig.create(&Call::new("acme")).await;
     assert_eq!(
-        status_of(&rig.get("acme", &created.id).await),
+        rig.status("acme", &created.id).await,
         ApprovalStatus::Pending
     );
 }

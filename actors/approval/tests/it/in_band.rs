@@ -25,8 +25,10 @@ async fn approved_on_the_first_call_runs_at_once_and_only_once() {
 
     assert_eq!(approval_of(&rig.get("acme", &used.id).await), used);
     assert!(ids_of(&rig.list("acme").await).is_empty());
-    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
-    assert_eq!(code, "approval_expired");
+    assert_eq!(
+        rig.refused(&call.presenting(&used.id)).await,
+        "approval_expired"
+    );
 }
 
 #[actix_rt::test]
@@ -54,10 +56,7 @@ async fn approved_with_an_id_decides_and_uses_it() {
     let created = rig.create(&call).await;
     let mut events = rig.events("acme").await;
 
-    let used = proceeded(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
+    let used = proceeded(rig.gate(&call.deciding(&created.id, true)).await);
     assert_eq!(used.id, created.id);
     assert_eq!(used.status, ApprovalStatus::Used);
     assert_eq!(used.decided_by.as_deref(), Some("in-band"));
@@ -67,16 +66,13 @@ async fn approved_with_an_id_decides_and_uses_it() {
     );
 
     // Used: repeating the same decision finds it used, the contrary one conflicts.
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
-    assert_eq!(code, "approval_expired");
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
-    assert_eq!(code, "conflict");
+    for (approved, code) in [(true, "approval_expired"), (false, "conflict")] {
+        assert_eq!(
+            rig.refused(&call.deciding(&created.id, approved)).await,
+            code,
+            "approved: {approved}"
+        );
+    }
 }
 
 #[actix_rt::test]
@@ -85,10 +81,7 @@ async fn rejected_with_an_id_then_contrary_decisions_conflict() {
     let call = Call::new("acme");
     let created = rig.create(&call).await;
 
-    let (code, _, approval) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
+    let (code, _, approval) = refusal(rig.gate(&call.deciding(&created.id, false)).await);
     assert_eq!(code, "approval_rejected");
     assert_eq!(
         approval.as_ref().map(|a| a.status),
@@ -99,23 +92,17 @@ async fn rejected_with_an_id_then_contrary_decisions_conflict() {
         Some("in-band")
     );
 
-    let (code, _, approval) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
+    let (code, _, approval) = refusal(rig.gate(&call.deciding(&created.id, true)).await);
     assert_eq!(code, "conflict");
     assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Rejected));
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
     assert_eq!(
-        code, "approval_rejected",
+        rig.refused(&call.deciding(&created.id, false)).await,
+        "approval_rejected",
         "the same decision again is no conflict"
     );
     assert_eq!(
-        error_of(&rig.decide("acme", &created.id, true, None).await),
-        "conflict"
+        rig.decision("acme", &created.id, true).await,
+        Err("conflict".into())
     );
 }
 
@@ -126,18 +113,12 @@ async fn in_band_contrary_to_an_out_of_band_decision_is_a_conflict() {
     let created = rig.create(&call).await;
     approval_of(&rig.decide("acme", &created.id, true, Some("alice")).await);
 
-    let (code, message, approval) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
+    let (code, message, approval) = refusal(rig.gate(&call.deciding(&created.id, false)).await);
     assert_eq!(code, "conflict");
     assert!(message.contains("alice"), "{message}");
     assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Approved));
 
-    let used = proceeded(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
+    let used = proceeded(rig.gate(&call.deciding(&created.id, true)).await);
     assert_eq!(
         used.decided_by.as_deref(),
         Some("alice"),
@@ -156,25 +137,19 @@ async fn with_in_band_off_an_in_band_decision_counts_for_nothing() {
     };
     assert_eq!(created.status, ApprovalStatus::Pending);
 
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": true})))
-            .await,
-    );
-    assert_eq!(code, "approval_pending");
-    let (code, _, _) = refusal(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
-    assert_eq!(code, "approval_pending");
+    for approved in [true, false] {
+        assert_eq!(
+            rig.refused(&call.deciding(&created.id, approved)).await,
+            "approval_pending",
+            "approved: {approved}"
+        );
+    }
     assert_eq!(
-        status_of(&rig.get("acme", &created.id).await),
+        rig.status("acme", &created.id).await,
         ApprovalStatus::Pending
     );
 
     approval_of(&rig.decide("acme", &created.id, true, None).await);
-    let used = proceeded(
-        rig.gate(&call.with_grant(json!({"id": created.id, "approved": false})))
-            .await,
-    );
+    let used = proceeded(rig.gate(&call.deciding(&created.id, false)).await);
     assert_eq!(used.decided_by.as_deref(), Some("anonymous"));
 }

@@ -50,7 +50,7 @@ async fn thousands_pending_are_listed_in_part_with_truncated() {
     assert!(size <= rig.client.server_info().max_payload, "{size} bytes");
     // Every one listed is a pending approval of the account.
     for id in ids.iter().take(20) {
-        assert_eq!(status_of(&rig.get("acme", id).await).as_str(), "pending");
+        assert_eq!(rig.status("acme", id).await.as_str(), "pending");
     }
     // A short list is whole, without the flag.
     create_many(&rig, "globex", 3).await;

@@ -68,9 +68,7 @@ async fn racing_uses_have_exactly_one_proceed() {
     let created = rig.create(&call).await;
     approval_of(&rig.decide("acme", &created.id, true, None).await);
 
-    let calls: Vec<Call> = (0..12)
-        .map(|_| call.with_grant(json!({"id": created.id})))
-        .collect();
+    let calls: Vec<Call> = (0..12).map(|_| call.presenting(&created.id)).collect();
     let outcomes = join_all(calls.iter().map(|c| rig.gate(c))).await;
     let mut proceeds = 0;
     for outcome in outcomes {
@@ -106,7 +104,7 @@ async fn racing_in_band_decisions_run_at_most_one_call_and_never_both_ways() {
         }
     }
     let count = |code: &str| codes.iter().filter(|c| *c == code).count();
-    let final_status = status_of(&rig.get("acme", &created.id).await);
+    let final_status = rig.status("acme", &created.id).await;
     if final_status == ApprovalStatus::Used {
         // Approval won: one call ran, the other approvers found it used, rejecters conflict.
         assert_eq!(

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use serde_json::{json, Value};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, ReleaseAck};
-use toolmesh_testkit::{request_json, request_raw, wait_until};
+use toolmesh_testkit::{request_json, request_raw};
 
 use crate::support::*;
 
@@ -26,7 +26,7 @@ fn ack(reply: Value) -> ReleaseAck {
 async fn approve_and_use(rig: &Rig, call: &Call) -> (ApprovalRequest, Call) {
     let created = rig.create(call).await;
     approval_of(&rig.decide("acme", &created.id, true, Some("alice")).await);
-    let user = call.with_grant(json!({"id": created.id}));
+    let user = call.presenting(&created.id);
     let used = proceeded(rig.gate(&user).await);
     assert_eq!(used.status, ApprovalStatus::Used);
     (used, user)
@@ -92,7 +92,7 @@ async fn a_used_approval_released_by_its_call_is_approved_and_usable_again() {
     assert_eq!(again.approval.as_ref(), Some(&released));
 
     // Usable once more, by a new call presenting the id, and then used for good.
-    let retry = call.with_grant(json!({"id": used.id}));
+    let retry = call.presenting(&used.id);
     let reused = proceeded(rig.gate(&retry).await);
     assert_eq!(reused.status, ApprovalStatus::Used);
     let (verb, announced) = next_event(&mut events).await;
@@ -100,15 +100,14 @@ async fn a_used_approval_released_by_its_call_is_approved_and_usable_again() {
         (verb.as_str(), announced.status),
         ("decided", ApprovalStatus::Used)
     );
-    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
-    assert_eq!(code, "approval_expired");
+    assert_eq!(
+        rig.refused(&call.presenting(&used.id)).await,
+        "approval_expired"
+    );
     // The first call can no longer give it back: the new one used it.
     let stale = release(&rig, "acme", &used.id, &call.invocation_id).await;
     assert!(!stale.released, "{stale:?}");
-    assert_eq!(
-        status_of(&rig.get("acme", &used.id).await),
-        ApprovalStatus::Used
-    );
+    assert_eq!(rig.status("acme", &used.id).await, ApprovalStatus::Used);
     // The new call can.
     assert!(
         release(&rig, "acme", &used.id, &retry.invocation_id)
@@ -128,7 +127,7 @@ async fn an_approval_approved_in_band_on_the_first_call_can_be_released_by_that_
         ack.approval.map(|a| (a.status, a.decided_by)),
         Some((ApprovalStatus::Approved, Some("in-band".to_owned())))
     );
-    proceeded(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
+    proceeded(rig.gate(&call.presenting(&used.id)).await);
 }
 
 #[actix_rt::test]
@@ -208,8 +207,10 @@ async fn a_release_changes_nothing_unless_the_using_call_asks() {
     assert_eq!(ids_of(&rig.list("acme").await), vec![pending.id.clone()]);
     assert_nothing_announced(&rig, &mut events).await;
     // The used one is still used: its call may not run twice.
-    let (code, _, _) = refusal(rig.gate(&call.with_grant(json!({"id": used.id}))).await);
-    assert_eq!(code, "approval_expired");
+    assert_eq!(
+        rig.refused(&call.presenting(&used.id)).await,
+        "approval_expired"
+    );
 }
 
 #[actix_rt::test]
@@ -228,14 +229,9 @@ async fn an_expired_approval_is_not_released_and_a_released_one_expires_again() 
     let (late, late_call) = approve_and_use(&rig, &Call::new("acme")).await;
     // Created after both, so once it shows expired, both are past their time.
     let marker = rig.create(&Call::new("acme")).await;
-    assert!(
-        wait_until(PATIENCE, || async {
-            status_of(&rig.get("acme", &marker.id).await) == ApprovalStatus::Expired
-        })
-        .await
-    );
+    assert!(rig.shows_expired("acme", &marker.id).await);
     assert_eq!(
-        status_of(&rig.get("acme", &released.id).await),
+        rig.status("acme", &released.id).await,
         ApprovalStatus::Expired
     );
     let before = rig.get("acme", &late.id).await;
@@ -269,10 +265,7 @@ async fn racing_releases_have_exactly_one_winner() {
     let winners = acks.iter().filter(|a| a.released).count();
     assert_eq!(winners, 1, "{acks:?}");
     assert!(acks.iter().all(|a| a.error.is_none()), "{acks:?}");
-    assert_eq!(
-        status_of(&rig.get("acme", &used.id).await),
-        ApprovalStatus::Approved
-    );
+    assert_eq!(rig.status("acme", &used.id).await, ApprovalStatus::Approved);
 
     // Exactly one `decided` for it: a later marker event bounds the wait.
     let (verb, announced) = next_event(&mut events).await;

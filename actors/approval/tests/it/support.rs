@@ -14,7 +14,7 @@ use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, GateOutcome};
 use toolmesh_kernel::Account;
-use toolmesh_testkit::{request_json, request_raw, NatsServer, RedisServer};
+use toolmesh_testkit::{request_json, request_raw, wait_until, NatsServer, RedisServer};
 
 /// Events and replies arrive in milliseconds; this only bounds a failing test.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -132,6 +132,40 @@ impl Rig {
 
     pub async fn gate_raw(&self, body: &[u8]) -> GateOutcome {
         gate_outcome(request_raw(&self.client, internal::APPROVAL_GATE, body.to_vec()).await)
+    }
+
+    /// The error code with which the gate refuses `call`; panics if it does not refuse.
+    pub async fn refused(&self, call: &Call) -> String {
+        refusal(self.gate(call).await).0
+    }
+
+    /// An out-of-band decision naming no approver: the approval's status after it, or the
+    /// error code it is refused with.
+    pub async fn decision(
+        &self,
+        account: &str,
+        id: &str,
+        approved: bool,
+    ) -> Result<ApprovalStatus, String> {
+        let reply = self.decide(account, id, approved, None).await;
+        if reply["ok"] == true {
+            Ok(status_of(&reply))
+        } else {
+            Err(error_of(&reply).to_owned())
+        }
+    }
+
+    /// The status approval `id` of `account` shows.
+    pub async fn status(&self, account: &str, id: &str) -> ApprovalStatus {
+        status_of(&self.get(account, id).await)
+    }
+
+    /// Whether approval `id` of `account` shows expired within the patience.
+    pub async fn shows_expired(&self, account: &str, id: &str) -> bool {
+        wait_until(PATIENCE, || async {
+            self.status(account, id).await == ApprovalStatus::Expired
+        })
+        .await
     }
 
     /// A new pending approval for `call` (which must carry no grant).
@@ -298,6 +332,16 @@ impl Call {
             grant: Some(grant),
             ..Call::new(&self.account).like(self)
         }
+    }
+
+    /// The same call again presenting approval `id`.
+    pub fn presenting(&self, id: &str) -> Call {
+        self.with_grant(json!({ "id": id }))
+    }
+
+    /// The same call again presenting approval `id` and deciding it in band.
+    pub fn deciding(&self, id: &str, approved: bool) -> Call {
+        self.with_grant(json!({ "id": id, "approved": approved }))
     }
 
     fn like(mut self, other: &Call) -> Call {
