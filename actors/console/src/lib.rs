@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::HttpLimits;
+use toolmesh_kernel::listener::{spawn_actor, HttpLimits};
 use toolmesh_kernel::{Account, Role};
 
 pub use api::router;
@@ -207,11 +207,8 @@ pub async fn spawn(
     }
     let stop = lifecycle.drain.child_token();
     let app = router(nats, tools, &config, stop.clone());
-    let (handle, mut notice) = ActorHandle::new(Role::Console);
-    tokio::spawn(async move {
-        toolmesh_kernel::listener::serve(listener, app, config.http, stop.cancelled_owned()).await;
-        notice.notify();
-    });
+    let drained = stop.cancelled_owned();
+    let handle = spawn_actor(Role::Console, listener, app, config.http, drained);
     tracing::info!(%addr, "approvals console at http://{addr}/");
     Ok((handle, addr))
 }

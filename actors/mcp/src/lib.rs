@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::HttpLimits;
+use toolmesh_kernel::listener::{spawn_actor, HttpLimits};
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::{Account, Role};
 
@@ -448,12 +448,8 @@ pub async fn spawn(
     }
     let stop = lifecycle.stop.child_token();
     let app = router(nats, &config, stop.clone());
-    let (handle, mut notice) = ActorHandle::new(Role::Mcp);
-    let drain = lifecycle.drain.clone();
-    tokio::spawn(async move {
-        toolmesh_kernel::listener::serve(listener, app, config.http, drain.cancelled_owned()).await;
-        notice.notify();
-    });
+    let drained = lifecycle.drain.clone().cancelled_owned();
+    let handle = spawn_actor(Role::Mcp, listener, app, config.http, drained);
     tracing::info!(%addr, "MCP over streamable HTTP at /mcp");
     Ok((handle, addr))
 }
