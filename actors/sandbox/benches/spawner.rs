@@ -21,6 +21,10 @@ use toolmesh_sandbox::backend::{
     Backend, ExecSpec, Execution, Output, SandboxLimits, SandboxSpec, StartGate,
 };
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::ContainerGuard;
+
 const WARMUP: usize = 10;
 
 fn env_or(name: &str, default: &str) -> String {
@@ -42,17 +46,6 @@ async fn finish(exec: Execution) -> i64 {
     let mut output = exec.output;
     while output.recv().await.is_some() {}
     exec.exit.await.expect("exit").expect("status").code
-}
-
-/// Removes the bench's container on drop (also when it panics).
-struct ContainerGuard(String);
-
-impl Drop for ContainerGuard {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", "-v", &self.0])
-            .output();
-    }
 }
 
 #[tokio::main]

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bollard::exec::{CreateExecOptions, StartExecResults};
@@ -20,11 +19,10 @@ use toolmesh_sandbox::backend::{
     StartGate, LABEL_MANAGED, LABEL_NODE, LABEL_SANDBOX,
 };
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+mod support;
+use support::{image, unique, ContainerGuard};
 
-fn image() -> String {
-    std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| "toolmesh/sandbox:latest".into())
-}
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn limits() -> SandboxLimits {
     SandboxLimits {
@@ -35,15 +33,6 @@ fn limits() -> SandboxLimits {
         tmpfs_mb: 64,
         runtime: None,
     }
-}
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn spec(argv: &[&str]) -> ExecSpec {
@@ -58,17 +47,6 @@ fn spec(argv: &[&str]) -> ExecSpec {
 
 fn sh(script: &str) -> ExecSpec {
     spec(&["sh", "-c", script])
-}
-
-/// Removes a container by name on drop (also when a test panics).
-struct ContainerGuard(String);
-
-impl Drop for ContainerGuard {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", "-v", &self.0])
-            .output();
-    }
 }
 
 /// How a Docker sandbox runs its commands.

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,20 +21,10 @@ use toolmesh_sandbox::egress::{
     AllowList, Decision, OnDecision, Placement, Proxy, ProxyLimits, SandboxEgress,
 };
 
+mod support;
+use support::{image, unique};
+
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn image() -> String {
-    std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| "toolmesh/sandbox:latest".into())
-}
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn recorder() -> (OnDecision, Arc<Mutex<Vec<Decision>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -20,16 +20,15 @@ use toolmesh_sandbox::registry::{Claim, SessionRegistry};
 use toolmesh_sandbox::templates::{Network, Template, Templates};
 use toolmesh_testkit::{NatsServer, RedisServer};
 
+mod support;
+use support::image;
+
 /// The pool's only template.
 fn dflt(pool: &Pool) -> Arc<Template> {
     pool.settings.templates.default_template().clone()
 }
 
 const TTL: Duration = Duration::from_secs(60);
-
-fn image() -> String {
-    std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| "toolmesh/sandbox:latest".into())
-}
 
 /// Removes the node's containers on drop (also when the test panics).
 struct NodeContainers(String);

@@ -213,6 +213,18 @@ struct FakeWorkspace {
     refuse: bool,
 }
 
+impl FakeWorkspace {
+    /// A workspace whose puts wait until the gate it comes with is opened.
+    fn gated() -> (Arc<Semaphore>, Arc<FakeWorkspace>) {
+        let gate = Arc::new(Semaphore::new(0));
+        let workspace = Arc::new(FakeWorkspace {
+            gate: Some(gate.clone()),
+            ..FakeWorkspace::default()
+        });
+        (gate, workspace)
+    }
+}
+
 fn handover_to(workspace: &Arc<FakeWorkspace>) -> Handover {
     let workspace = workspace.clone();
     Handover::new(Arc::new(move |path, bytes, file| {
@@ -235,6 +247,23 @@ fn handover_to(workspace: &Arc<FakeWorkspace>) -> Handover {
         }
         .boxed()
     }))
+}
+
+/// A spool named `name` that hands its parts over to `workspace`, under a session cap of
+/// `cap` bytes (a 2-character preview, a 1 MiB file); and the cap, to see what it holds.
+fn handing_over(
+    dir: &Path,
+    workspace: &Arc<FakeWorkspace>,
+    cap: u64,
+    name: &str,
+) -> (Spool, Arc<Quota>) {
+    let session = Quota::new(Cap::Session, cap);
+    let settings = SpoolSettings {
+        quotas: vec![session.clone()],
+        handover: Some(handover_to(workspace)),
+        ..settings(dir, 2, 1 << 20)
+    };
+    (Spool::new(settings, name), session)
 }
 
 /// Lets the spawned puts run until no part of `spool` is on its way.
@@ -267,13 +296,7 @@ fn whole_text(captured: &Captured, workspace: &FakeWorkspace) -> String {
 async fn past_half_a_shared_cap_the_spool_goes_to_the_workspace_and_spooling_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let workspace = Arc::new(FakeWorkspace::default());
-    let session = Quota::new(Cap::Session, 1000);
-    let settings = SpoolSettings {
-        quotas: vec![session.clone()],
-        handover: Some(handover_to(&workspace)),
-        ..settings(dir.path(), 2, 1 << 20)
-    };
-    let mut spool = Spool::new(settings, "task-1-stdout");
+    let (mut spool, session) = handing_over(dir.path(), &workspace, 1000, "task-1-stdout");
     let mut all = String::new();
     for i in 0..500 {
         let line = format!("line {i:04} ünïcode\n");
@@ -299,18 +322,8 @@ async fn past_half_a_shared_cap_the_spool_goes_to_the_workspace_and_spooling_goe
 #[tokio::test]
 async fn while_a_part_is_on_its_way_the_cap_holds_and_the_excess_is_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Semaphore::new(0));
-    let workspace = Arc::new(FakeWorkspace {
-        gate: Some(gate.clone()),
-        ..FakeWorkspace::default()
-    });
-    let session = Quota::new(Cap::Session, 100);
-    let settings = SpoolSettings {
-        quotas: vec![session.clone()],
-        handover: Some(handover_to(&workspace)),
-        ..settings(dir.path(), 2, 1 << 20)
-    };
-    let mut spool = Spool::new(settings, "s");
+    let (gate, workspace) = FakeWorkspace::gated();
+    let (mut spool, session) = handing_over(dir.path(), &workspace, 100, "s");
     spool.push(&"a".repeat(60)).await; // past half: handed over, held until it lands
     assert!(spool.in_flight.is_some());
     spool.push(&"b".repeat(30)).await; // room for 30 more
@@ -339,13 +352,7 @@ async fn a_part_the_workspace_refuses_is_dropped_with_what_followed_it() {
         refuse: true,
         ..FakeWorkspace::default()
     });
-    let session = Quota::new(Cap::Session, 100);
-    let settings = SpoolSettings {
-        quotas: vec![session.clone()],
-        handover: Some(handover_to(&workspace)),
-        ..settings(dir.path(), 2, 1 << 20)
-    };
-    let mut spool = Spool::new(settings, "s");
+    let (mut spool, session) = handing_over(dir.path(), &workspace, 100, "s");
     spool.push(&"a".repeat(60)).await;
     landed(&mut spool).await;
     spool.push(&"b".repeat(30)).await;
@@ -365,17 +372,8 @@ async fn a_part_the_workspace_refuses_is_dropped_with_what_followed_it() {
 #[tokio::test]
 async fn kept_text_reads_across_a_part_on_its_way() {
     let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Semaphore::new(0));
-    let workspace = Arc::new(FakeWorkspace {
-        gate: Some(gate.clone()),
-        ..FakeWorkspace::default()
-    });
-    let settings = SpoolSettings {
-        quotas: vec![Quota::new(Cap::Session, 100)],
-        handover: Some(handover_to(&workspace)),
-        ..settings(dir.path(), 2, 1 << 20)
-    };
-    let mut spool = Spool::new(settings, "s");
+    let (gate, workspace) = FakeWorkspace::gated();
+    let (mut spool, _) = handing_over(dir.path(), &workspace, 100, "s");
     spool.push(&format!("{}\n", "a".repeat(59))).await;
     spool.push("next\n").await;
     let kept = spool.kept_from(0);

@@ -1,0 +1,32 @@
+//! What the sandbox crate's integration tests and benches share: the image, unique names for
+//! what they create, and the removal of a container however a test ends. Each test file and bench
+//! compiles this module on its own and uses a part of it.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The sandbox image: `TOOLMESH_SANDBOX_IMAGE`, by default `toolmesh/sandbox:latest`.
+pub fn image() -> String {
+    std::env::var("TOOLMESH_SANDBOX_IMAGE").unwrap_or_else(|_| "toolmesh/sandbox:latest".into())
+}
+
+/// `prefix`, this process's id and a counter: a name no other test or run takes.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Removes a container by name on drop (also when a test or bench panics).
+pub struct ContainerGuard(pub String);
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v", &self.0])
+            .output();
+    }
+}
