@@ -108,20 +108,18 @@ fn main() {
                 "{:<34} {:>10} {:>10} {:>14}",
                 "", "p50 ms", "p99 ms", "entries/s"
             );
-            println!(
-                "{:<34} {:>10.2} {:>10.2} {:>14.0}",
-                "direct get per entry (raw)",
-                ms(percentile(&raw, 0.5)),
-                ms(percentile(&raw, 0.99)),
-                per_s(&raw)
-            );
-            println!(
-                "{:<34} {:>10.2} {:>10.2} {:>14.0}",
-                "AuditTrail::read (ordered consumer)",
-                ms(percentile(&read, 0.5)),
-                ms(percentile(&read, 0.99)),
-                per_s(&read)
-            );
+            for (label, samples) in [
+                ("direct get per entry (raw)", &raw),
+                ("AuditTrail::read (ordered consumer)", &read),
+            ] {
+                println!(
+                    "{:<34} {:>10.2} {:>10.2} {:>14.0}",
+                    label,
+                    ms(percentile(samples, 0.5)),
+                    ms(percentile(samples, 0.99)),
+                    per_s(samples)
+                );
+            }
             println!(
                 "{:<34} {:>10.2} {:>10.2} {:>14.2}",
                 "ratio read / raw",

@@ -61,7 +61,8 @@ use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
 use support::{
-    containers, load_average, ms, percentile, raw_exec, remove_containers, wait_until_quiet,
+    containers, load_average, ms, percentile, raw_exec, remove_containers, run_command_ok,
+    wait_until_quiet,
 };
 
 const ACCOUNT: &str = "bench";
@@ -138,15 +139,7 @@ fn run_true(session: &str) -> Bytes {
 
 /// One `run_command true` through the gateway; asserts it succeeded.
 async fn tool_call(client: &async_nats::Client, body: &Bytes) {
-    let reply = tokio::time::timeout(Duration::from_secs(60), client.request(CALL, body.clone()))
-        .await
-        .expect("run_command answers within 60 s")
-        .expect("request");
-    let v: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON reply");
-    assert!(
-        v["ok"] == true && v["exit_code"] == 0,
-        "run_command true failed: {v}"
-    );
+    run_command_ok(client, CALL, body).await;
 }
 
 struct Figures {

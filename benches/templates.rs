@@ -27,7 +27,9 @@ use bytes::Bytes;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile, raw_exec, wait_until_quiet, NodeContainers};
+use support::{
+    load_average, ms, percentile, raw_exec, run_command_ok, wait_until_quiet, NodeContainers,
+};
 
 const CALL: &str = "toolmesh.v1.call.bench";
 const WARMUP: usize = 10;
@@ -55,15 +57,7 @@ fn run_true(session: &str, template: &str) -> Bytes {
 
 /// One `run_command true` through the gateway; its sandbox id.
 async fn tool_call(client: &async_nats::Client, body: &Bytes) -> String {
-    let reply = tokio::time::timeout(Duration::from_secs(60), client.request(CALL, body.clone()))
-        .await
-        .expect("run_command answers within 60 s")
-        .expect("request");
-    let v: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON reply");
-    assert!(
-        v["ok"] == true && v["exit_code"] == 0,
-        "run_command true failed: {v}"
-    );
+    let v = run_command_ok(client, CALL, body).await;
     v["sandbox_id"].as_str().unwrap_or_default().to_owned()
 }
 

@@ -107,6 +107,28 @@ pub async fn latencies(
     }
 }
 
+/// One `run_command` through the gateway on `subject`, which must answer within 60 s, ok and
+/// with exit code 0; its reply.
+pub async fn run_command_ok(
+    client: &async_nats::Client,
+    subject: &'static str,
+    body: &Bytes,
+) -> serde_json::Value {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.request(subject, body.clone()),
+    )
+    .await
+    .expect("run_command answers within 60 s")
+    .expect("request");
+    let v: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON reply");
+    assert!(
+        v["ok"] == true && v["exit_code"] == 0,
+        "run_command failed: {v}"
+    );
+    v
+}
+
 /// Starts a raw responder on `subject` answering every request with `reply` (its own thread,
 /// connection and runtime, like a node), and returns once `client` gets answers from it.
 pub async fn start_raw_responder(
