@@ -1051,18 +1051,26 @@ async fn an_approval_is_given_back_when_the_worker_cannot_run_the_call() {
     assert_eq!(again["approval_released"], true, "{again}");
 }
 
-#[tokio::test]
-async fn a_removed_container_is_replaced_on_the_next_call() {
-    let c = cluster().await;
-    let first = ok(run(&c, "s1", "touch /tmp/mark").await);
-    let sandbox = first["sandbox_id"].as_str().unwrap().to_owned();
+/// Removes the container of `session`'s sandbox behind its worker's back; the session's next
+/// call is `unavailable` (that reply).
+async fn remove_sandbox_container(c: &Cluster, session: &str, sandbox: &str) -> Value {
     let removed = Command::new("docker")
         .args(["rm", "-f", &format!("toolmesh-{sandbox}")])
         .output()
         .expect("docker rm");
     assert!(removed.status.success(), "{removed:?}");
+    let gone = run(c, session, "true").await;
+    assert_eq!(gone["error"], "unavailable", "{gone}");
+    gone
+}
+
+#[tokio::test]
+async fn a_removed_container_is_replaced_on_the_next_call() {
+    let c = cluster().await;
+    let first = ok(run(&c, "s1", "touch /tmp/mark").await);
+    let sandbox = first["sandbox_id"].as_str().unwrap().to_owned();
     // The worker learns of it from Docker: that call says so, the next one gets a new sandbox.
-    let gone = run(&c, "s1", "true").await;
+    let gone = remove_sandbox_container(&c, "s1", &sandbox).await;
     assert_error(&gone, "unavailable", "is gone");
     let next = stdout_is(
         &c,
@@ -1626,13 +1634,7 @@ async fn exec_bits_and_empty_folders_travel_and_setuid_never_does() {
     }
 
     // The sandbox is recreated: the new one gets it all from the workspace.
-    let removed = Command::new("docker")
-        .args(["rm", "-f", &format!("toolmesh-{sandbox}")])
-        .output()
-        .expect("docker rm");
-    assert!(removed.status.success(), "{removed:?}");
-    let gone = run(&c, "s1", "true").await;
-    assert_eq!(gone["error"], "unavailable", "{gone}");
+    remove_sandbox_container(&c, "s1", &sandbox).await;
     let r = run(&c, "s1", "./run.sh && stat -c %a suid.sh && test -d empty/inner && test -d data && ls -A data | wc -l")
     .await;
     assert_ne!(r["sandbox_id"], sandbox.as_str(), "{r}");
