@@ -10,10 +10,12 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
+use toolmesh_kernel::{ErrorCode, ToolError};
 use toolmesh_workspace::confine::{self, Workspace, WorkspacePath};
 use toolmesh_workspace::listing::{self, ListOptions, SortBy};
 use toolmesh_workspace::writing;
+
+use crate::{is_symlink, workspace};
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -29,14 +31,8 @@ const SENTINEL: &str = "sentinel, must not change";
 
 impl Fixture {
     fn new() -> Fixture {
-        let tmp = tempfile::tempdir().unwrap();
+        let (tmp, ws) = workspace();
         let data = tmp.path().to_path_buf();
-        let ws = Workspace::open(
-            &data,
-            &Account::parse("acme").unwrap(),
-            &SessionId::parse("s1").unwrap(),
-        )
-        .unwrap();
         let outside = ws.root().parent().unwrap().join("outside");
         std::fs::create_dir_all(outside.join("dir")).unwrap();
         std::fs::write(outside.join("sentinel.txt"), SENTINEL).unwrap();
@@ -234,6 +230,12 @@ fn file_a(fx: &Fixture) {
 fn link_loop(fx: &Fixture) {
     fx.link("loop2", "loop1");
     fx.link("loop1", "loop2");
+}
+
+/// The delete removed the link `name` itself (and so nothing it points at).
+fn deleted_link(fx: &Fixture, reply: &Result<Value, ToolError>, name: &str) {
+    assert_eq!(reply.as_ref().unwrap()["kind"], "symlink");
+    assert!(std::fs::symlink_metadata(fx.root().join(name)).is_err());
 }
 
 fn wrote_literal(rel: &'static str) -> fn(&Fixture, &Result<Value, ToolError>) {
@@ -462,12 +464,7 @@ fn rows() -> Vec<Row> {
             op: Op::Write,
             path: "link",
             expect: Fails(ErrorCode::PathOutsideWorkspace),
-            check: |fx, _| {
-                assert!(std::fs::symlink_metadata(fx.root().join("link"))
-                    .unwrap()
-                    .file_type()
-                    .is_symlink())
-            },
+            check: |fx, _| assert!(is_symlink(&fx.root().join("link"))),
         },
         Row {
             name: "batch write through a link out",
@@ -499,10 +496,7 @@ fn rows() -> Vec<Row> {
             op: Op::Delete,
             path: "link",
             expect: Succeeds,
-            check: |fx, r| {
-                assert_eq!(r.as_ref().unwrap()["kind"], "symlink");
-                assert!(std::fs::symlink_metadata(fx.root().join("link")).is_err());
-            },
+            check: |fx, r| deleted_link(fx, r, "link"),
         },
         Row {
             name: "list shows a link out as a symlink",
@@ -591,10 +585,7 @@ fn rows() -> Vec<Row> {
             op: Op::Delete,
             path: "d",
             expect: Succeeds,
-            check: |fx, r| {
-                assert_eq!(r.as_ref().unwrap()["kind"], "symlink");
-                assert!(std::fs::symlink_metadata(fx.root().join("d")).is_err());
-            },
+            check: |fx, r| deleted_link(fx, r, "d"),
         },
         // ---- chains
         Row {
@@ -628,10 +619,7 @@ fn rows() -> Vec<Row> {
             path: "l1",
             expect: Succeeds,
             check: |fx, _| {
-                assert!(std::fs::symlink_metadata(fx.root().join("l1"))
-                    .unwrap()
-                    .file_type()
-                    .is_symlink());
+                assert!(is_symlink(&fx.root().join("l1")));
                 assert_eq!(
                     std::fs::read_to_string(fx.root().join("real.txt")).unwrap(),
                     "written by the test"

@@ -4,12 +4,12 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
+use toolmesh_kernel::{ErrorCode, ToolError};
 use toolmesh_workspace::confine::{self, EntryType, Workspace, WorkspacePath};
 use toolmesh_workspace::listing::{self, ListOptions, SortBy};
 use toolmesh_workspace::writing;
 
-use crate::tree;
+use crate::{is_symlink, tree, workspace};
 
 /// An engine's error as the tools answer it: code, message and details.
 trait Wire {
@@ -22,15 +22,24 @@ impl<E: Into<ToolError>> Wire for E {
     }
 }
 
-fn workspace() -> (tempfile::TempDir, Workspace) {
-    let tmp = tempfile::tempdir().unwrap();
-    let ws = Workspace::open(
-        tmp.path(),
-        &Account::parse("acme").unwrap(),
-        &SessionId::parse("s1").unwrap(),
-    )
-    .unwrap();
-    (tmp, ws)
+/// The bytes of the file at `rel` in the workspace.
+fn bytes_at(ws: &Workspace, rel: &str) -> Vec<u8> {
+    std::fs::read(ws.root().join(rel)).unwrap()
+}
+
+/// The error of a write that must fail.
+fn write_err(ws: &Workspace, path: &str, content: &[u8], overwrite: bool) -> ToolError {
+    writing::write_atomic(ws, &p(path), content, overwrite)
+        .unwrap_err()
+        .wire()
+}
+
+/// Asserts an error's code and that its message holds each of `words`.
+fn assert_refused(err: &ToolError, code: ErrorCode, words: &[&str]) {
+    assert_eq!(err.code, code, "{err:?}");
+    for word in words {
+        assert!(err.message.contains(word), "{word:?}: {}", err.message);
+    }
 }
 
 fn p(raw: &str) -> WorkspacePath {
@@ -176,18 +185,12 @@ fn read_refusals() {
     let err = confine::read(&ws, &p("dir/big.txt"), 999)
         .unwrap_err()
         .wire();
-    assert_eq!(err.code, ErrorCode::FileTooLarge);
-    assert!(
-        err.message.contains("'dir/big.txt'") && err.message.contains("1000"),
-        "{}",
-        err.message
-    );
+    assert_refused(&err, ErrorCode::FileTooLarge, &["'dir/big.txt'", "1000"]);
 
     let err = confine::read(&ws, &p("dir/missing.txt"), 10)
         .unwrap_err()
         .wire();
-    assert_eq!(err.code, ErrorCode::NotFound);
-    assert!(err.message.contains("'dir/missing.txt'"), "{}", err.message);
+    assert_refused(&err, ErrorCode::NotFound, &["'dir/missing.txt'"]);
 
     let err = confine::read(&ws, &p("dir/big.txt/below"), 10)
         .unwrap_err()
@@ -289,25 +292,18 @@ fn sha256_is_lowercase_hex() {
 #[test]
 fn write_creates_parents_then_replaces() {
     let (_tmp, ws) = workspace();
-    let outcome = writing::write_atomic(&ws, &p("a/b/c.txt"), b"first", true).unwrap();
-    assert!(outcome.created);
-    assert_eq!(outcome.bytes, 5);
-    assert_eq!(
-        std::fs::read(ws.root().join("a/b/c.txt")).unwrap(),
-        b"first"
-    );
-
-    let outcome = writing::write_atomic(&ws, &p("a/b/c.txt"), b"second!", true).unwrap();
-    assert!(!outcome.created);
-    assert_eq!(outcome.bytes, 7);
-    assert_eq!(
-        std::fs::read(ws.root().join("a/b/c.txt")).unwrap(),
-        b"second!"
-    );
-
-    let outcome = writing::write_atomic(&ws, &p("empty"), b"", true).unwrap();
-    assert!(outcome.created);
-    assert_eq!(outcome.bytes, 0);
+    // In order: (path, content, whether the write creates the file).
+    let writes: [(&str, &[u8], bool); 3] = [
+        ("a/b/c.txt", b"first", true),
+        ("a/b/c.txt", b"second!", false),
+        ("empty", b"", true),
+    ];
+    for (path, content, created) in writes {
+        let outcome = writing::write_atomic(&ws, &p(path), content, true).unwrap();
+        assert_eq!(outcome.created, created, "{path} <- {content:?}");
+        assert_eq!(outcome.bytes, content.len() as u64, "{path} <- {content:?}");
+        assert_eq!(bytes_at(&ws, path), content);
+    }
     assert_eq!(
         tree(ws.root()),
         ["a", "a/b", "a/b/c.txt", "empty"],
@@ -320,21 +316,12 @@ fn write_without_overwrite() {
     let (_tmp, ws) = workspace();
     let outcome = writing::write_atomic(&ws, &p("new.txt"), b"one", false).unwrap();
     assert!(outcome.created);
-    let err = writing::write_atomic(&ws, &p("new.txt"), b"two", false)
-        .unwrap_err()
-        .wire();
-    assert_eq!(err.code, ErrorCode::AlreadyExists);
-    assert!(
-        err.message.contains("'new.txt'") && err.message.contains("overwrite"),
-        "{}",
-        err.message
-    );
-    assert_eq!(std::fs::read(ws.root().join("new.txt")).unwrap(), b"one");
+    let err = write_err(&ws, "new.txt", b"two", false);
+    assert_refused(&err, ErrorCode::AlreadyExists, &["'new.txt'", "overwrite"]);
+    assert_eq!(bytes_at(&ws, "new.txt"), b"one");
 
     symlink("new.txt", ws.root().join("link")).unwrap();
-    let err = writing::write_atomic(&ws, &p("link"), b"two", false)
-        .unwrap_err()
-        .wire();
+    let err = write_err(&ws, "link", b"two", false);
     assert_eq!(
         err.code,
         ErrorCode::AlreadyExists,
@@ -358,15 +345,11 @@ fn write_refusals() {
         ("dir/file.txt/x", "beneath a file"),
         ("dir/file.txt/x/y", "deep beneath a file"),
     ] {
-        let err = writing::write_atomic(&ws, &p(path), b"x", true)
-            .unwrap_err()
-            .wire();
+        let err = write_err(&ws, path, b"x", true);
         assert_eq!(err.code, ErrorCode::InvalidArguments, "{what}: {err:?}");
         assert_eq!(err.details["details"][0]["path"], "/path", "{what}");
     }
-    let err = writing::write_atomic(&ws, &p("dir/file.txt/x"), b"x", true)
-        .unwrap_err()
-        .wire();
+    let err = write_err(&ws, "dir/file.txt/x", b"x", true);
     assert!(
         err.message.contains("'dir/file.txt' is a file"),
         "{}",
@@ -374,26 +357,18 @@ fn write_refusals() {
     );
 
     symlink("missing-target", ws.root().join("dangling")).unwrap();
-    let err = writing::write_atomic(&ws, &p("dangling"), b"x", true)
-        .unwrap_err()
-        .wire();
-    assert_eq!(err.code, ErrorCode::InvalidArguments);
-    assert!(err.message.contains("missing file"), "{}", err.message);
+    let err = write_err(&ws, "dangling", b"x", true);
+    assert_refused(&err, ErrorCode::InvalidArguments, &["missing file"]);
 
     symlink("dir", ws.root().join("dirlink")).unwrap();
-    let err = writing::write_atomic(&ws, &p("dirlink"), b"x", true)
-        .unwrap_err()
-        .wire();
+    let err = write_err(&ws, "dirlink", b"x", true);
     assert_eq!(
         err.code,
         ErrorCode::InvalidArguments,
         "a link to a directory"
     );
 
-    assert_eq!(
-        std::fs::read(ws.root().join("dir/file.txt")).unwrap(),
-        b"content"
-    );
+    assert_eq!(bytes_at(&ws, "dir/file.txt"), b"content");
     assert_eq!(
         tree(ws.root()),
         ["dangling", "dir", "dir/file.txt", "dirlink"],
@@ -414,14 +389,8 @@ fn write_through_an_inside_link_keeps_the_link_and_permissions() {
 
     let outcome = writing::write_atomic(&ws, &p("README.md"), b"new", true).unwrap();
     assert!(!outcome.created);
-    assert!(std::fs::symlink_metadata(ws.root().join("README.md"))
-        .unwrap()
-        .file_type()
-        .is_symlink());
-    assert_eq!(
-        std::fs::read(ws.root().join("docs/readme.md")).unwrap(),
-        b"new"
-    );
+    assert!(is_symlink(&ws.root().join("README.md")));
+    assert_eq!(bytes_at(&ws, "docs/readme.md"), b"new");
     let mode = std::fs::metadata(ws.root().join("docs/readme.md"))
         .unwrap()
         .permissions()
@@ -436,9 +405,7 @@ fn a_symlinked_parent_pointing_out_writes_nothing_outside() {
     std::fs::create_dir(&outside).unwrap();
     symlink(&outside, ws.root().join("out")).unwrap();
     for path in ["out/f.txt", "out/a/b/f.txt"] {
-        let err = writing::write_atomic(&ws, &p(path), b"x", true)
-            .unwrap_err()
-            .wire();
+        let err = write_err(&ws, path, b"x", true);
         assert_eq!(err.code, ErrorCode::PathOutsideWorkspace, "{path}");
     }
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
@@ -451,17 +418,10 @@ fn many_writes_leave_no_temp_files() {
         writing::write_atomic(&ws, &p("same.txt"), format!("version {i}").as_bytes(), true)
             .unwrap();
     }
-    let _ = writing::write_atomic(&ws, &p("same.txt"), b"refused", false)
-        .unwrap_err()
-        .wire();
-    let _ = writing::write_atomic(&ws, &p("same.txt/x"), b"refused", true)
-        .unwrap_err()
-        .wire();
+    let _ = write_err(&ws, "same.txt", b"refused", false);
+    let _ = write_err(&ws, "same.txt/x", b"refused", true);
     assert_eq!(tree(ws.root()), ["same.txt"]);
-    assert_eq!(
-        std::fs::read(ws.root().join("same.txt")).unwrap(),
-        b"version 49"
-    );
+    assert_eq!(bytes_at(&ws, "same.txt"), b"version 49");
 }
 
 #[test]
@@ -513,7 +473,7 @@ fn batch_writes_every_file_and_reports_each() {
             ("b/c/three.txt", true, 3)
         ]
     );
-    assert_eq!(std::fs::read(ws.root().join("exists.txt")).unwrap(), b"22");
+    assert_eq!(bytes_at(&ws, "exists.txt"), b"22");
     assert_eq!(
         serde_json::to_value(&written[0]).unwrap(),
         serde_json::json!({"path": "a/one.txt", "created": true, "bytes": 1})
@@ -580,7 +540,7 @@ fn a_bad_path_in_a_batch_writes_nothing() {
             "{files:?}"
         );
     }
-    assert_eq!(std::fs::read(ws.root().join("exists.txt")).unwrap(), b"old");
+    assert_eq!(bytes_at(&ws, "exists.txt"), b"old");
 }
 
 // ------------------------------------------------------------------------------------ delete
@@ -594,22 +554,14 @@ fn delete_files_dirs_and_links() {
     symlink("full/inner.txt", ws.root().join("flink")).unwrap();
     symlink("full", ws.root().join("dlink")).unwrap();
 
-    assert_eq!(
-        confine::delete(&ws, &p("f.txt")).unwrap().kind,
-        EntryType::File
-    );
-    assert_eq!(
-        confine::delete(&ws, &p("empty")).unwrap().kind,
-        EntryType::Dir
-    );
-    assert_eq!(
-        confine::delete(&ws, &p("flink")).unwrap().kind,
-        EntryType::Symlink
-    );
-    assert_eq!(
-        confine::delete(&ws, &p("dlink")).unwrap().kind,
-        EntryType::Symlink
-    );
+    for (path, kind) in [
+        ("f.txt", EntryType::File),
+        ("empty", EntryType::Dir),
+        ("flink", EntryType::Symlink),
+        ("dlink", EntryType::Symlink),
+    ] {
+        assert_eq!(confine::delete(&ws, &p(path)).unwrap().kind, kind, "{path}");
+    }
     assert_eq!(
         tree(ws.root()),
         ["full", "full/inner.txt"],
@@ -627,8 +579,7 @@ fn delete_refusals() {
     put(&ws, "full/inner.txt", "x");
 
     let err = confine::delete(&ws, &p("full")).unwrap_err().wire();
-    assert_eq!(err.code, ErrorCode::DirectoryNotEmpty);
-    assert!(err.message.contains("'full'"), "{}", err.message);
+    assert_refused(&err, ErrorCode::DirectoryNotEmpty, &["'full'"]);
 
     for root in [".", "", "full/.."] {
         let err = confine::delete(&ws, &p(root)).unwrap_err().wire();
@@ -637,8 +588,7 @@ fn delete_refusals() {
     }
 
     let err = confine::delete(&ws, &p("nope")).unwrap_err().wire();
-    assert_eq!(err.code, ErrorCode::NotFound);
-    assert!(err.message.contains("'nope'"), "{}", err.message);
+    assert_refused(&err, ErrorCode::NotFound, &["'nope'"]);
     assert_eq!(tree(ws.root()), ["full", "full/inner.txt"]);
     assert!(ws.root().is_dir());
 }
@@ -903,8 +853,7 @@ fn list_refusals() {
     let err = listing::list(&ws, &list_args("missing"))
         .unwrap_err()
         .wire();
-    assert_eq!(err.code, ErrorCode::NotFound);
-    assert!(err.message.contains("'missing'"), "{}", err.message);
+    assert_refused(&err, ErrorCode::NotFound, &["'missing'"]);
     let err = listing::list(&ws, &list_args("f.txt")).unwrap_err().wire();
     assert_eq!(err.code, ErrorCode::InvalidArguments);
     let err = listing::list(&ws, &list_args("../x")).unwrap_err().wire();

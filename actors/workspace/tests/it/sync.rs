@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
-use crate::tree;
+use crate::{is_symlink, tree};
 use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::{
     Change, ChangeOp, ChangeOutcome, Current, Expected, FetchFile, Fetched, ManifestLimits,
@@ -793,9 +793,6 @@ async fn directories_are_listed_made_and_removed_only_when_empty() {
     assert!(!root.join("new/deeper").exists());
     assert!(root.join("new").is_dir(), "parents are left alone");
     assert!(root.join("src/lib.rs").is_file());
-    assert!(std::fs::symlink_metadata(root.join("out"))
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(is_symlink(&root.join("out")));
     assert!(outside.join("sub").is_dir(), "nothing removed outside");
 }
