@@ -12,23 +12,28 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 }
 
 fn check(zip: &[u8], expect: Result<&[&str], ErrorCode>) {
+    check_case("", zip, expect);
+}
+
+/// [`check`], naming the case `what` when it fails.
+fn check_case(what: &str, zip: &[u8], expect: Result<&[&str], ErrorCode>) {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("stage");
     fs::create_dir(&dest).unwrap();
     match (unpack(zip, &dest, CAPS), expect) {
-        (Ok(got), Ok(files)) => assert_eq!(got.files, files),
+        (Ok(got), Ok(files)) => assert_eq!(got.files, files, "{what}"),
         (Err(e), Err(code)) => {
             let e = ToolError::from(e);
-            assert_eq!(e.code, code, "{e}");
+            assert_eq!(e.code, code, "{what}: {e}");
             // Whatever happened, nothing is outside the staging folder.
             let outside: Vec<_> = fs::read_dir(dir.path())
                 .unwrap()
                 .map(|e| e.unwrap().file_name())
                 .filter(|n| n != "stage")
                 .collect();
-            assert!(outside.is_empty(), "{outside:?}");
+            assert!(outside.is_empty(), "{what}: {outside:?}");
         }
-        (got, expect) => panic!("got {got:?}, expected {expect:?}"),
+        (got, expect) => panic!("{what}: got {got:?}, expected {expect:?}"),
     }
 }
 
@@ -90,18 +95,21 @@ fn special_entries_are_refused() {
 
 #[test]
 fn duplicates_are_refused() {
-    let mut zip = ZipBuilder::new();
-    zip.file("SKILL.md", b"a").file("SKILL.md", b"b");
-    check(&zip.finish(), Err(ErrorCode::UnsafeArchive));
-    let mut zip = ZipBuilder::new();
-    zip.file("a/b", b"a").file("a\\b", b"b");
-    check(&zip.finish(), Err(ErrorCode::UnsafeArchive));
-    let mut zip = ZipBuilder::new();
-    zip.file("a", b"a").file("a/b", b"b");
-    check(&zip.finish(), Err(ErrorCode::UnsafeArchive));
-    let mut zip = ZipBuilder::new();
-    zip.file("a/b", b"a").file("a", b"b");
-    check(&zip.finish(), Err(ErrorCode::UnsafeArchive));
+    // Two names for one place: the same name, a backslash for a slash, a file and a folder.
+    for (first, second) in [
+        ("SKILL.md", "SKILL.md"),
+        ("a/b", "a\\b"),
+        ("a", "a/b"),
+        ("a/b", "a"),
+    ] {
+        let mut zip = ZipBuilder::new();
+        zip.file(first, b"a").file(second, b"b");
+        check_case(
+            &format!("{first} then {second}"),
+            &zip.finish(),
+            Err(ErrorCode::UnsafeArchive),
+        );
+    }
 }
 
 #[test]
