@@ -11,7 +11,11 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::Script;
 use tokio::sync::OnceCell;
+use toolmesh_kernel::error::DisplayChain;
+use toolmesh_kernel::ids::InvalidId;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
+
+use crate::pool::OpenError;
 
 const CLAIM: &str = r#"
 local cur = redis.call('HGET', KEYS[1], 'node')
@@ -81,12 +85,60 @@ fn retryable(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
-fn unreachable_store(e: impl std::fmt::Display) -> ToolError {
-    tracing::warn!(error = %e, "sandbox session registry unreachable");
-    ToolError::new(
-        ErrorCode::Unavailable,
-        "the sandbox session registry (Redis) is not reachable; retry in a moment",
-    )
+/// Why the registry could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Redis could not be reached, or failed the command.
+    #[error("the sandbox session registry (Redis) is not reachable: {0}")]
+    Unreachable(#[source] redis::RedisError),
+    /// An entry names a holder that is not a node id (a damaged entry, or a bug).
+    #[error("a malformed holder in the registry: {0}")]
+    MalformedHolder(#[source] InvalidId),
+}
+
+/// What kind of [`RegistryError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryErrorKind {
+    /// Redis is not reachable: `unavailable`, safe to retry.
+    Unavailable,
+    /// The registry holds what this code never writes: `internal`.
+    Internal,
+}
+
+impl RegistryError {
+    pub fn kind(&self) -> RegistryErrorKind {
+        match self {
+            RegistryError::Unreachable(_) => RegistryErrorKind::Unavailable,
+            RegistryError::MalformedHolder(_) => RegistryErrorKind::Internal,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; the log line keeps the cause (Redis' own words are for
+/// the log, not the caller).
+impl From<RegistryError> for ToolError {
+    fn from(e: RegistryError) -> Self {
+        match e.kind() {
+            RegistryErrorKind::Unavailable => {
+                tracing::warn!(error = %DisplayChain(&e), "sandbox session registry unreachable");
+                ToolError::new(
+                    ErrorCode::Unavailable,
+                    "the sandbox session registry (Redis) is not reachable; retry in a moment",
+                )
+            }
+            RegistryErrorKind::Internal => {
+                tracing::error!(error = %DisplayChain(&e), "sandbox session registry unusable");
+                ToolError::internal(e.to_string())
+            }
+        }
+    }
+}
+
+/// A session that cannot be opened because the registry could not answer.
+impl From<RegistryError> for OpenError {
+    fn from(e: RegistryError) -> Self {
+        OpenError::Failed(e.into())
+    }
 }
 
 impl SessionRegistry {
@@ -102,7 +154,7 @@ impl SessionRegistry {
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, ToolError> {
+    async fn conn(&self) -> Result<ConnectionManager, RegistryError> {
         self.conn
             .get_or_try_init(|| async {
                 let config = redis::aio::ConnectionManagerConfig::new()
@@ -113,7 +165,7 @@ impl SessionRegistry {
             })
             .await
             .cloned()
-            .map_err(unreachable_store)
+            .map_err(RegistryError::Unreachable)
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -124,7 +176,7 @@ impl SessionRegistry {
         &self,
         account: &Account,
         session: &SessionId,
-    ) -> Result<Option<Placement>, ToolError> {
+    ) -> Result<Option<Placement>, RegistryError> {
         let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key(account, session)).arg("node").arg("sandbox");
@@ -136,9 +188,9 @@ impl SessionRegistry {
                     tokio::time::sleep(RETRY_PAUSE).await;
                     cmd.query_async(&mut conn)
                         .await
-                        .map_err(unreachable_store)?
+                        .map_err(RegistryError::Unreachable)?
                 }
-                Err(e) => return Err(unreachable_store(e)),
+                Err(e) => return Err(RegistryError::Unreachable(e)),
             };
         Ok(match (node.and_then(|n| NodeId::parse(n).ok()), sandbox) {
             (Some(node), Some(sandbox_id)) => Some(Placement { node, sandbox_id }),
@@ -154,7 +206,7 @@ impl SessionRegistry {
         node: &NodeId,
         sandbox_id: &str,
         replacing: Option<&NodeId>,
-    ) -> Result<Claim, ToolError> {
+    ) -> Result<Claim, RegistryError> {
         let mut conn = self.conn().await?;
         let mut claim = self.claim.key(key(account, session));
         claim
@@ -171,16 +223,16 @@ impl SessionRegistry {
                 claim
                     .invoke_async(&mut conn)
                     .await
-                    .map_err(unreachable_store)?
+                    .map_err(RegistryError::Unreachable)?
             }
-            Err(e) => return Err(unreachable_store(e)),
+            Err(e) => return Err(RegistryError::Unreachable(e)),
         };
         if holder.is_empty() {
             return Ok(Claim::Taken);
         }
         NodeId::parse(holder)
             .map(Claim::HeldBy)
-            .map_err(|e| ToolError::internal(format!("a malformed holder in the registry: {e}")))
+            .map_err(RegistryError::MalformedHolder)
     }
 
     /// Extends the entry; false when `node` no longer holds the session.
@@ -189,7 +241,7 @@ impl SessionRegistry {
         account: &Account,
         session: &SessionId,
         node: &NodeId,
-    ) -> Result<bool, ToolError> {
+    ) -> Result<bool, RegistryError> {
         let mut conn = self.conn().await?;
         let held: i64 = self
             .touch
@@ -198,7 +250,7 @@ impl SessionRegistry {
             .arg(self.ttl_ms())
             .invoke_async(&mut conn)
             .await
-            .map_err(unreachable_store)?;
+            .map_err(RegistryError::Unreachable)?;
         Ok(held == 1)
     }
 
@@ -208,7 +260,7 @@ impl SessionRegistry {
         account: &Account,
         session: &SessionId,
         node: &NodeId,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), RegistryError> {
         let mut conn = self.conn().await?;
         let _: i64 = self
             .release
@@ -216,7 +268,7 @@ impl SessionRegistry {
             .arg(node.as_str())
             .invoke_async(&mut conn)
             .await
-            .map_err(unreachable_store)?;
+            .map_err(RegistryError::Unreachable)?;
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{is_skill_name, SkillBundle, LOCAL_SHA256};
 use toolmesh_kernel::ToolError;
 
@@ -16,14 +17,39 @@ use toolmesh_kernel::ToolError;
 /// not rewritten for every run.
 const MARKER: &str = ".toolmesh-skill";
 
-fn unsafe_bundle(name: &str, why: impl std::fmt::Display) -> ToolError {
-    ToolError::internal(format!(
-        "the skill loader sent an unusable bundle for {name:?}: {why}"
-    ))
+/// Why the skills could not be written into a sandbox. Every one is `internal`: the bundle
+/// came from the skills actor, which checks names and paths, and the folder is the worker's.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The skill loader sent a name or a file path that is not one plain relative path.
+    #[error("the skill loader sent an unusable bundle for {name:?}: {why}")]
+    UnusableBundle { name: String, why: String },
+    /// The worker's file system failed.
+    #[error("cannot write skill {name:?} into the sandbox: {source}")]
+    Write {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `internal` with the sentence of the error; the log line keeps its cause.
+impl From<InstallError> for ToolError {
+    fn from(e: InstallError) -> Self {
+        tracing::error!(error = %DisplayChain(&e), "cannot install skills into a sandbox");
+        ToolError::internal(e.to_string())
+    }
+}
+
+fn unsafe_bundle(name: &str, why: impl std::fmt::Display) -> InstallError {
+    InstallError::UnusableBundle {
+        name: name.to_owned(),
+        why: why.to_string(),
+    }
 }
 
 /// A bundle path as a relative path with plain components only.
-fn relative(name: &str, path: &str) -> Result<PathBuf, ToolError> {
+fn relative(name: &str, path: &str) -> Result<PathBuf, InstallError> {
     let p = Path::new(path);
     if path.is_empty() || path.contains('\0') || p.is_absolute() {
         return Err(unsafe_bundle(name, format!("bad file path {path:?}")));
@@ -38,12 +64,15 @@ fn relative(name: &str, path: &str) -> Result<PathBuf, ToolError> {
     Ok(out)
 }
 
-fn io(name: &str, e: std::io::Error) -> ToolError {
-    ToolError::internal(format!("cannot write skill {name:?} into the sandbox: {e}"))
+fn io(name: &str, source: std::io::Error) -> InstallError {
+    InstallError::Write {
+        name: name.to_owned(),
+        source,
+    }
 }
 
 /// Writes `bundles` under `skills_dir` (blocking file work; call from a blocking thread).
-pub fn install(skills_dir: &Path, bundles: &[SkillBundle]) -> Result<(), ToolError> {
+pub fn install(skills_dir: &Path, bundles: &[SkillBundle]) -> Result<(), InstallError> {
     for bundle in bundles {
         let name = bundle.name.as_str();
         if !is_skill_name(name) {
@@ -74,7 +103,7 @@ pub fn install(skills_dir: &Path, bundles: &[SkillBundle]) -> Result<(), ToolErr
     Ok(())
 }
 
-fn write_skill(staging: &Path, bundle: &SkillBundle, stamp: &str) -> Result<(), ToolError> {
+fn write_skill(staging: &Path, bundle: &SkillBundle, stamp: &str) -> Result<(), InstallError> {
     let name = bundle.name.as_str();
     std::fs::create_dir_all(staging).map_err(|e| io(name, e))?;
     std::fs::set_permissions(staging, std::fs::Permissions::from_mode(0o755))

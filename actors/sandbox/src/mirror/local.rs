@@ -11,6 +11,7 @@ use cap_fs_ext::{
     DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt, OpenOptionsSyncExt,
 };
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, Permissions, PermissionsExt};
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::sync::{applied_mode, FileStamp};
 use toolmesh_kernel::ToolError;
 
@@ -54,14 +55,53 @@ where
         .map_err(blocking_failed)
 }
 
-pub(super) fn blocking_failed(e: tokio::task::JoinError) -> ToolError {
-    tracing::error!(error = %e, "a mirror file-system task failed");
-    ToolError::internal(format!("the mirror's file-system work failed ({e})"))
+/// Why the mirror's own file-system work failed (not a refusal: nothing a caller can fix), so
+/// every one is `internal`.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorDiskError {
+    /// A blocking task of the mirror panicked or was cancelled.
+    #[error("the mirror's file-system work failed ({0})")]
+    Task(#[source] tokio::task::JoinError),
+    /// A directory operation on the mirror's side failed.
+    #[error("could not {op} {what} ({source})")]
+    Local {
+        op: &'static str,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
 }
 
-pub(super) fn local_failure(op: &str, what: &str, e: &io::Error) -> ToolError {
-    tracing::error!(operation = op, what, error = %e, "mirror directory operation failed");
-    ToolError::internal(format!("could not {op} {what} ({e})"))
+/// `internal` with the sentence of the error; the log line keeps its cause.
+impl From<MirrorDiskError> for ToolError {
+    fn from(e: MirrorDiskError) -> Self {
+        match &e {
+            MirrorDiskError::Task(_) => {
+                tracing::error!(error = %DisplayChain(&e), "a mirror file-system task failed");
+            }
+            MirrorDiskError::Local { op, what, .. } => tracing::error!(
+                operation = op,
+                what,
+                error = %DisplayChain(&e),
+                "mirror directory operation failed"
+            ),
+        }
+        ToolError::internal(e.to_string())
+    }
+}
+
+pub(super) fn blocking_failed(e: tokio::task::JoinError) -> ToolError {
+    MirrorDiskError::Task(e).into()
+}
+
+/// A failed directory operation on the mirror's side. `e` is borrowed (the callers keep it),
+/// so the error carries an equal copy: the same OS error code, or the same kind and text.
+pub(super) fn local_failure(op: &'static str, what: &'static str, e: &io::Error) -> ToolError {
+    let source = match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    };
+    MirrorDiskError::Local { op, what, source }.into()
 }
 
 /// `(size, mtime_ns, ino, mode)` of local metadata.

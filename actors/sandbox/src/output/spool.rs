@@ -17,6 +17,23 @@ use crate::output::kept::Kept;
 use crate::output::quota::{take_all, Cap, Quota};
 use crate::output::text::{prefix_bytes, prefix_chars};
 
+/// Why a part handed to the workspace has no answer: the task sending it failed, or it is
+/// gone. Not a refusal of the workspace (that one is its own `ToolError`), so `internal`.
+#[derive(Debug, thiserror::Error)]
+enum HandoverError {
+    #[error("handing output to the workspace: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error("a part handed to the workspace was lost")]
+    Lost,
+}
+
+/// `internal` with the sentence of the error; the log line of `landed` shows it.
+impl From<HandoverError> for ToolError {
+    fn from(e: HandoverError) -> Self {
+        ToolError::internal(e.to_string())
+    }
+}
+
 /// Text kept in memory before it is written to the spool file in one go.
 pub const WRITE_BATCH: usize = 64 * 1024;
 /// Files one stream's text of one read is handed to the workspace in, at most; past them
@@ -335,8 +352,8 @@ impl Spool {
                 return;
             }
             Some(Ok(Err(e))) => e,
-            Some(Err(e)) => ToolError::internal(format!("handing output to the workspace: {e}")),
-            None => ToolError::internal("a part handed to the workspace was lost"),
+            Some(Err(e)) => HandoverError::Task(e).into(),
+            None => HandoverError::Lost.into(),
         };
         tracing::warn!(error = %error, path = %path, "the workspace did not take a task's output; it is dropped");
         // The kept text stays one piece from the start: what followed the lost part goes too.

@@ -30,12 +30,14 @@
 //!
 //! [`LAZY_WARM`]: crate::templates::LAZY_WARM
 
+mod error;
 mod folders;
 mod sandboxes;
 mod session;
 mod sessions;
 mod state;
 
+pub use error::PoolError;
 pub use folders::DEAD_FOLDER_AGE;
 pub use session::{OpenError, Session, SessionKey, SessionUse};
 pub use state::{backend_error, Pool, PoolSettings};

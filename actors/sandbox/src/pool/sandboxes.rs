@@ -9,6 +9,7 @@ use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{SandboxRef, SandboxSpec};
 use crate::network::DecisionTap;
+use crate::pool::error::PoolError;
 use crate::pool::folders::{remove_folder, remove_folder_of};
 use crate::pool::session::{Session, SessionKey};
 use crate::pool::state::{backend_error, new_sandbox_id, shutting_down, Busy, Pool};
@@ -91,8 +92,12 @@ impl Pool {
             Ok::<_, std::io::Error>(())
         })
         .await
-        .map_err(|e| ToolError::internal(format!("preparing a sandbox's disk: {e}")))?
-        .map_err(|e| ToolError::internal(format!("preparing a sandbox's disk: {e}")))
+        .map_err(|source| PoolError::Task {
+            what: "preparing a sandbox's disk",
+            source,
+        })?
+        .map_err(PoolError::Disk)?;
+        Ok(())
     }
 
     pub(super) async fn discard(&self, sandbox: &SandboxRef) {

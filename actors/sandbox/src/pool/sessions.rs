@@ -8,11 +8,13 @@ use std::time::Instant;
 
 use futures::future::FutureExt;
 use tokio::sync::OnceCell;
+use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::{Account, NodeId, ToolError};
 
 use crate::admission::{self, Admission, Held, Limits, Snapshot};
 use crate::backend::SandboxRef;
 use crate::mirror::Mirror;
+use crate::pool::error::PoolError;
 use crate::pool::folders::remove_folder_of;
 use crate::pool::session::{OpenError, Session, SessionClaim, SessionKey, SessionUse};
 use crate::pool::state::{new_sandbox_id, Busy, Pool, Reservation};
@@ -99,10 +101,13 @@ impl Pool {
                     // the pool by then.
                     Ok((sandbox, _busy)) => sandbox,
                     Err(e) => {
-                        let _ = self
+                        if let Err(e) = self
                             .registry
                             .release(&key.0, &key.1, &self.settings.node)
-                            .await;
+                            .await
+                        {
+                            tracing::warn!(error = %DisplayChain(&e), "cannot release a session whose sandbox was not made");
+                        }
                         return Err(e.into());
                     }
                 };
@@ -190,9 +195,13 @@ impl Pool {
         });
         async move {
             task.await.unwrap_or_else(|e| {
-                Err(OpenError::Failed(ToolError::internal(format!(
-                    "the session's registry claim failed: {e}"
-                ))))
+                Err(OpenError::Failed(
+                    PoolError::Task {
+                        what: "the session's registry claim failed",
+                        source: e,
+                    }
+                    .into(),
+                ))
             })
         }
         .boxed()
@@ -312,10 +321,13 @@ impl Pool {
         }
         // The registry first: the session's next call may then claim it anew (here or
         // elsewhere) while the old sandbox goes, and a claim made meanwhile is not released.
-        let _ = self
+        if let Err(e) = self
             .registry
             .release(&session.account, &session.session_id, &self.settings.node)
-            .await;
+            .await
+        {
+            tracing::warn!(error = %DisplayChain(&e), sandbox = %session.sandbox.sandbox_id, "cannot release a removed session in the registry");
+        }
         session.tasks.kill_all().await;
         if let Err(e) = self.backend.destroy(&session.sandbox).await {
             tracing::warn!(error = %e, sandbox = %session.sandbox.sandbox_id, "cannot remove a sandbox");
@@ -357,7 +369,10 @@ impl Pool {
                 .touch(&session.account, &session.session_id, &self.settings.node)
                 .await
             {
-                Ok(true) | Err(_) => {}
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(error = %DisplayChain(&e), sandbox = %session.sandbox.sandbox_id, "cannot keep a session's registry entry alive");
+                }
                 Ok(false) if !session.busy() => {
                     tracing::warn!(sandbox = %session.sandbox.sandbox_id, "another worker took this session over; removing the sandbox here");
                     self.remove(&key, &session).await;

@@ -15,6 +15,7 @@ use crate::backend::{Backend, BackendError, SandboxRef};
 use crate::egress::SandboxEgress;
 use crate::mirror::SyncLimits;
 use crate::network::{DecisionListener, DecisionTap};
+use crate::pool::error::PoolError;
 use crate::pool::session::{Session, SessionKey, SessionUse};
 use crate::registry::SessionRegistry;
 use crate::templates::Templates;
@@ -253,12 +254,15 @@ impl Pool {
             .get_or_try_init(|| async {
                 let (dir, group) = (self.node_dir(), self.backend.sandbox_group());
                 tokio::task::spawn_blocking(move || {
-                    crate::backend::make_private(&dir, group).map_err(|e| {
-                        ToolError::internal(format!("preparing {}: {e}", dir.display()))
-                    })
+                    crate::backend::make_private(&dir, group)
+                        .map_err(|source| PoolError::NodeDir { dir, source })
                 })
                 .await
-                .map_err(|e| ToolError::internal(format!("preparing the sandbox folder: {e}")))?
+                .map_err(|source| PoolError::Task {
+                    what: "preparing the sandbox folder",
+                    source,
+                })?
+                .map_err(ToolError::from)
             })
             .await
             .map(drop)
