@@ -1,7 +1,7 @@
 //! The approval gate (`toolmesh.internal.v1.approval.gate`): a `GateRequest` from the gateway
 //! becomes a `GateOutcome` — create a pending approval, decide in band, or use one.
 
-use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::error::{DisplayChain, ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
@@ -74,7 +74,7 @@ impl ApprovalService {
         let ctx = &request.invocation;
         let (arguments, arguments_preview) = match stored_arguments(request) {
             Ok(stored) => stored,
-            Err(e) => return refused(e, None),
+            Err(e) => return refused(e.into(), None),
         };
         let new = NewApproval {
             account: ctx.account.clone(),
@@ -250,24 +250,62 @@ fn parse(body: &[u8]) -> Result<GateRequest, ToolError> {
 /// approver recomputes from what `get` shows). Without (a gateway that predates them), the
 /// preview sent is made display-safe and cut at [`MAX_PREVIEW_CHARS`]; a request with neither
 /// has nothing to show an approver and is refused.
-fn stored_arguments(request: &GateRequest) -> Result<(Option<String>, String), ToolError> {
+fn stored_arguments(request: &GateRequest) -> Result<(Option<String>, String), ArgumentsError> {
     let Some(arguments) = &request.arguments else {
         return match &request.arguments_preview {
             Some(sent) => Ok((None, preview(sent))),
-            None => Err(ToolError::invalid_request(
-                "a gate request without an approval id carries its arguments",
-            )),
+            None => Err(ArgumentsError::Missing),
         };
     };
     if toolmesh_kernel::canonical::arguments_sha256(arguments) != request.arguments_sha256 {
-        return Err(ToolError::invalid_request(
-            "arguments_sha256 is not the sha256 of the JCS form of arguments",
-        ));
+        return Err(ArgumentsError::HashMismatch);
     }
-    let text = serde_json::to_string(arguments)
-        .map_err(|e| ToolError::internal(format!("arguments do not serialize: {e}")))?;
+    let text = serde_json::to_string(arguments).map_err(ArgumentsError::Unserializable)?;
     let preview = toolmesh_kernel::canonical::arguments_preview(arguments, MAX_PREVIEW_CHARS);
     Ok((Some(text), preview))
+}
+
+/// Why a first call's arguments cannot be stored with its approval.
+#[derive(Debug, thiserror::Error)]
+enum ArgumentsError {
+    #[error("a gate request without an approval id carries its arguments")]
+    Missing,
+    #[error("arguments_sha256 is not the sha256 of the JCS form of arguments")]
+    HashMismatch,
+    /// The arguments parsed, yet do not serialize again (a bug).
+    #[error("arguments do not serialize: {0}")]
+    Unserializable(#[source] serde_json::Error),
+}
+
+/// What kind of [`ArgumentsError`] it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArgumentsErrorKind {
+    /// The gateway sent a request it should not: `invalid_request`.
+    Invalid,
+    /// `internal`.
+    Internal,
+}
+
+impl ArgumentsError {
+    fn kind(&self) -> ArgumentsErrorKind {
+        match self {
+            ArgumentsError::Missing | ArgumentsError::HashMismatch => ArgumentsErrorKind::Invalid,
+            ArgumentsError::Unserializable(_) => ArgumentsErrorKind::Internal,
+        }
+    }
+}
+
+/// PROTOCOL.md's code and sentence; an `internal` one logs its cause here.
+impl From<ArgumentsError> for ToolError {
+    fn from(e: ArgumentsError) -> Self {
+        match e.kind() {
+            ArgumentsErrorKind::Invalid => ToolError::invalid_request(e.to_string()),
+            ArgumentsErrorKind::Internal => {
+                tracing::error!(error = %DisplayChain(&e), "cannot store a gate request's arguments");
+                ToolError::internal(e.to_string())
+            }
+        }
+    }
 }
 
 /// A preview sent by the gateway as stored: display-safe, cut at [`MAX_PREVIEW_CHARS`].
@@ -404,7 +442,8 @@ mod tests {
         );
         assert_eq!(shown, r#"{"command":"ls","n\u202e":1}"#);
         let wrong = stored_arguments(&request_with(arguments, "a".repeat(64))).unwrap_err();
-        assert_eq!(wrong.code, ErrorCode::InvalidRequest);
+        assert_eq!(wrong.kind(), ArgumentsErrorKind::Invalid);
+        assert_eq!(ToolError::from(wrong).code, ErrorCode::InvalidRequest);
     }
 
     #[test]
@@ -412,6 +451,6 @@ mod tests {
         let mut request = parse(gate_body("t", &"a".repeat(64), "null").as_bytes()).unwrap();
         request.arguments_preview = None;
         let refused = stored_arguments(&request).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::InvalidRequest);
+        assert_eq!(ToolError::from(refused).code, ErrorCode::InvalidRequest);
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::error::{ErrorCode, ToolError};
+use toolmesh_kernel::error::{DisplayChain, ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
@@ -180,9 +180,21 @@ impl ApprovalService {
     }
 }
 
-fn to_value(approval: &ApprovalRequest) -> Result<Value, ToolError> {
-    serde_json::to_value(approval)
-        .map_err(|e| ToolError::internal(format!("an approval does not serialize: {e}")))
+/// An approval that does not serialize (a bug): `internal`.
+#[derive(Debug, thiserror::Error)]
+#[error("an approval does not serialize: {0}")]
+struct EncodeError(#[source] serde_json::Error);
+
+/// `internal` with the sentence of the error; the log line keeps its cause.
+impl From<EncodeError> for ToolError {
+    fn from(e: EncodeError) -> Self {
+        tracing::error!(error = %DisplayChain(&e), "cannot write an approval");
+        ToolError::internal(e.to_string())
+    }
+}
+
+fn to_value(approval: &ApprovalRequest) -> Result<Value, EncodeError> {
+    serde_json::to_value(approval).map_err(EncodeError)
 }
 
 fn one(approval: ApprovalRequest) -> Map<String, Value> {
