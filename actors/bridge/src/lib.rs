@@ -123,8 +123,8 @@ pub async fn spawn(
     }
     keepers.close();
 
-    let (handle, mut notice) = ActorHandle::new(Role::Bridge);
-    tokio::spawn(async move {
+    // Cancels keep working until the keepers drained their calls.
+    let handle = ActorHandle::spawn(Role::Bridge, async move {
         loop {
             tokio::select! {
                 msg = cancels.next() => match msg {
@@ -134,8 +134,6 @@ pub async fn spawn(
                 _ = keepers.wait() => break,
             }
         }
-        // Cancels keep working until the keepers drained their calls.
-        notice.notify();
     });
     Ok((handle, BridgeProbe { servers: statuses }))
 }

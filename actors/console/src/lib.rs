@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::{spawn_actor, HttpLimits};
+use toolmesh_kernel::listener::{serve, HttpLimits};
 use toolmesh_kernel::{Account, Role};
 
 pub use api::router;
@@ -208,7 +208,7 @@ pub async fn spawn(
     let stop = lifecycle.drain.child_token();
     let app = router(nats, tools, &config, stop.clone());
     let drained = stop.cancelled_owned();
-    let handle = spawn_actor(Role::Console, listener, app, config.http, drained);
+    let handle = ActorHandle::spawn(Role::Console, serve(listener, app, config.http, drained));
     tracing::info!(%addr, "approvals console at http://{addr}/");
     Ok((handle, addr))
 }

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::{spawn_actor, HttpLimits};
+use toolmesh_kernel::listener::{serve, HttpLimits};
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::{Account, Role};
 
@@ -449,7 +449,7 @@ pub async fn spawn(
     let stop = lifecycle.stop.child_token();
     let app = router(nats, &config, stop.clone());
     let drained = lifecycle.drain.clone().cancelled_owned();
-    let handle = spawn_actor(Role::Mcp, listener, app, config.http, drained);
+    let handle = ActorHandle::spawn(Role::Mcp, serve(listener, app, config.http, drained));
     tracing::info!(%addr, "MCP over streamable HTTP at /mcp");
     Ok((handle, addr))
 }

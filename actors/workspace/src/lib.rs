@@ -102,12 +102,9 @@ pub async fn spawn(
         in_flight,
     );
     // Two actors, one handle: the role has stopped once both have drained.
-    let (handle, mut stop_notice) = ActorHandle::new(Role::Workspace);
-    tokio::spawn(async move {
+    Ok(ActorHandle::spawn(Role::Workspace, async move {
         keeper.stopped().await;
         syncer.stopped().await;
-        stop_notice.notify();
-    });
-    Ok(handle)
+    }))
 }
 pub mod search;

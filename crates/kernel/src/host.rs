@@ -1,6 +1,7 @@
 //! Host glue every actor uses: connecting to NATS, draining subscriptions, replying, counting
 //! in-flight work, and the shutdown signal.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -614,6 +615,17 @@ impl ActorHandle {
     pub fn new(role: Role) -> (ActorHandle, StopNotice) {
         let (tx, stopped) = tokio::sync::oneshot::channel();
         (ActorHandle { role, stopped }, StopNotice(Some(tx)))
+    }
+
+    /// Runs `actor` (an HTTP listener's [`crate::listener::serve`], a loop of the role's own) as
+    /// a task of its own; the handle resolves once it has returned.
+    pub fn spawn(role: Role, actor: impl Future<Output = ()> + Send + 'static) -> ActorHandle {
+        let (handle, mut notice) = ActorHandle::new(role);
+        tokio::spawn(async move {
+            actor.await;
+            notice.notify();
+        });
+        handle
     }
 
     /// Resolves once the actor stopped (a vanished actor counts as stopped).

@@ -29,8 +29,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::config::{ConfigError, RawEnv};
-use crate::host::ActorHandle;
-use crate::role::Role;
 
 /// The variable bounding how long a connection may take to send a request head.
 pub const HEADER_TIMEOUT_VAR: &str = "TOOLMESH_HTTP_HEADER_TIMEOUT_S";
@@ -170,33 +168,6 @@ pub async fn serve<S, B>(
     }
     drop(listener);
     graceful.shutdown().await;
-}
-
-/// [`serve`] in a task of its own, as the actor of `role` (the MCP front, the approvals
-/// console): the handle resolves once the listener has stopped and its connections closed.
-pub fn spawn_actor<S, B>(
-    role: Role,
-    listener: TcpListener,
-    service: S,
-    limits: HttpLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> ActorHandle
-where
-    S: tower_service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (handle, mut notice) = ActorHandle::new(role);
-    tokio::spawn(async move {
-        serve(listener, service, limits, shutdown).await;
-        notice.notify();
-    });
-    handle
 }
 
 /// An accept error that is about one connection (it went away before it was accepted), not
