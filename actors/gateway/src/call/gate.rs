@@ -20,6 +20,7 @@ use toolmesh_kernel::wire::{
 };
 use toolmesh_kernel::{Account, ErrorCode, Role, ToolError};
 
+use super::error::CallError;
 use super::route::{refused, request_failed};
 use super::Call;
 
@@ -341,10 +342,13 @@ impl Call<'_> {
 }
 
 /// The body of a gate request, serialized once: what is measured is what is sent.
-fn encode_gate(gate: &GateRequest) -> Result<Bytes, ToolError> {
+fn encode_gate(gate: &GateRequest) -> Result<Bytes, CallError> {
     serde_json::to_vec(gate)
         .map(Bytes::from)
-        .map_err(|e| ToolError::internal(format!("the gate request does not serialize: {e}")))
+        .map_err(|source| CallError::Encode {
+            what: "the gate request",
+            source,
+        })
 }
 
 fn to_value(approval: &ApprovalRequest) -> Value {

@@ -17,6 +17,7 @@ use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{ActorCall, ActorReply, DirectReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 
+use super::error::CallError;
 use super::Call;
 use crate::core::Answer;
 use crate::splice;
@@ -67,7 +68,10 @@ impl Call<'_> {
             event_seq: self.events.seq().hand_over(),
             direct: self.direct_reply(),
         };
-        let body = serde_json::to_vec(&call).map_err(|e| ToolError::internal(e.to_string()))?;
+        let body = serde_json::to_vec(&call).map_err(|source| CallError::Encode {
+            what: "the actor call",
+            source,
+        })?;
         let max_payload = core.client.server_info().max_payload;
         if max_payload > 0 && body.len() > max_payload {
             return Err(ToolError::new(
@@ -90,12 +94,8 @@ impl Call<'_> {
             self.events.seq().handed_back(success.events_emitted);
             return Ok(Answer::Prepared(success.members));
         }
-        let answer: ActorReply = serde_json::from_slice(&reply.payload).map_err(|e| {
-            tracing::error!(error = %e, role = %role, "malformed reply from an actor");
-            ToolError::internal(format!(
-                "the {role} actor sent a malformed reply; see the gateway log for 'malformed reply'"
-            ))
-        })?;
+        let answer: ActorReply = serde_json::from_slice(&reply.payload)
+            .map_err(|source| CallError::MalformedReply { role, source })?;
         self.events.seq().handed_back(answer.events_emitted);
         if answer.delivered {
             return Ok(Answer::Delivered(answer.delivered_error));
@@ -287,7 +287,7 @@ fn worker_lost(role: Role, node: &NodeId) -> ToolError {
     .with("details", json!({ "node_id": node.as_str() }))
 }
 
-fn timed_out(role: Role, what: &str) -> ToolError {
+pub(super) fn timed_out(role: Role, what: &str) -> ToolError {
     ToolError::new(
         ErrorCode::Timeout,
         format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
@@ -307,25 +307,12 @@ pub(super) fn refused(refused: toolmesh_kernel::permissions::Refused) -> ToolErr
     )
 }
 
-/// Maps a failed internal request onto the protocol's codes.
+/// Maps a failed internal request onto the protocol's codes ([`CallError::kind`]).
 pub(super) fn request_failed(error: async_nats::RequestError, role: Role, what: &str) -> ToolError {
-    use async_nats::RequestErrorKind;
-    match error.kind() {
-        RequestErrorKind::NoResponders => ToolError::new(
-            ErrorCode::Unavailable,
-            format!("no {role} actor is running in the cluster to serve {what}; start a node with --roles {role} and retry"),
-        ),
-        RequestErrorKind::TimedOut => timed_out(role, what),
-        RequestErrorKind::MaxPayloadExceeded => ToolError::new(
-            ErrorCode::LimitExceeded,
-            format!("the call to {what} is over the NATS max_payload; send smaller arguments"),
-        ),
-        RequestErrorKind::InvalidSubject => ToolError::internal(format!(
-            "an internal subject for {what} is invalid; this is a bug, see the gateway log"
-        )),
-        RequestErrorKind::Other => ToolError::new(
-            ErrorCode::Unavailable,
-            format!("could not reach the {role} actor for {what} ({error}); retry"),
-        ),
+    CallError::Request {
+        role,
+        what: what.to_owned(),
+        source: error,
     }
+    .into()
 }
