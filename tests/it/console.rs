@@ -147,22 +147,21 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
     );
     let still = con.c.approvals("globex", "get", json!({"id": gid})).await;
     assert_eq!(still["approval"]["status"], "pending", "{still}");
-    // The id of a globex approval is not found in acme either.
-    let (status, body) = con
-        .get(&format!("/api/approvals/acme/{gid}"), Some("tok-acme"))
-        .await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (404, Some("not_found")),
-        "{body}"
-    );
-    // A malformed account is a bad request, not a crash.
-    let (status, body) = con.get("/api/approvals/a.b", Some("tok-acme")).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (400, Some("invalid_request")),
-        "{body}"
-    );
+    for (path, refusal) in [
+        // The id of a globex approval is not found in acme either.
+        (
+            format!("/api/approvals/acme/{gid}"),
+            (404, Some("not_found")),
+        ),
+        // A malformed account is a bad request, not a crash.
+        (
+            "/api/approvals/a.b".to_owned(),
+            (400, Some("invalid_request")),
+        ),
+    ] {
+        let (status, body) = con.get(&path, Some("tok-acme")).await;
+        assert_eq!((status, body["error"].as_str()), refusal, "{path}: {body}");
+    }
     // The every-account token sees globex.
     let (status, body) = con.get("/api/approvals/globex", Some("tok-root")).await;
     assert_eq!(status, 200, "{body}");

@@ -126,13 +126,8 @@ async fn arguments_are_checked_against_the_schema_with_pointers() {
             reply["error"], "invalid_arguments",
             "{tool} {args}: {reply}"
         );
-        let paths: Vec<&str> = reply["details"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["path"].as_str().unwrap())
-            .collect();
-        assert!(paths.contains(&pointer), "{tool}: {paths:?}");
+        let paths = strings(&reply, "details", "path");
+        assert!(paths.iter().any(|p| p == pointer), "{tool}: {paths:?}");
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use toolmesh_testkit::{request_json, request_json_within, venv_bin, wait_until};
 
-use crate::support::{assert_error, assert_unavailable_within, ok, policy_file, Cluster};
+use crate::support::{assert_error, assert_unavailable_within, ok, policy_file, strings, Cluster};
 
 /// PROTOCOL.md: a provider is found within 5 s of its start.
 const FOUND_WITHIN: Duration = Duration::from_secs(5);
@@ -200,13 +200,10 @@ async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
             json!({"tool": "tool_dispatcher", "arguments": {"action": "list"}}),
         )
         .await;
-    let names: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert!(names.contains(&"ticket_create") && names.contains(&"read_workspace_file"));
+    let names = strings(&list, "tools", "name");
+    for name in ["ticket_create", "read_workspace_file"] {
+        assert!(names.iter().any(|n| n == name), "{name}: {names:?}");
+    }
     let external = cluster
         .call(
             "acme",

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::support::{
-    assert_error, assert_unavailable_within, node_failure, ok, write_skill, Cluster,
+    assert_error, assert_unavailable_within, node_failure, ok, strings, write_skill, Cluster,
 };
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
@@ -1356,18 +1356,10 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_t
         assert!(ended, "a batch of tasks did not end");
     }
     let list = tool(&c, "s1", "list_tasks", json!({})).await;
-    let listed: Vec<&str> = list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["task_id"].as_str().unwrap())
-        .collect();
+    let listed = strings(&list, "tasks", "task_id");
     assert_eq!(listed.len(), kept, "{list}");
     // The first to end went first: four of the first batch (its tasks end in any order).
-    let dropped: Vec<&String> = ids
-        .iter()
-        .filter(|id| !listed.contains(&id.as_str()))
-        .collect();
+    let dropped: Vec<&String> = ids.iter().filter(|id| !listed.contains(id)).collect();
     assert_eq!(dropped.len(), ids.len() - kept, "{list}");
     for id in dropped {
         assert!(ids[..12].contains(id), "{id} of a later batch was dropped");

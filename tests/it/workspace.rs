@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::support::{ok, Cluster};
+use crate::support::{ok, strings, Cluster};
 
 /// Gateway, approval and workspace on one node, approval off (gating is tested separately).
 async fn cluster() -> Cluster {
@@ -329,13 +329,10 @@ async fn list_delete_batch_lint_search_and_status() {
         json!({"path": "batch", "glob": "f00*.txt", "max_results": 3}),
     )
     .await);
-    let names: Vec<&str> = l["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["f000.txt", "f001.txt", "f002.txt"]);
+    assert_eq!(
+        strings(&l, "entries", "name"),
+        ["f000.txt", "f001.txt", "f002.txt"]
+    );
     assert_eq!(l["truncated"], true);
 
     let d = tool(&c, "delete_workspace_file", json!({"path": "batch"})).await;
