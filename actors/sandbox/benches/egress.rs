@@ -114,6 +114,27 @@ async fn fetch(path: Path, target: SocketAddr, proxy: SocketAddr, auth: &str, wh
     }
 }
 
+/// One row a path, `kind` first: p50 and p99 of its download `times` (sorted here), MB/s of
+/// `mb` MB at p50, and that rate over the first path's.
+fn print_rates(kind: &str, names: &[&str], times: &mut [Vec<Duration>], mb: usize) {
+    let mut first = 0.0;
+    for (i, (name, times)) in names.iter().zip(times.iter_mut()).enumerate() {
+        times.sort();
+        let p50 = pct(times, 0.5);
+        let rate = mb as f64 / p50.as_secs_f64();
+        if i == 0 {
+            first = rate;
+        }
+        eprintln!(
+            "{kind:<8} {name:<22} p50 {:>8.1} ms  p99 {:>8.1} ms  {:>7.0} MB/s  ratio {:.2}",
+            p50.as_secs_f64() * 1e3,
+            pct(times, 0.99).as_secs_f64() * 1e3,
+            rate,
+            rate / first
+        );
+    }
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -173,23 +194,8 @@ fn main() {
                 assert!(n >= mb * 1_000_000);
             }
         }
-        let mbps = |d: Duration| mb as f64 / d.as_secs_f64();
-        let mut direct = 0.0;
-        for (i, (name, _)) in paths.iter().enumerate() {
-            times[i].sort();
-            let p50 = pct(&times[i], 0.5);
-            let rate = mbps(p50);
-            if i == 0 {
-                direct = rate;
-            }
-            eprintln!(
-                "download {name:<22} p50 {:>8.1} ms  p99 {:>8.1} ms  {:>7.0} MB/s  ratio {:.2}",
-                p50.as_secs_f64() * 1e3,
-                pct(&times[i], 0.99).as_secs_f64() * 1e3,
-                rate,
-                rate / direct
-            );
-        }
+        let names: Vec<&str> = paths.iter().map(|(name, _)| *name).collect();
+        print_rates("download", &names, &mut times, mb);
         let mut small: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
         for _ in 0..iterations {
             for (i, (_, p)) in paths.iter().enumerate() {
@@ -286,20 +292,5 @@ async fn real_download(url: &str, proxy_url: &str, mb: usize, downloads: usize) 
         times[0].push(get(direct.clone()).await);
         times[1].push(get(proxied.clone()).await);
     }
-    let mut direct_rate = 0.0;
-    for (i, name) in ["direct", "proxy, CONNECT tunnel"].iter().enumerate() {
-        times[i].sort();
-        let p50 = pct(&times[i], 0.5);
-        let rate = mb as f64 / p50.as_secs_f64();
-        if i == 0 {
-            direct_rate = rate;
-        }
-        eprintln!(
-            "real     {name:<22} p50 {:>8.1} ms  p99 {:>8.1} ms  {:>7.0} MB/s  ratio {:.2}",
-            p50.as_secs_f64() * 1e3,
-            pct(&times[i], 0.99).as_secs_f64() * 1e3,
-            rate,
-            rate / direct_rate
-        );
-    }
+    print_rates("real", &["direct", "proxy, CONNECT tunnel"], &mut times, mb);
 }

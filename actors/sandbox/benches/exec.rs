@@ -12,10 +12,13 @@ use futures::StreamExt;
 use toolmesh_sandbox::backend::docker::DockerBackend;
 use toolmesh_sandbox::backend::{Backend, ExecSpec, SandboxLimits, SandboxSpec, StartGate};
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::{image, limits};
+
 #[tokio::main]
 async fn main() {
-    let image = std::env::var("TOOLMESH_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "toolmesh/sandbox:latest".into());
+    let image = image();
     let iterations: usize = std::env::var("BENCH_ITERATIONS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -36,12 +39,8 @@ async fn main() {
         scope: format!("bench-{}", std::process::id()),
         workspace_dir: workspace.clone(),
         limits: SandboxLimits {
-            memory_mb: 512,
             pids: 256,
-            cpus: 1.0,
-            network: "none".into(),
-            tmpfs_mb: 64,
-            runtime: None,
+            ..limits()
         },
         image: None,
         env: Vec::new(),

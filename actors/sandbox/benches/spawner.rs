@@ -23,7 +23,7 @@ use toolmesh_sandbox::backend::{
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::ContainerGuard;
+use support::{limits, ContainerGuard};
 
 const WARMUP: usize = 10;
 
@@ -101,10 +101,7 @@ async fn bench_backend(name: &str, backend: &dyn Backend, idle: &[usize], iterat
         limits: SandboxLimits {
             memory_mb: 2048,
             pids: 4096,
-            cpus: 1.0,
-            network: "none".into(),
-            tmpfs_mb: 64,
-            runtime: None,
+            ..limits()
         },
         image: None,
         env: Vec::new(),

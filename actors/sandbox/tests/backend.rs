@@ -20,20 +20,9 @@ use toolmesh_sandbox::backend::{
 };
 
 mod support;
-use support::{image, unique, ContainerGuard};
+use support::{image, limits, unique, ContainerGuard};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn limits() -> SandboxLimits {
-    SandboxLimits {
-        memory_mb: 512,
-        pids: 64,
-        cpus: 1.0,
-        network: "none".into(),
-        tmpfs_mb: 64,
-        runtime: None,
-    }
-}
 
 fn spec(argv: &[&str]) -> ExecSpec {
     ExecSpec {
@@ -47,6 +36,13 @@ fn spec(argv: &[&str]) -> ExecSpec {
 
 fn sh(script: &str) -> ExecSpec {
     spec(&["sh", "-c", script])
+}
+
+/// Prints the pids controller's `file` (cgroup v1 or v2).
+fn cat_pids(file: &str) -> ExecSpec {
+    sh(&format!(
+        "cat /sys/fs/cgroup/pids/{file} 2>/dev/null || cat /sys/fs/cgroup/{file}"
+    ))
 }
 
 /// How a Docker sandbox runs its commands.
@@ -159,6 +155,29 @@ impl Sandbox {
 
     async fn run(&self, spec: ExecSpec) -> Ran {
         collect(self.exec(spec).await).await
+    }
+
+    /// Once destroyed: destroying it again is fine, and an exec is refused as gone, naming it.
+    async fn check_gone(&self) {
+        self.backend
+            .destroy(&self.sandbox)
+            .await
+            .expect("destroy is idempotent");
+        let err = self
+            .backend
+            .exec(&self.sandbox, spec(&["true"]), StartGate::open())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, BackendError::Gone(id) if *id == self.sandbox.sandbox_id),
+            "{err:?}"
+        );
+    }
+
+    /// Runs `spec` and asserts what it printed on stdout.
+    async fn prints(&self, spec: ExecSpec, stdout: &str) {
+        let ran = self.run(spec).await;
+        assert_eq!(ran.stdout, stdout, "{ran:?}");
     }
 
     fn host_workspace(&self) -> &Path {
@@ -435,8 +454,7 @@ async fn check_spawner_cannot_be_traced(sbx: &Sandbox) {
 }
 
 async fn check_confinement(sbx: &Sandbox) {
-    let ran = sbx.run(spec(&["id", "-u"])).await;
-    assert_eq!(ran.stdout, "1000\n", "{ran:?}");
+    sbx.prints(spec(&["id", "-u"]), "1000\n").await;
 
     // The workspace is writable and shared with the host, both ways.
     std::fs::write(sbx.host_workspace().join("from-host.txt"), "host\n").unwrap();
@@ -458,18 +476,18 @@ async fn check_confinement(sbx: &Sandbox) {
             "{path}: {ran:?}"
         );
     }
-    let ran = sbx
-        .run(sh(
-            "printf '#!/bin/sh\\necho ran\\n' > /tmp/p.sh && chmod +x /tmp/p.sh && /tmp/p.sh",
-        ))
-        .await;
-    assert_eq!(ran.stdout, "ran\n", "{ran:?}");
+    sbx.prints(
+        sh("printf '#!/bin/sh\\necho ran\\n' > /tmp/p.sh && chmod +x /tmp/p.sh && /tmp/p.sh"),
+        "ran\n",
+    )
+    .await;
 
     // No network: only the loopback interface.
-    let ran = sbx
-        .run(sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
-        .await;
-    assert_eq!(ran.stdout, "lo\n", "{ran:?}");
+    sbx.prints(
+        sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"),
+        "lo\n",
+    )
+    .await;
     let connect = "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)";
     let ran = sbx.run(spec(&["python3", "-c", connect])).await;
     assert_ne!(ran.code, 0, "{ran:?}");
@@ -845,8 +863,7 @@ async fn docker_exec_container_sleeps() {
         Some(vec!["sleep".to_owned(), "infinity".to_owned()])
     );
     assert_eq!(inspect.host_config.unwrap().binds.unwrap().len(), 2);
-    let ran = sbx.run(sh("id -u")).await;
-    assert_eq!(ran.stdout, "1000\n", "{ran:?}");
+    sbx.prints(sh("id -u"), "1000\n").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -973,19 +990,7 @@ async fn docker_exit_codes_come_from_exec_die_events() {
 async fn docker_destroyed_sandbox_is_gone() {
     let sbx = Sandbox::docker().await;
     sbx.backend.destroy(&sbx.sandbox).await.unwrap();
-    sbx.backend
-        .destroy(&sbx.sandbox)
-        .await
-        .expect("destroy is idempotent");
-    let err = sbx
-        .backend
-        .exec(&sbx.sandbox, spec(&["true"]), StartGate::open())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, BackendError::Gone(id) if *id == sbx.sandbox.sandbox_id),
-        "{err:?}"
-    );
+    sbx.check_gone().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1024,19 +1029,10 @@ async fn check_fork_bomb(commands: Commands) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let ran = sbx
-        .run(sh(
-            "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max",
-        ))
-        .await;
-    assert_eq!(ran.stdout, "40\n", "{ran:?}");
+    sbx.prints(cat_pids("pids.max"), "40\n").await;
     // The bomb is gone: init, the spawner and its reaper thread (or `sleep infinity`), this
     // command's supervisor, shell and cat (the pids controller counts threads).
-    let ran = sbx
-        .run(sh(
-            "cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current",
-        ))
-        .await;
+    let ran = sbx.run(cat_pids("pids.current")).await;
     let current: u32 = ran.stdout.trim().parse().unwrap();
     assert!(current <= 6, "{current} pids left");
 }
@@ -1142,16 +1138,7 @@ async fn process_destroy_kills_running_commands() {
     sbx.backend.destroy(&sbx.sandbox).await.unwrap();
     let ran = collect(exec).await;
     assert_eq!(ran.code, 137);
-    sbx.backend
-        .destroy(&sbx.sandbox)
-        .await
-        .expect("destroy is idempotent");
-    let err = sbx
-        .backend
-        .exec(&sbx.sandbox, spec(&["true"]), StartGate::open())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, BackendError::Gone(_)), "{err:?}");
+    sbx.check_gone().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -22,7 +22,7 @@ use toolmesh_sandbox::egress::{
 };
 
 mod support;
-use support::{image, unique};
+use support::{image, limits, unique};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -110,12 +110,8 @@ impl Rig {
             scope,
             workspace_dir: workspace.path().join("ws"),
             limits: SandboxLimits {
-                memory_mb: 512,
-                pids: 64,
-                cpus: 1.0,
                 network: registration.network.clone(),
-                tmpfs_mb: 64,
-                runtime: None,
+                ..limits()
             },
             image: None,
             env: Vec::new(),

@@ -206,6 +206,13 @@ async fn links_fifos_and_skipped_directories_never_travel() {
     std::fs::create_dir(&secret_dir).unwrap();
     let secret = b"TOP-SECRET-7f3a9c";
     std::fs::write(secret_dir.join("secret.txt"), secret).unwrap();
+    let secret_intact = || {
+        assert_eq!(
+            std::fs::read(secret_dir.join("secret.txt")).unwrap(),
+            secret,
+            "the file outside is untouched"
+        )
+    };
     let local = rig.local();
     symlink(secret_dir.join("secret.txt"), local.join("leak.txt")).unwrap();
     symlink(&secret_dir, local.join("leakdir")).unwrap();
@@ -249,10 +256,7 @@ async fn links_fifos_and_skipped_directories_never_travel() {
             "ok.txt"
         ]
     );
-    assert_eq!(
-        std::fs::read(secret_dir.join("secret.txt")).unwrap(),
-        secret
-    );
+    secret_intact();
 
     // Pull over a planted link: the link is replaced as a link, the target is untouched.
     rig.ws_write("leak.txt", b"from the workspace");
@@ -264,10 +268,7 @@ async fn links_fifos_and_skipped_directories_never_travel() {
         std::fs::read(local.join("leak.txt")).unwrap(),
         b"from the workspace"
     );
-    assert_eq!(
-        std::fs::read(secret_dir.join("secret.txt")).unwrap(),
-        secret
-    );
+    secret_intact();
     // A directory swapped for a link to outside: writing beneath it replaces the link.
     rig.ws_write("leakdir/x.txt", b"x");
     rig.mirror.pull().await.unwrap();

@@ -21,7 +21,7 @@ use toolmesh_sandbox::templates::{Network, Template, Templates};
 use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
-use support::image;
+use support::{image, limits};
 
 /// The pool's only template.
 fn dflt(pool: &Pool) -> Arc<Template> {
@@ -114,11 +114,8 @@ impl Rig {
                     image: toolmesh_sandbox::config::DEFAULT_SANDBOX_IMAGE.into(),
                     limits: SandboxLimits {
                         memory_mb: 256,
-                        pids: 64,
-                        cpus: 1.0,
-                        network: "none".into(),
                         tmpfs_mb: 16,
-                        runtime: None,
+                        ..limits()
                     },
                     network: Network::None,
                     warm: Some(warm),
