@@ -27,6 +27,13 @@ impl Fixture {
         fs::write(path, content).unwrap();
     }
 
+    /// Files at `rels` that hold one line, `needle`.
+    fn needles(&self, rels: &[&str]) {
+        for rel in rels {
+            self.write(rel, "needle\n");
+        }
+    }
+
     fn search(&self, args: SearchOptions) -> SearchOutcome {
         self.search_in("", args).unwrap()
     }
@@ -149,15 +156,13 @@ fn context_is_cut_at_file_edges_and_capped_at_20() {
 #[test]
 fn glob_is_relative_to_the_searched_dir_and_double_star_crosses_dirs() {
     let f = Fixture::new();
-    for p in [
+    f.needles(&[
         "top.rs",
         "src/a.rs",
         "src/deep/b.rs",
         "src/c.txt",
         "other/d.rs",
-    ] {
-        f.write(p, "needle\n");
-    }
+    ]);
     let mut a = args("needle");
     a.glob = Some("src/**/*.rs".into());
     assert_eq!(
@@ -186,12 +191,14 @@ fn gitignore_and_ignore_files_are_respected_without_a_repository() {
     let f = Fixture::new();
     f.write(".gitignore", "build/\n*.log\n");
     f.write("sub/.ignore", "secret.txt\n");
-    f.write("keep.txt", "needle\n");
-    f.write("build/out.txt", "needle\n");
-    f.write("app.log", "needle\n");
-    f.write("sub/secret.txt", "needle\n");
-    f.write("sub/deeper/x.log", "needle\n");
-    f.write("sub/deeper/y.txt", "needle\n");
+    f.needles(&[
+        "keep.txt",
+        "build/out.txt",
+        "app.log",
+        "sub/secret.txt",
+        "sub/deeper/x.log",
+        "sub/deeper/y.txt",
+    ]);
     let out = f.search(args("needle"));
     assert_eq!(
         places(&out),
@@ -217,11 +224,13 @@ fn nothing_above_the_root_shapes_the_reply() {
 #[test]
 fn hidden_entries_git_and_persisted_outputs_are_skipped() {
     let f = Fixture::new();
-    f.write("visible.txt", "needle\n");
-    f.write(".hidden.txt", "needle\n");
-    f.write(".config/x.txt", "needle\n");
-    f.write(".git/config", "needle\n");
-    f.write(".toolmesh/outputs/o.txt", "needle\n");
+    f.needles(&[
+        "visible.txt",
+        ".hidden.txt",
+        ".config/x.txt",
+        ".git/config",
+        ".toolmesh/outputs/o.txt",
+    ]);
     assert_eq!(
         places(&f.search(args("needle"))),
         vec![place("visible.txt", 1)]
@@ -333,8 +342,7 @@ fn a_start_path_that_is_a_symlink_inside_is_searched_at_its_target() {
 #[test]
 fn a_file_as_the_search_path_and_a_missing_one() {
     let f = Fixture::new();
-    f.write("dir/a.txt", "needle\n");
-    f.write("dir/b.txt", "needle\n");
+    f.needles(&["dir/a.txt", "dir/b.txt"]);
     let out = f.search_in("dir/a.txt", args("needle")).unwrap();
     assert_eq!(places(&out), vec![place("dir/a.txt", 1)]);
     let err = f.search_in("nope", args("needle")).unwrap_err();
