@@ -18,6 +18,7 @@ use toolmesh_kernel::config::RawEnv;
 
 use crate::backend::SandboxLimits;
 use crate::config::SandboxConfig;
+use crate::egress::allow::is_host_label;
 
 /// The variable naming the templates file.
 pub const TEMPLATES_VAR: &str = "TOOLMESH_SANDBOX_TEMPLATES";
@@ -139,14 +140,7 @@ fn check_host(host: &str) -> Result<(), String> {
         return Err("a host name is 1 to 253 characters".into());
     }
     for label in host.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
+        if !is_host_label(label, false) {
             return Err(
                 "not a host name (letters, digits and - in dot-separated labels; a wildcard only as a leading *.)"
                     .into(),

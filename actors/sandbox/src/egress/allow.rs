@@ -248,14 +248,7 @@ fn parse_name(text: &str) -> Result<NameEntry, String> {
         return Err("is longer than 253 characters".to_owned());
     }
     for label in name.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !ok {
+        if !is_host_label(label, true) {
             return Err(format!(
                 "is not a host name, *.domain, CIDR or address (label {label:?}); a wildcard \
                  may only be the first label"
@@ -267,6 +260,18 @@ fn parse_name(text: &str) -> Result<NameEntry, String> {
         wildcard,
         port,
     })
+}
+
+/// One label of a DNS name: 1 to 63 letters, digits and `-` (and `_` when `underscore`, as
+/// some real names have), not starting or ending with `-`.
+pub(crate) fn is_host_label(label: &str, underscore: bool) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || (underscore && b == b'_'))
 }
 
 #[cfg(test)]
