@@ -78,15 +78,7 @@ impl Mirror {
                 });
             }
         }
-        let mut gone: Vec<String> = if manifest.truncated {
-            Vec::new()
-        } else {
-            self.known
-                .keys()
-                .filter(|p| !listed.contains(p.as_str()))
-                .cloned()
-                .collect()
-        };
+        let mut gone = unlisted(manifest.truncated, self.known.keys(), &listed);
 
         // Fetch what changed, a budget's worth of chunks per round trip.
         let mut partial: HashMap<String, (BytesMut, FileStamp)> = HashMap::new();
@@ -214,15 +206,7 @@ impl Mirror {
             .map(String::as_str)
             .filter(|d| !is_skipped_path(&format!("{d}/x")))
             .collect();
-        let mut gone: Vec<String> = if truncated {
-            Vec::new()
-        } else {
-            self.known_dirs
-                .iter()
-                .filter(|d| !listed.contains(d.as_str()))
-                .cloned()
-                .collect()
-        };
+        let mut gone = unlisted(truncated, self.known_dirs.iter(), &listed);
         gone.sort_unstable_by(|a, b| b.cmp(a)); // children first
         let make: Vec<String> = dirs
             .iter()
@@ -269,4 +253,20 @@ impl Mirror {
         report.dirs_removed += removed;
         Ok(())
     }
+}
+
+/// The known paths a manifest no longer lists: gone from the workspace. None when the manifest
+/// was cut short, since what it leaves out may still be there.
+fn unlisted<'a>(
+    truncated: bool,
+    known: impl Iterator<Item = &'a String>,
+    listed: &HashSet<&str>,
+) -> Vec<String> {
+    if truncated {
+        return Vec::new();
+    }
+    known
+        .filter(|p| !listed.contains(p.as_str()))
+        .cloned()
+        .collect()
 }
