@@ -5,23 +5,20 @@ use toolmesh_kernel::tools::{Listed, RegistryError, ToolRegistry};
 
 /// Every built-in tool, in the order of PROTOCOL.md's tool table.
 pub fn listed() -> impl Iterator<Item = &'static dyn Listed> {
-    let as_listed = |tool: &&'static dyn Listed| *tool;
-    let gateway = toolmesh_gateway::tools::LISTED.iter().map(as_listed);
-    let workspace = toolmesh_workspace::tools::TOOLS
-        .iter()
-        .map(|t| *t as &dyn Listed);
-    let skills = toolmesh_skills::tools::TOOLS
-        .iter()
-        .map(|t| *t as &dyn Listed);
-    let sandbox = toolmesh_sandbox::tools::TOOLS
-        .iter()
-        .map(|t| *t as &dyn Listed);
-    let web = toolmesh_web::tools::TOOLS.iter().map(|t| *t as &dyn Listed);
+    let gateway = toolmesh_gateway::tools::LISTED.iter().copied();
+    let workspace = toolmesh_workspace::tools::TOOLS.iter().map(as_listed);
+    let skills = toolmesh_skills::tools::TOOLS.iter().map(as_listed);
+    let sandbox = toolmesh_sandbox::tools::TOOLS.iter().map(as_listed);
+    let web = toolmesh_web::tools::TOOLS.iter().map(as_listed);
     gateway
         .chain(workspace)
         .chain(skills)
         .chain(sandbox)
         .chain(web)
+}
+
+fn as_listed<E: Listed>(entry: &'static E) -> &'static dyn Listed {
+    entry
 }
 
 /// The registry of every built-in tool.
@@ -208,15 +205,15 @@ mod tests {
         // Only the tools that run a command make a sandbox for the session.
         let creating: Vec<&str> = toolmesh_sandbox::tools::TOOLS
             .iter()
-            .filter(|t| t.placement().creates_sandbox)
-            .map(|t| t.def().name)
+            .filter(|t| t.placement.creates_sandbox)
+            .map(|t| t.tool.def.name)
             .collect();
         assert_eq!(creating, ["execute_skills", "run_command", "run_code"]);
         // The gateway answers every tool of its own but the dispatcher, which its call path
         // runs.
         let answered: Vec<&str> = toolmesh_gateway::tools::TOOLS
             .iter()
-            .map(|t| t.def().name)
+            .map(|t| t.def.name)
             .collect();
         assert_eq!(answered, ["component_status", "tool_search"]);
     }

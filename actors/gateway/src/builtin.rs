@@ -421,9 +421,10 @@ pub fn unknown_tool(name: &str) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use toolmesh_kernel::tools::args::NoArgs;
-    use toolmesh_kernel::tools::{schema_of, BuiltinGroup, DefWithSchema, Listed, Review, ToolDef};
-    use toolmesh_kernel::wire::{Heartbeat, NodeStatus, RiskLevel};
+    use toolmesh_kernel::tools::{schema_of, BuiltinGroup, RegisteredTool, ToolDef};
+    use toolmesh_kernel::wire::{Heartbeat, NodeStatus};
     use toolmesh_kernel::NodeId;
 
     /// Stand-ins for some of the actors' tools (name, group, role, description): the gateway
@@ -468,26 +469,14 @@ mod tests {
     ];
 
     fn registry() -> ToolRegistry {
-        let neighbours = NEIGHBOURS
-            .iter()
-            .map(|(name, group, role, description)| ToolDef {
-                name,
-                group: *group,
-                description,
-                risk_level: RiskLevel::Low,
-                side_effects: &[],
-                needs_session: false,
-                role: *role,
-                profiles: &[],
-                review: Review::Arguments,
-            })
-            .map(|def| DefWithSchema {
-                def: Box::leak(Box::new(def)),
-                schema: schema_of::<NoArgs>,
-            })
-            .collect::<Vec<_>>();
-        let neighbours = neighbours.iter().map(|n| n as &dyn Listed);
-        ToolRegistry::new(crate::tools::LISTED.iter().copied().chain(neighbours)).unwrap()
+        let neighbours = NEIGHBOURS.iter().map(|(name, group, role, description)| {
+            let def = ToolDef::of(*group, *role).named(name);
+            let spec = def.spec(description.to_string());
+            Arc::new(RegisteredTool::from_schema(spec, schema_of::<NoArgs>()).unwrap())
+        });
+        ToolRegistry::new(crate::tools::LISTED.iter().copied())
+            .unwrap()
+            .with_tools(neighbours)
     }
 
     fn cluster(roles: &[Role]) -> ClusterView {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::Role;
 
 use async_nats::Client;
@@ -17,7 +18,7 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{Runnable, Tool, ToolCall};
+use toolmesh_kernel::tools::{Entry, Listed, RunFn, Runnable, Tool, ToolCall, ToolResult};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::backend::{BackendError, ExecSpec, Execution, StartGate};
@@ -26,6 +27,7 @@ use crate::output::{
     persisted_entry, spool_dir_of, Cap, Captured, Handover, Part, Quota, SpoolSettings,
 };
 use crate::pool::{backend_error, Pool, Session, SessionUse};
+use crate::tasks::Task;
 use crate::templates::Template;
 
 /// What a sandbox worker's tool definition says unless it says otherwise: the sandbox group and
@@ -36,20 +38,51 @@ pub(crate) const SANDBOX: ToolDef = ToolDef {
     ..ToolDef::of(BuiltinGroup::Sandbox, Role::Sandbox)
 };
 
+/// [`SANDBOX`] for a tool that runs code of the caller's in the sandbox: high risk, isolated
+/// execution.
+pub(crate) const EXECUTING: ToolDef =
+    SANDBOX.risk(RiskLevel::High, &[SideEffect::IsolatedRuntimeExecution]);
+
 /// A tool of the sandbox worker: a [`Tool`] run with the call's placement, and how its calls
-/// are placed.
-pub trait SandboxTool: Tool<Host = Placed> {
-    const PLACEMENT: &'static Placement;
+/// are placed ([`QUICK`] unless it says otherwise).
+pub trait SandboxTool: Tool<Placed> {
+    const PLACEMENT: &'static Placement = &QUICK;
 }
 
-/// An entry of the worker's table (`tools::TOOLS`): implemented for every [`SandboxTool`].
-pub trait SandboxEntry: Runnable<Placed> {
-    fn placement(&self) -> &'static Placement;
+/// An entry of the worker's table (`tools::TOOLS`): a tool's entry and how its calls are
+/// placed.
+pub struct SandboxEntry {
+    pub tool: Entry<RunFn<Placed>>,
+    pub placement: &'static Placement,
 }
 
-impl<T: SandboxTool> SandboxEntry for T {
-    fn placement(&self) -> &'static Placement {
-        T::PLACEMENT
+impl SandboxEntry {
+    /// The table entry of tool `T`.
+    pub const fn of<T: SandboxTool>() -> Self {
+        SandboxEntry {
+            tool: Entry::of::<T>(),
+            placement: T::PLACEMENT,
+        }
+    }
+}
+
+impl Listed for SandboxEntry {
+    fn def(&self) -> &'static ToolDef {
+        self.tool.def
+    }
+
+    fn schema(&self) -> Value {
+        (self.tool.schema)()
+    }
+}
+
+impl Runnable<Placed> for SandboxEntry {
+    fn run_value<'a>(
+        &'a self,
+        host: &'a Placed,
+        call: &'a ToolCall<'a>,
+    ) -> BoxFuture<'a, ToolResult> {
+        self.tool.run_value(host, call)
     }
 }
 
@@ -126,6 +159,13 @@ impl Placed {
                 "a command reached the sandbox tools without a session; this is a bug",
             )
         })
+    }
+
+    /// The session's background task `task_id`, with the session: `not_found` when the session
+    /// has no such task (or no sandbox on this worker).
+    pub(crate) fn task(&self, task_id: &str) -> Result<(&Session, Arc<Task>), ToolError> {
+        let session = self.session.as_deref().ok_or_else(|| no_task(task_id))?;
+        Ok((session, session.tasks.get(task_id)?))
     }
 }
 
@@ -465,7 +505,7 @@ impl SandboxService {
     }
 }
 
-pub(crate) fn no_task(task_id: &str) -> ToolError {
+fn no_task(task_id: &str) -> ToolError {
     ToolError::new(
         ErrorCode::NotFound,
         format!("no task {task_id:?} in this session; list_tasks names them"),

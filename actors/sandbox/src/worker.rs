@@ -43,7 +43,7 @@ pub struct RunRequested {
 pub struct SandboxWorker {
     pub client: Client,
     /// Runs the calls placed here ([`crate::tools::TOOLS`]).
-    pub server: ToolServer<Placed, dyn SandboxEntry>,
+    pub server: ToolServer<Placed, SandboxEntry>,
     pub service: Arc<SandboxService>,
     pub cluster: Arc<ClusterView>,
     pub node: NodeId,
@@ -120,7 +120,7 @@ impl SandboxWorker {
                         .await
                 }
             };
-            let placement = tool.placement();
+            let placement = tool.placement;
             let mut taking_over: Option<NodeId> = None;
             let (reply, opened) = loop {
                 let target = match &taking_over {

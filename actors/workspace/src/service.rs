@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
+use toolmesh_kernel::tools::{BuiltinGroup, ToolCall, ToolDef};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::Role;
 
@@ -13,8 +13,7 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::wire::InvocationContext;
-use toolmesh_kernel::{ErrorCode, SessionId, ToolError};
+use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::confine::{self, Workspace, WorkspacePath};
 use crate::edit;
@@ -104,12 +103,11 @@ impl From<TaskError> for ToolError {
 }
 
 impl WorkspaceService {
-    /// Opens the session's workspace and runs `work` on the blocking pool; its error becomes
-    /// a [`ToolError`] here, at the tool's edge.
+    /// Opens the workspace of the call's session and runs `work` on the blocking pool; its
+    /// error becomes a [`ToolError`] here, at the tool's edge.
     pub(crate) async fn blocking<T, E, F>(
         &self,
-        ctx: &InvocationContext,
-        session: SessionId,
+        call: &ToolCall<'_>,
         work: F,
     ) -> Result<T, ToolError>
     where
@@ -117,8 +115,9 @@ impl WorkspaceService {
         E: Into<ToolError> + Send + 'static,
         F: FnOnce(&Workspace) -> Result<T, E> + Send + 'static,
     {
+        let session = call.session()?.clone();
         let data_dir = self.data_dir.clone();
-        let account = ctx.account.clone();
+        let account = call.ctx.account.clone();
         tokio::task::spawn_blocking(move || {
             let ws = Workspace::open(&data_dir, &account, &session).map_err(ToolError::from)?;
             work(&ws).map_err(Into::into)
@@ -139,13 +138,14 @@ impl WorkspaceService {
             .map_err(TaskError)?
     }
 
+    /// Runs `work` holding the session's locks on `paths` (taken in name order).
     pub(crate) async fn locked<T>(
         &self,
-        ctx: &InvocationContext,
-        session: &SessionId,
+        call: &ToolCall<'_>,
         paths: &[WorkspacePath],
         work: impl std::future::Future<Output = Result<T, ToolError>>,
     ) -> Result<T, ToolError> {
+        let (ctx, session) = (call.ctx, call.session()?);
         let mut names: Vec<String> = paths.iter().map(|p| p.display()).collect();
         names.sort();
         names.dedup();
@@ -171,21 +171,21 @@ impl WorkspaceService {
     /// Reads the file under lock, checks the read state, applies `change`, writes atomically.
     pub(crate) async fn change<F>(
         &self,
-        ctx: &InvocationContext,
-        session: SessionId,
+        call: &ToolCall<'_>,
         path: WorkspacePath,
         change: F,
     ) -> Result<Map<String, Value>, ToolError>
     where
         F: FnOnce(&str) -> Result<(String, Map<String, Value>), ToolError> + Send + 'static,
     {
+        let (ctx, session) = (call.ctx, call.session()?);
         let name = path.display();
         let invocation = ctx.invocation_id.to_string();
         let budget_chars = self.budget_chars;
-        self.locked(ctx, &session, std::slice::from_ref(&path), async {
+        self.locked(call, std::slice::from_ref(&path), async {
             let seen = self
                 .read_state
-                .recorded(&ctx.account, &session, &name)
+                .recorded(&ctx.account, session, &name)
                 .await?;
             let Some(seen) = seen else {
                 return Err(ToolError::new(
@@ -195,7 +195,7 @@ impl WorkspaceService {
             };
             let p = path.clone();
             let (fields, sha) = self
-                .blocking(ctx, session.clone(), move |ws| {
+                .blocking(call, move |ws| {
                     let bytes = confine::read(ws, &p, EDIT_MAX_BYTES)?;
                     if confine::sha256_of(&bytes) != seen {
                         return Err(ToolError::new(
@@ -216,7 +216,7 @@ impl WorkspaceService {
                 })
                 .await?;
             self.read_state
-                .record(&ctx.account, &session, &name, &sha)
+                .record(&ctx.account, session, &name, &sha)
                 .await?;
             Ok(fields)
         })

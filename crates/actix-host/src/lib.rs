@@ -23,7 +23,7 @@ use futures::Stream;
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::events::EventSink;
 use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
-use toolmesh_kernel::tools::{self, ClaimTo, Runnable, ToolCall};
+use toolmesh_kernel::tools::{self, ClaimTo, Entry, RunFn, Runnable, ToolCall};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{budget, trace};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
@@ -117,20 +117,22 @@ impl Routed {
 /// The generic host of an actor's tools: finds the call's tool in the actor's table
 /// (`unknown_tool` for a name it lacks), refuses a call without the session its definition
 /// needs, parses the arguments into the tool's type, runs it with the call's event numbering
-/// and fields limit, and answers. `E` is the table's entry type: [`Runnable`] itself, or an
-/// actor's own trait over it that carries facts of its own (the sandbox's placement).
-pub struct ToolServer<H: 'static, E: ?Sized + Runnable<H> + 'static = dyn Runnable<H>> {
+/// and fields limit, and answers. `E` is the table's entry type: a [`Tool`]'s [`Entry`], or an
+/// actor's own entry holding one with facts of its own (the sandbox's placement).
+///
+/// [`Tool`]: toolmesh_kernel::tools::Tool
+pub struct ToolServer<H: 'static, E: Runnable<H> + 'static = Entry<RunFn<H>>> {
     pub client: Client,
     pub role: Role,
-    pub table: &'static [&'static E],
+    pub table: &'static [E],
     /// The node named in claims ([`toolmesh_kernel::tools::ToolCall::claim`]); `None` for an
     /// actor whose tools claim nothing.
     pub node: Option<NodeId>,
     host: std::marker::PhantomData<fn(&H)>,
 }
 
-impl<H: Sync + 'static, E: ?Sized + Runnable<H> + 'static> ToolServer<H, E> {
-    pub fn new(client: Client, role: Role, table: &'static [&'static E]) -> Self {
+impl<H: Sync + 'static, E: Runnable<H> + 'static> ToolServer<H, E> {
+    pub fn new(client: Client, role: Role, table: &'static [E]) -> Self {
         Self {
             client,
             role,

@@ -32,7 +32,7 @@ use toolmesh_kernel::{Account, ErrorCode, ToolError};
 
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
-use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcherArgs};
+use crate::tools::{self, tool_dispatcher::DispatcherAction, tool_dispatcher::ToolDispatcher};
 use toolmesh_kernel::events::RunEvents;
 
 /// Handles one message on `toolmesh.v1.call.<account>`; always replies when it can.
@@ -282,7 +282,7 @@ impl<'a> Call<'a> {
         arguments: &Value,
     ) -> Result<Dispatch<'a>, ToolError> {
         dispatcher.validate(arguments, "")?;
-        let args: ToolDispatcherArgs = registry_tools::parse_args(arguments)?;
+        let args: ToolDispatcher = registry_tools::parse_args(arguments)?;
         let core: &'a GatewayCore = self.core;
         let registry: &'a ToolRegistry = self.registry;
         let selection = builtin::dispatcher_selection(
@@ -350,9 +350,11 @@ impl<'a> Call<'a> {
         match &target.spec.runs {
             // The dispatcher never gets here (`run` takes it before the gate), so every other
             // gateway tool is an entry of the table.
-            Runs::Gateway => registry_tools::find(tools::TOOLS, &target.spec.name)
-                .ok_or_else(|| builtin::unknown_tool(&target.spec.name))?
-                .answer_value(core, self.registry, &self.ctx, &arguments),
+            Runs::Gateway => {
+                let tool = registry_tools::find(tools::TOOLS, &target.spec.name)
+                    .ok_or_else(|| builtin::unknown_tool(&target.spec.name))?;
+                (tool.run)(core, self.registry, &self.ctx, &arguments)
+            }
             Runs::Actor(role) => Box::pin(self.route(target, *role, arguments)).await,
             Runs::Provider(route) => Box::pin(self.call_provider(target, route, arguments)).await,
         }

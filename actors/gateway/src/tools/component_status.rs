@@ -1,34 +1,27 @@
 //! `component_status`: what the cluster has bound and running, answered by the gateway
 //! (`builtin::component_status`).
 
-use toolmesh_kernel::tools::args::{NoArgs, Profile};
-use toolmesh_kernel::tools::{BuiltinGroup, Define, ToolDef, ToolRegistry};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolmesh_kernel::tools::args::Profile;
+use toolmesh_kernel::tools::{BuiltinGroup, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
 use super::tool::{Builtin, GATEWAY};
 use crate::core::{Answer, GatewayCore};
 
-pub struct ComponentStatus;
-
-impl Define for ComponentStatus {
-    type Args = NoArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "component_status",
-        description: "What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers, workspace, skill runtime.",
-        group: BuiltinGroup::Platform,
-        profiles: &[Profile::Focused],
-        ..GATEWAY
-    };
-}
-
 impl Builtin for ComponentStatus {
+    const DEF: &'static ToolDef = &GATEWAY
+        .named("component_status")
+        .in_group(BuiltinGroup::Platform)
+        .profiles(&[Profile::Focused]);
+
     fn answer(
-        &self,
+        self,
         core: &GatewayCore,
         registry: &ToolRegistry,
         ctx: &InvocationContext,
-        _args: NoArgs,
     ) -> Result<Answer, ToolError> {
         let mut members = core.status_cache.render(
             registry,
@@ -43,3 +36,9 @@ impl Builtin for ComponentStatus {
         Ok(Answer::Prepared(members))
     }
 }
+
+/// What toolmesh has bound and running in the cluster right now: skill spaces, sandbox workers,
+/// workspace, skill runtime.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentStatus {}

@@ -7,18 +7,16 @@ mod tool;
 pub mod tool_dispatcher;
 pub mod tool_search;
 
-use toolmesh_kernel::tools::Listed;
+use toolmesh_kernel::tools::{Entry, Listed};
 
-pub use tool::{Answering, Builtin};
+pub use tool::{builtin, AnswerFn, Builtin};
 
 /// The tools the gateway answers.
-pub const TOOLS: &[&dyn Answering] =
-    &[&component_status::ComponentStatus, &tool_search::ToolSearch];
+pub const TOOLS: &[Entry<AnswerFn>] = &[
+    builtin::<component_status::ComponentStatus>(),
+    builtin::<tool_search::ToolSearch>(),
+];
 
 /// Every tool of the gateway, in the order of PROTOCOL.md's tool table: those of [`TOOLS`]
 /// and the dispatcher.
-pub const LISTED: &[&dyn Listed] = &[
-    &component_status::ComponentStatus,
-    &tool_dispatcher::ToolDispatcher,
-    &tool_search::ToolSearch,
-];
+pub const LISTED: &[&dyn Listed] = &[&TOOLS[0], &tool_dispatcher::LISTED, &TOOLS[1]];

@@ -1,10 +1,13 @@
-//! What one of the gateway's own tools is: a [`Define`] (its definition and argument type)
-//! that answers at once ([`Builtin`]), from the registry the call took when it arrived and the
-//! cluster view. `tool_dispatcher` answers nothing itself: the call path runs it before the
-//! gate, so it is listed ([`super::listed`]) but is no entry of [`super::TOOLS`].
+//! What one of the gateway's own tools is: a type (its arguments, its doc comment the
+//! description) that answers at once ([`Builtin`]), from the registry the call took when it
+//! arrived and the cluster view. `tool_dispatcher` answers nothing itself: the call path runs
+//! it before the gate, so it is listed ([`super::LISTED`]) but is no entry of
+//! [`super::TOOLS`].
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
-use toolmesh_kernel::tools::{parse_args, BuiltinGroup, Define, Listed, ToolDef, ToolRegistry};
+use toolmesh_kernel::tools::{parse_args, BuiltinGroup, Entry, ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::{Role, ToolError};
 
@@ -15,37 +18,33 @@ use crate::core::{Answer, GatewayCore};
 pub(crate) const GATEWAY: ToolDef = ToolDef::of(BuiltinGroup::Dispatcher, Role::Gateway);
 
 /// How a tool of the gateway answers a call whose arguments are valid (and approved, when the
-/// policy asks).
-pub trait Builtin: Define {
+/// policy asks): the type is its arguments, as for an actor's [`toolmesh_kernel::tools::Tool`].
+pub trait Builtin: DeserializeOwned + JsonSchema + 'static {
+    const DEF: &'static ToolDef;
+
     fn answer(
-        &self,
+        self,
         core: &GatewayCore,
         registry: &ToolRegistry,
         ctx: &InvocationContext,
-        args: Self::Args,
     ) -> Result<Answer, ToolError>;
 }
 
-/// An entry of [`super::TOOLS`]: implemented for every [`Builtin`].
-pub trait Answering: Listed {
-    /// Parses the arguments into the tool's type, then answers.
-    fn answer_value(
-        &self,
-        core: &GatewayCore,
-        registry: &ToolRegistry,
-        ctx: &InvocationContext,
-        arguments: &Value,
-    ) -> Result<Answer, ToolError>;
+/// How an entry of [`super::TOOLS`] answers: parses the arguments into the tool's type, then
+/// answers.
+pub type AnswerFn =
+    fn(&GatewayCore, &ToolRegistry, &InvocationContext, &Value) -> Result<Answer, ToolError>;
+
+/// The table entry of gateway tool `T`.
+pub const fn builtin<T: Builtin>() -> Entry<AnswerFn> {
+    Entry::new::<T>(T::DEF, answer_parsed::<T>)
 }
 
-impl<T: Builtin> Answering for T {
-    fn answer_value(
-        &self,
-        core: &GatewayCore,
-        registry: &ToolRegistry,
-        ctx: &InvocationContext,
-        arguments: &Value,
-    ) -> Result<Answer, ToolError> {
-        self.answer(core, registry, ctx, parse_args(arguments)?)
-    }
+fn answer_parsed<T: Builtin>(
+    core: &GatewayCore,
+    registry: &ToolRegistry,
+    ctx: &InvocationContext,
+    arguments: &Value,
+) -> Result<Answer, ToolError> {
+    parse_args::<T>(arguments)?.answer(core, registry, ctx)
 }

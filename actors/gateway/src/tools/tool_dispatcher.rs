@@ -6,20 +6,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolmesh_kernel::tools::args::{OneOrMany, Profile};
-use toolmesh_kernel::tools::{Define, ToolDef, TOOL_DISPATCHER};
+use toolmesh_kernel::tools::{Entry, TOOL_DISPATCHER};
 
 use super::tool::GATEWAY;
 
-pub struct ToolDispatcher;
-
-impl Define for ToolDispatcher {
-    type Args = ToolDispatcherArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: TOOL_DISPATCHER,
-        description: "List, describe and call built-in tools by name, so that only the tools needed are loaded into context. Calls go through the same approval policy.",
-        ..GATEWAY
-    };
-}
+/// The dispatcher's entry in [`super::LISTED`]: listed, never run from a table.
+pub const LISTED: Entry = Entry::new::<ToolDispatcher>(&GATEWAY.named(TOOL_DISPATCHER), ());
 
 /// What `tool_dispatcher` should do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -30,10 +22,11 @@ pub enum DispatcherAction {
     Call,
 }
 
-/// List, describe and call built-in tools by name (progressive disclosure).
+/// List, describe and call built-in tools by name, so that only the tools needed are loaded into
+/// context. Calls go through the same approval policy.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolDispatcherArgs {
+pub struct ToolDispatcher {
     /// `list`, `describe` or `call`.
     pub action: DispatcherAction,
     /// The tool to describe or call.

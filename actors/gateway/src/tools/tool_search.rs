@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, ToolDef, ToolRegistry};
+use toolmesh_kernel::tools::{ToolDef, ToolRegistry};
 use toolmesh_kernel::wire::InvocationContext;
 use toolmesh_kernel::ToolError;
 
@@ -12,31 +12,20 @@ use super::tool::{Builtin, GATEWAY};
 use crate::builtin;
 use crate::core::{Answer, GatewayCore};
 
-pub struct ToolSearch;
-
-impl Define for ToolSearch {
-    type Args = ToolSearchArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "tool_search",
-        description: "Search the tools (built-in and registered by providers) by name, description and group; returns scored matches and deferred_tool_names to call later. Runs nothing.",
-        profiles: &[Profile::Coding],
-        ..GATEWAY
-    };
-}
-
 impl Builtin for ToolSearch {
+    const DEF: &'static ToolDef = &GATEWAY.named("tool_search").profiles(&[Profile::Coding]);
+
     fn answer(
-        &self,
+        self,
         core: &GatewayCore,
         registry: &ToolRegistry,
         _ctx: &InvocationContext,
-        args: ToolSearchArgs,
     ) -> Result<Answer, ToolError> {
         let search = builtin::Search {
-            query: args.query,
-            profile: args.profile,
-            max_results: args.max_results,
-            include_disabled: args.include_disabled,
+            query: self.query,
+            profile: self.profile,
+            max_results: self.max_results,
+            include_disabled: self.include_disabled,
         };
         Ok(Answer::Fields(builtin::tool_search(
             registry,
@@ -47,10 +36,11 @@ impl Builtin for ToolSearch {
     }
 }
 
-/// Scored search over tool names, descriptions and groups.
+/// Search the tools (built-in and registered by providers) by name, description and group; returns
+/// scored matches and deferred_tool_names to call later. Runs nothing.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolSearchArgs {
+pub struct ToolSearch {
     /// Words to look for.
     #[schemars(length(min = 1))]
     pub query: String,

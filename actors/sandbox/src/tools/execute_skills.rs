@@ -11,9 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::skills::SkillBundles;
 use toolmesh_kernel::tools::args::OneOrMany;
-use toolmesh_kernel::tools::{
-    parse_args, BuiltinGroup, Define, Tool, ToolCall, ToolDef, ToolResult,
-};
+use toolmesh_kernel::tools::{parse_args, BuiltinGroup, Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -23,40 +21,24 @@ use crate::service::{
 };
 use crate::templates::Template;
 
-pub struct ExecuteSkills;
+impl Tool<Placed> for ExecuteSkills {
+    const DEF: &'static ToolDef = &SANDBOX
+        .named("execute_skills")
+        .in_group(BuiltinGroup::Skills)
+        .risk(RiskLevel::High, &[SideEffect::IsolatedRuntimeExecution]);
 
-impl Define for ExecuteSkills {
-    type Args = ExecuteSkillsArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "execute_skills",
-        description: "Run a workflow prompt with the named skills inside the session's sandbox.",
-        group: BuiltinGroup::Skills,
-        risk_level: RiskLevel::High,
-        side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for ExecuteSkills {
-    const PLACEMENT: &'static Placement = &Placement {
-        creates_sandbox: true,
-        template: template_of,
-        precheck: Some(precheck),
-    };
-}
-
-impl Tool for ExecuteSkills {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let (service, session) = (&placed.service, placed.sandbox()?);
         // The skills are installed into the sandbox before its command, so after its claim.
         session.claimed().await?;
         let runner = service.skill_runner.clone().ok_or_else(|| {
-            ToolError::internal("execute_skills reached a worker without a runner")
+            ToolError::internal("execute_skills reached self worker without self runner")
         })?;
-        let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
-        let timeout = service.timeout(a.timeout);
+        let names = self
+            .skill_names
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default();
+        let timeout = service.timeout(self.timeout);
         if !names.is_empty() {
             let bundles = SkillBundles::fetch(&service.client, &names).await?;
             let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
@@ -67,10 +49,10 @@ impl Tool for ExecuteSkills {
         let mut env = BTreeMap::new();
         // The environment cannot carry an unbounded prompt (execve caps one string at 128
         // KiB); stdin always has the whole of it.
-        if a.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
+        if self.workflow_prompt.len() <= MAX_PROMPT_IN_ENV {
             env.insert(
                 "TOOLMESH_WORKFLOW_PROMPT".to_owned(),
-                a.workflow_prompt.clone(),
+                self.workflow_prompt.clone(),
             );
         }
         env.insert("TOOLMESH_SKILL_NAMES".to_owned(), names.join(","));
@@ -90,7 +72,7 @@ impl Tool for ExecuteSkills {
                 call,
                 session,
                 spec,
-                Some(Bytes::from(a.workflow_prompt)),
+                Some(Bytes::from(self.workflow_prompt)),
                 timeout,
             )
             .await?;
@@ -124,6 +106,14 @@ impl Tool for ExecuteSkills {
     }
 }
 
+impl SandboxTool for ExecuteSkills {
+    const PLACEMENT: &'static Placement = &Placement {
+        creates_sandbox: true,
+        template: template_of,
+        precheck: Some(precheck),
+    };
+}
+
 /// Refused on a worker without a skill runner, before a sandbox is made for the session.
 fn precheck(service: &SandboxService) -> Result<(), ToolError> {
     if service.skill_runner.is_none() {
@@ -153,7 +143,7 @@ async fn skills_template(
     service: &SandboxService,
     arguments: &serde_json::Value,
 ) -> Result<Option<Arc<Template>>, ToolError> {
-    let a: ExecuteSkillsArgs = parse_args(arguments)?;
+    let a: ExecuteSkills = parse_args(arguments)?;
     let names = a.skill_names.map(OneOrMany::into_vec).unwrap_or_default();
     if names.is_empty() {
         return Ok(None);
@@ -198,10 +188,10 @@ async fn skills_template(
 /// The workflow prompt goes into the environment only up to this size (stdin always has it).
 const MAX_PROMPT_IN_ENV: usize = 100 * 1024;
 
-/// Run a workflow prompt in the session's sandbox with skills mounted.
+/// Run a workflow prompt with the named skills inside the session's sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ExecuteSkillsArgs {
+pub struct ExecuteSkills {
     #[schemars(length(min = 1))]
     pub workflow_prompt: String,
     #[serde(default)]

@@ -4,29 +4,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
-use crate::service::{object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
+use crate::service::{object, Placed, SandboxTool, SANDBOX};
 
-pub struct ListTasks;
+impl Tool<Placed> for ListTasks {
+    const DEF: &'static ToolDef = &SANDBOX.named("list_tasks");
 
-impl Define for ListTasks {
-    type Args = ListTasksArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "list_tasks",
-        description: "List the background tasks of the session.",
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for ListTasks {
-    const PLACEMENT: &'static Placement = &QUICK;
-}
-
-impl Tool for ListTasks {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, _a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let tasks: Vec<Value> = placed
             .session
             .as_ref()
@@ -50,10 +35,12 @@ impl Tool for ListTasks {
     }
 }
 
-/// List the session's background tasks.
+impl SandboxTool for ListTasks {}
+
+/// List the background tasks of the session.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ListTasksArgs {
+pub struct ListTasks {
     /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
     /// `default` for a new sandbox.
     #[serde(default)]

@@ -14,13 +14,13 @@ mod task_output;
 use crate::service::SandboxEntry;
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
-pub const TOOLS: &[&dyn SandboxEntry] = &[
-    &execute_skills::ExecuteSkills,
-    &status::Status,
-    &run_command::RunCommand,
-    &run_code::RunCode,
-    &list_tasks::ListTasks,
-    &task_output::TaskOutput,
-    &task_input::TaskInput,
-    &kill_task::KillTask,
+pub const TOOLS: &[SandboxEntry] = &[
+    SandboxEntry::of::<execute_skills::ExecuteSkills>(),
+    SandboxEntry::of::<status::Status>(),
+    SandboxEntry::of::<run_command::RunCommand>(),
+    SandboxEntry::of::<run_code::RunCode>(),
+    SandboxEntry::of::<list_tasks::ListTasks>(),
+    SandboxEntry::of::<task_output::TaskOutput>(),
+    SandboxEntry::of::<task_input::TaskInput>(),
+    SandboxEntry::of::<kill_task::KillTask>(),
 ];

@@ -5,48 +5,30 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
-use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
 use crate::backend::ExecSpec;
 use crate::service::{
-    check_env, short_id, Placed, Placement, SandboxTool, IN_SANDBOX, SANDBOX, WORKSPACE_MOUNT,
+    check_env, short_id, Placed, Placement, SandboxTool, EXECUTING, IN_SANDBOX, WORKSPACE_MOUNT,
 };
 
-pub struct RunCode;
+impl Tool<Placed> for RunCode {
+    const DEF: &'static ToolDef = &EXECUTING.named("run_code");
 
-impl Define for RunCode {
-    type Args = RunCodeArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "run_code",
-        description: "Run a Python, JavaScript or Bash snippet in the session's sandbox.",
-        risk_level: RiskLevel::High,
-        side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for RunCode {
-    const PLACEMENT: &'static Placement = &IN_SANDBOX;
-}
-
-impl Tool for RunCode {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let (service, session) = (&placed.service, placed.sandbox()?);
-        let env = a.env.unwrap_or_default();
+        let env = self.env.unwrap_or_default();
         check_env(&env)?;
-        let timeout = service.timeout(a.timeout);
-        let (language, interpreter, ext) = match a.language {
+        let timeout = service.timeout(self.timeout);
+        let (language, interpreter, ext) = match self.language {
             CodeLanguage::Python => ("python", "python3", "py"),
             CodeLanguage::Javascript => ("javascript", "node", "js"),
             CodeLanguage::Bash => ("bash", "bash", "sh"),
         };
         let path = format!("/tmp/toolmesh-run-code-{}.{ext}", short_id());
         // The snippet arrives on stdin, so its size is bounded by nothing but NATS; the
-        // interpreter check gives a clear error instead of "sh: 1: node: not found".
+        // interpreter check gives self clear error instead of "sh: 1: node: not found".
         let script = format!(
             "command -v {interpreter} >/dev/null 2>&1 || {{ echo \"{MISSING_INTERPRETER} {interpreter}\" >&2; exit 127; }}; cat > \"$0\" && exec {interpreter} \"$0\""
         );
@@ -59,7 +41,7 @@ impl Tool for RunCode {
             exec_id: format!("exec-{}", short_id()),
         };
         let (outcome, sync) = service
-            .run_foreground(call, session, spec, Some(Bytes::from(a.code)), timeout)
+            .run_foreground(call, session, spec, Some(Bytes::from(self.code)), timeout)
             .await?;
         if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
             let result = Err(ToolError::invalid_argument(
@@ -85,6 +67,10 @@ impl Tool for RunCode {
     }
 }
 
+impl SandboxTool for RunCode {
+    const PLACEMENT: &'static Placement = &IN_SANDBOX;
+}
+
 /// Marks the line a snippet runner prints when the image lacks the interpreter.
 const MISSING_INTERPRETER: &str = "toolmesh: missing interpreter";
 
@@ -98,10 +84,10 @@ pub enum CodeLanguage {
     Bash,
 }
 
-/// Run a code snippet through an interpreter in the session's sandbox.
+/// Run a Python, JavaScript or Bash snippet in the session's sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunCodeArgs {
+pub struct RunCode {
     pub code: String,
     #[serde(default)]
     pub language: CodeLanguage,

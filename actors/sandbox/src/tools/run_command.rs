@@ -5,53 +5,35 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
-use toolmesh_kernel::wire::{RiskLevel, SideEffect};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
 use crate::backend::ExecSpec;
 use crate::service::{
-    check_env, short_id, Placed, Placement, SandboxTool, IN_SANDBOX, SANDBOX, WORKSPACE_MOUNT,
+    check_env, short_id, Placed, Placement, SandboxTool, EXECUTING, IN_SANDBOX, WORKSPACE_MOUNT,
 };
 use crate::tasks::TaskStatus;
 
-pub struct RunCommand;
+impl Tool<Placed> for RunCommand {
+    const DEF: &'static ToolDef = &EXECUTING.named("run_command");
 
-impl Define for RunCommand {
-    type Args = RunCommandArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "run_command",
-        description: "Run a shell command in the session's sandbox, in the foreground or as a background task.",
-        risk_level: RiskLevel::High,
-        side_effects: &[SideEffect::IsolatedRuntimeExecution],
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for RunCommand {
-    const PLACEMENT: &'static Placement = &IN_SANDBOX;
-}
-
-impl Tool for RunCommand {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let (service, session) = (&placed.service, placed.sandbox()?);
-        let cwd = resolve_cwd(a.cwd.as_deref())?;
-        let env = a.env.unwrap_or_default();
+        let cwd = resolve_cwd(self.cwd.as_deref())?;
+        let env = self.env.unwrap_or_default();
         check_env(&env)?;
-        let timeout = service.timeout(a.timeout);
+        let timeout = service.timeout(self.timeout);
         let exec_id = format!("exec-{}", short_id());
         let spec = ExecSpec {
-            argv: vec!["sh".into(), "-c".into(), a.command.clone()],
+            argv: vec!["sh".into(), "-c".into(), self.command.clone()],
             cwd: cwd.clone(),
             env,
-            stdin: a.background,
+            stdin: self.background,
             exec_id: exec_id.clone(),
         };
-        let mut fields = service.base_fields(session, &a.command);
+        let mut fields = service.base_fields(session, &self.command);
         fields.insert("cwd".into(), cwd.into());
-        if a.background {
+        if self.background {
             let ((), execution) = service
                 .start_after(session, spec, service.pull(session))
                 .await?;
@@ -60,7 +42,7 @@ impl Tool for RunCommand {
                 .tasks
                 .start(
                     task_id.clone(),
-                    a.command.clone(),
+                    self.command.clone(),
                     execution,
                     service.task_spool_settings(session),
                 )
@@ -86,10 +68,14 @@ impl Tool for RunCommand {
     }
 }
 
-/// Run a shell command in the session's sandbox.
+impl SandboxTool for RunCommand {
+    const PLACEMENT: &'static Placement = &IN_SANDBOX;
+}
+
+/// Run a shell command in the session's sandbox, in the foreground or as a background task.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunCommandArgs {
+pub struct RunCommand {
     #[schemars(length(min = 1))]
     pub command: String,
     /// Relative to `/workspace` unless absolute.

@@ -6,33 +6,18 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::pool::Session;
-use crate::service::{object, Placed, Placement, SandboxService, SandboxTool, QUICK, SANDBOX};
+use crate::service::{object, Placed, SandboxService, SandboxTool, QUICK, SANDBOX};
 use crate::templates::Template;
 
-pub struct Status;
+impl Tool<Placed> for Status {
+    const DEF: &'static ToolDef = &SANDBOX
+        .named("sandbox_status")
+        .profiles(&[Profile::Focused, Profile::Coding]);
 
-impl Define for Status {
-    type Args = StatusArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "sandbox_status",
-        description:
-            "The session sandbox's backend, limits, lifetime and boundary; runs no command.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for Status {
-    const PLACEMENT: &'static Placement = &QUICK;
-}
-
-impl Tool for Status {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, _a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let service = &placed.service;
         let session = placed.session.as_deref().map(Arc::as_ref);
         // The session's template; before it has a sandbox, the one its first would be of.
@@ -47,10 +32,12 @@ impl Tool for Status {
     }
 }
 
-/// The session sandbox's status.
+impl SandboxTool for Status {}
+
+/// The session sandbox's backend, limits, lifetime and boundary; runs no command.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusArgs {
+pub struct Status {
     /// The sandbox template (PROTOCOL.md "Sandbox templates"); none: the session's, or
     /// `default` for a new sandbox.
     #[serde(default)]

@@ -5,53 +5,39 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
-use crate::service::{no_task, object, Placed, Placement, SandboxTool, QUICK, SANDBOX};
+use crate::service::{object, Placed, SandboxTool, SANDBOX};
 
-pub struct TaskOutput;
+impl Tool<Placed> for TaskOutput {
+    const DEF: &'static ToolDef = &SANDBOX.named("task_output");
 
-impl Define for TaskOutput {
-    type Args = TaskOutputArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "task_output",
-        description:
-            "Read a background task's new output, optionally waiting for a regex to appear.",
-        ..SANDBOX
-    };
-}
-
-impl SandboxTool for TaskOutput {
-    const PLACEMENT: &'static Placement = &QUICK;
-}
-
-impl Tool for TaskOutput {
-    type Host = Placed;
-
-    async fn run(&self, placed: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, placed: &Placed, call: &ToolCall<'_>) -> ToolResult {
         let service = &placed.service;
-        let session = placed.session.as_ref().ok_or_else(|| no_task(&a.task_id))?;
-        let task = session.tasks.get(&a.task_id)?;
-        if a.timeout.is_some_and(|t| t > 300) {
+        let (session, task) = placed.task(&self.task_id)?;
+        if self.timeout.is_some_and(|t| t > 300) {
             return Err(ToolError::invalid_argument(
                 "/timeout",
                 "timeout is at most 300 seconds",
             ));
         }
-        let pattern = match a.wait_for_pattern.as_deref() {
+        let pattern = match self.wait_for_pattern.as_deref() {
             None => None,
             Some(p) => Some(regex::Regex::new(p).map_err(|e| {
-                ToolError::invalid_argument("/wait_for_pattern", format!("not a valid regex: {e}"))
+                ToolError::invalid_argument(
+                    "/wait_for_pattern",
+                    format!("not self valid regex: {e}"),
+                )
             })?),
         };
-        let wait = a
+        let wait = self
             .timeout
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_PATTERN_WAIT);
         let read = task.read(pattern.as_ref(), wait).await;
         service.push_quietly(session).await;
-        let mut fields = object(json!({"task_id": a.task_id}));
+        let mut fields = object(json!({"task_id": self.task_id}));
         let dropped_bytes = read.dropped_bytes();
         let dropped_cap = read.dropped_cap();
         let persist_error = read.persist_error().map(ToolError::brief);
@@ -71,7 +57,7 @@ impl Tool for TaskOutput {
             fields.insert("dropped_bytes".into(), dropped_bytes.into());
             if let Some(cap) = dropped_cap {
                 // Which cap: the stream's, the session's or the worker's; or the workspace
-                // that did not take a part of it (`persist_error` says why).
+                // that did not take self part of it (`persist_error` says why).
                 fields.insert("dropped_by".into(), cap.as_str().into());
             }
             if let Some(error) = persist_error {
@@ -82,13 +68,15 @@ impl Tool for TaskOutput {
     }
 }
 
+impl SandboxTool for TaskOutput {}
+
 /// `task_output` waits this long for a pattern when the call names no timeout.
 const DEFAULT_PATTERN_WAIT: Duration = Duration::from_secs(30);
 
-/// Read a background task's new output, optionally waiting for a pattern.
+/// Read a background task's new output, optionally waiting for a regex to appear.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TaskOutputArgs {
+pub struct TaskOutput {
     pub task_id: String,
     /// A regex to wait for in the output.
     #[serde(default)]

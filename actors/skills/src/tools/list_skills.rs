@@ -1,27 +1,17 @@
 //! `list_skills`: the active skills, local ones and those of the configured skill spaces.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::args::NoArgs;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::library::{fields, SkillsService};
 
-pub struct ListSkills;
+impl Tool<SkillsService> for ListSkills {
+    const DEF: &'static ToolDef = &crate::library::SKILLS.named("list_skills");
 
-impl Define for ListSkills {
-    type Args = NoArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "list_skills",
-        description: "List the active skills: local ones and those of the configured skill spaces.",
-        ..crate::library::SKILLS
-    };
-}
-
-impl Tool for ListSkills {
-    type Host = SkillsService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, _a: Self::Args) -> ToolResult {
+    async fn run(self, service: &SkillsService, call: &ToolCall<'_>) -> ToolResult {
         let catalog = service.catalog().await;
         let skills: Vec<_> = catalog.skills.iter().map(|s| &s.manifest).collect();
         let mut out = fields(json!({
@@ -33,3 +23,8 @@ impl Tool for ListSkills {
         Ok(out)
     }
 }
+
+/// List the active skills: local ones and those of the configured skill spaces.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSkills {}

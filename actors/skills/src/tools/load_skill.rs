@@ -5,27 +5,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map};
 use toolmesh_kernel::budget::insert_budgeted;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
-pub struct LoadSkill;
+impl Tool<SkillsService> for LoadSkill {
+    const DEF: &'static ToolDef = &crate::library::SKILLS.named("load_skill");
 
-impl Define for LoadSkill {
-    type Args = LoadSkillArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "load_skill",
-        description: "Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.",
-        ..crate::library::SKILLS
-    };
-}
-
-impl Tool for LoadSkill {
-    type Host = SkillsService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
+    async fn run(self, service: &SkillsService, call: &ToolCall<'_>) -> ToolResult {
         // A load may download an archive: claim it, so a lost node is noticed at once.
         call.claim().await;
         let catalog = service.catalog().await;
-        let loaded = service.resolve(&catalog, args.skill_name.trim()).await?;
+        let loaded = service.resolve(&catalog, self.skill_name.trim()).await?;
         let root = loaded.root.clone();
         let caps = service.loader.caps;
         let files = tokio::task::spawn_blocking(move || list_files(&root, caps))
@@ -94,10 +83,10 @@ impl Tool for LoadSkill {
     }
 }
 
-/// Load a skill's instructions.
+/// Load a skill's SKILL.md instructions (downloading and verifying a remote skill); runs nothing.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LoadSkillArgs {
+pub struct LoadSkill {
     #[schemars(length(min = 1))]
     pub skill_name: String,
 }

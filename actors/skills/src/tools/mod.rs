@@ -6,13 +6,13 @@ mod list_skills;
 mod load_skill;
 mod search_skills;
 
-use toolmesh_kernel::tools::Table;
+use toolmesh_kernel::tools::{Entry, Table};
 
 use crate::library::SkillsService;
 
 /// The skill loader's tools.
 pub const TOOLS: Table<SkillsService> = &[
-    &list_skills::ListSkills,
-    &search_skills::SearchSkills,
-    &load_skill::LoadSkill,
+    Entry::of::<list_skills::ListSkills>(),
+    Entry::of::<search_skills::SearchSkills>(),
+    Entry::of::<load_skill::LoadSkill>(),
 ];

@@ -3,28 +3,17 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ToolError};
 
 use crate::library::{fields, SkillsService};
 use crate::search;
 
-pub struct SearchSkills;
+impl Tool<SkillsService> for SearchSkills {
+    const DEF: &'static ToolDef = &crate::library::SKILLS.named("search_skills");
 
-impl Define for SearchSkills {
-    type Args = SearchSkillsArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "search_skills",
-        description: "Fuzzy search over skill names, aliases, tags, descriptions and examples.",
-        ..crate::library::SKILLS
-    };
-}
-
-impl Tool for SearchSkills {
-    type Host = SkillsService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
-        if args.query.trim().is_empty() {
+    async fn run(self, service: &SkillsService, call: &ToolCall<'_>) -> ToolResult {
+        if self.query.trim().is_empty() {
             return Err(ToolError::invalid_argument(
                 "/query",
                 "the query is empty; say what the skill should do",
@@ -32,12 +21,12 @@ impl Tool for SearchSkills {
         }
         let catalog = service.catalog().await;
         let hits = search::search(
-            &args.query,
+            &self.query,
             catalog.skills.iter().map(|s| &s.manifest),
-            usize::try_from(args.max_results).unwrap_or(usize::MAX),
+            usize::try_from(self.max_results).unwrap_or(usize::MAX),
         );
         let mut out = fields(json!({
-            "query": args.query,
+            "query": self.query,
             "results": hits,
             "warnings": catalog.warnings,
         }));
@@ -46,10 +35,10 @@ impl Tool for SearchSkills {
     }
 }
 
-/// Fuzzy search over skills.
+/// Fuzzy search over skill names, aliases, tags, descriptions and examples.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SearchSkillsArgs {
+pub struct SearchSkills {
     #[schemars(length(min = 1))]
     pub query: String,
     #[serde(default = "ten")]

@@ -11,9 +11,12 @@
 mod web_fetch;
 mod web_search;
 
-use toolmesh_kernel::tools::Table;
+use toolmesh_kernel::tools::{Entry, Table};
 
 use crate::service::WebService;
 
 /// The web actor's tools.
-pub const TOOLS: Table<WebService> = &[&web_fetch::WebFetch, &web_search::WebSearch];
+pub const TOOLS: Table<WebService> = &[
+    Entry::of::<web_fetch::WebFetch>(),
+    Entry::of::<web_search::WebSearch>(),
+];

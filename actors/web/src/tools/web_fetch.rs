@@ -10,32 +10,20 @@ use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::sync::output_path;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 use url::Url;
 
 use crate::fetch::{WebFetchError, WebFetchErrorKind};
 use crate::service::{WebService, MAX_CHARS_CAP};
 
-pub struct WebFetch;
+impl Tool<WebService> for WebFetch {
+    const DEF: &'static ToolDef = &crate::service::WEB.named("web_fetch");
 
-impl Define for WebFetch {
-    type Args = WebFetchArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "web_fetch",
-        description:
-            "Fetch a public http(s) URL and return its text with scripts and styles removed.",
-        ..crate::service::WEB
-    };
-}
-
-impl Tool for WebFetch {
-    type Host = WebService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
-        let url = Url::parse(args.url.trim())
+    async fn run(self, service: &WebService, call: &ToolCall<'_>) -> ToolResult {
+        let url = Url::parse(self.url.trim())
             .map_err(|e| ToolError::invalid_argument("/url", format!("not a URL: {e}")))?;
-        let timeout = Duration::from_secs(args.timeout);
+        let timeout = Duration::from_secs(self.timeout);
         let mut cancel =
             CancelWatch::listen(&service.client, &call.ctx.account, &call.ctx.invocation_id).await;
         let fetched = tokio::select! {
@@ -55,7 +43,7 @@ impl Tool for WebFetch {
                 Err(_) => {
                     return Err(ToolError::new(
                         ErrorCode::Timeout,
-                        format!("fetching {} took longer than {} s", args.url, args.timeout),
+                        format!("fetching {} took longer than {} s", self.url, self.timeout),
                     ))
                 }
             },
@@ -63,12 +51,12 @@ impl Tool for WebFetch {
                 return Err(ToolError::new(ErrorCode::Cancelled, "web_fetch was cancelled"));
             }
         };
-        let budget_chars = args
+        let budget_chars = self
             .max_chars
             .map_or(service.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
         let cut = budget::cut(&fetched.text, budget_chars);
         let mut fields = Map::new();
-        fields.insert("url".into(), Value::from(args.url.clone()));
+        fields.insert("url".into(), Value::from(self.url.clone()));
         fields.insert("final_url".into(), Value::from(fetched.final_url.as_str()));
         fields.insert("status_code".into(), Value::from(fetched.status_code));
         fields.insert("content_type".into(), Value::from(fetched.content_type));
@@ -134,10 +122,10 @@ impl From<WebFetchError> for ToolError {
     }
 }
 
-/// Fetch a public URL as text (SSRF-safe).
+/// Fetch a public http(s) URL and return its text with scripts and styles removed.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WebFetchArgs {
+pub struct WebFetch {
     #[schemars(length(min = 1))]
     pub url: String,
     #[serde(default)]

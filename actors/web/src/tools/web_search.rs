@@ -3,28 +3,16 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
 use crate::search::{Query, SearchError, SearchErrorKind};
 use crate::service::WebService;
 
-pub struct WebSearch;
+impl Tool<WebService> for WebSearch {
+    const DEF: &'static ToolDef = &crate::service::WEB.named("web_search");
 
-impl Define for WebSearch {
-    type Args = WebSearchArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "web_search",
-        description:
-            "Search the web through the configured provider; returns titles, URLs and snippets.",
-        ..crate::service::WEB
-    };
-}
-
-impl Tool for WebSearch {
-    type Host = WebService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, args: Self::Args) -> ToolResult {
+    async fn run(self, service: &WebService, call: &ToolCall<'_>) -> ToolResult {
         let Some(provider) = &service.search else {
             return Err(ToolError::new(
                 ErrorCode::ProviderNotConfigured,
@@ -34,13 +22,13 @@ impl Tool for WebSearch {
         };
         let results = provider
             .search(Query {
-                query: &args.query,
-                max_results: args.max_results as usize,
-                recency_days: args.recency_days,
+                query: &self.query,
+                max_results: self.max_results as usize,
+                recency_days: self.recency_days,
             })
             .await?;
         let mut fields = Map::new();
-        fields.insert("query".into(), Value::from(args.query));
+        fields.insert("query".into(), Value::from(self.query));
         fields.insert("provider".into(), Value::from(provider.name()));
         fields.insert("results".into(), Value::Array(results));
         budget::fit_list(&mut fields, "results", call.fields_limit);
@@ -64,10 +52,10 @@ impl From<SearchError> for ToolError {
     }
 }
 
-/// Search the web through the configured provider.
+/// Search the web through the configured provider; returns titles, URLs and snippets.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WebSearchArgs {
+pub struct WebSearch {
     #[schemars(length(min = 1))]
     pub query: String,
     #[serde(default = "five")]

@@ -3,38 +3,26 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 
 use crate::confine::{self, WorkspacePath};
 use crate::service::{object, WorkspaceService};
 
-pub struct DeleteFile;
+impl Tool<WorkspaceService> for DeleteFile {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE
+        .named("delete_workspace_file")
+        .risk(RiskLevel::High, &[SideEffect::WorkspaceDelete]);
 
-impl Define for DeleteFile {
-    type Args = PathArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "delete_workspace_file",
-        description:
-            "Delete a file, a symlink (not its target) or an empty directory of the workspace.",
-        risk_level: RiskLevel::High,
-        side_effects: &[SideEffect::WorkspaceDelete],
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for DeleteFile {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let session = call.session()?.clone();
-        let path = WorkspacePath::parse(&a.path, "path")?;
+        let path = WorkspacePath::parse(&self.path, "path")?;
         let name = path.display();
         let p = path.clone();
         service
-            .locked(call.ctx, &session, std::slice::from_ref(&path), async {
+            .locked(call, std::slice::from_ref(&path), async {
                 let outcome = service
-                    .blocking(call.ctx, session.clone(), move |ws| confine::delete(ws, &p))
+                    .blocking(call, move |ws| confine::delete(ws, &p))
                     .await?;
                 service
                     .read_state
@@ -48,9 +36,9 @@ impl Tool for DeleteFile {
     }
 }
 
-/// Delete a file, a symlink (not its target) or an empty directory.
+/// Delete a file, a symlink (not its target) or an empty directory of the workspace.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PathArgs {
+pub struct DeleteFile {
     pub path: String,
 }

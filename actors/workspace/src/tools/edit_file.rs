@@ -4,39 +4,28 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::WorkspacePath;
 use crate::edit;
 use crate::service::WorkspaceService;
 
-pub struct EditFile;
+impl Tool<WorkspaceService> for EditFile {
+    const DEF: &'static ToolDef = &crate::service::WRITING
+        .named("edit_workspace_file")
+        .profiles(&[Profile::Focused, Profile::Coding])
+        .review(Review::diff("path", Some("old_text"), "new_text"));
 
-impl Define for EditFile {
-    type Args = EditWorkspaceFileArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "edit_workspace_file",
-        description: "Replace an exact snippet in a file read before; returns a unified diff.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        review: Review::diff("path", Some("old_text"), "new_text"),
-        ..crate::service::WRITING
-    };
-}
-
-impl Tool for EditFile {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
-        let session = call.session()?.clone();
-        let path = WorkspacePath::parse(&a.path, "path")?;
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
+        let path = WorkspacePath::parse(&self.path, "path")?;
         service
-            .change(call.ctx, session, path, move |before| {
+            .change(call, path, move |before| {
                 let applied = edit::apply_edit(
                     before,
-                    &a.old_text,
-                    &a.new_text,
-                    a.expected_replacements,
-                    a.replace_all,
+                    &self.old_text,
+                    &self.new_text,
+                    self.expected_replacements,
+                    self.replace_all,
                 )?;
                 let mut fields = Map::new();
                 fields.insert("replacements".into(), Value::from(applied.replacements));
@@ -46,10 +35,10 @@ impl Tool for EditFile {
     }
 }
 
-/// Replace an exact snippet (a prior read of the file is required).
+/// Replace an exact snippet in a file read before; returns a unified diff.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EditWorkspaceFileArgs {
+pub struct EditFile {
     pub path: String,
     pub old_text: String,
     pub new_text: String,

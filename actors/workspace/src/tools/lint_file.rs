@@ -4,36 +4,25 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
 use crate::confine::{self, WorkspacePath};
 use crate::lint;
 use crate::service::{object, WorkspaceService, EDIT_MAX_BYTES};
 
-pub struct LintFile;
+impl Tool<WorkspaceService> for LintFile {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE
+        .named("lint_workspace_file")
+        .profiles(&[Profile::Focused, Profile::Coding]);
 
-impl Define for LintFile {
-    type Args = LintWorkspaceFileArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "lint_workspace_file",
-        description: "Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing whitespace.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for LintFile {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
-        let session = call.session()?.clone();
-        let path = WorkspacePath::parse(&a.path, "path")?;
+        let path = WorkspacePath::parse(&self.path, "path")?;
         service
-            .blocking(call.ctx, session, move |ws| {
+            .blocking(call, move |ws| {
                 let bytes = confine::read(ws, &path, EDIT_MAX_BYTES)?;
-                let report = lint::lint(&path.display(), &bytes, a.language.into());
+                let report = lint::lint(&path.display(), &bytes, self.language.into());
                 let failed = lint::has_errors(&report);
                 let mut fields = object(json!({
                     "path": path.display(),
@@ -41,7 +30,7 @@ impl Tool for LintFile {
                     "issues": report.issues,
                     "lint_model": lint::LINT_MODEL,
                 }));
-                // An error's envelope (code, message) takes a little more: leave it room.
+                // An error's envelope (code, message) takes self little more: leave it room.
                 budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
                 if failed {
                     let errors = report
@@ -89,10 +78,11 @@ impl From<LintLanguage> for lint::Language {
     }
 }
 
-/// Lightweight built-in checks of one file.
+/// Lightweight built-in checks of one file: Python syntax, JSON syntax, NUL bytes and trailing
+/// whitespace.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LintWorkspaceFileArgs {
+pub struct LintFile {
     pub path: String,
     #[serde(default)]
     pub language: LintLanguage,

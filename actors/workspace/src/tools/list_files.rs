@@ -4,31 +4,19 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::listing::{self, ListError, ListOptions};
 use crate::service::{object, WorkspaceService};
 
-pub struct ListFiles;
+impl Tool<WorkspaceService> for ListFiles {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE.named("list_workspace_files");
 
-impl Define for ListFiles {
-    type Args = ListWorkspaceFilesArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "list_workspace_files",
-        description: "List files and directories of the workspace with an optional glob, recursion and sorting.",
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for ListFiles {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
-        let session = call.session()?.clone();
-        let options = ListOptions::from(a);
+        let options = ListOptions::from(self);
         service
-            .blocking(call.ctx, session, move |ws| {
+            .blocking(call, move |ws| {
                 let listed = listing::list(ws, &options)?;
                 let mut fields = object(serde_json::to_value(&listed).unwrap_or_default());
                 fields.insert("path".into(), Value::from(options.path));
@@ -56,10 +44,10 @@ pub enum SortBy {
     Size,
 }
 
-/// List files and directories.
+/// List files and directories of the workspace with an optional glob, recursion and sorting.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ListWorkspaceFilesArgs {
+pub struct ListFiles {
     #[serde(default = "crate::service::dot")]
     pub path: String,
     /// Matched against the path relative to `path`; `**` crosses directories.
@@ -90,8 +78,8 @@ impl From<SortBy> for listing::SortBy {
     }
 }
 
-impl From<ListWorkspaceFilesArgs> for ListOptions {
-    fn from(a: ListWorkspaceFilesArgs) -> Self {
+impl From<ListFiles> for ListOptions {
+    fn from(a: ListFiles) -> Self {
         ListOptions {
             path: a.path,
             glob: a.glob,

@@ -13,20 +13,20 @@ mod status;
 mod write_file;
 mod write_files;
 
-use toolmesh_kernel::tools::Table;
+use toolmesh_kernel::tools::{Entry, Table};
 
 use crate::service::WorkspaceService;
 
 /// The workspace actor's tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: Table<WorkspaceService> = &[
-    &status::Status,
-    &list_files::ListFiles,
-    &read_file::ReadFile,
-    &search_files::SearchFiles,
-    &lint_file::LintFile,
-    &write_file::WriteFile,
-    &write_files::WriteFiles,
-    &edit_file::EditFile,
-    &multi_edit_file::MultiEditFile,
-    &delete_file::DeleteFile,
+    Entry::of::<status::Status>(),
+    Entry::of::<list_files::ListFiles>(),
+    Entry::of::<read_file::ReadFile>(),
+    Entry::of::<search_files::SearchFiles>(),
+    Entry::of::<lint_file::LintFile>(),
+    Entry::of::<write_file::WriteFile>(),
+    Entry::of::<write_files::WriteFiles>(),
+    Entry::of::<edit_file::EditFile>(),
+    Entry::of::<multi_edit_file::MultiEditFile>(),
+    Entry::of::<delete_file::DeleteFile>(),
 ];

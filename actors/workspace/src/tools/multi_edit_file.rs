@@ -3,35 +3,28 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::WorkspacePath;
 use crate::edit::{self, Edit};
 use crate::service::WorkspaceService;
 
-pub struct MultiEditFile;
+impl Tool<WorkspaceService> for MultiEditFile {
+    const DEF: &'static ToolDef = &crate::service::WRITING
+        .named("multi_edit_workspace_file")
+        .review(Review::diff_each(
+            "edits",
+            "path",
+            Some("old_text"),
+            "new_text",
+        ));
 
-impl Define for MultiEditFile {
-    type Args = MultiEditWorkspaceFileArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "multi_edit_workspace_file",
-        description:
-            "Apply several snippet edits to one file, all or nothing; returns a unified diff.",
-        review: Review::diff_each("edits", "path", Some("old_text"), "new_text"),
-        ..crate::service::WRITING
-    };
-}
-
-impl Tool for MultiEditFile {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
-        let session = call.session()?.clone();
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        let edits: Vec<Edit> = a.edits.into_iter().map(Edit::from).collect();
-        let replace_all = a.replace_all;
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
+        let path = WorkspacePath::parse(&self.path, "path")?;
+        let edits: Vec<Edit> = self.edits.into_iter().map(Edit::from).collect();
+        let replace_all = self.replace_all;
         service
-            .change(call.ctx, session, path, move |before| {
+            .change(call, path, move |before| {
                 let applied = edit::apply_edits(before, &edits, replace_all)?;
                 let mut fields = Map::new();
                 fields.insert("edit_count".into(), Value::from(edits.len()));
@@ -72,10 +65,10 @@ impl From<SnippetEdit> for Edit {
     }
 }
 
-/// Apply several edits to one file, all or nothing.
+/// Apply several snippet edits to one file, all or nothing; returns a unified diff.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MultiEditWorkspaceFileArgs {
+pub struct MultiEditFile {
     pub path: String,
     #[schemars(length(min = 1))]
     pub edits: Vec<SnippetEdit>,

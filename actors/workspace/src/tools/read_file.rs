@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
 use crate::confine::{self, Workspace, WorkspacePath};
@@ -15,25 +15,15 @@ use crate::service::{
     READ_MAX_BYTES,
 };
 
-pub struct ReadFile;
+impl Tool<WorkspaceService> for ReadFile {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE
+        .named("read_workspace_file")
+        .profiles(&[Profile::Focused, Profile::Coding]);
 
-impl Define for ReadFile {
-    type Args = ReadWorkspaceFileArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "read_workspace_file",
-        description: "Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget; allows later edits of the file.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for ReadFile {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let session = call.session()?.clone();
-        let path = WorkspacePath::parse(&a.path, "path")?;
-        if let (Some(start), Some(end)) = (a.start_line, a.end_line) {
+        let path = WorkspacePath::parse(&self.path, "path")?;
+        if let (Some(start), Some(end)) = (self.start_line, self.end_line) {
             if end < start {
                 return Err(ToolError::invalid_argument(
                     "/end_line",
@@ -41,25 +31,25 @@ impl Tool for ReadFile {
                 ));
             }
         }
-        let budget_chars = a
+        let budget_chars = self
             .max_chars
             .map_or(service.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
         let invocation = call.ctx.invocation_id.to_string();
-        let ranged = a.start_line.is_some() || a.end_line.is_some();
+        let ranged = self.start_line.is_some() || self.end_line.is_some();
         // A small file is opened, read and rendered right here: handing ~20 µs of cached file
         // work to the blocking pool and back costs more than the work (two thread wake-ups).
-        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
+        // Anything bigger, or self result that might have to be persisted (fsync), goes to the
         // blocking pool as every other file operation does.
         let ws = Workspace::open(&service.data_dir, &call.ctx.account, &session)?;
         let (file, size) = confine::open_sized(&ws, &path)?;
         let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
             let text = read_opened_text(file, size, &path, ranged)?;
             if text.rendered_bound() <= budget_chars {
-                render_read(&ws, &path, text, &a, budget_chars, &invocation)?
+                render_read(&ws, &path, text, &self, budget_chars, &invocation)?
             } else {
                 let p = path.clone();
                 service
-                    .offload(move || render_read(&ws, &p, text, &a, budget_chars, &invocation))
+                    .offload(move || render_read(&ws, &p, text, &self, budget_chars, &invocation))
                     .await?
             }
         } else {
@@ -67,17 +57,23 @@ impl Tool for ReadFile {
             service
                 .offload(move || {
                     let text = if ranged && size > EDIT_MAX_BYTES {
-                        read_streamed_range(file, size, &p, a.start_line.unwrap_or(1), a.end_line)?
+                        read_streamed_range(
+                            file,
+                            size,
+                            &p,
+                            self.start_line.unwrap_or(1),
+                            self.end_line,
+                        )?
                     } else {
                         read_opened_text(file, size, &p, ranged)?
                     };
-                    render_read(&ws, &p, text, &a, budget_chars, &invocation)
+                    render_read(&ws, &p, text, &self, budget_chars, &invocation)
                 })
                 .await?
         };
         if let Some(sha) = sha {
-            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
-            // recorded still returns the file; a later edit then says file_not_read, which is
+            // Sent, not awaited (see `ReadState::record_pipelined`): self read that is not
+            // recorded still returns the file; self later edit then says file_not_read, which is
             // the safe side.
             let recorded = service
                 .read_state
@@ -89,10 +85,11 @@ impl Tool for ReadFile {
     }
 }
 
-/// Read a UTF-8 text file, optionally a line range.
+/// Read a UTF-8 text file of the workspace with line numbers, a line range and a character budget;
+/// allows later edits of the file.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReadWorkspaceFileArgs {
+pub struct ReadFile {
     pub path: String,
     #[serde(default)]
     #[schemars(range(min = 1))]
@@ -239,7 +236,7 @@ fn render_read(
     ws: &Workspace,
     p: &WorkspacePath,
     text: TextRead,
-    a: &ReadWorkspaceFileArgs,
+    a: &ReadFile,
     budget_chars: usize,
     invocation: &str,
 ) -> Result<(Map<String, Value>, Option<String>), ToolError> {

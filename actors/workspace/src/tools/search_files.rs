@@ -5,34 +5,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolmesh_kernel::budget;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::WorkspacePath;
 use crate::search::{self, SearchError, SearchOptions};
 use crate::service::{object, WorkspaceService};
 
-pub struct SearchFiles;
+impl Tool<WorkspaceService> for SearchFiles {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE
+        .named("search_workspace_files")
+        .profiles(&[Profile::Focused, Profile::Coding]);
 
-impl Define for SearchFiles {
-    type Args = SearchWorkspaceFilesArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "search_workspace_files",
-        description: "Search file contents of the workspace for text or a regex, with context lines; respects .gitignore.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for SearchFiles {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
-        let session = call.session()?.clone();
-        let dir = WorkspacePath::parse(&a.path, "path")?;
-        let options = SearchOptions::from(a);
+        let dir = WorkspacePath::parse(&self.path, "path")?;
+        let options = SearchOptions::from(self);
         service
-            .blocking(call.ctx, session, move |ws| {
+            .blocking(call, move |ws| {
                 let outcome = search::search(ws, dir.as_path(), &options)?;
                 let mut fields = object(serde_json::to_value(&outcome).unwrap_or_default());
                 fields.insert("query".into(), Value::from(options.query));
@@ -47,10 +36,11 @@ impl Tool for SearchFiles {
     }
 }
 
-/// Search file contents (ripgrep-class engine, `.gitignore` respected).
+/// Search file contents of the workspace for text or a regex, with context lines; respects
+/// .gitignore.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SearchWorkspaceFilesArgs {
+pub struct SearchFiles {
     #[schemars(length(min = 1))]
     pub query: String,
     #[serde(default = "crate::service::dot")]
@@ -73,8 +63,8 @@ fn one_hundred() -> u64 {
     100
 }
 
-impl From<SearchWorkspaceFilesArgs> for SearchOptions {
-    fn from(a: SearchWorkspaceFilesArgs) -> Self {
+impl From<SearchFiles> for SearchOptions {
+    fn from(a: SearchFiles) -> Self {
         SearchOptions {
             query: a.query,
             is_regex: a.is_regex,

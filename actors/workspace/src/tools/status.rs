@@ -1,35 +1,25 @@
 //! `workspace_status`: the session workspace root and a sample of its files.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::args::NoArgs;
 use toolmesh_kernel::tools::args::Profile;
-use toolmesh_kernel::tools::{Define, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::ConfineError;
 use crate::listing;
 use crate::service::{object, WorkspaceService};
 
-pub struct Status;
+impl Tool<WorkspaceService> for Status {
+    const DEF: &'static ToolDef = &crate::service::WORKSPACE
+        .named("workspace_status")
+        .profiles(&[Profile::Focused, Profile::Coding]);
 
-impl Define for Status {
-    type Args = NoArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "workspace_status",
-        description: "The session workspace root and a sample of up to 50 files.",
-        profiles: &[Profile::Focused, Profile::Coding],
-        ..crate::service::WORKSPACE
-    };
-}
-
-impl Tool for Status {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, _a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
-        let session = call.session()?.clone();
         service
-            .blocking(call.ctx, session, move |ws| {
+            .blocking(call, move |ws| {
                 let (files, sampled) = listing::sample(ws, 50)?;
                 let mut fields = object(json!({
                     "root": ws.root().display().to_string(),
@@ -42,3 +32,8 @@ impl Tool for Status {
             .await
     }
 }
+
+/// The session workspace root and a sample of up to 50 files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Status {}

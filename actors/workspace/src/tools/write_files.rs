@@ -3,32 +3,22 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::{Define, Review, Tool, ToolCall, ToolDef, ToolResult};
+use toolmesh_kernel::tools::{Review, Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::{self, WorkspacePath};
 use crate::service::{object, WorkspaceService, BATCH_MAX_FILES};
 use crate::writing;
 
-pub struct WriteFiles;
+impl Tool<WorkspaceService> for WriteFiles {
+    const DEF: &'static ToolDef = &crate::service::WRITING
+        .named("write_workspace_files")
+        .review(Review::diff_each("files", "path", None, "content"));
 
-impl Define for WriteFiles {
-    type Args = WriteWorkspaceFilesArgs;
-    const DEF: &'static ToolDef = &ToolDef {
-        name: "write_workspace_files",
-        description: "Write up to 100 whole files in the workspace in one call.",
-        review: Review::diff_each("files", "path", None, "content"),
-        ..crate::service::WRITING
-    };
-}
-
-impl Tool for WriteFiles {
-    type Host = WorkspaceService;
-
-    async fn run(&self, service: &Self::Host, call: &ToolCall<'_>, a: Self::Args) -> ToolResult {
+    async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let session = call.session()?.clone();
-        let truncated = a.files.len() > BATCH_MAX_FILES;
+        let truncated = self.files.len() > BATCH_MAX_FILES;
         let mut files = Vec::new();
-        for (i, f) in a.files.into_iter().take(BATCH_MAX_FILES).enumerate() {
+        for (i, f) in self.files.into_iter().take(BATCH_MAX_FILES).enumerate() {
             let path = WorkspacePath::parse(&f.path, &format!("files/{i}/path"))?;
             files.push((path, f.content));
         }
@@ -37,13 +27,11 @@ impl Tool for WriteFiles {
             .iter()
             .map(|(p, c)| (p.display(), confine::sha256_of(c.as_bytes())))
             .collect();
-        let overwrite = a.overwrite;
+        let overwrite = self.overwrite;
         service
-            .locked(call.ctx, &session, &paths, async {
+            .locked(call, &paths, async {
                 let written = service
-                    .blocking(call.ctx, session.clone(), move |ws| {
-                        writing::write_batch(ws, &files, overwrite)
-                    })
+                    .blocking(call, move |ws| writing::write_batch(ws, &files, overwrite))
                     .await?;
                 for (path, sha) in &hashes {
                     service
@@ -70,10 +58,10 @@ pub struct FileContent {
     pub content: String,
 }
 
-/// Write several whole files; past 100, the rest are ignored and `truncated` is set.
+/// Write up to 100 whole files in the workspace in one call.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WriteWorkspaceFilesArgs {
+pub struct WriteFiles {
     pub files: Vec<FileContent>,
     #[serde(default = "crate::service::yes")]
     pub overwrite: bool,

@@ -1,11 +1,11 @@
 //! Argument types more than one tool shares: [`NoArgs`], the dispatcher's [`Profile`] (the
 //! registry chooses by it) and [`OneOrMany`].
 //!
-//! Each tool's own argument type lives in its file in the actor that runs it. Every such type
-//! derives `JsonSchema` and refuses unknown members (`deny_unknown_fields`, so the schema says
-//! `additionalProperties: false`): the gateway validates calls against the schema derived from
-//! it and the actor deserializes the same type, so schema and code cannot drift apart, and a
-//! misspelt argument is an error, not a silently ignored option.
+//! Each tool's type is its argument type and lives in its file in the actor that runs it.
+//! Every such type derives `JsonSchema` and refuses unknown members (`deny_unknown_fields`, so
+//! the schema says `additionalProperties: false`): the gateway validates calls against the
+//! schema derived from it and the actor deserializes the same type, so schema and code cannot
+//! drift apart, and a misspelt argument is an error, not a silently ignored option.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

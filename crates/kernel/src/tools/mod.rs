@@ -4,7 +4,7 @@
 //! provider tools (PROTOCOL.md "Tool providers") are the same kind of value; only where they
 //! run differs.
 //!
-//! The built-in definitions live with the actors that run them ([`Define`], [`Tool`]), one
+//! The built-in definitions live with the actors that run them ([`Tool`]), one
 //! table per actor; the node assembles the registry from every table. This module knows no
 //! tool but the dispatcher, which the gateway's call path runs.
 
@@ -13,12 +13,11 @@ mod spec;
 mod tool;
 
 pub use spec::{
-    schema_of, BuiltinGroup, ProviderRoute, Review, Runs, ToolDef, ToolGroup, ToolSpec,
+    schema_of, unwrap_doc, BuiltinGroup, ProviderRoute, Review, Runs, ToolDef, ToolGroup, ToolSpec,
     TOOL_DISPATCHER, TOOL_DISPATCHER_ALIAS,
 };
 pub use tool::{
-    find, parse_args, ClaimTo, DefWithSchema, Define, Listed, Runnable, Table, Tool, ToolCall,
-    ToolResult,
+    find, parse_args, ClaimTo, Entry, Listed, RunFn, Runnable, Table, Tool, ToolCall, ToolResult,
 };
 
 use std::borrow::Cow;
@@ -46,10 +45,14 @@ impl std::fmt::Debug for RegisteredTool {
 }
 
 impl RegisteredTool {
-    /// A built-in tool from its table entry; `Err` when its schema does not compile.
+    /// A built-in tool from its table entry, described by its schema's description (its
+    /// type's doc comment); `Err` when its schema does not compile.
     pub fn from_listed(tool: &dyn Listed) -> Result<Self, RegistryError> {
         let def = tool.def();
-        Self::from_schema(def.spec(), tool.schema()).map_err(|message| RegistryError::Schema {
+        let schema = tool.schema();
+        let description = schema.get("description").and_then(Value::as_str);
+        let spec = def.spec(description.map(unwrap_doc).unwrap_or_default());
+        Self::from_schema(spec, schema).map_err(|message| RegistryError::Schema {
             tool: def.name,
             message,
         })
@@ -280,25 +283,23 @@ mod tests {
     use crate::role::Role;
     use args::NoArgs;
 
-    fn def(name: &'static str, group: BuiltinGroup, schema: fn() -> Value) -> DefWithSchema {
+    fn def(name: &'static str, group: BuiltinGroup, schema: fn() -> Value) -> Entry {
         let role = if group == BuiltinGroup::Dispatcher {
             Role::Gateway
         } else {
             Role::Web
         };
-        let def = ToolDef {
-            name,
-            description: "a tool of the tests",
-            profiles: &[Profile::Coding],
-            ..ToolDef::of(group, role)
-        };
-        DefWithSchema {
+        let def = ToolDef::of(group, role)
+            .named(name)
+            .profiles(&[Profile::Coding]);
+        Entry {
             def: Box::leak(Box::new(def)),
             schema,
+            run: (),
         }
     }
 
-    fn listed(entries: &[DefWithSchema]) -> impl Iterator<Item = &dyn Listed> {
+    fn listed(entries: &[Entry]) -> impl Iterator<Item = &dyn Listed> {
         entries.iter().map(|e| e as &dyn Listed)
     }
 
@@ -327,6 +328,24 @@ mod tests {
             ["a_tool"]
         );
         assert!(reg.select(&["read_workspace_file".into()]).is_err());
+    }
+
+    /// A tool of the tests whose doc comment is its description, wrapped across lines the
+    /// way rustfmt leaves a long one.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Documented {}
+
+    #[test]
+    fn a_tool_is_described_by_its_doc_comment_unwrapped() {
+        let defs = [def("documented", BuiltinGroup::Web, schema_of::<Documented>)];
+        let reg = ToolRegistry::new(listed(&defs)).unwrap();
+        let tool = reg.get("documented").unwrap();
+        let expected = "A tool of the tests whose doc comment is its description, wrapped \
+                        across lines the way rustfmt leaves a long one.";
+        assert_eq!(tool.spec.description, expected);
+        assert_eq!(tool.input_schema["description"], expected);
+        assert_eq!(tool.input_schema["title"], "documented");
     }
 
     #[test]

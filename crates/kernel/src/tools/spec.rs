@@ -258,14 +258,14 @@ impl Review {
     }
 }
 
-/// A built-in tool's definition: [`super::Define::DEF`] of the tool's type, in the file of the actor
-/// that runs it. Its boundary follows from its group and side effects, where it runs from its
-/// role, its schema from its argument type.
+/// A built-in tool's definition: [`super::Tool::DEF`] of the tool's type, in the file of the
+/// actor that runs it. Its boundary follows from its group and side effects, where it runs from
+/// its role, its schema and description from its type (the description is the type's doc
+/// comment).
 #[derive(Debug, Clone)]
 pub struct ToolDef {
     pub name: &'static str,
     pub group: BuiltinGroup,
-    pub description: &'static str,
     pub risk_level: RiskLevel,
     pub side_effects: &'static [SideEffect],
     /// Whether a call needs a `session_id`.
@@ -281,13 +281,12 @@ pub struct ToolDef {
 impl ToolDef {
     /// A definition of a tool of `group` that `role` runs, with the usual defaults: low risk,
     /// no side effect, no session, no named profile, arguments shown as they are. An actor's
-    /// tools start from one such base and name what differs (`..BASE`); `name` and
-    /// `description` are always their own.
+    /// tools start from one such base and name what differs: `BASE.named("a_tool")`, then
+    /// [`ToolDef::risk`], [`ToolDef::profiles`], [`ToolDef::review`].
     pub const fn of(group: BuiltinGroup, role: Role) -> ToolDef {
         ToolDef {
             name: "",
             group,
-            description: "",
             risk_level: RiskLevel::Low,
             side_effects: &[],
             needs_session: false,
@@ -297,8 +296,37 @@ impl ToolDef {
         }
     }
 
-    /// Its description in the registry.
-    pub fn spec(&self) -> ToolSpec {
+    /// This definition, for the tool `name`.
+    pub const fn named(self, name: &'static str) -> ToolDef {
+        ToolDef { name, ..self }
+    }
+
+    /// This definition in `group`.
+    pub const fn in_group(self, group: BuiltinGroup) -> ToolDef {
+        ToolDef { group, ..self }
+    }
+
+    /// This definition with its own risk and side effects.
+    pub const fn risk(self, risk_level: RiskLevel, side_effects: &'static [SideEffect]) -> ToolDef {
+        ToolDef {
+            risk_level,
+            side_effects,
+            ..self
+        }
+    }
+
+    /// This definition in the named `profiles` (besides `default`).
+    pub const fn profiles(self, profiles: &'static [Profile]) -> ToolDef {
+        ToolDef { profiles, ..self }
+    }
+
+    /// This definition with arguments an approver sees as `review` says.
+    pub const fn review(self, review: Review) -> ToolDef {
+        ToolDef { review, ..self }
+    }
+
+    /// Its description in the registry, with the `description` its type's doc comment gives.
+    pub fn spec(&self, description: String) -> ToolSpec {
         let boundary = match (self.group, self.side_effects) {
             (BuiltinGroup::Platform | BuiltinGroup::Dispatcher, _) => BOUNDARY_GATEWAY,
             (BuiltinGroup::Workspace, []) => BOUNDARY_WORKSPACE_READ,
@@ -316,7 +344,7 @@ impl ToolDef {
         ToolSpec {
             name: Cow::Borrowed(self.name),
             group: self.group.into(),
-            description: Cow::Borrowed(self.description),
+            description: Cow::Owned(description),
             risk_level: self.risk_level,
             side_effects: Cow::Borrowed(self.side_effects),
             boundary: Cow::Borrowed(boundary),
@@ -331,4 +359,35 @@ impl ToolDef {
 /// The JSON Schema of an argument type ([`super::Listed::schema`]).
 pub fn schema_of<A: JsonSchema>() -> Value {
     schemars::schema_for!(A).to_value()
+}
+
+/// A doc comment as one text: the lines of each paragraph joined by a space (schemars keeps
+/// the source's line breaks), paragraphs apart by a blank line.
+pub fn unwrap_doc(doc: &str) -> String {
+    doc.split("\n\n")
+        .map(|paragraph| {
+            let lines: Vec<&str> = paragraph.lines().map(str::trim).collect();
+            lines.join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unwrap_doc;
+
+    #[test]
+    fn a_doc_comment_unwraps_into_paragraphs() {
+        assert_eq!(unwrap_doc("One line."), "One line.");
+        assert_eq!(
+            unwrap_doc("Wrapped\nacross lines."),
+            "Wrapped across lines."
+        );
+        assert_eq!(
+            unwrap_doc("First\nparagraph.\n\nSecond."),
+            "First paragraph.\n\nSecond."
+        );
+        assert_eq!(unwrap_doc(""), "");
+    }
 }

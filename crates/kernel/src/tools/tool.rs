@@ -1,15 +1,14 @@
-//! What a built-in tool is: a type implementing [`Define`] (its [`ToolDef`] and argument type)
-//! and [`Tool`] (how it runs), listed in its actor's table ([`Table`]).
+//! What a built-in tool is: a type implementing [`Tool`] — its fields are the tool's
+//! arguments, its doc comment is the description agents read, [`Tool::DEF`] says the rest —
+//! listed in its actor's table ([`Table`]) as an [`Entry`].
 //!
-//! A table holds `&dyn` [`Runnable`] entries; the blanket implementations here turn a typed
-//! tool into one: the generic host (`toolmesh-actix-host`) finds the entry by name, and the
-//! entry parses the arguments into [`Define::Args`] before [`Tool::run`] sees them. The
-//! registry reads the same entries through [`Listed`] (the definition and the schema derived
-//! from `Args`), so schema and code cannot drift apart and a name no table lists reaches no
-//! tool's code.
+//! The generic host (`toolmesh-actix-host`) finds the entry by name; the entry parses the
+//! arguments into the tool's type and runs it. The registry reads the same entries through
+//! [`Listed`] (the definition and the schema derived from the type), so schema and code cannot
+//! drift apart and a name no table lists reaches no tool's code.
 //!
-//! Adding a tool: one file with the type and both impls, one line in its actor's table, one
-//! row in PROTOCOL.md's tool table (ARCHITECTURE.md, "Adding a tool").
+//! Adding a tool: one file with the type and its impl, one line in its actor's table, one row
+//! in PROTOCOL.md's tool table (ARCHITECTURE.md, "Adding a tool").
 
 use std::future::Future;
 
@@ -27,30 +26,22 @@ use crate::wire::InvocationContext;
 /// A tool's fields on success, its error otherwise.
 pub type ToolResult = Result<Map<String, Value>, ToolError>;
 
-/// A tool's definition and the type its arguments parse into.
-pub trait Define: Sync + 'static {
-    /// Its arguments. Derives `JsonSchema` (the registry's schema) and refuses unknown
-    /// members (`deny_unknown_fields`), see [`super::args`].
-    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+/// A tool an actor runs with its host `H` (its service, or what a call was placed with). The
+/// type is the tool's arguments: it derives `Deserialize` (refusing unknown members,
+/// `deny_unknown_fields`) and `JsonSchema` (the registry's schema, whose description is the
+/// type's doc comment), see [`super::args`].
+pub trait Tool<H>: DeserializeOwned + JsonSchema + Send + 'static {
     /// Name, group, risk, side effects, session need, where it runs, its profiles and how an
     /// approver sees its arguments.
     const DEF: &'static ToolDef;
-}
 
-/// How a tool of an actor runs.
-pub trait Tool: Define {
-    /// What the actor hands every tool of its table (its service, or what a call was placed
-    /// with).
-    type Host: Sync + 'static;
-
-    /// Runs one call whose arguments parsed. The generic host checked the session (a tool
-    /// whose definition needs one finds it in [`ToolCall::session`]), opened the span and
-    /// numbers the events published through [`ToolCall::events`].
+    /// Runs one call whose arguments parsed into `self`. The generic host checked the session
+    /// (a tool whose definition needs one finds it in [`ToolCall::session`]), opened the span
+    /// and numbers the events published through [`ToolCall::events`].
     fn run<'a>(
-        &'a self,
-        host: &'a Self::Host,
+        self,
+        host: &'a H,
         call: &'a ToolCall<'a>,
-        args: Self::Args,
     ) -> impl Future<Output = ToolResult> + Send + 'a;
 }
 
@@ -60,25 +51,38 @@ pub trait Listed: Sync {
     fn schema(&self) -> Value;
 }
 
-impl<T: Define> Listed for T {
+impl<T: Listed + ?Sized> Listed for &T {
     fn def(&self) -> &'static ToolDef {
-        T::DEF
+        (**self).def()
     }
 
     fn schema(&self) -> Value {
-        schema_of::<T::Args>()
+        (**self).schema()
     }
 }
 
-/// A definition with its schema given as a function: a tool as data (tests list such
-/// neighbours beside a table).
+/// A tool of a table: its definition, its schema and how it runs (`R`: the actor's way of
+/// running a tool, [`RunFn`] for a [`Tool`]; `()` for a tool that is listed only, or a tool of
+/// the tests).
 #[derive(Debug, Clone, Copy)]
-pub struct DefWithSchema {
+pub struct Entry<R = ()> {
     pub def: &'static ToolDef,
     pub schema: fn() -> Value,
+    pub run: R,
 }
 
-impl Listed for DefWithSchema {
+impl<R> Entry<R> {
+    /// The entry of a tool of argument type `A`.
+    pub const fn new<A: JsonSchema>(def: &'static ToolDef, run: R) -> Self {
+        Entry {
+            def,
+            schema: schema_of::<A>,
+            run,
+        }
+    }
+}
+
+impl<R: Sync> Listed for Entry<R> {
     fn def(&self) -> &'static ToolDef {
         self.def
     }
@@ -88,30 +92,41 @@ impl Listed for DefWithSchema {
     }
 }
 
-/// A tool of a table: parses its arguments, then runs. Implemented for every [`Tool`].
+/// How a [`Tool`] of host `H` runs from its table: parses the arguments, then runs.
+pub type RunFn<H> = for<'a> fn(&'a H, &'a ToolCall<'a>) -> BoxFuture<'a, ToolResult>;
+
+impl<H: Sync + 'static> Entry<RunFn<H>> {
+    /// The table entry of tool `T`.
+    pub const fn of<T: Tool<H>>() -> Self {
+        Entry::new::<T>(T::DEF, run_parsed::<H, T>)
+    }
+}
+
+fn run_parsed<'a, H: Sync + 'static, T: Tool<H>>(
+    host: &'a H,
+    call: &'a ToolCall<'a>,
+) -> BoxFuture<'a, ToolResult> {
+    Box::pin(async move { parse_args::<T>(call.arguments)?.run(host, call).await })
+}
+
+/// An entry the generic host runs: a [`Tool`]'s ([`Entry::of`]), or an actor's own entry that
+/// holds one (the sandbox worker's, with how a call is placed).
 pub trait Runnable<H>: Listed {
     fn run_value<'a>(&'a self, host: &'a H, call: &'a ToolCall<'a>) -> BoxFuture<'a, ToolResult>;
 }
 
-impl<T: Tool> Runnable<T::Host> for T {
-    fn run_value<'a>(
-        &'a self,
-        host: &'a T::Host,
-        call: &'a ToolCall<'a>,
-    ) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let args = parse_args::<T::Args>(call.arguments)?;
-            self.run(host, call, args).await
-        })
+impl<H> Runnable<H> for Entry<RunFn<H>> {
+    fn run_value<'a>(&'a self, host: &'a H, call: &'a ToolCall<'a>) -> BoxFuture<'a, ToolResult> {
+        (self.run)(host, call)
     }
 }
 
 /// An actor's tools, in the order of PROTOCOL.md's tool table.
-pub type Table<H> = &'static [&'static dyn Runnable<H>];
+pub type Table<H> = &'static [Entry<RunFn<H>>];
 
 /// The entry of `name` in `table`: a name the table lacks finds nothing, never another tool.
-pub fn find<E: ?Sized + Listed>(table: &[&'static E], name: &str) -> Option<&'static E> {
-    table.iter().copied().find(|tool| tool.def().name == name)
+pub fn find<E: Listed>(table: &'static [E], name: &str) -> Option<&'static E> {
+    table.iter().find(|tool| tool.def().name == name)
 }
 
 /// Arguments parsed into a tool's type: `invalid_arguments` saying why not. The gateway
