@@ -338,7 +338,11 @@ mod tests {
 
     #[test]
     fn a_tool_is_described_by_its_doc_comment_unwrapped() {
-        let defs = [def("documented", BuiltinGroup::Web, schema_of::<Documented>)];
+        let defs = [def(
+            "documented",
+            BuiltinGroup::Web,
+            schema_of::<Documented>,
+        )];
         let reg = ToolRegistry::new(listed(&defs)).unwrap();
         let tool = reg.get("documented").unwrap();
         let expected = "A tool of the tests whose doc comment is its description, wrapped \
