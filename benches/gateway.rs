@@ -21,14 +21,16 @@ use bytes::Bytes;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{latencies, percentile, throughput};
+use support::{compare_alternating, Pace, Side};
 
-const WARMUP: usize = 2_000;
-const ROUNDS: usize = 10;
-const SAMPLES_PER_ROUND: usize = 2_000;
-const IN_FLIGHT: usize = 64;
-const THROUGHPUT_ROUNDS: usize = 5;
-const THROUGHPUT_ROUND: Duration = Duration::from_secs(1);
+const PACE: Pace = Pace {
+    warmup: 2_000,
+    rounds: 10,
+    samples_per_round: 2_000,
+    in_flight: 64,
+    throughput_rounds: 5,
+    throughput_round: Duration::from_secs(1),
+};
 const GATEWAY: &str = "toolmesh.v1.call.bench";
 
 /// Measures `body` on the gateway subject against a raw responder on `raw_subject` that
@@ -50,63 +52,25 @@ async fn compare(
 
     support::start_raw_responder(client, url, raw_subject, sample.clone(), &body).await;
 
-    let mut warm = Vec::new();
-    latencies(client, raw_subject, &body, WARMUP, &mut warm).await;
-    latencies(client, GATEWAY, &body, WARMUP, &mut warm).await;
-    let (mut raw, mut gw) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        latencies(client, raw_subject, &body, SAMPLES_PER_ROUND, &mut raw).await;
-        latencies(client, GATEWAY, &body, SAMPLES_PER_ROUND, &mut gw).await;
-    }
-    raw.sort();
-    gw.sort();
-    let (mut raw_calls, mut raw_time) = (0, Duration::ZERO);
-    let (mut gw_calls, mut gw_time) = (0, Duration::ZERO);
-    for _ in 0..THROUGHPUT_ROUNDS {
-        let (n, t) = throughput(client, raw_subject, &body, IN_FLIGHT, THROUGHPUT_ROUND).await;
-        raw_calls += n;
-        raw_time += t;
-        let (n, t) = throughput(client, GATEWAY, &body, IN_FLIGHT, THROUGHPUT_ROUND).await;
-        gw_calls += n;
-        gw_time += t;
-    }
-    let raw_tp = raw_calls as f64 / raw_time.as_secs_f64();
-    let gw_tp = gw_calls as f64 / gw_time.as_secs_f64();
-
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (rp50, rp99) = (percentile(&raw, 0.5), percentile(&raw, 0.99));
-    let (gp50, gp99) = (percentile(&gw, 0.5), percentile(&gw, 0.99));
     println!(
-        "\n{name}: reply {} bytes; {} sequential samples each; {IN_FLIGHT} in flight for {THROUGHPUT_ROUNDS} x {} s each; alternating rounds",
+        "\n{name}: reply {} bytes; {} sequential samples each; {} in flight for {} x {} s each; alternating rounds",
         sample.len(),
-        ROUNDS * SAMPLES_PER_ROUND,
-        THROUGHPUT_ROUND.as_secs()
+        PACE.rounds * PACE.samples_per_round,
+        PACE.in_flight,
+        PACE.throughput_rounds,
+        PACE.throughput_round.as_secs()
     );
-    println!(
-        "{:<28} {:>10} {:>10} {:>14}",
-        "", "p50 µs", "p99 µs", "calls/s"
-    );
-    println!(
-        "{:<28} {:>10.1} {:>10.1} {:>14.0}",
-        "raw async-nats req/reply",
-        us(rp50),
-        us(rp99),
-        raw_tp
-    );
-    println!(
-        "{:<28} {:>10.1} {:>10.1} {:>14.0}",
-        "through the gateway",
-        us(gp50),
-        us(gp99),
-        gw_tp
-    );
-    println!(
-        "{:<28} {:>10.2} {:>10.2} {:>14.2}",
-        "ratio gateway / raw",
-        us(gp50) / us(rp50),
-        us(gp99) / us(rp99),
-        gw_tp / raw_tp
-    );
+    let raw = Side {
+        label: "raw async-nats req/reply",
+        subject: raw_subject,
+        body: &body,
+    };
+    let gateway = Side {
+        label: "through the gateway",
+        subject: GATEWAY,
+        body: &body,
+    };
+    compare_alternating(client, &PACE, raw, gateway, "ratio gateway / raw").await;
 }
 
 /// An OTLP/HTTP endpoint that takes every export and counts requests and bytes: what the

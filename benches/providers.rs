@@ -19,14 +19,16 @@ use futures::StreamExt;
 use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
 
 mod support;
-use support::{block_on, latencies, percentile, throughput, us};
+use support::{block_on, compare_alternating, Pace, Side};
 
-const WARMUP: usize = 2_000;
-const ROUNDS: usize = 10;
-const SAMPLES_PER_ROUND: usize = 1_000;
-const IN_FLIGHT: usize = 64;
-const THROUGHPUT_ROUNDS: usize = 5;
-const THROUGHPUT_ROUND: Duration = Duration::from_secs(1);
+const PACE: Pace = Pace {
+    warmup: 2_000,
+    rounds: 10,
+    samples_per_round: 1_000,
+    in_flight: 64,
+    throughput_rounds: 5,
+    throughput_round: Duration::from_secs(1),
+};
 const GATEWAY: &str = "toolmesh.v1.call.bench";
 const ENDPOINT: &str = "bench.provider.echo";
 
@@ -118,67 +120,23 @@ fn main() {
             }))
             .unwrap(),
         );
-        let mut warm = Vec::new();
-        latencies(&client, ENDPOINT, &direct_body, WARMUP, &mut warm).await;
-        latencies(&client, GATEWAY, &gateway_body, WARMUP, &mut warm).await;
-        let (mut direct, mut gw) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            latencies(
-                &client,
-                ENDPOINT,
-                &direct_body,
-                SAMPLES_PER_ROUND,
-                &mut direct,
-            )
-            .await;
-            latencies(&client, GATEWAY, &gateway_body, SAMPLES_PER_ROUND, &mut gw).await;
-        }
-        direct.sort();
-        gw.sort();
-        let (mut dn, mut dt, mut gn, mut gt) = (0, Duration::ZERO, 0, Duration::ZERO);
-        for _ in 0..THROUGHPUT_ROUNDS {
-            let (n, t) =
-                throughput(&client, ENDPOINT, &direct_body, IN_FLIGHT, THROUGHPUT_ROUND).await;
-            dn += n;
-            dt += t;
-            let (n, t) =
-                throughput(&client, GATEWAY, &gateway_body, IN_FLIGHT, THROUGHPUT_ROUND).await;
-            gn += n;
-            gt += t;
-        }
-        let dtp = dn as f64 / dt.as_secs_f64();
-        let gtp = gn as f64 / gt.as_secs_f64();
         println!(
-            "\nbench_echo (200-char argument): {} sequential samples each, alternating rounds; {IN_FLIGHT} in flight for {THROUGHPUT_ROUNDS} x {} s each",
-            ROUNDS * SAMPLES_PER_ROUND,
-            THROUGHPUT_ROUND.as_secs()
+            "\nbench_echo (200-char argument): {} sequential samples each, alternating rounds; {} in flight for {} x {} s each",
+            PACE.rounds * PACE.samples_per_round,
+            PACE.in_flight,
+            PACE.throughput_rounds,
+            PACE.throughput_round.as_secs()
         );
-        println!(
-            "{:<30} {:>10} {:>10} {:>12}",
-            "", "p50 µs", "p99 µs", "calls/s"
-        );
-        let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
-        let (g50, g99) = (percentile(&gw, 0.5), percentile(&gw, 0.99));
-        println!(
-            "{:<30} {:>10.1} {:>10.1} {:>12.0}",
-            "direct to the endpoint",
-            us(d50),
-            us(d99),
-            dtp
-        );
-        println!(
-            "{:<30} {:>10.1} {:>10.1} {:>12.0}",
-            "through the gateway",
-            us(g50),
-            us(g99),
-            gtp
-        );
-        println!(
-            "{:<30} {:>10.2} {:>10.2} {:>12.2}",
-            "ratio gateway / direct",
-            us(g50) / us(d50),
-            us(g99) / us(d99),
-            gtp / dtp
-        );
+        let direct = Side {
+            label: "direct to the endpoint",
+            subject: ENDPOINT,
+            body: &direct_body,
+        };
+        let gateway = Side {
+            label: "through the gateway",
+            subject: GATEWAY,
+            body: &gateway_body,
+        };
+        compare_alternating(&client, &PACE, direct, gateway, "ratio gateway / direct").await;
     });
 }

@@ -107,6 +107,90 @@ pub async fn latencies(
     }
 }
 
+/// How an alternating comparison runs: warm-up requests to each side, rounds of sequential
+/// samples, then rounds of throughput with requests in flight.
+pub struct Pace {
+    pub warmup: usize,
+    pub rounds: usize,
+    pub samples_per_round: usize,
+    pub in_flight: usize,
+    pub throughput_rounds: usize,
+    pub throughput_round: Duration,
+}
+
+/// One side of a comparison: its row's label, and the subject and body it is asked with.
+pub struct Side<'a> {
+    pub label: &'a str,
+    pub subject: &'a str,
+    pub body: &'a Bytes,
+}
+
+/// Measures `base` and `tested` in alternating rounds, so that both see the same machine (on
+/// a shared 2-core box, noise from outside moves both figures, not one), and prints p50 and
+/// p99 in µs and calls/s of each, then `tested` over `base` in a row labelled `ratio`.
+pub async fn compare_alternating(
+    client: &async_nats::Client,
+    pace: &Pace,
+    base: Side<'_>,
+    tested: Side<'_>,
+    ratio: &str,
+) {
+    let mut warm = Vec::new();
+    for side in [&base, &tested] {
+        latencies(client, side.subject, side.body, pace.warmup, &mut warm).await;
+    }
+    let mut samples = [Vec::new(), Vec::new()];
+    for _ in 0..pace.rounds {
+        for (side, out) in [&base, &tested].into_iter().zip(samples.iter_mut()) {
+            latencies(client, side.subject, side.body, pace.samples_per_round, out).await;
+        }
+    }
+    let mut calls = [(0, Duration::ZERO), (0, Duration::ZERO)];
+    for _ in 0..pace.throughput_rounds {
+        for (side, (n, t)) in [&base, &tested].into_iter().zip(calls.iter_mut()) {
+            let (more, took) = throughput(
+                client,
+                side.subject,
+                side.body,
+                pace.in_flight,
+                pace.throughput_round,
+            )
+            .await;
+            *n += more;
+            *t += took;
+        }
+    }
+    println!(
+        "{:<30} {:>10} {:>10} {:>14}",
+        "", "p50 µs", "p99 µs", "calls/s"
+    );
+    let mut rows = Vec::new();
+    for ((side, samples), (n, t)) in [&base, &tested]
+        .into_iter()
+        .zip(samples.iter_mut())
+        .zip(calls)
+    {
+        samples.sort();
+        let row = (
+            us(percentile(samples, 0.5)),
+            us(percentile(samples, 0.99)),
+            n as f64 / t.as_secs_f64(),
+        );
+        println!(
+            "{:<30} {:>10.1} {:>10.1} {:>14.0}",
+            side.label, row.0, row.1, row.2
+        );
+        rows.push(row);
+    }
+    println!(
+        "{:<30} {:>10.2} {:>10.2} {:>14.2}",
+        ratio,
+        rows[1].0 / rows[0].0,
+        rows[1].1 / rows[0].1,
+        rows[1].2 / rows[0].2
+    );
+}
+
 /// One `run_command` through the gateway on `subject`, which must answer within 60 s, ok and
 /// with exit code 0; its reply.
 pub async fn run_command_ok(
