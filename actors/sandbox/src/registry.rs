@@ -272,3 +272,36 @@ impl SessionRegistry {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_store_is_unavailable_and_a_bad_holder_internal() {
+        let down = RegistryError::Unreachable(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection refused",
+        )));
+        assert_eq!(down.kind(), RegistryErrorKind::Unavailable);
+        let down = ToolError::from(down);
+        assert_eq!(down.code, ErrorCode::Unavailable);
+        assert!(
+            !down.message.contains("refused"),
+            "Redis' words stay in the log"
+        );
+
+        let holder = NodeId::parse("a b").unwrap_err();
+        let bad = ToolError::from(RegistryError::MalformedHolder(holder));
+        assert_eq!(bad.code, ErrorCode::Internal);
+        assert!(bad
+            .message
+            .starts_with("a malformed holder in the registry: "));
+        match OpenError::from(RegistryError::MalformedHolder(
+            NodeId::parse("").unwrap_err(),
+        )) {
+            OpenError::Failed(e) => assert_eq!(e.code, ErrorCode::Internal),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -31,6 +31,9 @@ pub enum InstallError {
         #[source]
         source: std::io::Error,
     },
+    /// The blocking task running [`install`] panicked or was cancelled.
+    #[error("installing skills: {0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// `internal` with the sentence of the error; the log line keeps its cause.

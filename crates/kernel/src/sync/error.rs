@@ -57,3 +57,25 @@ impl From<SyncClientError> for ToolError {
         ToolError::internal(e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_stays_in_the_chain_and_the_sentence() {
+        let source = serde_json::from_slice::<serde_json::Value>(b"{").unwrap_err();
+        let shown = source.to_string();
+        let e = SyncClientError::NotJson {
+            what: "manifest",
+            source,
+        };
+        assert!(std::error::Error::source(&e).is_some());
+        let error = ToolError::from(e);
+        assert_eq!(error.code, crate::ErrorCode::Internal);
+        assert_eq!(
+            error.message,
+            format!("the workspace answered a manifest that is not JSON: {shown}")
+        );
+    }
+}
