@@ -25,14 +25,11 @@ pub struct ApprovalConfig {
 
 impl ApprovalConfig {
     pub fn from_env(env: &RawEnv) -> Result<ApprovalConfig, ConfigError> {
-        let ttl_s: u64 = env.parse("TOOLMESH_APPROVAL_TTL_S", DEFAULT_APPROVAL_TTL_S)?;
-        if ttl_s == 0 {
-            return Err(ConfigError::Invalid {
-                key: "TOOLMESH_APPROVAL_TTL_S",
-                value: "0".into(),
-                reason: "an approval must live at least one second".into(),
-            });
-        }
+        let ttl_s: u64 = env.parse_nonzero(
+            "TOOLMESH_APPROVAL_TTL_S",
+            DEFAULT_APPROVAL_TTL_S,
+            "an approval must live at least one second",
+        )?;
         Ok(ApprovalConfig {
             in_band: env.flag("TOOLMESH_APPROVAL_IN_BAND", true)?,
             ttl: Duration::from_secs(ttl_s),
@@ -47,18 +44,11 @@ impl ApprovalConfig {
 
 /// `TOOLMESH_APPROVAL_MAX_PENDING`, at least 1.
 fn max_pending(env: &RawEnv) -> Result<u64, ConfigError> {
-    let max: u64 = env.parse(
+    env.parse_nonzero(
         "TOOLMESH_APPROVAL_MAX_PENDING",
         DEFAULT_APPROVAL_MAX_PENDING,
-    )?;
-    if max == 0 {
-        return Err(ConfigError::Invalid {
-            key: "TOOLMESH_APPROVAL_MAX_PENDING",
-            value: "0".into(),
-            reason: "an account must be able to ask for at least one approval".into(),
-        });
-    }
-    Ok(max)
+        "an account must be able to ask for at least one approval",
+    )
 }
 
 #[cfg(test)]

@@ -250,14 +250,11 @@ fn sessions_per_account(env: &RawEnv) -> Result<usize, ConfigError> {
         "TOOLMESH_SANDBOX_MAX_SESSIONS",
         DEFAULT_SANDBOX_MAX_SESSIONS,
     )?;
-    let quota: usize = env.parse(KEY, (max / 2).max(1))?;
-    if quota == 0 {
-        return Err(ConfigError::Invalid {
-            key: KEY,
-            value: "0".into(),
-            reason: "an account must be allowed at least one session".into(),
-        });
-    }
+    let quota: usize = env.parse_nonzero(
+        KEY,
+        (max / 2).max(1),
+        "an account must be allowed at least one session",
+    )?;
     Ok(quota.min(max))
 }
 

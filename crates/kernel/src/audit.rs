@@ -60,14 +60,11 @@ impl Default for AuditConfig {
 
 impl AuditConfig {
     pub fn from_env(env: &RawEnv) -> Result<Self, ConfigError> {
-        let max_age_s: u64 = env.parse("TOOLMESH_AUDIT_MAX_AGE_S", DEFAULT_MAX_AGE_S)?;
-        if max_age_s == 0 {
-            return Err(ConfigError::Invalid {
-                key: "TOOLMESH_AUDIT_MAX_AGE_S",
-                value: "0".into(),
-                reason: "the trail must keep its entries at least one second".into(),
-            });
-        }
+        let max_age_s: u64 = env.parse_nonzero(
+            "TOOLMESH_AUDIT_MAX_AGE_S",
+            DEFAULT_MAX_AGE_S,
+            "the trail must keep its entries at least one second",
+        )?;
         Ok(Self {
             max_age: Duration::from_secs(max_age_s),
         })

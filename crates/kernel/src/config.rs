@@ -134,6 +134,28 @@ impl RawEnv {
         }
     }
 
+    /// A number as [`Self::parse`] reads it, which may not be 0: `zero` says why.
+    pub fn parse_nonzero<T>(
+        &self,
+        key: &'static str,
+        default: T,
+        zero: &str,
+    ) -> Result<T, ConfigError>
+    where
+        T: std::str::FromStr + From<u8> + PartialEq,
+        T::Err: std::fmt::Display,
+    {
+        let value = self.parse(key, default)?;
+        if value == T::from(0) {
+            return Err(ConfigError::Invalid {
+                key,
+                value: "0".into(),
+                reason: zero.into(),
+            });
+        }
+        Ok(value)
+    }
+
     /// A switch: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`.
     pub fn flag(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.get(key).map(str::trim) {
@@ -228,14 +250,11 @@ fn reply_prefixes(env: &RawEnv) -> Result<ReplyPrefixes, ConfigError> {
 
 /// `TOOLMESH_EVENTS_MAX_AGE_S` (at least 1) and `TOOLMESH_EVENTS_MAX_BYTES` (0: no limit).
 fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigError> {
-    let max_age_s: u64 = env.parse("TOOLMESH_EVENTS_MAX_AGE_S", DEFAULT_EVENTS_MAX_AGE_S)?;
-    if max_age_s == 0 {
-        return Err(ConfigError::Invalid {
-            key: "TOOLMESH_EVENTS_MAX_AGE_S",
-            value: "0".into(),
-            reason: "an event must be kept at least one second".into(),
-        });
-    }
+    let max_age_s: u64 = env.parse_nonzero(
+        "TOOLMESH_EVENTS_MAX_AGE_S",
+        DEFAULT_EVENTS_MAX_AGE_S,
+        "an event must be kept at least one second",
+    )?;
     let max_bytes: u64 = env.parse("TOOLMESH_EVENTS_MAX_BYTES", DEFAULT_EVENTS_MAX_BYTES)?;
     if i64::try_from(max_bytes).is_err() {
         return Err(ConfigError::Invalid {
