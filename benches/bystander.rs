@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use toolmesh_testkit::{request_json_within, NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile, wait_until_quiet, NodeContainers};
+use support::{load_average, ms, node_on, percentile, wait_until_quiet, NodeContainers};
 
 const ROLES: &str = "gateway,approval,workspace,sandbox";
 const LONG: Duration = Duration::from_secs(300);
@@ -100,10 +100,7 @@ fn brief(r: &Value) -> String {
 }
 
 fn node_spec(bin: &str, id: &str, nats: &NatsServer, redis: &RedisServer, data: &Path) -> NodeSpec {
-    NodeSpec::new(bin, ROLES, id)
-        .env("TOOLMESH_NATS_URL", nats.url())
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.display().to_string())
+    node_on(bin, ROLES, id, nats, redis, data)
         .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
         .env("TOOLMESH_SANDBOX_IDLE_TTL_S", "3")
 }

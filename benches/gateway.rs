@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
-use support::{compare_alternating, Pace, Side};
+use support::{compare_alternating, node_on, Pace, Side, TOOLMESH};
 
 const PACE: Pace = Pace {
     warmup: 2_000,
@@ -53,23 +53,12 @@ async fn compare(
     support::start_raw_responder(client, url, raw_subject, sample.clone(), &body).await;
 
     println!(
-        "\n{name}: reply {} bytes; {} sequential samples each; {} in flight for {} x {} s each; alternating rounds",
+        "\n{name}: reply {} bytes; {}",
         sample.len(),
-        PACE.rounds * PACE.samples_per_round,
-        PACE.in_flight,
-        PACE.throughput_rounds,
-        PACE.throughput_round.as_secs()
+        PACE.describe()
     );
-    let raw = Side {
-        label: "raw async-nats req/reply",
-        subject: raw_subject,
-        body: &body,
-    };
-    let gateway = Side {
-        label: "through the gateway",
-        subject: GATEWAY,
-        body: &body,
-    };
+    let raw = Side::new("raw async-nats req/reply", raw_subject, &body);
+    let gateway = Side::new("through the gateway", GATEWAY, &body);
     compare_alternating(client, &PACE, raw, gateway, "ratio gateway / raw").await;
 }
 
@@ -115,14 +104,14 @@ fn main() {
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
         let threads = std::env::var("TOOLMESH_WORKER_THREADS").unwrap_or_else(|_| "0".into());
-        let mut spec = NodeSpec::new(
-            env!("CARGO_BIN_EXE_toolmesh"),
+        let mut spec = node_on(
+            TOOLMESH,
             "gateway,workspace",
             "bench-node",
+            &nats,
+            &redis,
+            data.path(),
         )
-        .env("TOOLMESH_NATS_URL", nats.url())
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
         .env("TOOLMESH_WORKER_THREADS", threads.clone());
         if let Some((endpoint, _)) = &sink {
             spec = spec.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone());

@@ -21,10 +21,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt as _};
 use serde_json::{json, Value};
-use toolmesh_testkit::{Listener, NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{Listener, NatsServer, RedisServer};
 
 mod support;
-use support::{block_on, ms, percentile};
+use support::{block_on, ms, node_on, percentile};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
 const WARMUP: usize = 200;
@@ -112,10 +112,8 @@ fn main() {
     .unwrap();
     block_on(async {
         let client = nats.client().await;
-        let node = NodeSpec::new(BIN, "gateway,approval,workspace,mcp", "bench-mcp-1")
-            .env("TOOLMESH_NATS_URL", nats.url())
-            .env("TOOLMESH_REDIS_URL", redis.url())
-            .env("TOOLMESH_DATA_DIR", dir.path().display().to_string())
+        let roles = "gateway,approval,workspace,mcp";
+        let node = node_on(BIN, roles, "bench-mcp-1", &nats, &redis, dir.path())
             .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
             .env("TOOLMESH_MCP_LISTEN", "127.0.0.1:0")
             .env("TOOLMESH_MCP_TOKENS", tokens.display().to_string())

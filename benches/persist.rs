@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, SessionId};
-use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
-use support::{load_average, ms, percentile};
+use support::{load_average, ms, node_on, percentile, TOOLMESH};
 
 const PART: usize = 512 * 1024;
 
@@ -79,10 +79,7 @@ async fn run() {
     let data = tempfile::tempdir().expect("temp dir");
     let client = nats.client().await;
     let node_id = format!("bench-persist-{}", std::process::id());
-    let _node = NodeSpec::new(env!("CARGO_BIN_EXE_toolmesh"), "workspace", &node_id)
-        .env("TOOLMESH_NATS_URL", nats.url())
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
+    let _node = node_on(TOOLMESH, "workspace", &node_id, &nats, &redis, data.path())
         .start(&client)
         .await;
 

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use async_nats::service::ServiceExt;
 use bytes::Bytes;
 use futures::StreamExt;
-use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
-use support::{block_on, compare_alternating, Pace, Side};
+use support::{block_on, compare_alternating, node_on, Pace, Side, TOOLMESH};
 
 const PACE: Pace = Pace {
     warmup: 2_000,
@@ -76,17 +76,11 @@ fn main() {
         let redis = RedisServer::start();
         let data = tempfile::tempdir().expect("temp dir");
         let client = nats.client().await;
-        let _node = NodeSpec::new(
-            env!("CARGO_BIN_EXE_toolmesh"),
-            "gateway,approval",
-            "bench-node",
-        )
-        .env("TOOLMESH_NATS_URL", nats.url())
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-        .start(&client)
-        .await;
+        let roles = "gateway,approval";
+        let _node = node_on(TOOLMESH, roles, "bench-node", &nats, &redis, data.path())
+            .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+            .start(&client)
+            .await;
 
         let arguments = serde_json::json!({"text": "x".repeat(200)});
         let gateway_body = Bytes::from(
@@ -120,23 +114,9 @@ fn main() {
             }))
             .unwrap(),
         );
-        println!(
-            "\nbench_echo (200-char argument): {} sequential samples each, alternating rounds; {} in flight for {} x {} s each",
-            PACE.rounds * PACE.samples_per_round,
-            PACE.in_flight,
-            PACE.throughput_rounds,
-            PACE.throughput_round.as_secs()
-        );
-        let direct = Side {
-            label: "direct to the endpoint",
-            subject: ENDPOINT,
-            body: &direct_body,
-        };
-        let gateway = Side {
-            label: "through the gateway",
-            subject: GATEWAY,
-            body: &gateway_body,
-        };
+        println!("\nbench_echo (200-char argument): {}", PACE.describe());
+        let direct = Side::new("direct to the endpoint", ENDPOINT, &direct_body);
+        let gateway = Side::new("through the gateway", GATEWAY, &gateway_body);
         compare_alternating(&client, &PACE, direct, gateway, "ratio gateway / direct").await;
     });
 }

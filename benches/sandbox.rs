@@ -61,8 +61,8 @@ use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
 use support::{
-    containers, load_average, ms, percentile, raw_exec, remove_containers, run_command_ok,
-    wait_until_quiet,
+    containers, load_average, ms, node_on, percentile, raw_exec, remove_containers, run_command_ok,
+    wait_until_quiet, TOOLMESH,
 };
 
 const ACCOUNT: &str = "bench";
@@ -313,11 +313,7 @@ fn node_spec(
     redis: &RedisServer,
     data: &Path,
 ) -> NodeSpec {
-    NodeSpec::new(env!("CARGO_BIN_EXE_toolmesh"), roles, id)
-        .env("TOOLMESH_NATS_URL", nats.url())
-        .env("TOOLMESH_REDIS_URL", redis.url())
-        .env("TOOLMESH_DATA_DIR", data.display().to_string())
-        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+    node_on(TOOLMESH, roles, id, nats, redis, data).env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
 }
 
 async fn stop(mut node: Node) {

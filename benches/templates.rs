@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bytes::Bytes;
-use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
 use support::{
-    load_average, ms, percentile, raw_exec, run_command_ok, wait_until_quiet, NodeContainers,
+    load_average, ms, node_on, percentile, raw_exec, run_command_ok, wait_until_quiet,
+    NodeContainers, TOOLMESH,
 };
 
 const CALL: &str = "toolmesh.v1.call.bench";
@@ -108,23 +109,17 @@ async fn run() {
     let file = data.path().join("templates.toml");
     std::fs::write(&file, TEMPLATES).expect("templates file");
     let client = nats.client().await;
-    let node = NodeSpec::new(
-        env!("CARGO_BIN_EXE_toolmesh"),
-        "gateway,approval,workspace,sandbox",
-        &node_id,
-    )
-    .env("TOOLMESH_NATS_URL", nats.url())
-    .env("TOOLMESH_REDIS_URL", redis.url())
-    .env("TOOLMESH_DATA_DIR", data.path().display().to_string())
-    .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
-    .env("TOOLMESH_SANDBOX_TEMPLATES", file.display().to_string())
-    .env("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "4096")
-    .env(
-        "TOOLMESH_SANDBOX_MAX_SESSIONS",
-        (2 * new_sessions + 8).to_string(),
-    )
-    .start(&client)
-    .await;
+    let roles = "gateway,approval,workspace,sandbox";
+    let node = node_on(TOOLMESH, roles, &node_id, &nats, &redis, data.path())
+        .env("TOOLMESH_TOOL_APPROVAL_MODE", "off")
+        .env("TOOLMESH_SANDBOX_TEMPLATES", file.display().to_string())
+        .env("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "4096")
+        .env(
+            "TOOLMESH_SANDBOX_MAX_SESSIONS",
+            (2 * new_sessions + 8).to_string(),
+        )
+        .start(&client)
+        .await;
     let docker = Docker::connect_with_local_defaults()
         .expect("docker")
         .negotiate_version()

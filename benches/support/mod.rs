@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,26 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
 use bytes::Bytes;
 use futures::StreamExt;
+use toolmesh_testkit::{NatsServer, NodeSpec, RedisServer};
+
+/// The `toolmesh` binary of this build.
+pub const TOOLMESH: &str = env!("CARGO_BIN_EXE_toolmesh");
+
+/// A node of `bin` with `roles`, named `id`, on `nats` and `redis` with its data in `data`:
+/// what every bench's node starts from.
+pub fn node_on(
+    bin: &str,
+    roles: &str,
+    id: &str,
+    nats: &NatsServer,
+    redis: &RedisServer,
+    data: &Path,
+) -> NodeSpec {
+    NodeSpec::new(bin, roles, id)
+        .env("TOOLMESH_NATS_URL", nats.url())
+        .env("TOOLMESH_REDIS_URL", redis.url())
+        .env("TOOLMESH_DATA_DIR", data.display().to_string())
+}
 
 /// Runs a bench to its end on a one-thread runtime: the load generator takes one core and the
 /// node under test gets the rest. A multi-thread runtime's cross-thread wakeups halved the raw
@@ -118,11 +139,34 @@ pub struct Pace {
     pub throughput_round: Duration,
 }
 
+impl Pace {
+    /// The pace in words, for the line above a comparison's table.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} sequential samples each, alternating rounds; {} in flight for {} x {} s each",
+            self.rounds * self.samples_per_round,
+            self.in_flight,
+            self.throughput_rounds,
+            self.throughput_round.as_secs()
+        )
+    }
+}
+
 /// One side of a comparison: its row's label, and the subject and body it is asked with.
 pub struct Side<'a> {
     pub label: &'a str,
     pub subject: &'a str,
     pub body: &'a Bytes,
+}
+
+impl<'a> Side<'a> {
+    pub fn new(label: &'a str, subject: &'a str, body: &'a Bytes) -> Side<'a> {
+        Side {
+            label,
+            subject,
+            body,
+        }
+    }
 }
 
 /// Measures `base` and `tested` in alternating rounds, so that both see the same machine (on
