@@ -26,6 +26,11 @@ use support::{image, limits, unique};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The text a probe answered (its body, or how it failed).
+fn text_of(got: &[serde_json::Value], probe: usize) -> &str {
+    got[probe][1].as_str().unwrap()
+}
+
 fn recorder() -> (OnDecision, Arc<Mutex<Vec<Decision>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
@@ -235,25 +240,16 @@ async fn allow_listed_targets_are_reached_over_http_and_connect_and_the_rest_is_
     assert_eq!(got[1], serde_json::json!([200, "hello from /tunnelled"]));
     assert_eq!(got[2][0], 403, "{got:?}");
     assert!(
-        got[2][1]
-            .as_str()
-            .unwrap()
-            .contains("not-listed.example is not in the allow-list"),
+        text_of(&got, 2).contains("not-listed.example is not in the allow-list"),
         "{got:?}"
     );
-    assert!(
-        got[3][1].as_str().unwrap().contains("403"),
-        "CONNECT refused: {got:?}"
-    );
+    assert!(text_of(&got, 3).contains("403"), "CONNECT refused: {got:?}");
     assert_eq!(got[4][0], 403, "a port not listed: {got:?}");
     assert!(
-        got[4][1]
-            .as_str()
-            .unwrap()
-            .contains(&format!("127.0.0.1:{other} is not in the allow-list")),
+        text_of(&got, 4).contains(&format!("127.0.0.1:{other} is not in the allow-list")),
         "{got:?}"
     );
-    assert!(got[5][1].as_str().unwrap().contains("403"), "{got:?}");
+    assert!(text_of(&got, 5).contains("403"), "{got:?}");
     assert_eq!(got[6][0], 407, "no credential, no egress: {got:?}");
     assert_eq!(
         decided(&rig.decisions),
@@ -302,13 +298,10 @@ async fn a_name_resolving_to_a_private_address_needs_a_cidr_entry() {
         .await;
     assert_eq!(got[0][0], 403, "{got:?}");
     assert!(
-        got[0][1]
-            .as_str()
-            .unwrap()
-            .contains("localhost resolves to loopback address"),
+        text_of(&got, 0).contains("localhost resolves to loopback address"),
         "{got:?}"
     );
-    assert!(got[1][1].as_str().unwrap().contains("403"), "{got:?}");
+    assert!(text_of(&got, 1).contains("403"), "{got:?}");
     assert_eq!(
         decided(&rig.decisions),
         vec![
