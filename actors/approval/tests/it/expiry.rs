@@ -45,8 +45,7 @@ async fn a_pending_approval_expires_after_its_ttl() {
 async fn an_approved_but_unused_approval_expires_too() {
     let rig = Rig::with_config(config(1, true)).await;
     let call = Call::new("acme");
-    let created = rig.create(&call).await;
-    approval_of(&rig.decide("acme", &created.id, true, None).await);
+    let created = rig.create_decided(&call, true).await;
     let mut events = rig.events("acme").await;
 
     let (verb, announced) = next_event(&mut events).await;
@@ -73,10 +72,8 @@ async fn an_approved_but_unused_approval_expires_too() {
 async fn rejected_and_used_approvals_keep_their_status_past_the_ttl() {
     let rig = Rig::with_config(config(1, true)).await;
     let call = Call::new("acme");
-    let rejected = rig.create(&call).await;
-    approval_of(&rig.decide("acme", &rejected.id, false, None).await);
-    let used = rig.create(&call).await;
-    approval_of(&rig.decide("acme", &used.id, true, None).await);
+    let rejected = rig.create_decided(&call, false).await;
+    let used = rig.create_decided(&call, true).await;
     proceeded(rig.gate(&call.presenting(&used.id)).await);
     // A third one marks the passing of the TTL for the other two.
     let marker = rig.create(&call).await;

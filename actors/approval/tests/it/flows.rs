@@ -167,8 +167,7 @@ async fn a_rejection_refuses_and_the_first_decision_wins() {
 async fn a_mismatched_call_is_refused_and_the_approval_stays_usable() {
     let rig = Rig::start().await;
     let call = Call::new("acme");
-    let created = rig.create(&call).await;
-    approval_of(&rig.decide("acme", &created.id, true, None).await);
+    let created = rig.create_decided(&call, true).await;
     let grant = json!({"id": created.id});
 
     let mut other_session = call.with_grant(grant.clone());

@@ -2,7 +2,6 @@
 //! not the actors, make them atomic.
 
 use futures::future::join_all;
-use serde_json::json;
 use toolmesh_kernel::wire::{ApprovalStatus, GateOutcome};
 
 use crate::support::*;
@@ -65,11 +64,11 @@ async fn racing_uses_have_exactly_one_proceed() {
     let rig = Rig::start().await;
     let second_node = rig.another_desk().await;
     let call = Call::new("acme");
-    let created = rig.create(&call).await;
-    approval_of(&rig.decide("acme", &created.id, true, None).await);
+    let created = rig.create_decided(&call, true).await;
 
-    let calls: Vec<Call> = (0..12).map(|_| call.presenting(&created.id)).collect();
-    let outcomes = join_all(calls.iter().map(|c| rig.gate(c))).await;
+    let outcomes = rig
+        .gate_all((0..12).map(|_| call.presenting(&created.id)))
+        .await;
     let mut proceeds = 0;
     for outcome in outcomes {
         match outcome {
@@ -91,10 +90,9 @@ async fn racing_in_band_decisions_run_at_most_one_call_and_never_both_ways() {
     let call = Call::new("acme");
     let created = rig.create(&call).await;
 
-    let calls: Vec<Call> = (0..16)
-        .map(|i| call.with_grant(json!({"id": created.id, "approved": i % 2 == 0})))
-        .collect();
-    let outcomes = join_all(calls.iter().map(|c| rig.gate(c))).await;
+    let outcomes = rig
+        .gate_all((0..16).map(|i| call.deciding(&created.id, i % 2 == 0)))
+        .await;
     let mut codes = Vec::new();
     let mut proceeds = 0;
     for outcome in outcomes {

@@ -136,13 +136,11 @@ async fn a_release_changes_nothing_unless_the_using_call_asks() {
     let (used, call) = approve_and_use(&rig, &Call::new("acme")).await;
 
     let approved_call = Call::new("acme");
-    let approved = rig.create(&approved_call).await;
-    approval_of(&rig.decide("acme", &approved.id, true, None).await);
+    let approved = rig.create_decided(&approved_call, true).await;
     let pending_call = Call::new("acme");
     let pending = rig.create(&pending_call).await;
     let rejected_call = Call::new("acme");
-    let rejected = rig.create(&rejected_call).await;
-    approval_of(&rig.decide("acme", &rejected.id, false, None).await);
+    let rejected = rig.create_decided(&rejected_call, false).await;
 
     let ids = [&*used.id, &*approved.id, &*pending.id, &*rejected.id];
     let before = snapshot(&rig, &ids).await;

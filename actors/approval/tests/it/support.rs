@@ -130,6 +130,12 @@ impl Rig {
         gate_outcome(request_json(&self.client, internal::APPROVAL_GATE, call.body()).await)
     }
 
+    /// All of `calls` at the gate at once; their outcomes in order.
+    pub async fn gate_all(&self, calls: impl IntoIterator<Item = Call>) -> Vec<GateOutcome> {
+        let calls: Vec<Call> = calls.into_iter().collect();
+        futures::future::join_all(calls.iter().map(|call| self.gate(call))).await
+    }
+
     pub async fn gate_raw(&self, body: &[u8]) -> GateOutcome {
         gate_outcome(request_raw(&self.client, internal::APPROVAL_GATE, body.to_vec()).await)
     }
@@ -174,6 +180,17 @@ impl Rig {
             GateOutcome::Required { approval, .. } => approval,
             other => panic!("expected a new pending approval, got {other:?}"),
         }
+    }
+
+    /// A new approval for `call`, decided out of band (by no named approver); as created.
+    pub async fn create_decided(&self, call: &Call, approved: bool) -> ApprovalRequest {
+        let created = self.create(call).await;
+        approval_of(
+            &self
+                .decide(&call.account, &created.id, approved, None)
+                .await,
+        );
+        created
     }
 
     pub async fn list(&self, account: &str) -> Value {
