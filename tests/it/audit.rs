@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use toolmesh_testkit::{request_json, wait_until};
+use toolmesh_testkit::request_json;
 
 use crate::support::{collect, fake_workspace, ok, Cluster, Deployed, LoggedNode, BIN};
 
@@ -483,13 +483,11 @@ async fn a_node_with_a_shorter_max_age_leaves_the_audit_stream_as_it_is_and_says
     let (after, messages) = audit_stream(&c.client).await;
     assert_eq!(after, before, "the node changed the stream");
     assert_eq!(messages, 2);
-    let said = "max_age is 7776000 s on the stream, 1 s in this node's settings";
-    let logged = wait_until(Duration::from_secs(5), || {
-        let log = node.log();
-        async move { log.contains(said) && log.contains("never lowers") }
-    })
+    node.logs(&[
+        "max_age is 7776000 s on the stream, 1 s in this node's settings",
+        "never lowers",
+    ])
     .await;
-    assert!(logged, "{}", node.log());
     // Its trail is on: it writes into the stream as it is.
     assert_audit(&c, "ok").await;
 }
@@ -582,13 +580,11 @@ async fn a_node_that_may_not_raise_an_older_audit_stream_says_so_and_keeps_its_t
     let (before, _) = audit_stream(&node_client).await;
     let spec = deployed.spec("gateway,approval", "audit-auth-older");
     let node = LoggedNode::start(&spec, &node_client).await;
-    let said = "deny_purge is false on the stream, true in this node's settings";
-    let logged = wait_until(Duration::from_secs(5), || {
-        let log = node.log();
-        async move { log.contains(said) && log.contains("could not be raised") }
-    })
+    node.logs(&[
+        "deny_purge is false on the stream, true in this node's settings",
+        "could not be raised",
+    ])
     .await;
-    assert!(logged, "{}", node.log());
     assert_eq!(audit_stream(&node_client).await.0, before);
     let acme = nats.client("acme").await;
     let status = request_json(

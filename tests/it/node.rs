@@ -136,13 +136,7 @@ async fn a_log_to_a_pipe_has_no_colour_codes() {
     let mut c = Cluster::servers().await;
     let spec = c.spec("gateway", &[]);
     let node = crate::support::LoggedNode::start(&spec, &c.client).await;
-    let said = "RunEvents are live only";
-    let logged = wait_until(Duration::from_secs(5), || {
-        let log = node.log();
-        async move { log.contains(said) }
-    })
-    .await;
-    assert!(logged, "{}", node.log());
+    node.logs(&["RunEvents are live only"]).await;
     assert!(
         !node.log().contains('\u{1b}'),
         "the log holds colour codes: {:?}",

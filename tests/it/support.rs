@@ -454,6 +454,16 @@ impl LoggedNode {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// Asserts that within 5 s the node's log holds every one of `words`.
+    pub async fn logs(&self, words: &[&str]) {
+        let logged = wait_until(Duration::from_secs(5), || {
+            let log = self.log();
+            async move { words.iter().all(|word| log.contains(word)) }
+        })
+        .await;
+        assert!(logged, "{words:?} not in the log:\n{}", self.log());
+    }
 }
 
 impl Drop for LoggedNode {
