@@ -40,6 +40,15 @@ async fn write_file(c: &Cluster, path: &str, content: &str) -> Value {
 }
 
 /// `read_workspace_file` of lines `start` to `end` of `path`.
+/// Asserts the window a read returned: its first and last line, of how many lines, and
+/// whether that is part of the file.
+fn assert_window(r: &Value, range: [u64; 2], total_lines: u64, partial: bool) {
+    let window = (&r["read_range"], &r["total_lines"], &r["partial"]);
+    assert_eq!(window.0, &json!(range), "{window:?}");
+    assert_eq!(window.1, &json!(total_lines), "{window:?}");
+    assert_eq!(window.2, &json!(partial), "{window:?}");
+}
+
 async fn read_lines(c: &Cluster, path: &str, start: u64, end: u64) -> Value {
     let args = json!({"path": path, "start_line": start, "end_line": end});
     tool(c, "read_workspace_file", args).await
@@ -66,9 +75,7 @@ async fn write_then_read_with_line_numbers_and_ranges() {
     );
     let r = ok(read_file(&c, "src/a.txt").await);
     assert_eq!(r["content"], "     1\tone\n     2\ttwo\n     3\tthree\n");
-    assert_eq!(r["read_range"], json!([1, 3]));
-    assert_eq!(r["total_lines"], 3);
-    assert_eq!(r["partial"], false);
+    assert_window(&r, [1, 3], 3, false);
     let r = tool(
         &c,
         "read_workspace_file",
@@ -548,9 +555,7 @@ async fn a_line_range_of_a_file_over_ten_megabytes_is_streamed_to_the_range() {
         r["content"],
         "350000\tline     350000 of the big file\n350001\tline     350001 of the big file\n350002\tline     350002 of the big file\n"
     );
-    assert_eq!(r["read_range"], json!([350_000, 350_002]));
-    assert_eq!(r["total_lines"], 400_000);
-    assert_eq!(r["partial"], true);
+    assert_window(&r, [350_000, 350_002], 400_000, true);
     // Past the line count: the same error as for a small file.
     let r = tool(
         &c,
@@ -594,9 +599,7 @@ async fn a_line_range_of_a_file_over_two_megabytes_is_capped_at_two_megabytes() 
     let r = ok(read_lines(&c, "three.log", 1, 30_000).await);
     // 2 MiB of 100-byte lines, ending on a whole line.
     let kept = (2 * 1024 * 1024) / 100;
-    assert_eq!(r["read_range"], json!([1, kept]), "{}", r["read_range"]);
-    assert_eq!(r["total_lines"], 30_000);
-    assert_eq!(r["partial"], true);
+    assert_window(&r, [1, kept], 30_000, true);
     // The persisted whole text holds the capped range, not the 3 MB.
     let original = r["content_original_chars"].as_u64().unwrap();
     assert_eq!(original, kept * (100 + 7), "with `{{n:>6}}\\t` per line");
