@@ -2,7 +2,7 @@
 //! `--account` and `--args`.
 
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
 use toolmesh_kernel::config::DEFAULT_NATS_URL;
@@ -165,25 +165,22 @@ pub(super) enum ApprovalsCommand {
         account: Option<String>,
     },
     /// Approve a pending approval.
-    Approve {
-        id: String,
-        #[arg(long)]
-        account: String,
-        #[arg(long, env = "USER")]
-        approver: Option<String>,
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Approve(DecideArgs),
     /// Reject a pending approval.
-    Reject {
-        id: String,
-        #[arg(long)]
-        account: String,
-        #[arg(long, env = "USER")]
-        approver: Option<String>,
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Reject(DecideArgs),
+}
+
+// What `approve` and `reject` both take. (No doc comment: clap would show it as the about of
+// both commands instead of theirs.)
+#[derive(Debug, Args)]
+pub(super) struct DecideArgs {
+    pub(super) id: String,
+    #[arg(long)]
+    pub(super) account: String,
+    #[arg(long, env = "USER")]
+    pub(super) approver: Option<String>,
+    #[arg(long)]
+    pub(super) reason: Option<String>,
 }
 
 pub(crate) fn parse_account(account: &str) -> anyhow::Result<Account> {

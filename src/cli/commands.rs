@@ -10,7 +10,7 @@ use toolmesh_kernel::host::connect_client_with_inbox;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 use toolmesh_kernel::{InvocationId, NodeId};
 
-use crate::cli::args::{parse_account, parse_args, ApprovalsCommand, Command};
+use crate::cli::args::{parse_account, parse_args, ApprovalsCommand, Command, DecideArgs};
 use crate::cli::events::{print_streams, replay_events};
 use crate::cli::mesh::{redacted_url, request, Mesh};
 use crate::cli::output::{exit_for, hint, print_json};
@@ -163,24 +163,8 @@ async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<Exit
             let [requested, decided] = public::approvals_events(account.as_ref());
             return print_streams(mesh, &[requested, decided]).await;
         }
-        ApprovalsCommand::Approve {
-            id,
-            account,
-            approver,
-            reason,
-        } => (
-            public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
-            json!({ "id": id, "approved": true, "approver": approver, "reason": reason }),
-        ),
-        ApprovalsCommand::Reject {
-            id,
-            account,
-            approver,
-            reason,
-        } => (
-            public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
-            json!({ "id": id, "approved": false, "approver": approver, "reason": reason }),
-        ),
+        ApprovalsCommand::Approve(decide) => decision(decide, true)?,
+        ApprovalsCommand::Reject(decide) => decision(decide, false)?,
     };
     let reply = request(mesh, subject, &body, 10).await?;
     print_json(&reply)?;
@@ -188,6 +172,20 @@ async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<Exit
         hint(&note);
     }
     Ok(exit_for(&reply))
+}
+
+/// The subject and body of `approve` (`approved`) or `reject`.
+fn decision(args: DecideArgs, approved: bool) -> anyhow::Result<(String, Value)> {
+    let DecideArgs {
+        id,
+        account,
+        approver,
+        reason,
+    } = args;
+    Ok((
+        public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
+        json!({ "id": id, "approved": approved, "approver": approver, "reason": reason }),
+    ))
 }
 
 /// For a `get` reply: whether the arguments shown are the ones the approval is bound to (their
