@@ -23,18 +23,9 @@ use toolmesh_kernel::subjects::{internal, public, queue};
 use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
 
-/// Roles this build can run; the others come with their actors.
-pub const AVAILABLE_ROLES: [Role; 9] = [
-    Role::Gateway,
-    Role::Approval,
-    Role::Workspace,
-    Role::Skills,
-    Role::Sandbox,
-    Role::Web,
-    Role::Bridge,
-    Role::Mcp,
-    Role::Console,
-];
+/// Roles this build can run: every role has its actor in this build (a role without one would
+/// be left out here).
+pub const AVAILABLE_ROLES: [Role; 9] = Role::ALL;
 
 /// Extra time after the drain deadline for actors to answer what they cancelled.
 const STOP_GRACE: Duration = Duration::from_secs(5);
