@@ -475,23 +475,20 @@ impl SandboxService {
         fields.insert("duration_ms".into(), outcome.duration_ms.into());
         fields.insert("workspace_sync".into(), sync);
         if outcome.cancelled {
-            let mut error = ToolError::new(
+            return Err(ToolError::new(
                 ErrorCode::Cancelled,
                 "the command was cancelled; its processes were killed",
-            );
-            error.details = fields;
-            return Err(error);
+            )
+            .with_details(fields));
         }
         if outcome.timed_out {
-            let mut error = ToolError::new(
+            return Err(ToolError::new(
                 ErrorCode::Timeout,
                 format!(
                     "the command ran past its timeout of {} s and was killed; the output so far is in stdout/stderr",
                     timeout.as_secs()
                 ),
-            );
-            error.details = fields;
-            return Err(error);
+            ).with_details(fields));
         }
         Ok(fields)
     }

@@ -28,6 +28,9 @@ pub(crate) const WORKSPACE: ToolDef = ToolDef {
     ..ToolDef::of(BuiltinGroup::Workspace, Role::Workspace)
 };
 
+/// A workspace tool of the focused set (and the coding one).
+pub(crate) const FOCUSED: ToolDef = WORKSPACE.profiles(&[Profile::Focused, Profile::Coding]);
+
 /// A workspace tool that writes files: medium risk, `workspace_write`.
 pub(crate) const WRITING: ToolDef = ToolDef {
     risk_level: RiskLevel::Medium,

@@ -122,6 +122,12 @@ impl ToolError {
         self
     }
 
+    /// Puts `details` beside `error`/`error_message` (a failed command's output fields).
+    pub fn with_details(mut self, details: Map<String, Value>) -> Self {
+        self.details = details;
+        self
+    }
+
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)
     }

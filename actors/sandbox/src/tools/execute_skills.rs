@@ -32,7 +32,7 @@ impl Tool<Placed> for ExecuteSkills {
         // The skills are installed into the sandbox before its command, so after its claim.
         session.claimed().await?;
         let runner = service.skill_runner.clone().ok_or_else(|| {
-            ToolError::internal("execute_skills reached self worker without self runner")
+            ToolError::internal("execute_skills reached a worker without a runner")
         })?;
         let names = self
             .skill_names
@@ -44,7 +44,7 @@ impl Tool<Placed> for ExecuteSkills {
             let dir = crate::backend::skills_dir_of(&session.sandbox.workspace_dir);
             tokio::task::spawn_blocking(move || crate::skills::install(&dir, &bundles))
                 .await
-                .map_err(|e| ToolError::internal(format!("installing skills: {e}")))??;
+                .map_err(crate::skills::InstallError::Task)??;
         }
         let mut env = BTreeMap::new();
         // The environment cannot carry an unbounded prompt (execve caps one string at 128
@@ -85,24 +85,20 @@ impl Tool<Placed> for ExecuteSkills {
         );
         fields.insert("skill_names".into(), json!(names));
         fields.insert("output_files".into(), output_files);
-        let result = service
+        service
             .finish(call, session, fields, outcome, sync, timeout)
             .await
             .and_then(|fields| match exit_code {
                 Some(0) => Ok(fields),
-                code => {
-                    let mut error = ToolError::new(
-                        ErrorCode::CommandFailed,
-                        format!(
-                            "the skill runner exited with {}; its output is in stdout/stderr",
-                            code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
-                        ),
-                    );
-                    error.details = fields;
-                    Err(error)
-                }
-            });
-        result
+                code => Err(ToolError::new(
+                    ErrorCode::CommandFailed,
+                    format!(
+                        "the skill runner exited with {}; its output is in stdout/stderr",
+                        code.map_or("no exit code".to_owned(), |c| format!("code {c}"))
+                    ),
+                )
+                .with_details(fields)),
+            })
     }
 }
 

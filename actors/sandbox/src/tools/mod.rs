@@ -12,15 +12,23 @@ mod task_input;
 mod task_output;
 
 use crate::service::SandboxEntry;
+use execute_skills::ExecuteSkills;
+use kill_task::KillTask;
+use list_tasks::ListTasks;
+use run_code::RunCode;
+use run_command::RunCommand;
+use status::Status;
+use task_input::TaskInput;
+use task_output::TaskOutput;
 
 /// The sandbox worker's tools, in the order of PROTOCOL.md's tool table.
 pub const TOOLS: &[SandboxEntry] = &[
-    SandboxEntry::of::<execute_skills::ExecuteSkills>(),
-    SandboxEntry::of::<status::Status>(),
-    SandboxEntry::of::<run_command::RunCommand>(),
-    SandboxEntry::of::<run_code::RunCode>(),
-    SandboxEntry::of::<list_tasks::ListTasks>(),
-    SandboxEntry::of::<task_output::TaskOutput>(),
-    SandboxEntry::of::<task_input::TaskInput>(),
-    SandboxEntry::of::<kill_task::KillTask>(),
+    SandboxEntry::of::<ExecuteSkills>(),
+    SandboxEntry::of::<Status>(),
+    SandboxEntry::of::<RunCommand>(),
+    SandboxEntry::of::<RunCode>(),
+    SandboxEntry::of::<ListTasks>(),
+    SandboxEntry::of::<TaskOutput>(),
+    SandboxEntry::of::<TaskInput>(),
+    SandboxEntry::of::<KillTask>(),
 ];

@@ -28,7 +28,7 @@ impl Tool<Placed> for RunCode {
         };
         let path = format!("/tmp/toolmesh-run-code-{}.{ext}", short_id());
         // The snippet arrives on stdin, so its size is bounded by nothing but NATS; the
-        // interpreter check gives self clear error instead of "sh: 1: node: not found".
+        // interpreter check gives a clear error instead of "sh: 1: node: not found".
         let script = format!(
             "command -v {interpreter} >/dev/null 2>&1 || {{ echo \"{MISSING_INTERPRETER} {interpreter}\" >&2; exit 127; }}; cat > \"$0\" && exec {interpreter} \"$0\""
         );
@@ -44,13 +44,12 @@ impl Tool<Placed> for RunCode {
             .run_foreground(call, session, spec, Some(Bytes::from(self.code)), timeout)
             .await?;
         if outcome.exit_code == Some(127) && outcome.stderr.preview.contains(MISSING_INTERPRETER) {
-            let result = Err(ToolError::invalid_argument(
+            return Err(ToolError::invalid_argument(
                 "/language",
                 format!(
                     "the sandbox image has no {language} interpreter ({interpreter}); use another language or an image that has it (TOOLMESH_SANDBOX_IMAGE)"
                 ),
             ));
-            return result;
         }
         let mut fields = service.base_fields(session, &command);
         fields.insert("execution_model".into(), "snippet_runner".into());
@@ -60,10 +59,9 @@ impl Tool<Placed> for RunCode {
         );
         fields.insert("language".into(), language.into());
         fields.insert("path".into(), path.into());
-        let result = service
+        service
             .finish(call, session, fields, outcome, sync, timeout)
-            .await;
-        result
+            .await
     }
 }
 

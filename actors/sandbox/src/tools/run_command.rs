@@ -61,10 +61,9 @@ impl Tool<Placed> for RunCommand {
         let (outcome, sync) = service
             .run_foreground(call, session, spec, None, timeout)
             .await?;
-        let result = service
+        service
             .finish(call, session, fields, outcome, sync, timeout)
-            .await;
-        result
+            .await
     }
 }
 

@@ -25,10 +25,7 @@ impl Tool<Placed> for TaskOutput {
         let pattern = match self.wait_for_pattern.as_deref() {
             None => None,
             Some(p) => Some(regex::Regex::new(p).map_err(|e| {
-                ToolError::invalid_argument(
-                    "/wait_for_pattern",
-                    format!("not self valid regex: {e}"),
-                )
+                ToolError::invalid_argument("/wait_for_pattern", format!("not a valid regex: {e}"))
             })?),
         };
         let wait = self
@@ -57,7 +54,7 @@ impl Tool<Placed> for TaskOutput {
             fields.insert("dropped_bytes".into(), dropped_bytes.into());
             if let Some(cap) = dropped_cap {
                 // Which cap: the stream's, the session's or the worker's; or the workspace
-                // that did not take self part of it (`persist_error` says why).
+                // that did not take a part of it (`persist_error` says why).
                 fields.insert("dropped_by".into(), cap.as_str().into());
             }
             if let Some(error) = persist_error {

@@ -3,7 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 
@@ -12,9 +11,7 @@ use crate::lint;
 use crate::service::{object, WorkspaceService, EDIT_MAX_BYTES};
 
 impl Tool<WorkspaceService> for LintFile {
-    const DEF: &'static ToolDef = &crate::service::WORKSPACE
-        .named("lint_workspace_file")
-        .profiles(&[Profile::Focused, Profile::Coding]);
+    const DEF: &'static ToolDef = &crate::service::FOCUSED.named("lint_workspace_file");
 
     async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
@@ -30,7 +27,7 @@ impl Tool<WorkspaceService> for LintFile {
                     "issues": report.issues,
                     "lint_model": lint::LINT_MODEL,
                 }));
-                // An error's envelope (code, message) takes self little more: leave it room.
+                // An error's envelope (code, message) takes a little more: leave it room.
                 budget::fit_list(&mut fields, "issues", fields_limit.saturating_sub(512));
                 if failed {
                     let errors = report
@@ -38,15 +35,14 @@ impl Tool<WorkspaceService> for LintFile {
                         .iter()
                         .filter(|i| i.level == lint::LintLevel::Error)
                         .count();
-                    let mut error = ToolError::new(
+                    return Err(ToolError::new(
                         ErrorCode::LintErrors,
                         format!(
                             "{} has {errors} error-level issue(s); see issues",
                             path.display()
                         ),
-                    );
-                    error.details = fields;
-                    return Err(error);
+                    )
+                    .with_details(fields));
                 }
                 Ok(fields)
             })

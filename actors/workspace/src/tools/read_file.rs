@@ -5,7 +5,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::error::DisplayChain;
-use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
@@ -16,9 +15,7 @@ use crate::service::{
 };
 
 impl Tool<WorkspaceService> for ReadFile {
-    const DEF: &'static ToolDef = &crate::service::WORKSPACE
-        .named("read_workspace_file")
-        .profiles(&[Profile::Focused, Profile::Coding]);
+    const DEF: &'static ToolDef = &crate::service::FOCUSED.named("read_workspace_file");
 
     async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let session = call.session()?.clone();
@@ -38,7 +35,7 @@ impl Tool<WorkspaceService> for ReadFile {
         let ranged = self.start_line.is_some() || self.end_line.is_some();
         // A small file is opened, read and rendered right here: handing ~20 µs of cached file
         // work to the blocking pool and back costs more than the work (two thread wake-ups).
-        // Anything bigger, or self result that might have to be persisted (fsync), goes to the
+        // Anything bigger, or a result that might have to be persisted (fsync), goes to the
         // blocking pool as every other file operation does.
         let ws = Workspace::open(&service.data_dir, &call.ctx.account, &session)?;
         let (file, size) = confine::open_sized(&ws, &path)?;
@@ -72,8 +69,8 @@ impl Tool<WorkspaceService> for ReadFile {
                 .await?
         };
         if let Some(sha) = sha {
-            // Sent, not awaited (see `ReadState::record_pipelined`): self read that is not
-            // recorded still returns the file; self later edit then says file_not_read, which is
+            // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
+            // recorded still returns the file; a later edit then says file_not_read, which is
             // the safe side.
             let recorded = service
                 .read_state

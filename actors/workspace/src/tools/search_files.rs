@@ -4,7 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::WorkspacePath;
@@ -12,9 +11,7 @@ use crate::search::{self, SearchError, SearchOptions};
 use crate::service::{object, WorkspaceService};
 
 impl Tool<WorkspaceService> for SearchFiles {
-    const DEF: &'static ToolDef = &crate::service::WORKSPACE
-        .named("search_workspace_files")
-        .profiles(&[Profile::Focused, Profile::Coding]);
+    const DEF: &'static ToolDef = &crate::service::FOCUSED.named("search_workspace_files");
 
     async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;

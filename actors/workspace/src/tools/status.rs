@@ -4,7 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolmesh_kernel::budget;
-use toolmesh_kernel::tools::args::Profile;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 
 use crate::confine::ConfineError;
@@ -12,9 +11,7 @@ use crate::listing;
 use crate::service::{object, WorkspaceService};
 
 impl Tool<WorkspaceService> for Status {
-    const DEF: &'static ToolDef = &crate::service::WORKSPACE
-        .named("workspace_status")
-        .profiles(&[Profile::Focused, Profile::Coding]);
+    const DEF: &'static ToolDef = &crate::service::FOCUSED.named("workspace_status");
 
     async fn run(self, service: &WorkspaceService, call: &ToolCall<'_>) -> ToolResult {
         let fields_limit = call.fields_limit;
