@@ -91,7 +91,7 @@ impl From<CallError> for ToolError {
                 ErrorCode::Unavailable,
                 format!("could not reach the {role} actor for {what} ({source}); retry"),
             ),
-            CallErrorKind::TimedOut => super::route::timed_out(role, what),
+            CallErrorKind::TimedOut => timed_out(role, what),
             CallErrorKind::TooBig => ToolError::new(
                 ErrorCode::LimitExceeded,
                 format!("the call to {what} is over the NATS max_payload; send smaller arguments"),
@@ -104,6 +104,14 @@ impl From<CallError> for ToolError {
             ),
         }
     }
+}
+
+/// `timeout`: the actor of `role` did not answer `what` in time.
+pub(super) fn timed_out(role: Role, what: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Timeout,
+        format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{ActorCall, ActorReply, DirectReply};
 use toolmesh_kernel::{ErrorCode, NodeId, Role, ToolError};
 
-use super::error::CallError;
+use super::error::{timed_out, CallError};
 use super::Call;
 use crate::core::Answer;
 use crate::splice;
@@ -285,13 +285,6 @@ fn worker_lost(role: Role, node: &NodeId) -> ToolError {
         format!("{role} worker {node} was lost while running the call; {next}"),
     )
     .with("details", json!({ "node_id": node.as_str() }))
-}
-
-pub(super) fn timed_out(role: Role, what: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::Timeout,
-        format!("the {role} actor did not answer {what} in time; it may be overloaded or gone"),
-    )
 }
 
 /// A request the NATS server refused this node (its user may not publish there): said in full
