@@ -8,7 +8,6 @@
 
 pub mod config;
 pub mod fetch;
-mod runner;
 pub mod search;
 pub mod service;
 pub mod text;
@@ -80,9 +79,9 @@ pub async fn spawn(
     let handle = toolmesh_actix_host::start(
         Role::Web,
         "web",
-        runner::WebRunner {
+        toolmesh_actix_host::Serving {
             server: toolmesh_actix_host::ToolServer::new(client, Role::Web, tools::TOOLS),
-            service,
+            host: service,
         },
         drainable(calls, lifecycle.drain),
         in_flight,

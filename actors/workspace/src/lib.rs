@@ -9,7 +9,6 @@
 
 pub mod confine;
 pub mod edit;
-mod keeper;
 pub mod lint;
 pub mod listing;
 pub mod readstate;
@@ -80,13 +79,13 @@ pub async fn spawn(
     let keeper = toolmesh_actix_host::start(
         Role::Workspace,
         "workspace",
-        keeper::WorkspaceKeeper {
+        toolmesh_actix_host::Serving {
             server: toolmesh_actix_host::ToolServer::new(
                 client.clone(),
                 Role::Workspace,
                 tools::TOOLS,
             ),
-            service,
+            host: service,
         },
         drainable(calls, drain),
         in_flight.clone(),

@@ -216,6 +216,21 @@ impl<H: Sync + 'static, E: Runnable<H> + 'static> ToolServer<H, E> {
 }
 
 /// The actor behind [`start`].
+/// The [`Handler`] of an actor whose every message is a call of its table: its
+/// [`ToolServer`] and the host its tools run with (the workspace's and the web's).
+pub struct Serving<H: 'static> {
+    pub server: ToolServer<H>,
+    pub host: Arc<H>,
+}
+
+impl<H: Send + Sync + 'static> Handler for Serving<H> {
+    type Request = Message;
+
+    async fn handle(&self, msg: Message) {
+        self.server.answer(&self.host, msg).await;
+    }
+}
+
 struct MessageActor<H: Handler> {
     name: &'static str,
     handler: Arc<H>,
