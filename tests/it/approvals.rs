@@ -38,6 +38,12 @@ async fn request_approval(c: &Cluster, account: &str, body: Value) -> Value {
     reply["approval_request"].clone()
 }
 
+/// The id of the approval that `body` (a gated call of `account`, made without one) requests.
+async fn approval_id(c: &Cluster, account: &str, body: Value) -> String {
+    let requested = request_approval(c, account, body).await;
+    requested["id"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn the_envelope_is_exact_and_the_request_is_announced() {
     let (c, _policy) = gated(&[]).await;
@@ -83,8 +89,7 @@ async fn the_envelope_is_exact_and_the_request_is_announced() {
 #[tokio::test]
 async fn approve_out_of_band_then_the_call_runs_once() {
     let (c, _policy) = gated(&[]).await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", status_call("s1")).await;
 
     let pending = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(pending["error"], "approval_pending", "{pending}");
@@ -121,8 +126,7 @@ async fn approve_out_of_band_then_the_call_runs_once() {
 #[tokio::test]
 async fn rejection_and_conflicting_decisions() {
     let (c, _policy) = gated(&[]).await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", status_call("s1")).await;
     assert_eq!(
         c.decide("acme", id, false).await["approval"]["status"],
         "rejected"
@@ -142,8 +146,7 @@ async fn an_approval_is_bound_to_session_tool_and_arguments() {
     );
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
     let search = |q: &str, session: &str| json!({"tool": "tool_search", "session_id": session, "arguments": {"query": q}});
-    let a = request_approval(&c, "acme", search("read", "s1")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", search("read", "s1")).await;
     c.decide("acme", id, true).await;
     for other in [
         search("write", "s1"),
@@ -165,8 +168,7 @@ async fn an_approval_is_bound_to_session_tool_and_arguments() {
 #[tokio::test]
 async fn racing_decisions_have_one_winner_and_the_tool_runs_once() {
     let (c, _policy) = gated(&[]).await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap().to_owned();
+    let id = approval_id(&c, "acme", status_call("s1")).await;
     let decisions = futures::future::join_all((0..20).map(|i| {
         let c = &c;
         let id = id.clone();
@@ -187,8 +189,7 @@ async fn racing_decisions_have_one_winner_and_the_tool_runs_once() {
     assert!(winners.iter().all(|w| *w == winners[0]));
     assert_eq!(winners.len(), 10);
 
-    let a2 = request_approval(&c, "acme", status_call("s2")).await;
-    let id2 = a2["id"].as_str().unwrap().to_owned();
+    let id2 = approval_id(&c, "acme", status_call("s2")).await;
     c.decide("acme", &id2, true).await;
     let calls = futures::future::join_all((0..10).map(|_| {
         let c = &c;
@@ -207,8 +208,7 @@ async fn racing_decisions_have_one_winner_and_the_tool_runs_once() {
 #[tokio::test]
 async fn accounts_cannot_see_or_decide_each_others_approvals() {
     let (c, _policy) = gated(&[]).await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", status_call("s1")).await;
     assert_eq!(
         c.approvals("evil", "list", json!({})).await["approvals"],
         json!([])
@@ -236,16 +236,14 @@ async fn in_band_decisions() {
     assert_eq!(reply["approval_request"]["decided_by"], "in-band");
 
     // With an id: approve in band, then it is used.
-    let a = request_approval(&c, "acme", status_call("s2")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", status_call("s2")).await;
     ok(status_with(&c, "acme", "s2", json!({"id": id, "approved": true})).await);
     let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(got["approval"]["status"], "used");
     assert_eq!(got["approval"]["decided_by"], "in-band");
 
     // Contrary to an earlier decision: conflict.
-    let b = request_approval(&c, "acme", status_call("s3")).await;
-    let bid = b["id"].as_str().unwrap();
+    let bid = &approval_id(&c, "acme", status_call("s3")).await;
     c.decide("acme", bid, false).await;
     let reply = status_with(&c, "acme", "s3", json!({"id": bid, "approved": true})).await;
     assert_eq!(reply["error"], "conflict", "{reply}");
@@ -363,8 +361,7 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
 async fn approvals_expire() {
     let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_TTL_S", "1")]).await;
     let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", status_call("s1")).await;
     let expired = wait_until(Duration::from_secs(10), || async {
         c.approvals("acme", "get", json!({"id": id})).await["approval"]["status"] == "expired"
     })
@@ -441,8 +438,7 @@ async fn garbage_on_the_approvals_subjects() {
 async fn a_pending_approval_survives_a_restart_of_every_node() {
     let (mut c, _policy) = gated(&[]).await;
     let env_path = _policy.path().join("policy.toml").display().to_string();
-    let a = request_approval(&c, "acme", status_call("s1")).await;
-    let id = a["id"].as_str().unwrap().to_owned();
+    let id = approval_id(&c, "acme", status_call("s1")).await;
     for node in &mut c.nodes {
         node.kill();
     }
@@ -461,7 +457,7 @@ async fn a_pending_approval_survives_a_restart_of_every_node() {
 #[tokio::test]
 async fn calls_without_approval_do_not_touch_redis() {
     let (mut c, _policy) = gated(&[]).await;
-    let a = request_approval(&c, "acme", status_call("s1")).await;
+    let id = approval_id(&c, "acme", status_call("s1")).await;
     c.redis.kill();
     // Low-risk calls still run with Redis gone...
     ok(c.call(
@@ -470,7 +466,7 @@ async fn calls_without_approval_do_not_touch_redis() {
     )
     .await);
     // ...while gated ones say the approval store is unavailable (and nothing runs).
-    let reply = status_with(&c, "acme", "s1", json!({"id": a["id"]})).await;
+    let reply = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(reply["error"], "unavailable", "{reply}");
     let mut events = c.client.subscribe("toolmesh.v1.approvals.>").await.unwrap();
     let quiet = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
@@ -483,8 +479,7 @@ async fn an_approval_is_given_back_when_no_actor_takes_the_call() {
     // "no responders" and provably never ran.
     let c = Cluster::start().await;
     let run = json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "true"}});
-    let a = request_approval(&c, "acme", run.clone()).await;
-    let id = a["id"].as_str().unwrap();
+    let id = &approval_id(&c, "acme", run.clone()).await;
     assert_eq!(c.decide("acme", id, true).await["ok"], true);
     let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
 
@@ -519,10 +514,7 @@ async fn an_approval_is_given_back_when_no_actor_takes_the_call() {
 async fn an_ungated_call_without_an_actor_is_unavailable_without_a_release() {
     let c = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
     let reply = c
-        .call(
-            "acme",
-            json!({"tool": "run_command", "session_id": "s1", "arguments": {"command": "true"}}),
-        )
+        .session_call("acme", "s1", "run_command", json!({"command": "true"}))
         .await;
     assert_eq!(reply["error"], "unavailable", "{reply}");
     assert!(reply.get("approval_released").is_none(), "{reply}");
@@ -627,8 +619,8 @@ async fn a_gated_call_too_large_to_show_is_limit_exceeded() {
     let listed = c.approvals("acme", "list", json!({})).await;
     assert_eq!(listed["approvals"], json!([]), "{listed}");
     // Comfortably under the limit, the approver gets it all.
-    let a = request_approval(&c, "acme", write(40 * 1024)).await;
-    let got = c.approvals("acme", "get", json!({"id": a["id"]})).await;
+    let id = approval_id(&c, "acme", write(40 * 1024)).await;
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
     assert_eq!(
         got["arguments"]["content"].as_str().unwrap().len(),
         40 * 1024

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::request_json;
 
-use crate::support::{collect, fake_workspace, ok, Cluster, Deployed, LoggedNode, BIN};
+use crate::support::{collect, fake_workspace, ok, temp_file, Cluster, Deployed, LoggedNode, BIN};
 
 const STREAM: &str = "TOOLMESH_AUDIT";
 
@@ -539,9 +539,7 @@ async fn a_head_kept_before_a_cut_tail_shows_the_cut_that_verify_alone_cannot() 
     );
     assert!(stderr.contains("cut from the chain's end"), "{stderr}");
     // What `audit head` printed, kept in a file, reads back as the same head.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("acme.head");
-    std::fs::write(&file, &printed).unwrap();
+    let (_dir, file) = temp_file("acme.head", &printed);
     let at_file = format!("@{}", file.display());
     let (code, report, stderr) = verify(&c, "acme", &["--head", &at_file]);
     assert_eq!(code, 1, "{report} {stderr}");

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json_within, venv_bin, wait_until, ClosedPort};
 
-use crate::support::{assert_error, node_refusal, ok, Cluster};
+use crate::support::{assert_error, node_refusal, ok, temp_file, Cluster};
 
 /// How long a server may take to start and list its tools (Python start-up on a busy machine).
 const SERVE_WITHIN: Duration = Duration::from_secs(60);
@@ -46,9 +46,8 @@ impl Bridge {
 
     /// One node of `roles` (which include `bridge`) serving `servers`, with `env` too.
     async fn start_with(servers: Value, roles: &str, env: &[(&str, &str)]) -> Bridge {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let file = dir.path().join("mcp-servers.json");
-        std::fs::write(&file, json!({ "mcpServers": servers }).to_string()).unwrap();
+        let servers = json!({ "mcpServers": servers }).to_string();
+        let (dir, file) = temp_file("mcp-servers.json", servers);
         let mut cluster = Cluster::servers().await;
         let file = file.display().to_string();
         let mut env = env.to_vec();
@@ -540,13 +539,10 @@ async fn an_http_server_is_served_by_url() {
 
 #[tokio::test]
 async fn a_bad_servers_file_stops_the_node_naming_the_server_and_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("mcp-servers.json");
-    std::fs::write(
-        &file,
+    let (_dir, file) = temp_file(
+        "mcp-servers.json",
         r#"{"mcpServers": {"git": {"command": "mcp-server-git", "args": ["--repository", 7]}}}"#,
-    )
-    .unwrap();
+    );
     let file = file.display().to_string();
     let stderr = node_refusal("bridge", &[("TOOLMESH_MCP_SERVERS", &file)]);
     assert!(stderr.contains("mcpServers.git.args[1]"), "{stderr}");

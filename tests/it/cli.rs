@@ -118,18 +118,16 @@ async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
     )
     .await;
     let name = "rtl\u{202e}txt.exe";
-    ok(c.call(
+    ok(c.session_call(
         "acme",
-        json!({"tool": "write_workspace_file", "session_id": "s1",
-                   "arguments": {"path": name, "content": "hi"}}),
+        "s1",
+        "write_workspace_file",
+        json!({"path": name, "content": "hi"}),
     )
     .await);
     // On the wire the result is exact.
     let listed = c
-        .call(
-            "acme",
-            json!({"tool": "list_workspace_files", "session_id": "s1", "arguments": {}}),
-        )
+        .session_call("acme", "s1", "list_workspace_files", json!({}))
         .await;
     assert!(listed.to_string().contains(name), "{listed}");
 
@@ -142,10 +140,11 @@ async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
 
     // An error message quoting the name escapes it.
     let missing = c
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "read_workspace_file", "session_id": "s1",
-                   "arguments": {"path": "gone\u{202e}\u{1b}[2K.txt"}}),
+            "s1",
+            "read_workspace_file",
+            json!({"path": "gone\u{202e}\u{1b}[2K.txt"}),
         )
         .await;
     let message = missing["error_message"].as_str().unwrap();
@@ -162,10 +161,11 @@ async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
 async fn approvals_get_shows_the_arguments_and_checks_their_hash() {
     let c = Cluster::start().await; // strict: writes need approval
     let reply = c
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "write_workspace_file", "session_id": "s1",
-                   "arguments": {"path": "a\u{202e}.txt", "content": "hi"}}),
+            "s1",
+            "write_workspace_file",
+            json!({"path": "a\u{202e}.txt", "content": "hi"}),
         )
         .await;
     let id = reply["approval_request"]["id"].as_str().unwrap();

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
 use toolmesh_testkit::{request_json_within, Listener};
 
-use crate::support::{ok, tokens_file, Cluster};
+use crate::support::{ok, temp_file, tokens_file, Cluster};
 
 /// The approver name `tok-acme` records as `decided_by`.
 const ALICE: &str = "Alice Approver";
@@ -313,13 +313,10 @@ async fn the_stream_lists_then_announces_only_granted_accounts() {
 
 #[tokio::test]
 async fn a_bad_tokens_file_stops_the_node_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.json");
-    std::fs::write(
-        &tokens,
+    let (_dir, tokens) = temp_file(
+        "tokens.json",
         r#"{"t": {"approver": "a", "accounts": ["no.dots"]}}"#,
-    )
-    .unwrap();
+    );
     let stderr = crate::support::node_refusal(
         "console",
         &[("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap())],
@@ -428,10 +425,11 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
     assert_eq!(got["approval"]["status"], "used", "{got}");
     let read = ok(con
         .c
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "read_workspace_file", "session_id": "s1",
-                   "arguments": {"path": "from-browser.txt"}}),
+            "s1",
+            "read_workspace_file",
+            json!({"path": "from-browser.txt"}),
         )
         .await);
     assert!(read.to_string().contains("approved live"), "{read}");

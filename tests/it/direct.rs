@@ -17,6 +17,13 @@ use toolmesh_kernel::wire::{ActorCall, ActorReply};
 
 use crate::support::{collect, fake_workspace, ok, take_call, Cluster};
 
+/// A gateway and approval node with `env`, and a fake workspace actor on its bus.
+async fn with_fake_workspace(env: &[(&str, &str)]) -> (Cluster, Subscriber) {
+    let c = Cluster::with_env(env).await;
+    let actor = fake_workspace(&c.client).await;
+    (c, actor)
+}
+
 /// Sends `body` with `reply_to` as its reply subject; returns the subscription on it.
 async fn send_call(client: &Client, reply_to: &str, body: Value) -> Subscriber {
     let replies = client.subscribe(reply_to.to_owned()).await.unwrap();
@@ -66,8 +73,7 @@ fn read_call(invocation: &str) -> Value {
 
 #[tokio::test]
 async fn the_actor_answers_the_caller_itself() {
-    let c = Cluster::start().await;
-    let mut actor = fake_workspace(&c.client).await;
+    let (c, mut actor) = with_fake_workspace(&[]).await;
     let mut events = c.watch("toolmesh.v1.events.acme.inv-direct1").await;
     let reply_to = "_INBOX.acme.direct-test-1";
     let mut replies = send_call(&c.client, reply_to, read_call("inv-direct1")).await;
@@ -109,8 +115,7 @@ async fn the_actor_answers_the_caller_itself() {
 
 #[tokio::test]
 async fn a_direct_failure_keeps_the_error_shape_and_the_dispatcher_name() {
-    let c = Cluster::start().await;
-    let mut actor = fake_workspace(&c.client).await;
+    let (c, mut actor) = with_fake_workspace(&[]).await;
     let mut events = c.watch("toolmesh.v1.events.acme.inv-direct2").await;
     let reply_to = "_INBOX.acme.direct-test-2";
     let body = json!({"tool": "tool_dispatcher", "session_id": "s1", "invocation_id": "inv-direct2",
@@ -148,8 +153,8 @@ async fn other_callers_get_the_reply_through_the_gateway() {
     // A reply subject outside `_INBOX.` (a prefix the operator named in
     // TOOLMESH_REPLY_PREFIXES) may be one actor nodes cannot publish to: the gateway answers
     // it, from the actor's ordinary reply.
-    let c = Cluster::with_env(&[("TOOLMESH_REPLY_PREFIXES", "_INBOX.,replies.")]).await;
-    let mut actor = fake_workspace(&c.client).await;
+    let (c, mut actor) =
+        with_fake_workspace(&[("TOOLMESH_REPLY_PREFIXES", "_INBOX.,replies.")]).await;
     let mut replies = send_call(&c.client, "replies.acme.3", read_call("inv-direct3")).await;
     let (call, gateway_reply) = take_call(&mut actor).await;
     assert_eq!(call.direct, None);
@@ -164,8 +169,7 @@ async fn other_callers_get_the_reply_through_the_gateway() {
 async fn a_call_that_used_an_approval_is_answered_by_the_gateway() {
     // Whatever becomes of it (an actor refusing before it ran gives the approval back), the
     // gateway must see the actor's answer: no direct reply.
-    let c = Cluster::start().await;
-    let mut actor = fake_workspace(&c.client).await;
+    let (c, mut actor) = with_fake_workspace(&[]).await;
     let body = json!({"tool": "write_workspace_file", "session_id": "s1", "invocation_id": "inv-direct4",
                       "arguments": {"path": "a.txt", "content": "x"},
                       "approval": {"approved": true}});

@@ -311,9 +311,11 @@ async fn dispatcher_lists_describes_and_calls() {
         .contains("sandbox"));
 
     let reply = ok(c
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {"action": "call", "tool_name": "component_status"}}),
+            "s1",
+            "tool_dispatcher",
+            json!({"action": "call", "tool_name": "component_status"}),
         )
         .await);
     assert_eq!(reply["dispatched_tool_name"], "component_status");

@@ -150,15 +150,11 @@ impl Front {
             "tok-any": {"account": "acme", "session": "attacker", "sessions": "any"},
         }));
         let mut c = Cluster::servers().await;
-        let listen = c
-            .start_listening(
+        let url = c
+            .start_mcp_front(
                 "gateway,approval,workspace,mcp",
-                &[
-                    ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
-                    ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
-                    ("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000"),
-                ],
-                Listener::Mcp,
+                &tokens,
+                &[("TOOLMESH_MCP_ALLOWED_ORIGINS", "http://app.example:3000")],
             )
             .await;
         ok(c.call(
@@ -170,7 +166,7 @@ impl Front {
         .await);
         Front {
             _c: c,
-            url: format!("http://{listen}/mcp"),
+            url,
             http: reqwest::Client::new(),
             _dir: dir,
         }
@@ -194,6 +190,18 @@ impl Front {
         let status = response.status().as_u16();
         (status, response.text().await.unwrap_or_default())
     }
+
+    /// A [`read_notes`] call with `token`, the protocol version and the `more` headers: its
+    /// status and body.
+    async fn read_notes_with(&self, token: &str, more: &[(&str, &str)]) -> (u16, String) {
+        let bearer = format!("Bearer {token}");
+        let mut headers = vec![
+            ("authorization", bearer.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        headers.extend_from_slice(more);
+        self.post(read_notes(), &headers).await
+    }
 }
 
 /// An `initialize` request, as a client's first message.
@@ -212,41 +220,22 @@ fn read_notes() -> serde_json::Value {
 #[tokio::test]
 async fn a_token_bound_to_a_session_cannot_name_another() {
     let f = Front::start().await;
-    let version = ("mcp-protocol-version", "2025-11-25");
+    let victim = ("x-toolmesh-session", "victim");
     // The attack: the token bound to `attacker` names the victim's session.
-    let (status, body) = f
-        .post(
-            read_notes(),
-            &[
-                ("authorization", "Bearer tok-bound"),
-                ("x-toolmesh-session", "victim"),
-                version,
-            ],
-        )
-        .await;
+    let (status, body) = f.read_notes_with("tok-bound", &[victim]).await;
     assert_eq!(status, 403, "{body}");
     assert!(!body.contains(SECRET), "{body}");
     // Its own session, named or not, is served (and holds no notes).
     for session in [Some("attacker"), None] {
-        let mut headers = vec![("authorization", "Bearer tok-bound"), version];
-        headers.extend(session.map(|s| ("x-toolmesh-session", s)));
-        let (status, body) = f.post(read_notes(), &headers).await;
+        let named = session.map(|s| ("x-toolmesh-session", s));
+        let (status, body) = f.read_notes_with("tok-bound", named.as_slice()).await;
         assert_eq!(status, 200, "{session:?}: {body}");
         assert!(body.contains("not_found"), "{session:?}: {body}");
         assert!(!body.contains(SECRET), "{session:?}: {body}");
     }
     // A token with `"sessions": "any"` may name the victim's session: the same request then
     // reads the file, so the 403 above is the binding and nothing else.
-    let (status, body) = f
-        .post(
-            read_notes(),
-            &[
-                ("authorization", "Bearer tok-any"),
-                ("x-toolmesh-session", "victim"),
-                version,
-            ],
-        )
-        .await;
+    let (status, body) = f.read_notes_with("tok-any", &[victim]).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(SECRET), "{body}");
 }
@@ -278,16 +267,9 @@ async fn an_origin_not_listed_is_refused_before_the_token() {
         );
     }
     // A call from an origin not listed reads nothing.
+    let attacker = ("origin", "http://attacker.example");
     let (status, body) = f
-        .post(
-            read_notes(),
-            &[
-                ("origin", "http://attacker.example"),
-                token,
-                ("x-toolmesh-session", "victim"),
-                ("mcp-protocol-version", "2025-11-25"),
-            ],
-        )
+        .read_notes_with("tok-any", &[attacker, ("x-toolmesh-session", "victim")])
         .await;
     assert_eq!(status, 403, "{body}");
     assert!(!body.contains(SECRET), "{body}");

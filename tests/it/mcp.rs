@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{venv_bin, Listener};
 
-use crate::support::{ok, tokens_file, Cluster, BIN};
+use crate::support::{mcp_front_env, ok, tokens_file, Cluster, BIN};
 
 /// How long one client script may run (Python start-up on a busy machine included).
 const CLIENT_WITHIN: Duration = Duration::from_secs(120);
@@ -29,13 +29,8 @@ impl Front {
         let (dir, tokens) = tokens_file(&json!({"tok-a": {"account": "acme"},
                    "tok-c": {"account": "acme", "profile": "coding", "name": "coder"},
                    "tok-s": {"account": "acme", "session": "s1"}}));
-        let mut all: Vec<(&str, &str)> = vec![
-            ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
-            ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
-        ];
-        all.extend_from_slice(env);
         let mut c = Cluster::servers().await;
-        let node = c.start_node(roles, &all).await;
+        let node = c.start_node(roles, &mcp_front_env(&tokens, env)).await;
         // Without the role `mcp` the node serves no HTTP: its clients are stdio ones.
         let url = if roles.split(',').any(|r| r == "mcp") {
             format!("http://{}/mcp", c.nodes[node].addr(Listener::Mcp))
@@ -52,19 +47,8 @@ impl Front {
     /// Another node with only the role `mcp` (same tokens); its URL.
     async fn another_front(&mut self) -> String {
         let tokens = self._dir.path().join("tokens.json");
-        let listen = self
-            .c
-            .start_listening(
-                "mcp",
-                &[
-                    ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
-                    ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
-                    ("TOOLMESH_MCP_APPROVAL_WAIT_S", "1"),
-                ],
-                Listener::Mcp,
-            )
-            .await;
-        format!("http://{listen}/mcp")
+        let wait = [("TOOLMESH_MCP_APPROVAL_WAIT_S", "1")];
+        self.c.start_mcp_front("mcp", &tokens, &wait).await
     }
 
     fn stdio(&self, session: &str, profile: &str, env: Value) -> Value {

@@ -17,11 +17,13 @@ async fn metered(c: &mut Cluster, roles: &str, env: &[(&str, &str)]) -> u16 {
     port(&c.nodes[node])
 }
 
-/// Servers and one node of `roles` with `env` and its metrics on loopback: the cluster and
-/// the port of its metrics.
+/// Servers and one node of `roles` with approval off, `env` and its metrics on loopback: the
+/// cluster and the port of its metrics.
 async fn metered_cluster(roles: &str, env: &[(&str, &str)]) -> (Cluster, u16) {
     let mut c = Cluster::servers().await;
-    let port = metered(&mut c, roles, env).await;
+    let mut all = vec![("TOOLMESH_TOOL_APPROVAL_MODE", "off")];
+    all.extend_from_slice(env);
+    let port = metered(&mut c, roles, &all).await;
     (c, port)
 }
 
@@ -98,11 +100,7 @@ async fn scrape_until(
 
 #[tokio::test]
 async fn calls_move_the_counters_and_the_histogram() {
-    let (c, port) = metered_cluster(
-        "gateway,approval,workspace",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
-    )
-    .await;
+    let (c, port) = metered_cluster("gateway,approval,workspace", &[]).await;
     let calls = "toolmesh_calls_total";
     let count = "toolmesh_call_duration_seconds_count";
     let before = scrape(port).await;
@@ -122,10 +120,11 @@ async fn calls_move_the_counters_and_the_histogram() {
         .await);
     }
     let missing = c
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "read_workspace_file", "session_id": "s1",
-                   "arguments": {"path": "missing.txt"}}),
+            "s1",
+            "read_workspace_file",
+            json!({"path": "missing.txt"}),
         )
         .await;
     assert_eq!(missing["error"], "not_found", "{missing}");
@@ -293,10 +292,7 @@ async fn web_fetch_egress_decisions_are_counted() {
     let target = toolmesh_testkit::http_target().await;
     let (c, port) = metered_cluster(
         "gateway,approval,web",
-        &[
-            ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
-            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32"),
-        ],
+        &[("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.2/32")],
     )
     .await;
     let fetch = |host: &str| json!({"tool": "web_fetch", "arguments": {"url": format!("http://{host}:{target}/")}});
@@ -323,11 +319,7 @@ async fn web_fetch_egress_decisions_are_counted() {
 #[tokio::test]
 async fn provider_instances_follow_the_catalog() {
     use crate::providers::Provider;
-    let (c, port) = metered_cluster(
-        "gateway,approval",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
-    )
-    .await;
+    let (c, port) = metered_cluster("gateway,approval", &[]).await;
     let instances = [("service", "tests")];
     let mut a = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;
     let _b = Provider::start(&c, "tests", &["--test-tools", "--no-ticket"]).await;

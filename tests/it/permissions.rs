@@ -63,6 +63,16 @@ impl Deployment {
     }
 }
 
+/// A command the deployment refuses: what it does, its inbox prefix, its arguments, whether its
+/// stderr is one line, and what that says.
+type Refused = (
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+    bool,
+    &'static [&'static str],
+);
+
 #[tokio::test]
 async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
     let d = Deployment::start().await;
@@ -72,26 +82,22 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
     let (code, stderr, _) = d.cli("acme", acme_inbox, &["status"]).await;
     assert_eq!(code, 0, "{stderr}");
 
-    // A call on another account's subject (it used to wait 150 s for `no reply`).
-    let stderr = d
-        .refused(
-            "acme",
+    // None of the refused commands gives the password away.
+    let cases: [Refused; 4] = [
+        (
+            // It used to wait 150 s for `no reply`.
+            "a call on another account's subject",
             acme_inbox,
             &["call", "component_status", "--account", "globex"],
-        )
-        .await;
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.contains("user \"acme\""), "{stderr}");
-    assert!(
-        stderr.contains("permission to publish to toolmesh.v1.call.globex"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("acme-pw"), "no password: {stderr}");
-
-    // Deciding as an account user (it used to wait 10 s).
-    let stderr = d
-        .refused(
-            "acme",
+            true,
+            &[
+                "user \"acme\"",
+                "permission to publish to toolmesh.v1.call.globex",
+            ],
+        ),
+        (
+            // It used to wait 10 s.
+            "deciding as an account user",
             acme_inbox,
             &[
                 "approvals",
@@ -100,36 +106,41 @@ async fn a_refused_publish_or_inbox_ends_a_command_at_once_and_says_why() {
                 "--account",
                 "acme",
             ],
-        )
-        .await;
-    assert!(
-        stderr.contains("publish to toolmesh.v1.approvals.acme.decide"),
-        "{stderr}"
-    );
-
-    // No inbox prefix: the replies' inbox is refused (it used to wait 5 s for `no reply`).
-    let stderr = d.refused("acme", None, &["status"]).await;
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.contains("user \"acme\""), "{stderr}");
-    assert!(stderr.contains("subscribe to _INBOX."), "{stderr}");
-    assert!(
-        stderr.contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme")
-            && stderr.contains("--inbox-prefix _INBOX.acme"),
-        "{stderr}"
-    );
-
-    // Watching what the user may not see ends too, instead of printing nothing forever.
-    let stderr = d
-        .refused(
-            "acme",
+            false,
+            &["publish to toolmesh.v1.approvals.acme.decide"],
+        ),
+        (
+            // The replies' inbox is refused (it used to wait 5 s for `no reply`).
+            "no inbox prefix",
+            None,
+            &["status"],
+            true,
+            &[
+                "user \"acme\"",
+                "subscribe to _INBOX.",
+                "TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme",
+                "--inbox-prefix _INBOX.acme",
+            ],
+        ),
+        (
+            // It ends too, instead of printing nothing forever.
+            "watching what the user may not see",
             acme_inbox,
             &["approvals", "watch", "--account", "globex"],
-        )
-        .await;
-    assert!(
-        stderr.contains("subscribe to toolmesh.v1.approvals.globex.requested"),
-        "{stderr}"
-    );
+            false,
+            &["subscribe to toolmesh.v1.approvals.globex.requested"],
+        ),
+    ];
+    for (what, inbox, args, one_line, says) in cases {
+        let stderr = d.refused("acme", inbox, args).await;
+        if one_line {
+            assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+        }
+        for words in says {
+            assert!(stderr.contains(words), "{what}: {words:?}: {stderr}");
+        }
+        assert!(!stderr.contains("acme-pw"), "{what}: no password: {stderr}");
+    }
 }
 
 /// `toolmesh mcp` as an account user without its inbox prefix: the client's first request

@@ -34,6 +34,15 @@ impl Provider {
         Self::start_on(&cluster.nats.url(), name, args).await
     }
 
+    /// A provider without the ticket tools that serves an echo tool of each of `tools`.
+    async fn echoing(cluster: &Cluster, name: &str, tools: &[&str]) -> Provider {
+        let mut args = vec!["--no-ticket"];
+        for tool in tools {
+            args.extend(["--echo", tool]);
+        }
+        Self::start(cluster, name, &args).await
+    }
+
     /// [`Provider::start`] on the NATS server at `url` (which may name a user).
     pub(crate) async fn start_on(url: &str, name: &str, args: &[&str]) -> Provider {
         let dir = tempfile::tempdir().unwrap();
@@ -409,25 +418,12 @@ async fn two_instances_of_a_provider_share_its_calls() {
 async fn name_clashes_are_refused_and_shown_in_component_status() {
     let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
     // b-first comes first; a-second sorts first but comes later: b-first keeps the name.
-    let first = Provider::start(
-        &cluster,
-        "b-first",
-        &["--no-ticket", "--echo", "shared_echo"],
-    )
-    .await;
+    let first = Provider::echoing(&cluster, "b-first", &["shared_echo"]).await;
     assert!(wait_known(&cluster, "shared_echo", true, FOUND_WITHIN).await);
-    let _second = Provider::start(
+    let _second = Provider::echoing(
         &cluster,
         "a-second",
-        &[
-            "--no-ticket",
-            "--echo",
-            "shared_echo",
-            "--echo",
-            "run_command",
-            "--echo",
-            "own_echo",
-        ],
+        &["shared_echo", "run_command", "own_echo"],
     )
     .await;
     assert!(wait_known(&cluster, "own_echo", true, FOUND_WITHIN).await);
@@ -487,12 +483,7 @@ async fn the_policy_file_overrides_a_provider_s_risk_and_floors_it() {
     ])
     .await;
     let tickets = Provider::start(&cluster, "tickets", &[]).await;
-    let _floored = Provider::start(
-        &cluster,
-        "floored",
-        &["--no-ticket", "--echo", "floored_echo"],
-    )
-    .await;
+    let _floored = Provider::echoing(&cluster, "floored", &["floored_echo"]).await;
     assert!(wait_known(&cluster, "ticket_create", true, FOUND_WITHIN).await);
     assert!(wait_known(&cluster, "floored_echo", true, FOUND_WITHIN).await);
 
@@ -579,10 +570,11 @@ async fn text_over_the_budget_is_cut_and_persisted_in_the_session() {
     let path = reply["persisted_outputs"]["text"]["path"].as_str().unwrap();
     assert_eq!(path, ".toolmesh/outputs/inv-big-text.txt");
     let read = cluster
-        .call(
+        .session_call(
             "acme",
-            json!({"tool": "read_workspace_file", "session_id": "s1",
-                   "arguments": {"path": path, "include_line_numbers": false, "max_chars": 100000}}),
+            "s1",
+            "read_workspace_file",
+            json!({"path": path, "include_line_numbers": false, "max_chars": 100000}),
         )
         .await;
     assert_eq!(read["content"], whole, "{read}");

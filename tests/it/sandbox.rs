@@ -72,6 +72,22 @@ pub(crate) fn unique_prefix() -> String {
     format!("sbxt{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
 }
 
+/// Servers only, the ids of their nodes of a [`unique_prefix`].
+pub(crate) async fn unique_servers() -> Cluster {
+    let mut c = Cluster::servers().await;
+    c.node_prefix = unique_prefix();
+    c
+}
+
+/// A node of gateway, approval and workspace and a sandbox worker of its own (node 1), both
+/// with `env`.
+async fn split_cluster(env: &[(&str, &str)]) -> SandboxCluster {
+    let mut c = unique_servers().await;
+    c.start_node("gateway,approval,workspace", env).await;
+    c.start_node("sandbox", env).await;
+    SandboxCluster { c }
+}
+
 pub(crate) const BASE_ENV: [(&str, &str); 3] = [
     ("TOOLMESH_TOOL_APPROVAL_MODE", "off"),
     ("TOOLMESH_SANDBOX_WARM", "1"),
@@ -80,8 +96,7 @@ pub(crate) const BASE_ENV: [(&str, &str); 3] = [
 
 /// One node with every role this test needs, Docker backend.
 pub(crate) async fn cluster_with(extra: &[(&str, &str)]) -> SandboxCluster {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
     env.extend_from_slice(extra);
     c.start_node("gateway,approval,workspace,sandbox", &env)
@@ -94,7 +109,7 @@ async fn cluster() -> SandboxCluster {
 }
 
 pub(crate) async fn tool(c: &Cluster, session: &str, name: &str, args: Value) -> Value {
-    tool_as(c, "acme", session, name, args).await
+    c.session_call("acme", session, name, args).await
 }
 
 /// `run_command` of `command` (and no other argument) in `session` of acme.
@@ -184,14 +199,6 @@ async fn wait_output_for(
     tool(c, session, "task_output", args).await
 }
 
-async fn tool_as(c: &Cluster, account: &str, session: &str, name: &str, args: Value) -> Value {
-    c.call(
-        account,
-        json!({"tool": name, "session_id": session, "arguments": args}),
-    )
-    .await
-}
-
 pub(crate) fn docker_inspect(sandbox_id: &str) -> Value {
     let out = Command::new("docker")
         .args(["inspect", &format!("toolmesh-{sandbox_id}")])
@@ -248,14 +255,14 @@ async fn sessions_reuse_their_sandbox_and_are_separated() {
 
     let other = stdout_is(&c, "s2", "cat /tmp/state || echo none", "none\n").await;
     assert_ne!(other["sandbox_id"], a["sandbox_id"]);
-    let other_account = tool_as(
-        &c,
-        "globex",
-        "s1",
-        "run_command",
-        json!({"command": "cat /tmp/state || echo none"}),
-    )
-    .await;
+    let other_account = c
+        .session_call(
+            "globex",
+            "s1",
+            "run_command",
+            json!({"command": "cat /tmp/state || echo none"}),
+        )
+        .await;
     assert_eq!(other_account["stdout"], "none\n", "{other_account}");
     assert_ne!(other_account["sandbox_id"], a["sandbox_id"]);
 
@@ -625,7 +632,9 @@ async fn background_tasks_poll_wait_feed_and_kill() {
     // Another session, another account: not found.
     let other = tool(&c, "s2", "task_output", json!({"task_id": task})).await;
     assert_eq!(other["error"], "not_found", "{other}");
-    let other = tool_as(&c, "globex", "s1", "kill_task", json!({"task_id": task})).await;
+    let other = c
+        .session_call("globex", "s1", "kill_task", json!({"task_id": task}))
+        .await;
     assert_eq!(other["error"], "not_found", "{other}");
     let bad = wait_output_for(&c, "s1", &task, "(", 1).await;
     assert_eq!(bad["error"], "invalid_arguments", "{bad}");
@@ -744,8 +753,7 @@ async fn a_burst_is_queued_not_failed() {
 
 #[tokio::test]
 async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     c.start_node("gateway,approval,workspace", &BASE_ENV).await;
     let w1 = c.start_node("sandbox", &BASE_ENV).await;
     let w2 = c.start_node("sandbox", &BASE_ENV).await;
@@ -818,8 +826,7 @@ async fn sessions_stay_on_their_worker_and_move_when_it_dies() {
 /// id removes what its previous run left, and its sessions get new sandboxes.
 #[tokio::test]
 async fn a_restarted_worker_removes_what_its_previous_run_left() {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     c.start_node("gateway,approval,workspace", &BASE_ENV).await;
     // No warm pool: nothing is being created in the background when the worker is killed.
     let spec = c.spec(
@@ -875,8 +882,7 @@ async fn a_restarted_worker_removes_what_its_previous_run_left() {
 #[tokio::test]
 async fn the_process_backend_runs_in_bubblewrap() {
     use std::os::unix::fs::PermissionsExt;
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     let private = tempfile::Builder::new()
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
@@ -974,8 +980,7 @@ async fn execute_skills_runs_the_runner_with_the_skills_mounted_read_only() {
                   echo \"prompt=$(cat)\"; echo \"env=$TOOLMESH_WORKFLOW_PROMPT\"; \
                   echo result > report.txt; touch /skills/demo/x 2>/dev/null || echo read-only; \
                   [ \"$TOOLMESH_WORKFLOW_PROMPT\" != fail ] || exit 3";
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
     env.extend_from_slice(&[
         ("TOOLMESH_SKILLS_DIR", skills_dir.as_str()),
@@ -1180,11 +1185,7 @@ fn workspace_file(c: &Cluster, session: &str, path: &str) -> std::path::PathBuf 
 
 #[tokio::test]
 async fn output_past_8_mib_is_counted_and_persisted_whole_in_flat_memory() {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
-    c.start_node("gateway,approval,workspace", &BASE_ENV).await;
-    c.start_node("sandbox", &BASE_ENV).await;
-    let c = SandboxCluster { c };
+    let c = split_cluster(&BASE_ENV).await;
     ok(run(&c, "s1", "echo warm").await);
     let worker = c.nodes[1].pid();
     let before = peak_rss(worker);
@@ -1327,13 +1328,9 @@ async fn ended_tasks_past_the_kept_count_are_dropped_and_unread_output_goes_to_t
     let cap = session_cap.to_string();
     // The worker is a node of its own, so its memory is the sandbox role's alone: the
     // workspace, which takes in the ~90 MB handed to it, runs in the other node.
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
     env.push(("TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES", &cap));
-    c.start_node("gateway,approval,workspace", &env).await;
-    c.start_node("sandbox", &env).await;
-    let c = SandboxCluster { c };
+    let c = split_cluster(&env).await;
     ok(run(&c, "s1", "echo warm").await);
     let worker = c.nodes[1].pid();
     let before = rss(worker);
@@ -1729,8 +1726,7 @@ async fn a_docker_sandbox_writes_no_more_than_its_disk_quota() {
 
 #[tokio::test]
 async fn a_process_sandbox_writes_no_more_than_its_disk_quota() {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     c.start_node(
         "gateway,approval,workspace,sandbox",
         &[
@@ -1802,8 +1798,7 @@ async fn mountinfo_in_a_sandbox_names_no_node_and_no_sandbox_folder() {
 /// does not start, and says which variable to set to 0.
 #[tokio::test]
 async fn a_worker_that_cannot_mount_refuses_to_start() {
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     let spec = c.spec(
         "sandbox",
         &[
@@ -1952,9 +1947,9 @@ async fn an_actor_answers_a_name_outside_its_table_unknown_tool() {
     use toolmesh_kernel::wire::{ActorCall, InvocationContext};
     use toolmesh_kernel::{Account, InvocationId, Role, SessionId};
 
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
-    let mut c = SandboxCluster { c };
+    let mut c = SandboxCluster {
+        c: unique_servers().await,
+    };
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
     env.push(("TOOLMESH_SANDBOX_WARM", "0"));
     c.start_node("workspace,sandbox,skills,web", &env).await;

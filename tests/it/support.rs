@@ -127,9 +127,34 @@ impl Cluster {
         self.nodes[node].addr(listener)
     }
 
+    /// Starts a node of `roles` serving the MCP front ([`mcp_front_env`] of `tokens` and `env`):
+    /// the front's URL.
+    pub async fn start_mcp_front(
+        &mut self,
+        roles: &str,
+        tokens: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> String {
+        let env = mcp_front_env(tokens, env);
+        let listen = self.start_listening(roles, &env, Listener::Mcp).await;
+        format!("http://{listen}/mcp")
+    }
+
     /// A tool call on `toolmesh.v1.call.<account>`.
     pub async fn call(&self, account: &str, body: Value) -> Value {
         request_json(&self.client, format!("toolmesh.v1.call.{account}"), body).await
+    }
+
+    /// A call of `tool` with `arguments` in `session` of `account` (and nothing else).
+    pub async fn session_call(
+        &self,
+        account: &str,
+        session: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> Value {
+        let body = json!({"tool": tool, "session_id": session, "arguments": arguments});
+        self.call(account, body).await
     }
 
     /// A cancel request with `body` on `toolmesh.v1.cancel.<account>`.
@@ -313,22 +338,39 @@ pub fn write_skill(
     skill
 }
 
+/// A file `name` of `text` in a temp dir of its own: the dir (keep it while the file is
+/// needed) and the file's path.
+pub fn temp_file(name: &str, text: impl AsRef<[u8]>) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    (dir, path)
+}
+
 /// A tokens file (MCP or console) of `tokens` in a temp dir: the dir (keep it while the node
 /// runs) and the file's path.
 pub fn tokens_file(tokens: &Value) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens.json");
-    std::fs::write(&path, tokens.to_string()).expect("write the tokens");
-    (dir, path)
+    temp_file("tokens.json", tokens.to_string())
+}
+
+/// The environment of a node whose MCP front listens on a loopback port it picks and takes the
+/// tokens of the file `tokens`, then `env`.
+pub fn mcp_front_env<'a>(
+    tokens: &'a std::path::Path,
+    env: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![
+        ("TOOLMESH_MCP_LISTEN", "127.0.0.1:0"),
+        ("TOOLMESH_MCP_TOKENS", tokens.to_str().unwrap()),
+    ];
+    all.extend_from_slice(env);
+    all
 }
 
 /// A policy file in a temp dir; keep the returned dir alive while the node runs.
 pub fn policy_file(text: &str) -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.toml");
-    std::fs::write(&path, text).expect("write policy");
-    let path = path.display().to_string();
-    (dir, path)
+    let (dir, path) = temp_file("policy.toml", text);
+    (dir, path.display().to_string())
 }
 
 /// A policy that makes `component_status` (answered by the gateway itself) need approval, so

@@ -12,17 +12,14 @@ use toolmesh_testkit::wait_until;
 
 use crate::sandbox::{
     cluster_with, docker_inspect, execute_skills, read_file, run, run_template, sandbox_status,
-    tool, unique_prefix, SandboxCluster, BASE_ENV,
+    tool, unique_servers, SandboxCluster, BASE_ENV,
 };
-use crate::support::{events_until_finished, node_failure, node_refusal, ok, Cluster};
+use crate::support::{events_until_finished, node_failure, node_refusal, ok, temp_file, Cluster};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("templates.toml");
-    std::fs::write(&file, text).unwrap();
-    let path = file.display().to_string();
-    (dir, path)
+    let (dir, file) = temp_file("templates.toml", text);
+    (dir, file.display().to_string())
 }
 
 const TEMPLATES: &str = r#"
@@ -104,6 +101,14 @@ struct ReapEgress {
     node: String,
 }
 
+impl ReapEgress {
+    /// Reaps, on drop, what the first node of `c` leaves.
+    fn first_node_of(&mut self, c: &Cluster) {
+        self.scope = c.data_dir.path().join("sandboxes").display().to_string();
+        self.node = c.nodes[0].node_id.clone();
+    }
+}
+
 impl Drop for ReapEgress {
     fn drop(&mut self) {
         let (scope, node) = (self.scope.clone(), self.node.clone());
@@ -144,8 +149,7 @@ async fn check_egress(extra: &[(&str, &str)]) {
     env.extend_from_slice(extra);
     let mut c = cluster_with(&env).await;
     let metrics_port = crate::metrics::port(&c.nodes[0]);
-    reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
-    reap.node = c.nodes[0].node_id.clone();
+    reap.first_node_of(&c);
     let invocation = "inv_egress_1";
     let mut events = c
         .watch(format!("toolmesh.v1.events.acme.{invocation}"))
@@ -240,8 +244,7 @@ async fn pip_installs_from_pypi_through_the_allow_list_and_nothing_else() {
     ));
     let mut reap = ReapEgress::default();
     let c = cluster_with(&[("TOOLMESH_SANDBOX_TEMPLATES", file.as_str())]).await;
-    reap.scope = c.data_dir.path().join("sandboxes").display().to_string();
-    reap.node = c.nodes[0].node_id.clone();
+    reap.first_node_of(&c);
     let invocation = "inv_pip_1";
     let mut events = c
         .watch(format!("toolmesh.v1.events.acme.{invocation}"))
@@ -449,8 +452,7 @@ async fn a_skill_whose_requires_sandbox_names_a_template_runs_there() {
     }
     let skills_dir = skills.path().display().to_string();
     let (_dir, file) = templates_file(TEMPLATES);
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
+    let mut c = unique_servers().await;
     let mut env: Vec<(&str, &str)> = BASE_ENV.to_vec();
     env.extend_from_slice(&[
         ("TOOLMESH_SKILLS_DIR", skills_dir.as_str()),

@@ -420,13 +420,13 @@ async fn an_mcp_clients_traceparent_reaches_through_the_front_to_the_actor() {
 
 #[tokio::test]
 async fn a_sandbox_command_is_a_span_of_the_worker_that_ran_it() {
-    use crate::sandbox::{unique_prefix, SandboxCluster, BASE_ENV};
+    use crate::sandbox::{unique_servers, SandboxCluster, BASE_ENV};
     let collector = Collector::start().await;
     let mut env = collector.env("50", "http/protobuf");
     env.extend(BASE_ENV.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let mut c = Cluster::servers().await;
-    c.node_prefix = unique_prefix();
-    let mut c = SandboxCluster { c };
+    let mut c = SandboxCluster {
+        c: unique_servers().await,
+    };
     start_traced(&mut c, "gateway,approval,workspace", &env).await;
     start_traced(&mut c, "sandbox", &env).await;
     let worker = format!("{}-2", c.node_prefix);

@@ -304,7 +304,12 @@ async fn escapes_are_refused_and_nothing_outside_changes() {
     // Another account's workspace is simply not there.
     write_file(&c, "mine.txt", "a\n").await;
     let other = c
-        .call("evil", json!({"tool": "read_workspace_file", "session_id": "s1", "arguments": {"path": "mine.txt"}}))
+        .session_call(
+            "evil",
+            "s1",
+            "read_workspace_file",
+            json!({"path": "mine.txt"}),
+        )
         .await;
     assert_eq!(other["error"], "not_found", "{other}");
 }
