@@ -425,12 +425,7 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
     assert_eq!(got["approval"]["status"], "used", "{got}");
     let read = ok(con
         .c
-        .session_call(
-            "acme",
-            "s1",
-            "read_workspace_file",
-            json!({"path": "from-browser.txt"}),
-        )
+        .read_workspace_file("acme", "s1", "from-browser.txt")
         .await);
     assert!(read.to_string().contains("approved live"), "{read}");
 

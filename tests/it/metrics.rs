@@ -119,14 +119,7 @@ async fn calls_move_the_counters_and_the_histogram() {
         )
         .await);
     }
-    let missing = c
-        .session_call(
-            "acme",
-            "s1",
-            "read_workspace_file",
-            json!({"path": "missing.txt"}),
-        )
-        .await;
+    let missing = c.read_workspace_file("acme", "s1", "missing.txt").await;
     assert_eq!(missing["error"], "not_found", "{missing}");
     let bad = c
         .call(

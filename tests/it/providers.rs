@@ -569,14 +569,7 @@ async fn text_over_the_budget_is_cut_and_persisted_in_the_session() {
     assert_eq!(reply["text_original_chars"], whole.chars().count());
     let path = reply["persisted_outputs"]["text"]["path"].as_str().unwrap();
     assert_eq!(path, ".toolmesh/outputs/inv-big-text.txt");
-    let read = cluster
-        .session_call(
-            "acme",
-            "s1",
-            "read_workspace_file",
-            json!({"path": path, "include_line_numbers": false, "max_chars": 100000}),
-        )
-        .await;
+    let read = cluster.read_persisted(path).await;
     assert_eq!(read["content"], whole, "{read}");
 
     // Without a session the text is cut and nothing is persisted.

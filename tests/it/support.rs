@@ -157,6 +157,21 @@ impl Cluster {
         self.call(account, body).await
     }
 
+    /// `read_workspace_file` of `path` in `session` of `account`.
+    pub async fn read_workspace_file(&self, account: &str, session: &str, path: &str) -> Value {
+        let arguments = json!({ "path": path });
+        self.session_call(account, session, "read_workspace_file", arguments)
+            .await
+    }
+
+    /// `path` in session `s1` of acme, read whole as a persisted output is: without
+    /// line numbers, up to 100,000 characters.
+    pub async fn read_persisted(&self, path: &str) -> Value {
+        let arguments = json!({"path": path, "include_line_numbers": false, "max_chars": 100000});
+        self.session_call("acme", "s1", "read_workspace_file", arguments)
+            .await
+    }
+
     /// A cancel request with `body` on `toolmesh.v1.cancel.<account>`.
     pub async fn cancel(&self, account: &str, body: Value) -> Value {
         request_json(&self.client, format!("toolmesh.v1.cancel.{account}"), body).await

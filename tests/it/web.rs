@@ -280,15 +280,7 @@ async fn text_over_the_budget_is_persisted_and_readable() {
         "{path}"
     );
     assert_eq!(r["persisted"]["mime_type"], "text/plain");
-    let read = support::ok(
-        c.session_call(
-            "acme",
-            "s1",
-            "read_workspace_file",
-            json!({"path": path, "include_line_numbers": false, "max_chars": 100000}),
-        )
-        .await,
-    );
+    let read = support::ok(c.read_persisted(path).await);
     // read_workspace_file ends the last line with a newline; the file has none.
     let whole = read["content"].as_str().unwrap().trim_end_matches('\n');
     assert_eq!(whole.chars().count() as u64, original, "{read}");

@@ -27,11 +27,7 @@ fn root(c: &Cluster, account: &str, session: &str) -> PathBuf {
 }
 
 async fn tool(c: &Cluster, name: &str, args: Value) -> Value {
-    c.call(
-        "acme",
-        json!({"tool": name, "session_id": "s1", "arguments": args}),
-    )
-    .await
+    c.session_call("acme", "s1", name, args).await
 }
 
 async fn write_file(c: &Cluster, path: &str, content: &str) -> Value {
@@ -303,14 +299,7 @@ async fn escapes_are_refused_and_nothing_outside_changes() {
     assert!(!c.data_dir.path().join("new.txt").exists());
     // Another account's workspace is simply not there.
     write_file(&c, "mine.txt", "a\n").await;
-    let other = c
-        .session_call(
-            "evil",
-            "s1",
-            "read_workspace_file",
-            json!({"path": "mine.txt"}),
-        )
-        .await;
+    let other = c.read_workspace_file("evil", "s1", "mine.txt").await;
     assert_eq!(other["error"], "not_found", "{other}");
 }
 
