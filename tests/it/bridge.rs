@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::{request_json_within, venv_bin, wait_until, ClosedPort};
 
-use crate::support::{assert_error, node_refusal, ok, temp_file, Cluster};
+use crate::support::{assert_error, assert_holds, node_refusal, ok, temp_file, Cluster};
 
 /// How long a server may take to start and list its tools (Python start-up on a busy machine).
 const SERVE_WITHIN: Duration = Duration::from_secs(60);
@@ -291,7 +291,7 @@ async fn pypi_servers_are_providers_with_their_schemas_risks_and_results() {
         json!({"timezone": "UTC"}),
     )
     .await);
-    assert!(r["text"].as_str().unwrap().contains("UTC"), "{r}");
+    assert_holds(&r, "text", "UTC");
     assert_eq!(r["content"][0]["type"], "text", "{r}");
 
     let repo_path = repo.path().display().to_string();
@@ -302,7 +302,7 @@ async fn pypi_servers_are_providers_with_their_schemas_risks_and_results() {
         json!({"repo_path": repo_path}),
     )
     .await);
-    assert!(r["text"].as_str().unwrap().contains("new.txt"), "{r}");
+    assert_holds(&r, "text", "new.txt");
 
     // The server's own refusal of bad arguments is the provider's error.
     let bad_zone = json!({"timezone": "Not/AZone"});
@@ -344,10 +344,7 @@ async fn is_error_results_are_provider_errors_and_killed_servers_restart() {
     kill(pid);
     let again = b.running("fixture", Some(pid)).await;
     assert_eq!(again["restarts"], 1, "{again}");
-    assert!(
-        again["last_error"].as_str().unwrap().contains("exited"),
-        "{again}"
-    );
+    assert_holds(&again, "last_error", "exited");
     let r = ok(call(client, &echo, "fixture_echo", json!({"text": "back"})).await);
     assert_eq!(r["text"], "back");
 }
@@ -457,10 +454,7 @@ async fn mcp_tools_run_through_the_gateway_gated_by_their_annotations_and_after_
     let status_call = json!({"tool": "git_git_status", "arguments": {"repo_path": repo_path}});
     // Found by the gateway (the bridge announces its tools): the read-only tool runs at once.
     let first = ok(gateway_until(&b, &status_call, |r| r["error"] != "unknown_tool").await);
-    assert!(
-        first["text"].as_str().unwrap().contains("new.txt"),
-        "{first}"
-    );
+    assert_holds(&first, "text", "new.txt");
 
     // git_add (destructiveHint false: medium) is gated in strict mode.
     let add = json!({"tool": "git_git_add", "session_id": "s1",
@@ -489,10 +483,7 @@ async fn mcp_tools_run_through_the_gateway_gated_by_their_annotations_and_after_
     kill(pid);
     b.running("git", Some(pid)).await;
     let again = gateway_until(&b, &status_call, |r| r["ok"] == true).await;
-    assert!(
-        again["text"].as_str().unwrap().contains("new.txt"),
-        "{again}"
-    );
+    assert_holds(&again, "text", "new.txt");
 }
 
 /// A streamable-HTTP fixture server, killed on drop.

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt as _;
 use toolmesh_testkit::{request_json_within, Listener};
 
-use crate::support::{ok, temp_file, tokens_file, Cluster};
+use crate::support::{assert_holds, ok, temp_file, tokens_file, Cluster};
 
 /// The approver name `tok-acme` records as `decided_by`.
 const ALICE: &str = "Alice Approver";
@@ -127,10 +127,7 @@ async fn the_api_needs_a_known_token_and_a_granted_account() {
     let gid = globex["id"].as_str().unwrap();
     let (status, body) = con.get("/api/approvals/globex", Some("tok-acme")).await;
     assert_eq!(status, 403, "{body}");
-    assert!(
-        body["error_message"].as_str().unwrap().contains("globex"),
-        "{body}"
-    );
+    assert_holds(&body, "error_message", "globex");
     let (status, _) = con
         .get(&format!("/api/approvals/globex/{gid}"), Some("tok-acme"))
         .await;
@@ -381,13 +378,7 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
     assert_eq!(approved["marker"], true, "the page reloaded: {approved}");
     assert_eq!(approved["navigations"], 1, "{approved}");
     assert_eq!(approved["tool"], "write_workspace_file", "{approved}");
-    assert!(
-        approved["diff"]
-            .as_str()
-            .unwrap()
-            .contains("+approved live"),
-        "{approved}"
-    );
+    assert_holds(&approved, "diff", "+approved live");
     assert_eq!(approved["decided_by"], ALICE, "{approved}");
     assert_eq!(approved["reason"], "reviewed in the browser", "{approved}");
     assert_eq!(
@@ -395,21 +386,9 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
         "text outside the entry's parts: {approved}"
     );
     // Data is text on the page, never markup.
-    assert!(
-        approved["arguments"]
-            .as_str()
-            .unwrap()
-            .contains("<b>not bold</b><img src=x>"),
-        "{approved}"
-    );
+    assert_holds(&approved, "arguments", "<b>not bold</b><img src=x>");
     assert_eq!(approved["injected"], 0, "{approved}");
-    assert!(
-        approved["announced"]
-            .as_str()
-            .unwrap()
-            .contains("write_workspace_file"),
-        "{approved}"
-    );
+    assert_holds(&approved, "announced", "write_workspace_file");
 
     ok(tokio::time::timeout(Duration::from_secs(60), parked)
         .await

@@ -9,7 +9,7 @@ use rmcp::ServiceExt as _;
 use tokio::io::AsyncBufReadExt as _;
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
-use crate::support::{Deployed, BIN};
+use crate::support::{assert_holds, Deployed, BIN};
 
 /// Well under the shortest timeout that used to end these commands (5 s for `status`); a
 /// refusal comes back from the server within milliseconds.
@@ -187,12 +187,10 @@ async fn toolmesh_mcp_without_the_inbox_prefix_says_which_to_set() {
         .expect("a tool result");
     assert_eq!(result.is_error, Some(true));
     let reply = result.structured_content.expect("the reply");
-    assert!(
-        reply["error_message"]
-            .as_str()
-            .unwrap()
-            .contains("TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme"),
-        "{reply}"
+    assert_holds(
+        &reply,
+        "error_message",
+        "TOOLMESH_NATS_INBOX_PREFIX=_INBOX.acme",
     );
 
     let said = tokio::time::timeout(Duration::from_secs(20), async {

@@ -14,7 +14,7 @@ use toolmesh_kernel::host::{answer, confirm_subscriptions};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 
-use crate::support::{collect, fake_workspace, ok, Cluster};
+use crate::support::{assert_holds, collect, fake_workspace, ok, Cluster};
 
 /// The NATS `max_payload` of these tests.
 const MAX_PAYLOAD: usize = 64 * 1024;
@@ -170,13 +170,7 @@ async fn a_reply_no_tool_cuts_is_limit_exceeded_with_its_invocation_id() {
         assert_eq!(reply["error"], "limit_exceeded", "{path:?}: {reply}");
         assert_eq!(reply["invocation_id"], invocation.as_str(), "{path:?}");
         assert_eq!(reply["dispatched_tool_name"], "read_workspace_file");
-        assert!(
-            reply["error_message"]
-                .as_str()
-                .unwrap()
-                .contains("max_payload"),
-            "{reply}"
-        );
+        assert_holds(&reply, "error_message", "max_payload");
         // `finished` says what the caller got.
         let finished = collect(&mut events, 2, Duration::from_secs(10))
             .await

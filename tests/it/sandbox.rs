@@ -11,7 +11,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::support::{
-    assert_error, assert_unavailable_within, node_failure, ok, strings, write_skill, Cluster,
+    assert_error, assert_holds, assert_unavailable_within, node_failure, ok, strings, write_skill,
+    Cluster,
 };
 
 const IMAGE: &str = "toolmesh/sandbox:latest";
@@ -923,10 +924,7 @@ async fn the_process_backend_runs_in_bubblewrap() {
     assert_eq!(keep["exit_code"], 0, "{keep}");
     stdout_is(&c, "s1", "cat /tmp/keep", "kept\n").await;
     let other = run(&c, "s2", "cat /tmp/keep 2>&1 || true").await;
-    assert!(
-        other["stdout"].as_str().unwrap().contains("No such file"),
-        "{other}"
-    );
+    assert_holds(&other, "stdout", "No such file");
 
     // A command may kill everything of its uid, the spawner included: the sandbox dies, the
     // next call says so, and the one after gets a new sandbox.
@@ -951,13 +949,7 @@ async fn execute_skills_without_a_runner_says_how_to_enable_it() {
     let c = cluster().await;
     let r = execute_skills(&c, "s1", "draw a diagram", json!(["demo"])).await;
     assert_eq!(r["error"], "skill_runtime_disabled", "{r}");
-    assert!(
-        r["hint"]
-            .as_str()
-            .unwrap()
-            .contains("TOOLMESH_SKILL_RUNNER_COMMAND"),
-        "{r}"
-    );
+    assert_holds(&r, "hint", "TOOLMESH_SKILL_RUNNER_COMMAND");
     let status = sandbox_status(&c, "s1").await;
     assert_eq!(
         status["sandbox_id"],
@@ -1678,7 +1670,7 @@ async fn a_sandbox_writes_no_more_than_its_disk_quota(mut c: SandboxCluster) {
     .await);
     let out = format!("{}{}", r["stdout"], r["stderr"]);
     assert!(out.contains("No space left on device"), "{r}");
-    assert!(r["stdout"].as_str().unwrap().contains("rc=1"), "{r}");
+    assert_holds(&r, "stdout", "rc=1");
     assert_eq!(
         r["stdout"].as_str().unwrap().lines().last(),
         Some("1"),

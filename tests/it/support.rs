@@ -298,6 +298,16 @@ pub fn ok(reply: Value) -> Value {
     reply
 }
 
+/// Asserts that the string `field` of `value` holds `words` (printing `value` when not, at the
+/// caller's line).
+#[track_caller]
+pub fn assert_holds(value: &Value, field: &str, words: &str) {
+    let text = value[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} is not a string: {value}"));
+    assert!(text.contains(words), "{value}");
+}
+
 /// Asserts that a reply is the error `code` and that its message says `says` (printing the
 /// reply when not, at the caller's line).
 #[track_caller]

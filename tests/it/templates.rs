@@ -14,7 +14,9 @@ use crate::sandbox::{
     cluster_with, docker_inspect, execute_skills, read_file, run, run_template, sandbox_status,
     tool, unique_servers, SandboxCluster, BASE_ENV,
 };
-use crate::support::{events_until_finished, node_failure, node_refusal, ok, temp_file, Cluster};
+use crate::support::{
+    assert_holds, events_until_finished, node_failure, node_refusal, ok, temp_file, Cluster,
+};
 
 /// A templates file in a folder of its own (kept while the test runs).
 fn templates_file(text: &str) -> (tempfile::TempDir, String) {
@@ -512,10 +514,7 @@ async fn check_gvisor(c: &Cluster, session: &str) {
     assert_eq!(status["runtime"], "runsc", "{status}");
     // The spawner cannot run under gVisor: the status says its commands are docker execs.
     assert_eq!(status["commands"], "exec", "{status}");
-    assert!(
-        status["boundary"].as_str().unwrap().contains("gVisor"),
-        "{status}"
-    );
+    assert_holds(&status, "boundary", "gVisor");
     // The sandbox's own disk (TOOLMESH_SANDBOX_DISK_MB=64) holds under gVisor too.
     let r = run(c, session, "dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; rm -f /workspace/big")
     .await;

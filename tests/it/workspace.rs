@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::support::{ok, strings, Cluster};
+use crate::support::{assert_holds, ok, strings, Cluster};
 
 /// Gateway, approval and workspace on one node, approval off (gating is tested separately).
 async fn cluster() -> Cluster {
@@ -114,7 +114,7 @@ async fn edits_need_a_read_and_refuse_stale_ones() {
     read_file(&c, "notes.md").await;
     let e = ok(edit_file(&c, "notes.md", "beta", "BETA").await);
     assert_eq!(e["replacements"], 1);
-    assert!(e["diff"].as_str().unwrap().contains("-beta\n+BETA"), "{e}");
+    assert_holds(&e, "diff", "-beta\n+BETA");
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),
         "alpha\nBETA\ngamma\n"
@@ -403,13 +403,7 @@ async fn large_reads_are_cut_and_persisted_for_paging() {
         .to_owned();
     assert!(persisted.starts_with(".toolmesh/outputs/"), "{persisted}");
     let page = ok(read_lines(&c, &persisted, 400, 400).await);
-    assert!(
-        page["content"]
-            .as_str()
-            .unwrap()
-            .contains("this is line number 0400"),
-        "{page}"
-    );
+    assert_holds(&page, "content", "this is line number 0400");
 }
 
 #[tokio::test]
