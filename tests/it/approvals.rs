@@ -399,7 +399,7 @@ async fn modes_and_per_account_policy() {
     assert_eq!(c.call("std", run).await["error"], "approval_required");
     drop(dir);
 
-    let c = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let c = Cluster::ungated("gateway,approval").await;
     let run =
         json!({"tool": "delete_workspace_file", "session_id": "s1", "arguments": {"path": "x"}});
     assert_eq!(c.call("acme", run).await["error"], "unavailable");
@@ -512,7 +512,7 @@ async fn an_approval_is_given_back_when_no_actor_takes_the_call() {
 
 #[tokio::test]
 async fn an_ungated_call_without_an_actor_is_unavailable_without_a_release() {
-    let c = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let c = Cluster::ungated("gateway,approval").await;
     let reply = c
         .session_call("acme", "s1", "run_command", json!({"command": "true"}))
         .await;

@@ -37,7 +37,7 @@ fn long_command() -> Value {
 
 /// Gateway and approval, with approvals off so that `run_command` runs without one.
 async fn cluster() -> Cluster {
-    Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await
+    Cluster::ungated("gateway,approval").await
 }
 
 /// Sends a call and waits up to `within` for the reply; returns it and how long it took.

@@ -112,11 +112,7 @@ fn cli(c: &Cluster, args: &[&str]) -> String {
 /// preview — shows it escaped.
 #[tokio::test]
 async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
-    let c = Cluster::with_node(
-        "gateway,approval,workspace",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
-    )
-    .await;
+    let c = Cluster::ungated("gateway,approval,workspace").await;
     let name = "rtl\u{202e}txt.exe";
     ok(c.session_call(
         "acme",

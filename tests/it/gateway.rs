@@ -258,6 +258,22 @@ fn names(reply: &Value) -> Vec<String> {
     strings(reply, "tools", "name")
 }
 
+/// `tool_dispatcher` with `arguments`, in no session of acme.
+async fn dispatch(c: &Cluster, arguments: Value) -> Value {
+    c.call(
+        "acme",
+        json!({"tool": "tool_dispatcher", "arguments": arguments}),
+    )
+    .await
+}
+
+/// `tool_dispatcher`'s `call` of `tool` with `arguments`, in session `s1` of acme.
+async fn dispatch_call(c: &Cluster, tool: &str, arguments: Value) -> Value {
+    let dispatched = json!({"action": "call", "tool_name": tool, "arguments": arguments});
+    c.session_call("acme", "s1", "tool_dispatcher", dispatched)
+        .await
+}
+
 #[tokio::test]
 async fn dispatcher_lists_describes_and_calls() {
     let c = Cluster::start().await;
@@ -272,30 +288,20 @@ async fn dispatcher_lists_describes_and_calls() {
         assert_eq!(all.len(), 25, "{all:?}");
         assert!(!all.iter().any(|n| n.contains("dispatcher")));
     }
-    let focused = names(
-        &c.call(
-            "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "profile": "core"}}),
-        )
-        .await,
-    );
+    let focused = names(&dispatch(&c, json!({"action": "list", "profile": "core"})).await);
     assert!(focused.contains(&"read_workspace_file".to_owned()));
     assert!(!focused.contains(&"run_command".to_owned()));
-    let coding = names(
-        &c.call("acme", json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "profile": "coding"}}))
-            .await,
-    );
+    let coding = names(&dispatch(&c, json!({"action": "list", "profile": "coding"})).await);
     assert!(
         coding.contains(&"run_command".to_owned()) && coding.contains(&"tool_search".to_owned())
     );
     assert!(!coding.contains(&"web_fetch".to_owned()));
 
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "describe", "tool_name": "run_command"}}),
-        )
-        .await;
+    let reply = dispatch(
+        &c,
+        json!({"action": "describe", "tool_name": "run_command"}),
+    )
+    .await;
     assert_eq!(reply["tool"]["risk_level"], "high");
     assert_eq!(
         reply["tool"]["side_effects"],
@@ -341,22 +347,11 @@ async fn dispatcher_lists_describes_and_calls() {
             "invalid_arguments",
         ),
     ] {
-        let reply = c
-            .call(
-                "acme",
-                json!({"tool": "tool_dispatcher", "arguments": args}),
-            )
-            .await;
+        let reply = dispatch(&c, args.clone()).await;
         assert_eq!(reply["error"], code, "{args}: {reply}");
     }
     // Inner argument errors point into the dispatcher's arguments.
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_dispatcher", "session_id": "s1",
-                   "arguments": {"action": "call", "tool_name": "read_workspace_file", "arguments": {}}}),
-        )
-        .await;
+    let reply = dispatch_call(&c, "read_workspace_file", json!({})).await;
     assert_eq!(reply["details"][0]["path"], "/arguments/path", "{reply}");
     assert_eq!(reply["dispatched_tool_name"], "read_workspace_file");
 }
@@ -364,13 +359,7 @@ async fn dispatcher_lists_describes_and_calls() {
 #[tokio::test]
 async fn dispatcher_call_goes_through_the_approval_policy() {
     let c = Cluster::start().await;
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "tool_dispatcher", "session_id": "s1",
-                   "arguments": {"action": "call", "tool_name": "run_command", "arguments": {"command": "ls"}}}),
-        )
-        .await;
+    let reply = dispatch_call(&c, "run_command", json!({"command": "ls"})).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
     assert_eq!(reply["dispatched_tool_name"], "run_command");
     assert_eq!(reply["approval_request"]["tool_name"], "run_command");

@@ -116,7 +116,7 @@ async fn wait_known(cluster: &Cluster, tool: &str, known: bool, within: Duration
 
 /// A gateway (approvals off) and the `tests` provider of the test tools, `tool` known.
 async fn test_tools(tool: &str) -> (Cluster, Provider) {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let cluster = Cluster::ungated("gateway,approval").await;
     let provider = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
     assert!(wait_known(&cluster, tool, true, FOUND_WITHIN).await);
     (cluster, provider)
@@ -161,7 +161,7 @@ async fn provider_status(cluster: &Cluster, name: &str) -> Value {
 
 #[tokio::test]
 async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let cluster = Cluster::ungated("gateway,approval").await;
     // No announce: found by polling $SRV.INFO alone.
     let provider = Provider::start(&cluster, "tickets", &["--no-announce"]).await;
     let started = Instant::now();
@@ -395,7 +395,7 @@ async fn calls_in_flight_to_a_provider_share_one_health_watch() {
 
 #[tokio::test]
 async fn two_instances_of_a_provider_share_its_calls() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let cluster = Cluster::ungated("gateway,approval").await;
     let a = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
     let b = Provider::start(&cluster, "tests", &["--test-tools", "--no-ticket"]).await;
     assert!(
@@ -416,7 +416,7 @@ async fn two_instances_of_a_provider_share_its_calls() {
 
 #[tokio::test]
 async fn name_clashes_are_refused_and_shown_in_component_status() {
-    let cluster = Cluster::with_env(&[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await;
+    let cluster = Cluster::ungated("gateway,approval").await;
     // b-first comes first; a-second sorts first but comes later: b-first keeps the name.
     let first = Provider::echoing(&cluster, "b-first", &["shared_echo"]).await;
     assert!(wait_known(&cluster, "shared_echo", true, FOUND_WITHIN).await);

@@ -86,6 +86,11 @@ impl Cluster {
         cluster
     }
 
+    /// Servers and one node of `roles` with approvals off (no call needs one).
+    pub async fn ungated(roles: &str) -> Cluster {
+        Self::with_node(roles, &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")]).await
+    }
+
     pub async fn start() -> Cluster {
         Self::with_env(&[]).await
     }

@@ -9,11 +9,7 @@ use crate::support::{assert_holds, ok, strings, Cluster};
 
 /// Gateway, approval and workspace on one node, approval off (gating is tested separately).
 async fn cluster() -> Cluster {
-    Cluster::with_node(
-        "gateway,approval,workspace",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
-    )
-    .await
+    Cluster::ungated("gateway,approval,workspace").await
 }
 
 fn root(c: &Cluster, account: &str, session: &str) -> PathBuf {
@@ -190,11 +186,7 @@ async fn multi_edit_is_all_or_nothing() {
 
 #[tokio::test]
 async fn read_state_is_shared_across_workspace_nodes() {
-    let mut c = Cluster::with_node(
-        "gateway,approval",
-        &[("TOOLMESH_TOOL_APPROVAL_MODE", "off")],
-    )
-    .await;
+    let mut c = Cluster::ungated("gateway,approval").await;
     let first = c.start_node("workspace", &[]).await;
     write_file(&c, "f.txt", "hello\n").await;
     let r = read_file(&c, "f.txt").await;
