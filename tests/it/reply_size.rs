@@ -85,6 +85,26 @@ async fn cut_to_fit(c: &Cluster, body: Value) -> Vec<(Path, Value)> {
     replies
 }
 
+/// [`cut_to_fit`] of `body`, whose replies hold the array `list` and its length as `count`:
+/// asserts that each list has more than `more_than` and fewer than `fewer_than` members, and
+/// answers the lists with their paths.
+async fn lists_cut_to_fit(
+    c: &Cluster,
+    body: Value,
+    (list, count): (&str, &str),
+    (more_than, fewer_than): (usize, usize),
+) -> Vec<(Path, Vec<Value>)> {
+    let mut lists = Vec::new();
+    for (path, reply) in cut_to_fit(c, body).await {
+        let members = reply[list].as_array().unwrap().clone();
+        let n = members.len();
+        assert!(n > more_than && n < fewer_than, "{path:?}: {n} {list}");
+        assert_eq!(reply[count], n, "{path:?}");
+        lists.push((path, members));
+    }
+    lists
+}
+
 fn workspace_call(tool: &str, arguments: Value) -> Value {
     json!({"tool": tool, "session_id": "s1", "arguments": arguments})
 }
@@ -108,16 +128,11 @@ async fn a_listing_too_big_for_one_message_is_cut_to_fit() {
         "list_workspace_files",
         json!({"path": "many", "max_results": 5000}),
     );
-    for (path, reply) in cut_to_fit(&c, body).await {
-        let entries = reply["entries"].as_array().unwrap();
-        assert!(
-            entries.len() > 50 && entries.len() < 2000,
-            "{path:?}: {}",
-            entries.len()
-        );
-        assert_eq!(reply["count"], entries.len(), "{path:?}");
+    let cut = lists_cut_to_fit(&c, body, ("entries", "count"), (50, 2000)).await;
+    for (path, entries) in cut {
         // Sorted by name, cut at the end.
-        assert!(entries[0]["name"].as_str().unwrap().starts_with("00000-"));
+        let first = entries[0]["name"].as_str().unwrap();
+        assert!(first.starts_with("00000-"), "{path:?}: {first}");
     }
 }
 
@@ -134,15 +149,7 @@ async fn a_search_with_many_long_matching_lines_is_cut_to_fit() {
         "search_workspace_files",
         json!({"query": "needle", "max_results": 5000}),
     );
-    for (path, reply) in cut_to_fit(&c, body).await {
-        let results = reply["results"].as_array().unwrap();
-        assert!(
-            !results.is_empty() && results.len() < 3000,
-            "{path:?}: {}",
-            results.len()
-        );
-        assert_eq!(reply["match_count"], results.len(), "{path:?}");
-    }
+    lists_cut_to_fit(&c, body, ("results", "match_count"), (0, 3000)).await;
 }
 
 #[tokio::test]

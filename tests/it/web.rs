@@ -211,22 +211,21 @@ async fn cluster(extra: &[(&str, &str)]) -> Cluster {
         ("TOOLMESH_WEB_ALLOWED_NETWORKS", ALLOWED),
     ];
     env.extend_from_slice(extra);
-    let c = Cluster::with_node("gateway,approval,workspace,web", &env).await;
-    c
+    Cluster::with_node("gateway,approval,workspace,web", &env).await
+}
+
+/// The [`allowed_fixture`] site, then a [`cluster`] with `extra`.
+async fn site_and_cluster(extra: &[(&str, &str)]) -> (Fixture, Cluster) {
+    (allowed_fixture().await, cluster(extra).await)
 }
 
 async fn fetch(c: &Cluster, args: Value) -> Value {
-    c.call(
-        "acme",
-        json!({"tool": "web_fetch", "session_id": "s1", "arguments": args}),
-    )
-    .await
+    c.session_call("acme", "s1", "web_fetch", args).await
 }
 
 #[tokio::test]
 async fn fetch_strips_scripts_styles_and_noscript_and_follows_a_redirect() {
-    let site = allowed_fixture().await;
-    let c = cluster(&[]).await;
+    let (site, c) = site_and_cluster(&[]).await;
     let r = support::ok(fetch(&c, json!({"url": site.url("/redirect")})).await);
     assert_eq!(r["url"], site.url("/redirect"));
     assert_eq!(r["final_url"], site.url("/page"));
@@ -265,8 +264,7 @@ async fn fetch_strips_scripts_styles_and_noscript_and_follows_a_redirect() {
 
 #[tokio::test]
 async fn text_over_the_budget_is_persisted_and_readable() {
-    let site = allowed_fixture().await;
-    let c = cluster(&[]).await;
+    let (site, c) = site_and_cluster(&[]).await;
     let r = support::ok(fetch(&c, json!({"url": site.url("/long"), "max_chars": 100})).await);
     assert_eq!(r["truncated"], true);
     assert_eq!(r["body_truncated"], false);
@@ -302,8 +300,7 @@ async fn text_over_the_budget_is_persisted_and_readable() {
 
 #[tokio::test]
 async fn the_body_is_capped_by_decoded_bytes() {
-    let site = allowed_fixture().await;
-    let c = cluster(&[("TOOLMESH_WEB_MAX_BYTES", "10000")]).await;
+    let (site, c) = site_and_cluster(&[("TOOLMESH_WEB_MAX_BYTES", "10000")]).await;
     let r = support::ok(fetch(&c, json!({"url": site.url("/huge"), "max_chars": 100000})).await);
     assert_eq!(r["truncated"], true);
     assert_eq!(r["body_truncated"], true);
@@ -417,8 +414,7 @@ async fn refused_targets_in_every_spelling_never_reach_the_target() {
 
 #[tokio::test]
 async fn redirects_are_followed_five_times_at_most() {
-    let site = allowed_fixture().await;
-    let c = cluster(&[]).await;
+    let (site, c) = site_and_cluster(&[]).await;
     let r = support::ok(fetch(&c, json!({"url": site.url("/chain/5")})).await);
     assert_eq!(r["final_url"], site.url("/chain/0"));
     assert_eq!(r["text"], "end of chain");
@@ -438,8 +434,7 @@ async fn redirects_are_followed_five_times_at_most() {
 
 #[tokio::test]
 async fn failures_have_their_codes() {
-    let site = allowed_fixture().await;
-    let c = cluster(&[]).await;
+    let (site, c) = site_and_cluster(&[]).await;
     let r = fetch(&c, json!({"url": site.url("/missing")})).await;
     assert_eq!(r["error"], "fetch_failed", "{r}");
     assert_eq!(r["status_code"], 404);
