@@ -9,8 +9,7 @@ use crate::support::*;
 async fn a_pending_approval_expires_after_its_ttl() {
     let rig = Rig::with_config(config(1, true)).await;
     let mut events = rig.events("acme").await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
     assert_eq!(next_event(&mut events).await.0, "requested");
 
     assert!(
@@ -44,8 +43,7 @@ async fn a_pending_approval_expires_after_its_ttl() {
 #[actix_rt::test]
 async fn an_approved_but_unused_approval_expires_too() {
     let rig = Rig::with_config(config(1, true)).await;
-    let call = Call::new("acme");
-    let created = rig.create_decided(&call, true).await;
+    let (call, created) = rig.decided_call(true).await;
     let mut events = rig.events("acme").await;
 
     let (verb, announced) = next_event(&mut events).await;

@@ -66,8 +66,7 @@ async fn list_is_pending_only_and_oldest_first() {
 #[actix_rt::test]
 async fn an_approved_approval_runs_exactly_one_call() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
     let mut events = rig.events("acme").await;
 
     let reply = rig
@@ -125,8 +124,7 @@ async fn an_approved_approval_runs_exactly_one_call() {
 #[actix_rt::test]
 async fn a_pending_approval_answers_pending_and_says_where_to_decide() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
     let (code, message, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
     assert_eq!(code, "approval_pending");
     assert!(
@@ -139,8 +137,7 @@ async fn a_pending_approval_answers_pending_and_says_where_to_decide() {
 #[actix_rt::test]
 async fn a_rejection_refuses_and_the_first_decision_wins() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
 
     let rejected = approval_of(&rig.decide("acme", &created.id, false, None).await);
     assert_eq!(rejected.status, ApprovalStatus::Rejected);
@@ -166,8 +163,7 @@ async fn a_rejection_refuses_and_the_first_decision_wins() {
 #[actix_rt::test]
 async fn a_mismatched_call_is_refused_and_the_approval_stays_usable() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create_decided(&call, true).await;
+    let (call, created) = rig.decided_call(true).await;
     let grant = json!({"id": created.id});
 
     let mut other_session = call.with_grant(grant.clone());

@@ -52,8 +52,7 @@ async fn rejected_on_the_first_call_is_refused() {
 #[actix_rt::test]
 async fn approved_with_an_id_decides_and_uses_it() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
     let mut events = rig.events("acme").await;
 
     let used = proceeded(rig.gate(&call.deciding(&created.id, true)).await);
@@ -78,8 +77,7 @@ async fn approved_with_an_id_decides_and_uses_it() {
 #[actix_rt::test]
 async fn rejected_with_an_id_then_contrary_decisions_conflict() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
 
     let (code, _, approval) = refusal(rig.gate(&call.deciding(&created.id, false)).await);
     assert_eq!(code, "approval_rejected");
@@ -109,8 +107,7 @@ async fn rejected_with_an_id_then_contrary_decisions_conflict() {
 #[actix_rt::test]
 async fn in_band_contrary_to_an_out_of_band_decision_is_a_conflict() {
     let rig = Rig::start().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (call, created) = rig.pending_call().await;
     approval_of(&rig.decide("acme", &created.id, true, Some("alice")).await);
 
     let (code, message, approval) = refusal(rig.gate(&call.deciding(&created.id, false)).await);

@@ -6,10 +6,16 @@ use toolmesh_kernel::wire::{ApprovalStatus, GateOutcome};
 
 use crate::support::*;
 
-#[actix_rt::test]
-async fn racing_decisions_have_exactly_one_winner() {
+/// A rig and a second approval node on its NATS and Redis.
+async fn two_nodes() -> (Rig, Desk) {
     let rig = Rig::start().await;
     let second_node = rig.another_desk().await;
+    (rig, second_node)
+}
+
+#[actix_rt::test]
+async fn racing_decisions_have_exactly_one_winner() {
+    let (rig, second_node) = two_nodes().await;
     let created = rig.create(&Call::new("acme")).await;
     let mut events = rig.events("acme").await;
 
@@ -61,10 +67,8 @@ async fn racing_decisions_have_exactly_one_winner() {
 
 #[actix_rt::test]
 async fn racing_uses_have_exactly_one_proceed() {
-    let rig = Rig::start().await;
-    let second_node = rig.another_desk().await;
-    let call = Call::new("acme");
-    let created = rig.create_decided(&call, true).await;
+    let (rig, second_node) = two_nodes().await;
+    let (call, created) = rig.decided_call(true).await;
 
     let outcomes = rig
         .gate_all((0..12).map(|_| call.presenting(&created.id)))
@@ -85,10 +89,8 @@ async fn racing_uses_have_exactly_one_proceed() {
 
 #[actix_rt::test]
 async fn racing_in_band_decisions_run_at_most_one_call_and_never_both_ways() {
-    let rig = Rig::start().await;
-    let second_node = rig.another_desk().await;
-    let call = Call::new("acme");
-    let created = rig.create(&call).await;
+    let (rig, second_node) = two_nodes().await;
+    let (call, created) = rig.pending_call().await;
 
     let outcomes = rig
         .gate_all((0..16).map(|i| call.deciding(&created.id, i % 2 == 0)))

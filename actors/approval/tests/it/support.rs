@@ -182,6 +182,20 @@ impl Rig {
         }
     }
 
+    /// An acme [`Call`] and the pending approval it asked for.
+    pub async fn pending_call(&self) -> (Call, ApprovalRequest) {
+        let call = Call::new("acme");
+        let created = self.create(&call).await;
+        (call, created)
+    }
+
+    /// An acme [`Call`] and its approval, decided out of band (see [`Rig::create_decided`]).
+    pub async fn decided_call(&self, approved: bool) -> (Call, ApprovalRequest) {
+        let call = Call::new("acme");
+        let created = self.create_decided(&call, approved).await;
+        (call, created)
+    }
+
     /// A new approval for `call`, decided out of band (by no named approver); as created.
     pub async fn create_decided(&self, call: &Call, approved: bool) -> ApprovalRequest {
         let created = self.create(call).await;
