@@ -460,11 +460,10 @@ async fn calls_without_approval_do_not_touch_redis() {
     let id = approval_id(&c, "acme", status_call("s1")).await;
     c.redis.kill();
     // Low-risk calls still run with Redis gone...
-    ok(c.call(
-        "acme",
-        json!({"tool": "tool_search", "arguments": {"query": "status"}}),
-    )
-    .await);
+    ok(
+        c.tool_call("acme", "tool_search", json!({"query": "status"}))
+            .await,
+    );
     // ...while gated ones say the approval store is unavailable (and nothing runs).
     let reply = status_with(&c, "acme", "s1", json!({"id": id})).await;
     assert_eq!(reply["error"], "unavailable", "{reply}");

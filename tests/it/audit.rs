@@ -313,9 +313,7 @@ async fn without_jetstream_calls_run_and_component_status_says_there_is_no_trail
 
 /// Asserts that acme's `component_status` says the audit trail is `state`: the status.
 async fn assert_audit(c: &Cluster, state: &str) -> Value {
-    let status = c
-        .call("acme", json!({"tool": "component_status", "arguments": {}}))
-        .await;
+    let status = c.tool_call("acme", "component_status", json!({})).await;
     assert_eq!(status["audit"]["status"], state, "{status}");
     status
 }

@@ -135,10 +135,7 @@ async fn arguments_are_checked_against_the_schema_with_pointers() {
 async fn session_tools_need_a_session_and_unserved_roles_are_unavailable_fast() {
     let c = Cluster::start().await;
     let reply = c
-        .call(
-            "acme",
-            json!({"tool": "read_workspace_file", "arguments": {"path": "a"}}),
-        )
+        .tool_call("acme", "read_workspace_file", json!({"path": "a"}))
         .await;
     assert_error(&reply, "invalid_request", "session_id");
 
@@ -229,9 +226,10 @@ async fn component_status_reports_the_cluster() {
 async fn tool_search_scores_and_defers() {
     let c = Cluster::start().await;
     let reply = ok(c
-        .call(
+        .tool_call(
             "acme",
-            json!({"tool": "tool_search", "arguments": {"query": "read file", "include_disabled": true}}),
+            "tool_search",
+            json!({"query": "read file", "include_disabled": true}),
         )
         .await);
     assert_eq!(reply["results"][0]["name"], "read_workspace_file");
@@ -250,8 +248,7 @@ async fn tool_search_scores_and_defers() {
 /// `tool_search` for `query`.
 async fn search(c: &Cluster, query: &str) -> Value {
     let args = json!({"query": query});
-    c.call("acme", json!({"tool": "tool_search", "arguments": args}))
-        .await
+    c.tool_call("acme", "tool_search", args).await
 }
 
 fn names(reply: &Value) -> Vec<String> {
@@ -260,11 +257,7 @@ fn names(reply: &Value) -> Vec<String> {
 
 /// `tool_dispatcher` with `arguments`, in no session of acme.
 async fn dispatch(c: &Cluster, arguments: Value) -> Value {
-    c.call(
-        "acme",
-        json!({"tool": "tool_dispatcher", "arguments": arguments}),
-    )
-    .await
+    c.tool_call("acme", "tool_dispatcher", arguments).await
 }
 
 /// `tool_dispatcher`'s `call` of `tool` with `arguments`, in session `s1` of acme.

@@ -122,10 +122,7 @@ async fn calls_move_the_counters_and_the_histogram() {
     let missing = c.read_workspace_file("acme", "s1", "missing.txt").await;
     assert_eq!(missing["error"], "not_found", "{missing}");
     let bad = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "arguments": {"x": 1}}),
-        )
+        .tool_call("acme", "component_status", json!({"x": 1}))
         .await;
     assert_eq!(bad["error"], "invalid_arguments", "{bad}");
     // A name no registry knows is not a label value.

@@ -99,9 +99,10 @@ impl Provider {
 
 async fn describe(cluster: &Cluster, tool: &str) -> Value {
     cluster
-        .call(
+        .tool_call(
             "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "describe", "tool_name": tool}}),
+            "tool_dispatcher",
+            json!({"action": "describe", "tool_name": tool}),
         )
         .await
 }
@@ -180,9 +181,10 @@ async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
     assert_eq!(tool["input_schema"]["required"], json!(["title"]));
 
     let search = cluster
-        .call(
+        .tool_call(
             "acme",
-            json!({"tool": "tool_search", "arguments": {"query": "ticket", "profile": "default"}}),
+            "tool_search",
+            json!({"query": "ticket", "profile": "default"}),
         )
         .await;
     assert_eq!(search["results"][0]["name"], "ticket_create", "{search}");
@@ -194,29 +196,22 @@ async fn a_provider_is_found_within_5_s_and_listed_like_a_built_in_tool() {
         json!({"query": "ticket"}),
         json!({"query": "ticket", "include_disabled": true}),
     ] {
-        let search = cluster
-            .call(
-                "acme",
-                json!({"tool": "tool_search", "arguments": arguments}),
-            )
-            .await;
+        let search = cluster.tool_call("acme", "tool_search", arguments).await;
         assert_eq!(search["results"][0]["name"], "ticket_create", "{search}");
     }
 
     let list = cluster
-        .call(
-            "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "list"}}),
-        )
+        .tool_call("acme", "tool_dispatcher", json!({"action": "list"}))
         .await;
     let names = strings(&list, "tools", "name");
     for name in ["ticket_create", "read_workspace_file"] {
         assert!(names.iter().any(|n| n == name), "{name}: {names:?}");
     }
     let external = cluster
-        .call(
+        .tool_call(
             "acme",
-            json!({"tool": "tool_dispatcher", "arguments": {"action": "list", "include": ["external"]}}),
+            "tool_dispatcher",
+            json!({"action": "list", "include": ["external"]}),
         )
         .await;
     assert_eq!(external["tools"].as_array().unwrap().len(), 1, "{external}");
@@ -261,9 +256,7 @@ async fn arguments_are_checked_before_the_provider_sees_them_and_strict_mode_gat
         json!({"title": "x", "owner": "me"}),
         json!({"title": 5}),
     ] {
-        let reply = cluster
-            .call("acme", json!({"tool": "ticket_create", "arguments": bad}))
-            .await;
+        let reply = cluster.tool_call("acme", "ticket_create", bad.clone()).await;
         assert_eq!(reply["error"], "invalid_arguments", "{bad}: {reply}");
     }
     assert!(provider.requests().is_empty(), "{:?}", provider.requests());
@@ -460,10 +453,7 @@ async fn name_clashes_are_refused_and_shown_in_component_status() {
     );
 
     let reply = cluster
-        .call(
-            "acme",
-            json!({"tool": "shared_echo", "arguments": {"n": 1}}),
-        )
+        .tool_call("acme", "shared_echo", json!({"n": 1}))
         .await;
     assert_eq!(reply["echo"], json!({"n": 1}), "{reply}");
     assert_eq!(first.requests().len(), 1, "the holder got the call");
@@ -493,10 +483,7 @@ async fn the_policy_file_overrides_a_provider_s_risk_and_floors_it() {
         "low"
     );
     ok(cluster
-        .call(
-            "acme",
-            json!({"tool": "ticket_create", "arguments": {"title": "t"}}),
-        )
+        .tool_call("acme", "ticket_create", json!({"title": "t"}))
         .await);
     assert_eq!(tickets.requests().len(), 1);
 
@@ -574,7 +561,7 @@ async fn text_over_the_budget_is_cut_and_persisted_in_the_session() {
 
     // Without a session the text is cut and nothing is persisted.
     let cut = cluster
-        .call("acme", json!({"tool": "big", "arguments": {"lines": 500}}))
+        .tool_call("acme", "big", json!({"lines": 500}))
         .await;
     assert_eq!(cut["text_truncated"], true);
     assert!(cut.get("persisted_outputs").is_none(), "{cut}");

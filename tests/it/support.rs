@@ -162,6 +162,12 @@ impl Cluster {
         self.call(account, body).await
     }
 
+    /// A call of `tool` with `arguments` in no session of `account` (and nothing else).
+    pub async fn tool_call(&self, account: &str, tool: &str, arguments: Value) -> Value {
+        let body = json!({"tool": tool, "arguments": arguments});
+        self.call(account, body).await
+    }
+
     /// `read_workspace_file` of `path` in `session` of `account`.
     pub async fn read_workspace_file(&self, account: &str, session: &str, path: &str) -> Value {
         let arguments = json!({ "path": path });

@@ -287,9 +287,10 @@ async fn text_over_the_budget_is_persisted_and_readable() {
 
     // Without a session the text is cut and nothing is persisted.
     let r = support::ok(
-        c.call(
+        c.tool_call(
             "acme",
-            json!({"tool": "web_fetch", "arguments": {"url": site.url("/long"), "max_chars": 100}}),
+            "web_fetch",
+            json!({"url": site.url("/long"), "max_chars": 100}),
         )
         .await,
     );
@@ -454,10 +455,7 @@ async fn failures_have_their_codes() {
     assert_eq!(r["error"], "invalid_arguments", "{r}");
     // No provider configured on this node.
     let r = c
-        .call(
-            "acme",
-            json!({"tool": "web_search", "arguments": {"query": "x"}}),
-        )
+        .tool_call("acme", "web_search", json!({"query": "x"}))
         .await;
     assert_eq!(r["error"], "provider_not_configured", "{r}");
 }
@@ -489,10 +487,7 @@ async fn the_fake_search_provider_is_deterministic() {
     let b = search(3).await;
     assert_eq!(a["results"], b["results"]);
     let default = c
-        .call(
-            "acme",
-            json!({"tool": "web_search", "arguments": {"query": "nats tools"}}),
-        )
+        .tool_call("acme", "web_search", json!({"query": "nats tools"}))
         .await;
     assert_eq!(default["results"].as_array().unwrap().len(), 5, "{default}");
     assert_eq!(default["results"][2], a["results"][2]);
