@@ -112,10 +112,11 @@ async fn calls_move_the_counters_and_the_histogram() {
     // Answered by the workspace actor straight to the caller (direct replies): the gateway
     // learns the outcome from the actor's notice.
     for i in 0..2 {
-        ok(c.call(
+        ok(c.session_call(
             "acme",
-            json!({"tool": "write_workspace_file", "session_id": "s1",
-                       "arguments": {"path": format!("f{i}.txt"), "content": "x"}}),
+            "s1",
+            "write_workspace_file",
+            json!({"path": format!("f{i}.txt"), "content": "x"}),
         )
         .await);
     }

@@ -256,7 +256,9 @@ async fn arguments_are_checked_before_the_provider_sees_them_and_strict_mode_gat
         json!({"title": "x", "owner": "me"}),
         json!({"title": 5}),
     ] {
-        let reply = cluster.tool_call("acme", "ticket_create", bad.clone()).await;
+        let reply = cluster
+            .tool_call("acme", "ticket_create", bad.clone())
+            .await;
         assert_eq!(reply["error"], "invalid_arguments", "{bad}: {reply}");
     }
     assert!(provider.requests().is_empty(), "{:?}", provider.requests());
