@@ -44,7 +44,7 @@ pub(crate) const EXECUTING: ToolDef =
     SANDBOX.risk(RiskLevel::High, &[SideEffect::IsolatedRuntimeExecution]);
 
 /// A tool of the sandbox worker: a [`Tool`] run with the call's placement, and how its calls
-/// are placed ([`QUICK`] unless it says otherwise).
+/// are placed (`QUICK` unless it says otherwise).
 pub trait SandboxTool: Tool<Placed> {
     const PLACEMENT: &'static Placement = &QUICK;
 }
