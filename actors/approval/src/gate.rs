@@ -1,7 +1,7 @@
 //! The approval gate (`toolmesh.internal.v1.approval.gate`): a `GateRequest` from the gateway
 //! becomes a `GateOutcome` — create a pending approval, decide in band, or use one.
 
-use toolmesh_kernel::error::{DisplayChain, ErrorCode, ToolError};
+use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
@@ -301,8 +301,7 @@ impl From<ArgumentsError> for ToolError {
         match e.kind() {
             ArgumentsErrorKind::Invalid => ToolError::invalid_request(e.to_string()),
             ArgumentsErrorKind::Internal => {
-                tracing::error!(error = %DisplayChain(&e), "cannot store a gate request's arguments");
-                ToolError::internal(e.to_string())
+                ToolError::internal_logged(&e, "cannot store a gate request's arguments")
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::error::{DisplayChain, ErrorCode, ToolError};
+use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
@@ -188,8 +188,7 @@ struct EncodeError(#[source] serde_json::Error);
 /// `internal` with the sentence of the error; the log line keeps its cause.
 impl From<EncodeError> for ToolError {
     fn from(e: EncodeError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "cannot write an approval");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "cannot write an approval")
     }
 }
 

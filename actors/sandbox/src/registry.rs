@@ -127,8 +127,7 @@ impl From<RegistryError> for ToolError {
                 )
             }
             RegistryErrorKind::Internal => {
-                tracing::error!(error = %DisplayChain(&e), "sandbox session registry unusable");
-                ToolError::internal(e.to_string())
+                ToolError::internal_logged(&e, "sandbox session registry unusable")
             }
         }
     }

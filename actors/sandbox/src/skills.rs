@@ -9,7 +9,6 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::skills::{is_skill_name, SkillBundle, LOCAL_SHA256};
 use toolmesh_kernel::ToolError;
 
@@ -39,8 +38,7 @@ pub enum InstallError {
 /// `internal` with the sentence of the error; the log line keeps its cause.
 impl From<InstallError> for ToolError {
     fn from(e: InstallError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "cannot install skills into a sandbox");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "cannot install skills into a sandbox")
     }
 }
 

@@ -57,7 +57,6 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use serde::Serialize;
-use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::confine::Workspace;
@@ -185,10 +184,7 @@ impl From<SearchError> for ToolError {
                 ToolError::new(ErrorCode::PathOutsideWorkspace, e.to_string())
                     .with("path", path.clone())
             }
-            SearchError::Open { .. } => {
-                tracing::error!(error = %DisplayChain(&e), "workspace search failed");
-                ToolError::internal(e.to_string())
-            }
+            SearchError::Open { .. } => ToolError::internal_logged(&e, "workspace search failed"),
         }
     }
 }

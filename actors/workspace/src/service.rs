@@ -11,7 +11,6 @@ use toolmesh_kernel::Role;
 
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::sync::output_path;
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -100,8 +99,7 @@ pub struct TaskError(#[source] tokio::task::JoinError);
 /// `internal`, its cause logged here.
 impl From<TaskError> for ToolError {
     fn from(e: TaskError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "a workspace task failed");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "a workspace task failed")
     }
 }
 

@@ -122,6 +122,13 @@ impl ToolError {
         self
     }
 
+    /// `internal` with the sentence of `error`, logged here with its whole chain under
+    /// `what`: an actor's edge for a failure the caller can do nothing about.
+    pub fn internal_logged(error: &(dyn std::error::Error + 'static), what: &str) -> Self {
+        tracing::error!(error = %DisplayChain(error), "{what}");
+        ToolError::internal(error.to_string())
+    }
+
     /// Puts `details` beside `error`/`error_message` (a failed command's output fields).
     pub fn with_details(mut self, details: Map<String, Value>) -> Self {
         self.details = details;
@@ -236,6 +243,15 @@ fn display_message(message: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_internal_logged_error_answers_its_own_sentence() {
+        let outer = std::io::Error::other("the disk said no");
+        let error = ToolError::internal_logged(&outer, "a test failure");
+        assert_eq!(error.code, ErrorCode::Internal);
+        assert_eq!(error.message, "the disk said no");
+        assert!(error.details.is_empty());
+    }
 
     #[test]
     fn codes_serialize_as_protocol_names() {

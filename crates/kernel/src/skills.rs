@@ -37,7 +37,7 @@ use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{DisplayChain, ErrorCode, ToolError};
+use crate::error::{ErrorCode, ToolError};
 use crate::role::Role;
 use crate::sync::{decode_frame, parse_reply};
 
@@ -407,8 +407,7 @@ pub enum BundleError {
 /// `internal` with the sentence of the error, logged here.
 impl From<BundleError> for ToolError {
     fn from(e: BundleError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "a malformed skill bundle");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "a malformed skill bundle")
     }
 }
 

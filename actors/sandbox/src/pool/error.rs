@@ -5,7 +5,6 @@
 use std::io;
 use std::path::PathBuf;
 
-use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::ToolError;
 
 /// Why the pool could not prepare what a sandbox needs.
@@ -33,7 +32,6 @@ pub enum PoolError {
 /// `internal` with the sentence of the error; the log line keeps its cause.
 impl From<PoolError> for ToolError {
     fn from(e: PoolError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "the sandbox pool failed");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "the sandbox pool failed")
     }
 }

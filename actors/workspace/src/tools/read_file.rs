@@ -4,7 +4,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
@@ -136,8 +135,7 @@ struct RangeReadError {
 /// `internal`, its cause logged here.
 impl From<RangeReadError> for ToolError {
     fn from(e: RangeReadError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "workspace file read failed");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "workspace file read failed")
     }
 }
 

@@ -1,7 +1,7 @@
 //! Why [`WorkspaceSync`](crate::sync::WorkspaceSync) could not use what the workspace actor
 //! answered, or could not read what it was to put ([`SyncClientError`]).
 
-use crate::error::{DisplayChain, ToolError};
+use crate::error::ToolError;
 use crate::sync::messages::ChangeOutcome;
 
 /// A sync reply this client cannot use (a bug on one side, or peers of versions that do not
@@ -53,8 +53,7 @@ pub enum SyncClientError {
 /// `internal` with the sentence of the error; the log line keeps its cause.
 impl From<SyncClientError> for ToolError {
     fn from(e: SyncClientError) -> Self {
-        tracing::error!(error = %DisplayChain(&e), "workspace sync client failed");
-        ToolError::internal(e.to_string())
+        ToolError::internal_logged(&e, "workspace sync client failed")
     }
 }
 
