@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
-use toolmesh_kernel::config::RawEnv;
+use toolmesh_kernel::config::{ConfigFile, FileError, RawEnv, Unplaced};
 
 /// The environment variable naming the file.
 pub const SERVERS_VAR: &str = "TOOLMESH_MCP_SERVERS";
@@ -76,43 +76,31 @@ impl ServerConfig {
     }
 }
 
-/// A configuration the bridge cannot run, naming where in the file.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{SERVERS_VAR}: cannot read {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
-    #[error("{SERVERS_VAR} ({path}): not JSON: {reason}")]
-    Json { path: PathBuf, reason: String },
-    #[error("{SERVERS_VAR} ({path}): {field}: {reason}")]
-    Field {
-        path: PathBuf,
-        field: String,
-        reason: String,
-    },
-}
+/// The servers file: JSON, named by [`SERVERS_VAR`].
+pub const SERVERS_FILE: ConfigFile = ConfigFile {
+    var: SERVERS_VAR,
+    format: "JSON",
+};
 
 impl BridgeConfig {
     /// Reads `TOOLMESH_MCP_SERVERS`; unset means a bridge without servers.
-    pub fn from_env(env: &RawEnv) -> Result<BridgeConfig, ConfigError> {
+    pub fn from_env(env: &RawEnv) -> Result<BridgeConfig, FileError> {
         match env.get(SERVERS_VAR) {
             None => Ok(BridgeConfig::default()),
             Some(path) => BridgeConfig::from_file(Path::new(path.trim())),
         }
     }
 
-    pub fn from_file(path: &Path) -> Result<BridgeConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let mut config = BridgeConfig::parse(&text).map_err(|e| e.at(path))?;
+    pub fn from_file(path: &Path) -> Result<BridgeConfig, FileError> {
+        let mut config = SERVERS_FILE.read(path, BridgeConfig::parse)?;
         config.file = Some(path.to_owned());
         Ok(config)
     }
 
     /// Parses and validates the file's text.
     pub fn parse(text: &str) -> Result<BridgeConfig, Unplaced> {
-        let root: Value = serde_json::from_str(text).map_err(|e| Unplaced::Json(e.to_string()))?;
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| Unplaced::Syntax(e.to_string()))?;
         let root = root
             .as_object()
             .ok_or_else(|| Unplaced::field("(top level)", "must be an object"))?;
@@ -139,36 +127,6 @@ impl BridgeConfig {
             file: None,
             servers: out,
         })
-    }
-}
-
-/// A parse error before the file's path is known.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Unplaced {
-    Json(String),
-    Field { field: String, reason: String },
-}
-
-impl Unplaced {
-    fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Unplaced::Field {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-
-    fn at(self, path: &Path) -> ConfigError {
-        match self {
-            Unplaced::Json(reason) => ConfigError::Json {
-                path: path.to_owned(),
-                reason,
-            },
-            Unplaced::Field { field, reason } => ConfigError::Field {
-                path: path.to_owned(),
-                field,
-                reason,
-            },
-        }
     }
 }
 
@@ -359,16 +317,13 @@ fn quoted(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use toolmesh_kernel::config::assert_refused_at;
+
     use super::*;
 
+    #[track_caller]
     fn check_err(text: &str, field: &str, reason_part: &str) {
-        match BridgeConfig::parse(text) {
-            Err(Unplaced::Field { field: f, reason }) => {
-                assert_eq!(f, field, "{text}");
-                assert!(reason.contains(reason_part), "{reason} for {text}");
-            }
-            other => panic!("{text}: expected a field error, got {other:?}"),
-        }
+        assert_refused_at(BridgeConfig::parse(text), text, field, reason_part);
     }
 
     #[test]
@@ -410,7 +365,7 @@ mod tests {
             "mcpServers.t.env.A",
             "string",
         );
-        assert!(matches!(BridgeConfig::parse("{"), Err(Unplaced::Json(_))));
+        assert!(matches!(BridgeConfig::parse("{"), Err(Unplaced::Syntax(_))));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolmesh_kernel::config::RawEnv;
+use toolmesh_kernel::config::{ConfigFile, FileError, RawEnv, Unplaced};
 
 use crate::backend::SandboxLimits;
 use crate::config::SandboxConfig;
@@ -180,48 +180,11 @@ pub struct Templates {
     pub file: Option<PathBuf>,
 }
 
-/// Why the templates file cannot be used; the node does not start.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TemplatesError {
-    #[error("{TEMPLATES_VAR}: cannot read {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
-    #[error("{TEMPLATES_VAR} ({path}): not TOML: {reason}")]
-    Toml { path: PathBuf, reason: String },
-    #[error("{TEMPLATES_VAR} ({path}): {field}: {reason}")]
-    Field {
-        path: PathBuf,
-        field: String,
-        reason: String,
-    },
-}
-
-/// An error before the file's path is known.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Unplaced {
-    Toml(String),
-    Field { field: String, reason: String },
-}
-
-impl Unplaced {
-    fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Unplaced::Field {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-
-    fn at(self, path: &Path) -> TemplatesError {
-        let path = path.to_owned();
-        match self {
-            Unplaced::Toml(reason) => TemplatesError::Toml { path, reason },
-            Unplaced::Field { field, reason } => TemplatesError::Field {
-                path,
-                field,
-                reason,
-            },
-        }
-    }
-}
+/// The templates file: TOML, named by [`TEMPLATES_VAR`].
+pub const TEMPLATES_FILE: ConfigFile = ConfigFile {
+    var: TEMPLATES_VAR,
+    format: "TOML",
+};
 
 /// Whether `name` may name a template: `[A-Za-z0-9_-]{1,64}`.
 pub fn is_template_name(name: &str) -> bool {
@@ -259,19 +222,15 @@ impl Templates {
     }
 
     /// Reads [`TEMPLATES_VAR`] (unset: only `default`).
-    pub fn from_env(env: &RawEnv, config: &SandboxConfig) -> Result<Templates, TemplatesError> {
+    pub fn from_env(env: &RawEnv, config: &SandboxConfig) -> Result<Templates, FileError> {
         match env.get(TEMPLATES_VAR) {
             None => Ok(Templates::only_default(config)),
             Some(path) => Templates::from_file(Path::new(path.trim()), config),
         }
     }
 
-    pub fn from_file(path: &Path, config: &SandboxConfig) -> Result<Templates, TemplatesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TemplatesError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let mut templates = Templates::parse(&text, config).map_err(|e| e.at(path))?;
+    pub fn from_file(path: &Path, config: &SandboxConfig) -> Result<Templates, FileError> {
+        let mut templates = TEMPLATES_FILE.read(path, |text| Templates::parse(text, config))?;
         templates.file = Some(path.to_owned());
         Ok(templates)
     }
@@ -280,7 +239,7 @@ impl Templates {
     /// the image allow-list).
     pub fn parse(text: &str, config: &SandboxConfig) -> Result<Templates, Unplaced> {
         let root: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            Unplaced::Toml(e.message().to_owned() + &line_of(text, e.span()))
+            Unplaced::Syntax(e.message().to_owned() + &line_of(text, e.span()))
         })?;
         for key in root.keys() {
             if key != "templates" {
@@ -579,6 +538,8 @@ fn parse_template(
 
 #[cfg(test)]
 mod tests {
+    use toolmesh_kernel::config::assert_refused_at;
+
     use super::*;
 
     fn config() -> SandboxConfig {
@@ -587,14 +548,9 @@ mod tests {
     }
 
     /// `text` is refused naming `field`, with a reason containing `why`.
+    #[track_caller]
     fn check_refused(text: &str, field: &str, why: &str) {
-        match Templates::parse(text, &config()) {
-            Err(Unplaced::Field { field: got, reason }) => {
-                assert_eq!(got, field, "{text}: {reason}");
-                assert!(reason.contains(why), "{text}: {reason}");
-            }
-            other => panic!("{text}: {other:?}"),
-        }
+        assert_refused_at(Templates::parse(text, &config()), text, field, why);
     }
 
     #[test]
@@ -718,7 +674,7 @@ mod tests {
         check_refused("[other]", "other", "unknown key");
         assert!(matches!(
             Templates::parse("[templates.a", &config()),
-            Err(Unplaced::Toml(_))
+            Err(Unplaced::Syntax(_))
         ));
     }
 

@@ -12,9 +12,13 @@
 //! defaults and checks) beside a `variables.rs` listing its variables: the gateway's policy,
 //! the approval, sandbox, skills and web settings, the bridge's servers, the MCP front's and the
 //! console's. The node builds each with its crate's constructor (`src/configs.rs`).
+//!
+//! A setting too large for a variable lives in a file the variable names (the bridge's servers,
+//! the sandbox templates): [`ConfigFile::read`] reads it, and a [`FileError`] names the
+//! variable, the file and the field at fault.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::policy::PolicyError;
@@ -74,6 +78,24 @@ pub fn assert_literal_defaults_change_nothing(
         literals += 1;
     }
     literals
+}
+
+/// For the tests of a settings file's parser: asserts that `parsed`, what became of `text`, is
+/// refused naming `field`, with a reason containing `why`.
+#[track_caller]
+pub fn assert_refused_at<T: std::fmt::Debug>(
+    parsed: Result<T, Unplaced>,
+    text: &str,
+    field: &str,
+    why: &str,
+) {
+    match parsed {
+        Err(Unplaced::Field { field: got, reason }) => {
+            assert_eq!(got, field, "{text}: {reason}");
+            assert!(reason.contains(why), "{text}: {reason}");
+        }
+        other => panic!("{text}: expected a field error, got {other:?}"),
+    }
 }
 
 impl std::fmt::Debug for Secret {
@@ -196,6 +218,94 @@ pub enum ConfigError {
     Policy(#[from] PolicyError),
 }
 
+/// A file of settings named by a variable: the variable and the file's format, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigFile {
+    /// The variable naming the file.
+    pub var: &'static str,
+    /// The file's format as a message names it (`JSON`, `TOML`).
+    pub format: &'static str,
+}
+
+impl ConfigFile {
+    /// Reads the file at `path` and parses its text with `parse`; an error names the variable
+    /// and the file.
+    pub fn read<T>(
+        self,
+        path: &Path,
+        parse: impl FnOnce(&str) -> Result<T, Unplaced>,
+    ) -> Result<T, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|e| FileError::Read {
+            var: self.var,
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        parse(&text).map_err(|e| e.at(self, path))
+    }
+}
+
+/// A settings file the node cannot use, naming where in the file; the node does not start.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FileError {
+    #[error("{var}: cannot read {path}: {reason}")]
+    Read {
+        var: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("{var} ({path}): not {format}: {reason}")]
+    Syntax {
+        var: &'static str,
+        format: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("{var} ({path}): {field}: {reason}")]
+    Field {
+        var: &'static str,
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
+}
+
+/// What is wrong with a settings file's text, before the file's path is known.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unplaced {
+    /// Not in the file's format: the parser's reason.
+    Syntax(String),
+    /// A field the file holds, or lacks, and why it cannot be used.
+    Field { field: String, reason: String },
+}
+
+impl Unplaced {
+    pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Unplaced::Field {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// This error, placed in the file at `path`.
+    pub fn at(self, file: ConfigFile, path: &Path) -> FileError {
+        let (var, path) = (file.var, path.to_owned());
+        match self {
+            Unplaced::Syntax(reason) => FileError::Syntax {
+                var,
+                format: file.format,
+                path,
+                reason,
+            },
+            Unplaced::Field { field, reason } => FileError::Field {
+                var,
+                path,
+                field,
+                reason,
+            },
+        }
+    }
+}
+
 /// What every node reads from its environment, whatever its roles.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -273,6 +383,31 @@ fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_errors_name_the_variable_the_file_and_the_field() {
+        let file = ConfigFile {
+            var: "TOOLMESH_X",
+            format: "JSON",
+        };
+        let path = Path::new("/nonexistent/x.json");
+        let read = file.read(path, |_| Ok(())).unwrap_err();
+        assert!(
+            read.to_string()
+                .starts_with("TOOLMESH_X: cannot read /nonexistent/x.json: "),
+            "{read}"
+        );
+        let syntax = Unplaced::Syntax("eof".into()).at(file, path);
+        assert_eq!(
+            syntax.to_string(),
+            "TOOLMESH_X (/nonexistent/x.json): not JSON: eof"
+        );
+        let field = Unplaced::field("a.b", "must be a string").at(file, path);
+        assert_eq!(
+            field.to_string(),
+            "TOOLMESH_X (/nonexistent/x.json): a.b: must be a string"
+        );
+    }
 
     #[test]
     fn defaults_work_for_one_machine() {
