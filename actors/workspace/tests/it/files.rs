@@ -486,59 +486,31 @@ fn a_bad_path_in_a_batch_writes_nothing() {
     let (_tmp, ws) = workspace();
     put(&ws, "exists.txt", "old");
     put(&ws, "dir/inside.txt", "old");
-    /// Files of the batch, `overwrite`, the code, the pointer of an `invalid_arguments`.
-    type Case<'a> = (&'a [(&'a str, &'a str)], bool, ErrorCode, &'a str);
-    let cases: [Case; 6] = [
-        (
-            &[("new1.txt", "x"), ("exists.txt", "x")],
-            false,
-            ErrorCode::AlreadyExists,
-            "/files/1/path",
-        ),
-        (
-            &[("new1.txt", "x"), ("dir", "x")],
-            true,
-            ErrorCode::InvalidArguments,
-            "/files/1/path",
-        ),
-        (
-            &[("new1.txt", "x"), ("exists.txt/below", "x")],
-            true,
-            ErrorCode::InvalidArguments,
-            "/files/1/path",
-        ),
-        (
-            &[("new1.txt", "x"), ("new2.txt", "x"), ("new1.txt", "y")],
-            true,
-            ErrorCode::InvalidArguments,
-            "/files/2/path",
-        ),
-        (
-            &[("new1/x.txt", "x"), ("new1", "x")],
-            true,
-            ErrorCode::InvalidArguments,
-            "/files/0/path",
-        ),
-        (
-            &[("new1.txt", "x"), (".", "x")],
-            true,
-            ErrorCode::InvalidArguments,
-            "/files/1/path",
-        ),
-    ];
-    for (files, overwrite, code, pointer) in cases {
-        let err = writing::write_batch(&ws, &batch(files), overwrite)
+    // A refused batch (each file holding `x`) leaves the tree as it was.
+    let refused = |files: &[&str], overwrite: bool| {
+        let entries: Vec<(&str, &str)> = files.iter().map(|path| (*path, "x")).collect();
+        let err = writing::write_batch(&ws, &batch(&entries), overwrite)
             .unwrap_err()
             .wire();
-        assert_eq!(err.code, code, "{files:?}: {err:?}");
-        if code == ErrorCode::InvalidArguments {
-            assert_eq!(err.details["details"][0]["path"], pointer, "{files:?}");
-        }
-        assert_eq!(
-            tree(ws.root()),
-            ["dir", "dir/inside.txt", "exists.txt"],
-            "{files:?}"
-        );
+        let unchanged = ["dir", "dir/inside.txt", "exists.txt"];
+        assert_eq!(tree(ws.root()), unchanged, "{files:?}");
+        err
+    };
+    let err = refused(&["new1.txt", "exists.txt"], false);
+    assert_eq!(err.code, ErrorCode::AlreadyExists, "{err:?}");
+    // The batch's paths, and the index of the one the refusal points at.
+    let invalid: [(&[&str], usize); 5] = [
+        (&["new1.txt", "dir"], 1),
+        (&["new1.txt", "exists.txt/below"], 1),
+        (&["new1.txt", "new2.txt", "new1.txt"], 2),
+        (&["new1/x.txt", "new1"], 0),
+        (&["new1.txt", "."], 1),
+    ];
+    for (files, at) in invalid {
+        let err = refused(files, true);
+        assert_eq!(err.code, ErrorCode::InvalidArguments, "{files:?}: {err:?}");
+        let pointer = format!("/files/{at}/path");
+        assert_eq!(err.details["details"][0]["path"], pointer, "{files:?}");
     }
     assert_eq!(bytes_at(&ws, "exists.txt"), b"old");
 }
