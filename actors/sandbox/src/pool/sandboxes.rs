@@ -11,7 +11,6 @@ use crate::backend::{SandboxRef, SandboxSpec};
 use crate::network::DecisionTap;
 use crate::pool::error::PoolError;
 use crate::pool::folders::{remove_folder, remove_folder_of};
-use crate::pool::session::{Session, SessionKey};
 use crate::pool::state::{backend_error, new_sandbox_id, shutting_down, Busy, Pool};
 use crate::templates::{Template, LAZY_WARM};
 
@@ -189,13 +188,7 @@ impl Pool {
         // warm pool or removed by `create_sandbox`, and evicted sessions finish going; the
         // process may exit right after this returns. (The node's drain bounds the wait.)
         self.wait_idle().await;
-        let all: Vec<(SessionKey, Arc<Session>)> = {
-            let sessions = self.sessions.lock().expect("sessions lock");
-            sessions
-                .iter()
-                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
-                .collect()
-        };
+        let all = self.settled_sessions();
         for (key, session) in all {
             self.remove(&key, &session).await;
         }

@@ -340,13 +340,7 @@ impl Pool {
     /// One sweep: removes sessions idle past the TTL, keeps the registry entries of the others
     /// alive, and drops sessions another worker has taken over.
     pub async fn sweep(&self) {
-        let all: Vec<(SessionKey, Arc<Session>)> = {
-            let sessions = self.sessions.lock().expect("sessions lock");
-            sessions
-                .iter()
-                .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
-                .collect()
-        };
+        let all = self.settled_sessions();
         for (key, session) in all {
             match session.claim.peek() {
                 // On its way: its first call settles it.

@@ -297,6 +297,15 @@ impl Pool {
         counts
     }
 
+    /// The sessions this worker holds, with their keys; not those still being created.
+    pub(super) fn settled_sessions(&self) -> Vec<(SessionKey, Arc<Session>)> {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        sessions
+            .iter()
+            .filter_map(|(k, c)| c.get().map(|s| (k.clone(), s.clone())))
+            .collect()
+    }
+
     /// The session's sandbox if this worker holds it.
     pub fn local(&self, key: &SessionKey) -> Option<SessionUse> {
         let sessions = self.sessions.lock().expect("sessions lock");
