@@ -36,6 +36,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::outputs::Keeper;
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::wire::{SandboxCapacity, SandboxTemplateStatus};
@@ -246,7 +247,6 @@ pub async fn spawn(
     let service = Arc::new(service::SandboxService {
         pool: pool.clone(),
         client: client.clone(),
-        budget_chars: settings.budget_chars,
         default_timeout: config.default_timeout,
         output_max_bytes: config.output_max_bytes,
         session_output_max_bytes: config.session_output_max_bytes,
@@ -288,7 +288,12 @@ pub async fn spawn(
         }),
     );
     let worker = worker::SandboxWorker {
-        server: toolmesh_actix_host::ToolServer::new(client.clone(), Role::Sandbox, tools::TOOLS),
+        server: toolmesh_actix_host::ToolServer::new(
+            client.clone(),
+            Role::Sandbox,
+            tools::TOOLS,
+            Keeper::new(settings.budget_chars, Arc::new(pool.sync().clone())),
+        ),
         client,
         service,
         cluster,

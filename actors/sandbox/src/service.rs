@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::CancelWatch;
-use toolmesh_kernel::sync::output_path;
+use toolmesh_kernel::outputs::Whole;
 use toolmesh_kernel::tools::{Entry, Listed, RunFn, Runnable, Tool, ToolCall, ToolResult};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
@@ -175,7 +175,6 @@ pub const WORKSPACE_MOUNT: &str = "/workspace";
 pub struct SandboxService {
     pub pool: Arc<Pool>,
     pub client: Client,
-    pub budget_chars: usize,
     pub default_timeout: Duration,
     /// `TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES`: text of one output stream spooled and persisted.
     pub output_max_bytes: u64,
@@ -300,11 +299,12 @@ impl SandboxService {
         let _ = self.push(session).await;
     }
 
-    /// How a session's output streams are spooled on this worker.
-    pub(crate) fn spool_settings(&self, session: &Session) -> SpoolSettings {
+    /// How a call's output streams are spooled on this worker: previews of the call's
+    /// budget.
+    pub(crate) fn spool_settings(&self, call: &ToolCall<'_>, session: &Session) -> SpoolSettings {
         SpoolSettings {
             dir: spool_dir_of(&session.sandbox.workspace_dir),
-            preview_chars: self.budget_chars,
+            preview_chars: call.outputs.budget_chars,
             max_bytes: self.output_max_bytes,
             quotas: Vec::new(),
             handover: None,
@@ -313,7 +313,11 @@ impl SandboxService {
 
     /// How a session's background tasks spool their unread output: within the session's
     /// and the worker's caps too, handing it to the workspace when one of them fills up.
-    pub(crate) fn task_spool_settings(&self, session: &Session) -> SpoolSettings {
+    pub(crate) fn task_spool_settings(
+        &self,
+        call: &ToolCall<'_>,
+        session: &Session,
+    ) -> SpoolSettings {
         SpoolSettings {
             quotas: vec![
                 session.tasks.quota(self.session_output_max_bytes),
@@ -325,7 +329,7 @@ impl SandboxService {
                 session.session_id.clone(),
                 self.handovers.clone(),
             )),
-            ..self.spool_settings(session)
+            ..self.spool_settings(call, session)
         }
     }
 
@@ -335,7 +339,6 @@ impl SandboxService {
     pub(crate) async fn put_output(
         &self,
         call: &ToolCall<'_>,
-        session: &Session,
         fields: &mut Map<String, Value>,
         field: &str,
         output: Captured,
@@ -354,23 +357,16 @@ impl SandboxService {
         // when there are none) goes there now, unless that is nothing.
         let mut parts = output.parts;
         if let Some(file) = output.file.filter(|f| f.bytes > 0 || parts.is_empty()) {
-            let path = output_path(&call.ctx.invocation_id, field);
-            let persisted = self
-                .pool
-                .sync()
-                .put_from(
-                    &session.account,
-                    &session.session_id,
-                    &path,
-                    file.bytes,
-                    file.handle(),
-                )
-                .await;
-            match persisted {
-                Ok(()) => parts.push(Part {
+            let whole = Whole::File {
+                bytes: file.bytes,
+                file: file.handle(),
+            };
+            match call.outputs.persist(field, whole).await {
+                Ok(Some(path)) => parts.push(Part {
                     path,
                     bytes: file.bytes,
                 }),
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot persist an over-budget output"),
             }
         }
@@ -439,7 +435,7 @@ impl SandboxService {
         // Listening before the command starts, so its first request is heard.
         let mut decisions = self.pool.decisions_of(&session.sandbox.sandbox_id);
         let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
-        let spool = self.spool_settings(session);
+        let spool = self.spool_settings(call, session);
         let outcome = run_to_end(
             execution,
             &spool,
@@ -460,15 +456,14 @@ impl SandboxService {
     pub(crate) async fn finish(
         &self,
         call: &ToolCall<'_>,
-        session: &Session,
         mut fields: Map<String, Value>,
         outcome: CommandOutcome,
         sync: Value,
         timeout: Duration,
     ) -> Result<Map<String, Value>, ToolError> {
-        self.put_output(call, session, &mut fields, "stdout", outcome.stdout)
+        self.put_output(call, &mut fields, "stdout", outcome.stdout)
             .await;
-        self.put_output(call, session, &mut fields, "stderr", outcome.stderr)
+        self.put_output(call, &mut fields, "stderr", outcome.stderr)
             .await;
         fields.insert("exit_code".into(), outcome.exit_code.into());
         fields.insert("timed_out".into(), outcome.timed_out.into());

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::outputs::Keeper;
 use toolmesh_kernel::skills::BUNDLE_SUBJECT;
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::{NodeId, Role};
@@ -70,7 +71,6 @@ pub fn service(settings: &SkillsSettings) -> Result<library::SkillsService, Skil
             settings.config.allow_hash_mismatch,
             caps,
         ),
-        budget_chars: settings.budget_chars,
     })
 }
 
@@ -95,8 +95,13 @@ pub async fn spawn(
         drainable(bundles, drain).map(loader::SkillRequested::Bundle),
     );
     let loader = loader::SkillLoader {
-        server: toolmesh_actix_host::ToolServer::new(client.clone(), Role::Skills, tools::TOOLS)
-            .claiming_as(settings.node),
+        server: toolmesh_actix_host::ToolServer::new(
+            client.clone(),
+            Role::Skills,
+            tools::TOOLS,
+            Keeper::remote(settings.budget_chars, client.clone()),
+        )
+        .claiming_as(settings.node),
         client,
         service,
     };

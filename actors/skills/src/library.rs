@@ -39,7 +39,6 @@ pub(crate) const BUNDLE_HEADS_BUDGET: usize = 192 * 1024;
 pub struct SkillsService {
     pub skills_dir: PathBuf,
     pub loader: Loader,
-    pub budget_chars: usize,
 }
 
 /// Why the files of a loaded skill could not be listed or read.

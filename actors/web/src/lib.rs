@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use toolmesh_kernel::config::Secret;
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::outputs::Keeper;
 use toolmesh_kernel::subjects::{internal, queue};
-use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::Role;
 
 pub use config::WebConfig;
@@ -68,8 +68,6 @@ pub async fn spawn(
         client: client.clone(),
         fetcher: fetch::Fetcher::new(policy, config.max_bytes)?,
         search,
-        sync: WorkspaceSync::new(client.clone()),
-        budget_chars: settings.budget_chars,
         metrics: settings.metrics,
     });
     let calls = client
@@ -80,7 +78,12 @@ pub async fn spawn(
         Role::Web,
         "web",
         toolmesh_actix_host::Serving {
-            server: toolmesh_actix_host::ToolServer::new(client, Role::Web, tools::TOOLS),
+            server: toolmesh_actix_host::ToolServer::new(
+                client.clone(),
+                Role::Web,
+                tools::TOOLS,
+                Keeper::remote(settings.budget_chars, client),
+            ),
             host: service,
         },
         drainable(calls, lifecycle.drain),

@@ -1,8 +1,6 @@
-//! What the web tools share: the [`WebService`] (the fetcher, the search provider, workspace
-//! sync for persisted text) and the definitions' base (`WEB`). The tools themselves are
+//! What the web tools share: the [`WebService`] (the fetcher, the search provider) and the definitions' base (`WEB`). The tools themselves are
 //! `tools/`, one file each.
 
-use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::tools::{BuiltinGroup, ToolDef};
 use toolmesh_kernel::wire::SideEffect;
 use toolmesh_kernel::Role;
@@ -26,9 +24,6 @@ pub struct WebService {
     pub client: async_nats::Client,
     pub fetcher: Fetcher,
     pub search: Option<SearchProvider>,
-    pub sync: WorkspaceSync,
-    /// `TOOLMESH_RESULT_BUDGET_CHARS`: the budget of `text` when the call names none.
-    pub budget_chars: usize,
     /// The node's metrics: `web_fetch`'s egress decisions.
     pub metrics: toolmesh_kernel::metrics::Metrics,
 }

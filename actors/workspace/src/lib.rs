@@ -20,6 +20,8 @@ pub mod writing;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use toolmesh_kernel::outputs::Keeper;
+
 use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::subjects::{internal, queue};
 use toolmesh_kernel::Role;
@@ -57,8 +59,10 @@ pub async fn spawn(
     let service = Arc::new(service::WorkspaceService {
         data_dir: settings.data_dir,
         read_state,
-        budget_chars: settings.budget_chars,
     });
+    let own_files = service::OwnFiles {
+        data_dir: service.data_dir.clone(),
+    };
     let sync_service = Arc::new(sync::SyncService::new(service.data_dir.clone()));
     let calls = client
         .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
@@ -84,6 +88,7 @@ pub async fn spawn(
                 client.clone(),
                 Role::Workspace,
                 tools::TOOLS,
+                Keeper::new(settings.budget_chars, Arc::new(own_files)),
             ),
             host: service,
         },

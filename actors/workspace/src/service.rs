@@ -1,7 +1,7 @@
 //! What the workspace tools share: the [`WorkspaceService`] (the data folder, read state and
 //! locks), running file work on the blocking pool, read-check-write of one file
-//! (`WorkspaceService::change`), budgeted text fields and the definitions' base
-//! (`WORKSPACE`, `WRITING`). The tools themselves are `tools/`, one file each.
+//! (`WorkspaceService::change`), where over-budget text is kept (`OwnFiles`) and the
+//! definitions' base (`WORKSPACE`, `WRITING`). The tools themselves are `tools/`, one file each.
 
 use std::path::PathBuf;
 use toolmesh_kernel::tools::args::Profile;
@@ -9,9 +9,10 @@ use toolmesh_kernel::tools::{BuiltinGroup, ToolCall, ToolDef};
 use toolmesh_kernel::wire::{RiskLevel, SideEffect};
 use toolmesh_kernel::Role;
 
-use serde_json::{json, Map, Value};
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::sync::output_path;
+use toolmesh_kernel::outputs::{Store, Target, Whole};
 use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::confine::{self, Workspace, WorkspacePath};
@@ -61,7 +62,6 @@ pub(crate) fn one() -> u64 {
 pub struct WorkspaceService {
     pub data_dir: PathBuf,
     pub read_state: ReadState,
-    pub budget_chars: usize,
 }
 
 pub(crate) fn object(value: Value) -> Map<String, Value> {
@@ -181,8 +181,7 @@ impl WorkspaceService {
     {
         let (ctx, session) = (call.ctx, call.session()?);
         let name = path.display();
-        let invocation = ctx.invocation_id.to_string();
-        let budget_chars = self.budget_chars;
+        let budget_chars = call.outputs.budget_chars;
         self.locked(call, std::slice::from_ref(&path), async {
             let seen = self
                 .read_state
@@ -195,7 +194,7 @@ impl WorkspaceService {
                 ));
             };
             let p = path.clone();
-            let (fields, sha) = self
+            let (mut fields, over, sha) = self
                 .blocking(call, move |ws| {
                     let bytes = confine::read(ws, &p, EDIT_MAX_BYTES)?;
                     if confine::sha256_of(&bytes) != seen {
@@ -212,39 +211,57 @@ impl WorkspaceService {
                     writing::write_atomic(ws, &p, after.as_bytes(), true)?;
                     let diff = edit::unified_diff(&p.display(), &before, &after);
                     fields.insert("path".into(), Value::from(p.display()));
-                    budgeted(ws, &mut fields, "diff", &diff, budget_chars, &invocation)?;
-                    Ok((fields, confine::sha256_of(after.as_bytes())))
+                    let over = budget::insert_over(&mut fields, "diff", diff, budget_chars);
+                    Ok((fields, over, confine::sha256_of(after.as_bytes())))
                 })
                 .await?;
             self.read_state
                 .record(&ctx.account, session, &name, &sha)
                 .await?;
+            if let Some(diff) = over {
+                call.outputs
+                    .persist_named(&mut fields, "diff", Whole::Text(diff.into()))
+                    .await?;
+            }
             Ok(fields)
         })
         .await
     }
 }
 
-/// Puts a budgeted text field in `fields`; over the budget, the whole text is persisted under
-/// `.toolmesh/outputs/` and named in `persisted_outputs`.
-pub(crate) fn budgeted(
-    ws: &Workspace,
-    fields: &mut Map<String, Value>,
-    field: &str,
-    text: &str,
-    budget_chars: usize,
-    invocation: &str,
-) -> Result<bool, ToolError> {
-    let cut = budget::insert_budgeted(fields, field, text, budget_chars);
-    if cut {
-        let rel = output_path(invocation, field);
-        let path = WorkspacePath::parse(&rel, field)?;
-        writing::write_atomic(ws, &path, text.as_bytes(), true)?;
-        budget::insert_persisted(
-            fields,
-            field,
-            json!({"path": rel, "mime_type": "text/plain"}),
+/// The workspace actor keeps over-budget text in its own files ([`toolmesh_kernel::outputs`]).
+#[derive(Debug)]
+pub(crate) struct OwnFiles {
+    pub data_dir: PathBuf,
+}
+
+impl Store for OwnFiles {
+    fn put<'a>(&'a self, to: Target<'a>, whole: Whole) -> BoxFuture<'a, Result<(), ToolError>> {
+        let (data_dir, account, session) = (
+            self.data_dir.clone(),
+            to.account.clone(),
+            to.session.clone(),
         );
+        let path = to.path.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || -> Result<(), ToolError> {
+                let ws = Workspace::open(&data_dir, &account, &session)?;
+                let path = WorkspacePath::parse(&path, "path")?;
+                let bytes = match whole {
+                    Whole::Text(text) => text.to_vec(),
+                    Whole::File { bytes, file } => {
+                        use std::os::unix::fs::FileExt;
+                        let mut all = vec![0; usize::try_from(bytes).unwrap_or(usize::MAX)];
+                        file.read_exact_at(&mut all, 0)
+                            .map_err(|e| ToolError::internal_logged(&e, "cannot read an output"))?;
+                        all
+                    }
+                };
+                writing::write_atomic(&ws, &path, &bytes, true)?;
+                Ok(())
+            })
+            .await
+            .map_err(TaskError)?
+        })
     }
-    Ok(cut)
 }

@@ -23,6 +23,7 @@ use futures::Stream;
 use tokio_util::task::TaskTracker;
 use toolmesh_kernel::events::EventSink;
 use toolmesh_kernel::host::{self, ActorHandle, InFlight, StopNotice};
+use toolmesh_kernel::outputs::Keeper;
 use toolmesh_kernel::tools::{self, ClaimTo, Entry, RunFn, Runnable, ToolCall};
 use toolmesh_kernel::wire::{ActorCall, ActorReply};
 use toolmesh_kernel::{budget, trace};
@@ -116,8 +117,9 @@ impl Routed {
 
 /// The generic host of an actor's tools: finds the call's tool in the actor's table
 /// (`unknown_tool` for a name it lacks), refuses a call without the session its definition
-/// needs, parses the arguments into the tool's type, runs it with the call's event numbering
-/// and fields limit, and answers. `E` is the table's entry type: a [`Tool`]'s [`Entry`], or an
+/// needs, parses the arguments into the tool's type, runs it with the call's event numbering,
+/// fields limit, result budget and the actor's store for over-budget text ([`Keeper`]), and
+/// answers. `E` is the table's entry type: a [`Tool`]'s [`Entry`], or an
 /// actor's own entry holding one with facts of its own (the sandbox's placement).
 ///
 /// [`Tool`]: toolmesh_kernel::tools::Tool
@@ -128,16 +130,19 @@ pub struct ToolServer<H: 'static, E: Runnable<H> + 'static = Entry<RunFn<H>>> {
     /// The node named in claims ([`toolmesh_kernel::tools::ToolCall::claim`]); `None` for an
     /// actor whose tools claim nothing.
     pub node: Option<NodeId>,
+    /// The node's result budget and where over-budget text is kept ([`ToolCall::outputs`]).
+    pub outputs: Keeper,
     host: std::marker::PhantomData<fn(&H)>,
 }
 
 impl<H: Sync + 'static, E: Runnable<H> + 'static> ToolServer<H, E> {
-    pub fn new(client: Client, role: Role, table: &'static [E]) -> Self {
+    pub fn new(client: Client, role: Role, table: &'static [E], outputs: Keeper) -> Self {
         Self {
             client,
             role,
             table,
             node: None,
+            outputs,
             host: std::marker::PhantomData,
         }
     }
@@ -195,6 +200,7 @@ impl<H: Sync + 'static, E: Runnable<H> + 'static> ToolServer<H, E> {
             arguments: &call.arguments,
             fields_limit: budget::fields_limit(self.client.max_payload()),
             events,
+            outputs: self.outputs.of(&call.invocation),
             claim_to: routed
                 .msg
                 .reply

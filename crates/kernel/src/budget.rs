@@ -1,6 +1,6 @@
 //! The result budget of PROTOCOL.md "Large data": text fields over the budget are cut to a
 //! preview with `<field>_truncated`, `<field>_original_chars`, `<field>_preview_chars` beside
-//! them (persisting the whole text is the workspace's job: it owns the files), and no reply is
+//! them (the whole text is kept by [`crate::outputs`]), and no reply is
 //! larger than the server's `max_payload`: list results are cut to fit ([`fit_list`], with
 //! `truncated: true`), and the reply path answers `limit_exceeded` ([`oversize`]) for any body
 //! still too big. The byte limits of one reply, by where it goes:
@@ -196,6 +196,17 @@ pub fn insert_budgeted(
     budget_chars: usize,
 ) -> bool {
     insert_cut(fields, field, cut(text, budget_chars))
+}
+
+/// [`insert_budgeted`] of a text the caller owns, giving it back when it was cut, to be kept
+/// whole ([`crate::outputs`]) once the caller can.
+pub fn insert_over(
+    fields: &mut Map<String, Value>,
+    field: &str,
+    text: String,
+    budget_chars: usize,
+) -> Option<String> {
+    insert_budgeted(fields, field, &text, budget_chars).then_some(text)
 }
 
 /// Puts a cut made elsewhere (a stream counted as it went) and its companions into `fields`;

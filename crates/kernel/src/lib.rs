@@ -21,6 +21,7 @@ pub mod host;
 pub mod ids;
 pub mod listener;
 pub mod metrics;
+pub mod outputs;
 pub mod permissions;
 pub mod policy;
 pub mod replies;

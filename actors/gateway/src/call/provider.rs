@@ -2,9 +2,10 @@
 //! going away and for cancels, and over-budget text persisted into the session's workspace.
 
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use toolmesh_kernel::host::CancelWatch;
+use toolmesh_kernel::outputs::{Keeper, Whole};
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool};
 use toolmesh_kernel::trace;
@@ -116,39 +117,19 @@ impl Call<'_> {
         };
         let mut fields =
             providers::reply::normalise(service, reply.headers.as_ref(), &reply.payload)?;
-        let whole =
-            providers::reply::cut_to_budget(&mut fields, core.config.node.result_budget_chars);
-        if let (false, Some(session)) = (whole.is_empty(), &self.ctx.session_id) {
-            self.persist(session, &mut fields, whole).await;
-        }
-        Ok(Answer::Fields(fields))
-    }
-
-    /// Writes each cut field's whole text into the session's workspace under
-    /// `.toolmesh/outputs/`, named in `persisted_outputs` (PROTOCOL.md "Large data").
-    async fn persist(
-        &self,
-        session: &toolmesh_kernel::SessionId,
-        fields: &mut Map<String, Value>,
-        whole: Vec<(String, String)>,
-    ) {
-        let sync = toolmesh_kernel::sync::WorkspaceSync::new(self.core.client.clone());
-        for (field, text) in whole {
-            let path = toolmesh_kernel::sync::output_path(&self.ctx.invocation_id, &field);
-            match sync
-                .put_file(&self.ctx.account, session, &path, Bytes::from(text))
-                .await
-            {
-                Ok(()) => toolmesh_kernel::budget::insert_persisted(
-                    fields,
-                    &field,
-                    json!({"path": path, "mime_type": "text/plain"}),
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, field, "cannot persist a provider's over-budget text")
+        let budget_chars = core.config.node.result_budget_chars;
+        let whole = providers::reply::cut_to_budget(&mut fields, budget_chars);
+        if !whole.is_empty() {
+            let keeper = Keeper::remote(budget_chars, core.client.clone());
+            let outputs = keeper.of(&self.ctx);
+            for (field, text) in whole {
+                let text = Whole::Text(Bytes::from(text));
+                if let Err(e) = outputs.persist_named(&mut fields, &field, text).await {
+                    tracing::warn!(error = %e, field, "cannot persist a provider's over-budget text");
                 }
             }
         }
+        Ok(Answer::Fields(fields))
     }
 
     /// Tells every instance of the provider that this invocation is cancelled.

@@ -86,7 +86,7 @@ impl Tool<Placed> for ExecuteSkills {
         fields.insert("skill_names".into(), json!(names));
         fields.insert("output_files".into(), output_files);
         service
-            .finish(call, session, fields, outcome, sync, timeout)
+            .finish(call, fields, outcome, sync, timeout)
             .await
             .and_then(|fields| match exit_code {
                 Some(0) => Ok(fields),

@@ -59,9 +59,7 @@ impl Tool<Placed> for RunCode {
         );
         fields.insert("language".into(), language.into());
         fields.insert("path".into(), path.into());
-        service
-            .finish(call, session, fields, outcome, sync, timeout)
-            .await
+        service.finish(call, fields, outcome, sync, timeout).await
     }
 }
 

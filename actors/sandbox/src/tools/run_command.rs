@@ -44,7 +44,7 @@ impl Tool<Placed> for RunCommand {
                     task_id.clone(),
                     self.command.clone(),
                     execution,
-                    service.task_spool_settings(session),
+                    service.task_spool_settings(call, session),
                 )
                 .map_err(|refused| {
                     let (error, execution) = *refused;
@@ -61,9 +61,7 @@ impl Tool<Placed> for RunCommand {
         let (outcome, sync) = service
             .run_foreground(call, session, spec, None, timeout)
             .await?;
-        service
-            .finish(call, session, fields, outcome, sync, timeout)
-            .await
+        service.finish(call, fields, outcome, sync, timeout).await
     }
 }
 

@@ -39,10 +39,10 @@ impl Tool<Placed> for TaskOutput {
         let dropped_cap = read.dropped_cap();
         let persist_error = read.persist_error().map(ToolError::brief);
         service
-            .put_output(call, session, &mut fields, "stdout", read.stdout)
+            .put_output(call, &mut fields, "stdout", read.stdout)
             .await;
         service
-            .put_output(call, session, &mut fields, "stderr", read.stderr)
+            .put_output(call, &mut fields, "stderr", read.stderr)
             .await;
         fields.insert("status".into(), read.status.as_str().into());
         fields.insert("exit_code".into(), read.exit_code.into());

@@ -50,7 +50,7 @@ impl Tool<SkillsService> for LoadSkill {
             &mut out,
             "instructions",
             &loaded.doc.instructions,
-            service.budget_chars,
+            call.outputs.budget_chars,
         );
         out.insert(
             "tags".into(),

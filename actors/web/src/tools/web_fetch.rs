@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
-use toolmesh_kernel::sync::output_path;
+use toolmesh_kernel::outputs::Whole;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::{budget, ErrorCode, ToolError};
 use url::Url;
@@ -53,7 +53,7 @@ impl Tool<WebService> for WebFetch {
         };
         let budget_chars = self
             .max_chars
-            .map_or(service.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
+            .map_or(call.outputs.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
         let cut = budget::cut(&fetched.text, budget_chars);
         let mut fields = Map::new();
         fields.insert("url".into(), Value::from(self.url.clone()));
@@ -69,23 +69,19 @@ impl Tool<WebService> for WebFetch {
         fields.insert("preview_chars".into(), Value::from(cut.preview_chars()));
         fields.insert("body_truncated".into(), Value::Bool(fetched.body_truncated));
         if cut.truncated {
-            if let Some(session) = &call.ctx.session_id {
-                let path = output_path(&call.ctx.invocation_id, "text");
-                match service
-                    .sync
-                    .put_file(&call.ctx.account, session, &path, Bytes::from(fetched.text))
-                    .await
-                {
-                    Ok(()) => {
-                        fields.insert(
-                            "persisted".into(),
-                            json!({"path": path, "mime_type": "text/plain"}),
-                        );
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot persist the whole text of a fetch");
-                        fields.insert("persist_error".into(), e.brief());
-                    }
+            // The seed's shape: `persisted` (not `persisted_outputs`), or `persist_error`.
+            let whole = Whole::Text(Bytes::from(fetched.text));
+            match call.outputs.persist("text", whole).await {
+                Ok(Some(path)) => {
+                    fields.insert(
+                        "persisted".into(),
+                        json!({"path": path, "mime_type": "text/plain"}),
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot persist the whole text of a fetch");
+                    fields.insert("persist_error".into(), e.brief());
                 }
             }
         }

@@ -4,13 +4,14 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use toolmesh_kernel::budget;
+use toolmesh_kernel::outputs::Whole;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
 use toolmesh_kernel::ToolError;
 
 use crate::confine::{self, Workspace, WorkspacePath};
 use crate::service::{
-    budgeted, not_utf8, too_large, WorkspaceService, EDIT_MAX_BYTES, INLINE_READ_MAX_BYTES,
-    READ_MAX_BYTES,
+    not_utf8, too_large, WorkspaceService, EDIT_MAX_BYTES, INLINE_READ_MAX_BYTES, READ_MAX_BYTES,
 };
 
 impl Tool<WorkspaceService> for ReadFile {
@@ -27,10 +28,9 @@ impl Tool<WorkspaceService> for ReadFile {
                 ));
             }
         }
-        let budget_chars = self
-            .max_chars
-            .map_or(service.budget_chars, |c| c.clamp(1_000, 100_000) as usize);
-        let invocation = call.ctx.invocation_id.to_string();
+        let budget_chars = self.max_chars.map_or(call.outputs.budget_chars, |c| {
+            c.clamp(1_000, 100_000) as usize
+        });
         let ranged = self.start_line.is_some() || self.end_line.is_some();
         // A small file is opened, read and rendered right here: handing ~20 µs of cached file
         // work to the blocking pool and back costs more than the work (two thread wake-ups).
@@ -38,14 +38,14 @@ impl Tool<WorkspaceService> for ReadFile {
         // blocking pool as every other file operation does.
         let ws = Workspace::open(&service.data_dir, &call.ctx.account, &session)?;
         let (file, size) = confine::open_sized(&ws, &path)?;
-        let (mut fields, sha) = if size <= INLINE_READ_MAX_BYTES {
+        let (mut fields, over, sha) = if size <= INLINE_READ_MAX_BYTES {
             let text = read_opened_text(file, size, &path, ranged)?;
             if text.rendered_bound() <= budget_chars {
-                render_read(&ws, &path, text, &self, budget_chars, &invocation)?
+                render_read(&path, text, &self, budget_chars)?
             } else {
                 let p = path.clone();
                 service
-                    .offload(move || render_read(&ws, &p, text, &self, budget_chars, &invocation))
+                    .offload(move || render_read(&p, text, &self, budget_chars))
                     .await?
             }
         } else {
@@ -63,10 +63,15 @@ impl Tool<WorkspaceService> for ReadFile {
                     } else {
                         read_opened_text(file, size, &p, ranged)?
                     };
-                    render_read(&ws, &p, text, &self, budget_chars, &invocation)
+                    render_read(&p, text, &self, budget_chars)
                 })
                 .await?
         };
+        if let Some(content) = over {
+            call.outputs
+                .persist_named(&mut fields, "content", Whole::Text(content.into()))
+                .await?;
+        }
         if let Some(sha) = sha {
             // Sent, not awaited (see `ReadState::record_pipelined`): a read that is not
             // recorded still returns the file; a later edit then says file_not_read, which is
@@ -225,16 +230,14 @@ fn read_streamed_range(
     })
 }
 
-/// The fields of a `read_workspace_file` reply for a file already read, and the file's hash
-/// for the read state.
+/// The fields of a `read_workspace_file` reply for a file already read, the whole content
+/// when it was cut (to be kept), and the file's hash for the read state.
 fn render_read(
-    ws: &Workspace,
     p: &WorkspacePath,
     text: TextRead,
     a: &ReadFile,
     budget_chars: usize,
-    invocation: &str,
-) -> Result<(Map<String, Value>, Option<String>), ToolError> {
+) -> Result<Rendered, ToolError> {
     use std::fmt::Write as _;
     let lines: Vec<&str> = text.body.lines().collect();
     // `lines[0]` is line `first_line` of the file.
@@ -276,14 +279,8 @@ fn render_read(
     let mut fields = Map::new();
     fields.insert("path".into(), Value::from(p.display()));
     let range_partial = start > 1 || end < total;
-    let cut = budgeted(
-        ws,
-        &mut fields,
-        "content",
-        &content,
-        budget_chars,
-        invocation,
-    )?;
+    let over = budget::insert_over(&mut fields, "content", content, budget_chars);
+    let cut = over.is_some();
     fields.insert("read_range".into(), json!([start, end]));
     fields.insert("total_lines".into(), Value::from(total));
     fields.insert(
@@ -291,5 +288,8 @@ fn render_read(
         Value::Bool(range_partial || cut || capped),
     );
     fields.insert("size".into(), Value::from(text.size));
-    Ok((fields, text.sha256))
+    Ok((fields, over, text.sha256))
 }
+
+/// A rendered read: its fields, the whole content when it was cut, the file's hash.
+type Rendered = (Map<String, Value>, Option<String>, Option<String>);

@@ -21,6 +21,7 @@ use super::spec::{schema_of, ToolDef};
 use crate::error::{ErrorCode, ToolError};
 use crate::events::EventSink;
 use crate::ids::SessionId;
+use crate::outputs::Outputs;
 use crate::wire::InvocationContext;
 
 /// A tool's fields on success, its error otherwise.
@@ -148,6 +149,8 @@ pub struct ToolCall<'a> {
     pub fields_limit: usize,
     /// Where the call's RunEvents go, numbered on from the gateway's.
     pub events: EventSink<'a>,
+    /// The result budget and where over-budget text is kept whole (PROTOCOL.md "Large data").
+    pub outputs: Outputs<'a>,
     /// Where a claim of the call goes ([`ToolCall::claim`]); `None` in unit tests.
     pub claim_to: Option<ClaimTo<'a>>,
 }
