@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use toolmesh_kernel::config::{ConfigError, RawEnv};
+use toolmesh_kernel::config::{parse_file, ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::{serve, HttpLimits};
+use toolmesh_kernel::listener::{listen_addr, serve, HttpLimits};
 use toolmesh_kernel::{Account, Role};
 
 pub use api::router;
@@ -34,16 +34,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8932";
 /// A bad console setting; the node stops naming it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleConfigError {
-    #[error("{key}={value:?} is not valid: {reason}")]
-    Invalid {
-        key: &'static str,
-        value: String,
-        reason: String,
-    },
     #[error("the console tokens file {path} (TOOLMESH_CONSOLE_TOKENS): {reason}")]
     Tokens { path: PathBuf, reason: String },
+    /// A variable's value (the listen address, the HTTP limits).
     #[error(transparent)]
-    Http(#[from] ConfigError),
+    Setting(#[from] ConfigError),
 }
 
 /// Which accounts a console token may see and decide.
@@ -84,15 +79,7 @@ pub struct ConsoleConfig {
 
 impl ConsoleConfig {
     pub fn from_env(env: &RawEnv) -> Result<ConsoleConfig, ConsoleConfigError> {
-        let listen_raw = env.get("TOOLMESH_CONSOLE_LISTEN").unwrap_or(DEFAULT_LISTEN);
-        let listen = listen_raw
-            .trim()
-            .parse()
-            .map_err(|e: std::net::AddrParseError| ConsoleConfigError::Invalid {
-                key: "TOOLMESH_CONSOLE_LISTEN",
-                value: listen_raw.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let listen = listen_addr(env, "TOOLMESH_CONSOLE_LISTEN", DEFAULT_LISTEN)?;
         let tokens = match env.get("TOOLMESH_CONSOLE_TOKENS").map(str::trim) {
             Some(path) if !path.is_empty() => Some(read_tokens(Path::new(path))?),
             _ => None,
@@ -124,12 +111,10 @@ const MAX_APPROVER: usize = 128;
 
 /// Reads `{"<token>": {"approver": "<name>", "accounts": ["<a>"…] | "*"}}`.
 pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Grant>>, ConsoleConfigError> {
-    let fail = |reason: String| ConsoleConfigError::Tokens {
+    parse_file(path, parse_tokens).map_err(|reason| ConsoleConfigError::Tokens {
         path: path.to_owned(),
         reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    parse_tokens(&text).map_err(fail)
+    })
 }
 
 /// The tokens file's text, validated: every token non-empty and visible ASCII, every approver

@@ -36,9 +36,9 @@ use rmcp::ServiceExt as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use toolmesh_kernel::config::{ConfigError, RawEnv};
+use toolmesh_kernel::config::{parse_file, ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
-use toolmesh_kernel::listener::{serve, HttpLimits};
+use toolmesh_kernel::listener::{listen_addr, serve, HttpLimits};
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::{Account, Role};
 
@@ -58,16 +58,12 @@ pub const MAX_TOKEN_NAME: usize = toolmesh_kernel::wire::MAX_CLIENT_NAME;
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpConfigError {
-    #[error("{key}={value:?} is not valid: {reason}")]
-    Invalid {
-        key: &'static str,
-        value: String,
-        reason: String,
-    },
     #[error("the MCP tokens file {path}: {reason}")]
     Tokens { path: PathBuf, reason: String },
+    /// A variable's value (the listen address, the origins, the approval wait, the HTTP
+    /// limits).
     #[error(transparent)]
-    Http(#[from] ConfigError),
+    Setting(#[from] ConfigError),
 }
 
 /// The role's settings, from `TOOLMESH_MCP_*` and `TOOLMESH_HTTP_*`.
@@ -110,27 +106,17 @@ struct TokenEntry {
 
 impl McpConfig {
     pub fn from_env(env: &RawEnv) -> Result<McpConfig, McpConfigError> {
-        let listen_raw = env.get("TOOLMESH_MCP_LISTEN").unwrap_or(DEFAULT_LISTEN);
-        let listen = listen_raw
-            .trim()
-            .parse()
-            .map_err(|e: std::net::AddrParseError| McpConfigError::Invalid {
-                key: "TOOLMESH_MCP_LISTEN",
-                value: listen_raw.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let listen = listen_addr(env, "TOOLMESH_MCP_LISTEN", DEFAULT_LISTEN)?;
         let tokens = match env.get("TOOLMESH_MCP_TOKENS") {
             Some(path) => read_tokens(Path::new(path.trim()))?,
             None => HashMap::new(),
         };
         let allowed_origins = match env.get(ALLOWED_ORIGINS_VAR) {
-            Some(list) => {
-                AllowedOrigins::parse(list).map_err(|reason| McpConfigError::Invalid {
-                    key: ALLOWED_ORIGINS_VAR,
-                    value: list.to_owned(),
-                    reason,
-                })?
-            }
+            Some(list) => AllowedOrigins::parse(list).map_err(|reason| ConfigError::Invalid {
+                key: ALLOWED_ORIGINS_VAR,
+                value: list.to_owned(),
+                reason,
+            })?,
             None => AllowedOrigins::default(),
         };
         Ok(McpConfig {
@@ -153,7 +139,7 @@ pub fn front_settings(env: &RawEnv) -> Result<FrontSettings, McpConfigError> {
             .parse::<u64>()
             .ok()
             .filter(|s| *s <= toolmesh_kernel::wire::MAX_WAIT_FOR_APPROVAL_S)
-            .ok_or_else(|| McpConfigError::Invalid {
+            .ok_or_else(|| ConfigError::Invalid {
                 key: "TOOLMESH_MCP_APPROVAL_WAIT_S",
                 value: raw.to_owned(),
                 reason: format!(
@@ -169,12 +155,10 @@ pub fn front_settings(env: &RawEnv) -> Result<FrontSettings, McpConfigError> {
 
 /// Reads `{"<token>": {"account", "profile"?, "session"?, "sessions"?: "any", "name"?}}`.
 pub fn read_tokens(path: &Path) -> Result<HashMap<String, Arc<Token>>, McpConfigError> {
-    let fail = |reason: String| McpConfigError::Tokens {
+    parse_file(path, parse_tokens).map_err(|reason| McpConfigError::Tokens {
         path: path.to_owned(),
         reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    parse_tokens(&text).map_err(fail)
+    })
 }
 
 /// The tokens file's text, validated; the error names the problem (never a token).

@@ -218,6 +218,15 @@ pub enum ConfigError {
     Policy(#[from] PolicyError),
 }
 
+/// What `parse` makes of the text of the file at `path`; the error says why, without the path.
+pub fn parse_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    parse(&text)
+}
+
 /// A file of settings named by a variable: the variable and the file's format, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfigFile {

@@ -17,6 +17,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,6 +86,23 @@ impl HttpLimits {
             max_connections: usize::try_from(max_connections).unwrap_or(Semaphore::MAX_PERMITS),
         })
     }
+}
+
+/// A listener's address from `key` (an IP address and a port), or `default` when unset;
+/// anything else is an error naming the variable.
+pub fn listen_addr(
+    env: &RawEnv,
+    key: &'static str,
+    default: &str,
+) -> Result<SocketAddr, ConfigError> {
+    let raw = env.get(key).unwrap_or(default);
+    raw.trim()
+        .parse()
+        .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
+            key,
+            value: raw.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 /// A whole number from 1 to `max`, or `default` when unset.

@@ -147,3 +147,24 @@ fn limits_come_from_the_environment() {
         check(&[(MAX_CONNECTIONS_VAR, bad)], Err(MAX_CONNECTIONS_VAR));
     }
 }
+
+#[test]
+fn a_listen_address_is_an_ip_and_a_port() {
+    let read = |value: &str| {
+        listen_addr(
+            &RawEnv::from_pairs([("LISTEN", value)]),
+            "LISTEN",
+            "127.0.0.1:80",
+        )
+    };
+    assert_eq!(read("").unwrap(), SocketAddr::from(([127, 0, 0, 1], 80)));
+    assert_eq!(
+        read(" [::1]:9 ").unwrap(),
+        SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], 9))
+    );
+    let err = read("localhost:9").unwrap_err().to_string();
+    assert!(
+        err.starts_with("LISTEN=\"localhost:9\" is not valid: "),
+        "{err}"
+    );
+}
