@@ -11,12 +11,12 @@ use toolmesh_kernel::tools::{Entry, Listed};
 
 pub use tool::{builtin, AnswerFn, Builtin};
 
+const COMPONENT_STATUS: Entry<AnswerFn> = builtin::<component_status::ComponentStatus>();
+const TOOL_SEARCH: Entry<AnswerFn> = builtin::<tool_search::ToolSearch>();
+
 /// The tools the gateway answers.
-pub const TOOLS: &[Entry<AnswerFn>] = &[
-    builtin::<component_status::ComponentStatus>(),
-    builtin::<tool_search::ToolSearch>(),
-];
+pub const TOOLS: &[Entry<AnswerFn>] = &[COMPONENT_STATUS, TOOL_SEARCH];
 
 /// Every tool of the gateway, in the order of PROTOCOL.md's tool table: those of [`TOOLS`]
 /// and the dispatcher.
-pub const LISTED: &[&dyn Listed] = &[&TOOLS[0], &tool_dispatcher::LISTED, &TOOLS[1]];
+pub const LISTED: &[&dyn Listed] = &[&COMPONENT_STATUS, &tool_dispatcher::LISTED, &TOOL_SEARCH];
