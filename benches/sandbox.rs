@@ -60,8 +60,9 @@ use toolmesh_sandbox::config::{
 use toolmesh_testkit::{NatsServer, Node, NodeSpec, RedisServer};
 
 mod support;
+use support::raw_exec::raw_exec;
 use support::{
-    containers, load_average, ms, node_on, percentile, raw_exec, remove_containers, run_command_ok,
+    containers, load_average, ms, node_on, percentile, remove_containers, run_command_ok,
     wait_until_quiet, TOOLMESH,
 };
 

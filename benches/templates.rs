@@ -27,9 +27,10 @@ use bytes::Bytes;
 use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
+use support::raw_exec::raw_exec;
 use support::{
-    load_average, ms, node_on, percentile, raw_exec, run_command_ok, wait_until_quiet,
-    NodeContainers, TOOLMESH,
+    load_average, ms, node_on, percentile, run_command_ok, wait_until_quiet, NodeContainers,
+    TOOLMESH,
 };
 
 const CALL: &str = "toolmesh.v1.call.bench";

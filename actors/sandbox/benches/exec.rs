@@ -6,14 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
-use futures::StreamExt;
 use toolmesh_sandbox::backend::docker::DockerBackend;
 use toolmesh_sandbox::backend::{Backend, ExecSpec, SandboxLimits, SandboxSpec, StartGate};
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+use support::raw_exec::raw_exec;
 use support::{image, limits};
 
 #[tokio::main]
@@ -55,7 +54,7 @@ async fn main() {
     let (mut raw, mut via_backend) = (Vec::new(), Vec::new());
     for i in 0..iterations + 10 {
         let began = Instant::now();
-        raw_true(&docker, &sandbox.container_id).await;
+        raw_exec(&docker, &sandbox.container_id, &["true"], false).await;
         let raw_time = began.elapsed();
 
         let began = Instant::now();
@@ -89,38 +88,6 @@ async fn main() {
 
     report("raw bollard exec true", &mut raw);
     report("DockerBackend::exec true", &mut via_backend);
-}
-
-async fn raw_true(docker: &Docker, container: &str) {
-    let created = docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                cmd: Some(vec!["true"]),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("create_exec");
-    let options = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    if let StartExecResults::Attached { mut output, .. } = docker
-        .start_exec(&created.id, Some(options))
-        .await
-        .expect("start_exec")
-    {
-        while output.next().await.is_some() {}
-    }
-    let inspect = docker
-        .inspect_exec(&created.id)
-        .await
-        .expect("inspect_exec");
-    assert_eq!(inspect.exit_code, Some(0));
 }
 
 fn report(name: &str, samples: &mut [Duration]) {

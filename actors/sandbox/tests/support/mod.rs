@@ -3,6 +3,8 @@
 //! compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
+pub mod raw_exec;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use toolmesh_sandbox::backend::SandboxLimits;
