@@ -396,25 +396,25 @@ mod tests {
     #[test]
     fn file_errors_name_the_variable_the_file_and_the_field() {
         let file = ConfigFile {
-            var: "TOOLMESH_X",
+            var: "X_FILE",
             format: "JSON",
         };
         let path = Path::new("/nonexistent/x.json");
         let read = file.read(path, |_| Ok(())).unwrap_err();
         assert!(
             read.to_string()
-                .starts_with("TOOLMESH_X: cannot read /nonexistent/x.json: "),
+                .starts_with("X_FILE: cannot read /nonexistent/x.json: "),
             "{read}"
         );
         let syntax = Unplaced::Syntax("eof".into()).at(file, path);
         assert_eq!(
             syntax.to_string(),
-            "TOOLMESH_X (/nonexistent/x.json): not JSON: eof"
+            "X_FILE (/nonexistent/x.json): not JSON: eof"
         );
         let field = Unplaced::field("a.b", "must be a string").at(file, path);
         assert_eq!(
             field.to_string(),
-            "TOOLMESH_X (/nonexistent/x.json): a.b: must be a string"
+            "X_FILE (/nonexistent/x.json): a.b: must be a string"
         );
     }
 
