@@ -71,36 +71,3 @@ pub const VARIABLES: &[Variable] = &[
                       public; the Skill Service's own origin is always reachable.",
     },
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::*;
-    use toolmesh_kernel::config::RawEnv;
-
-    /// Each default written as a literal is the `const` the code uses.
-    #[test]
-    fn defaults_are_the_documented_consts() {
-        toolmesh_kernel::settings::assert_defaults(
-            VARIABLES,
-            &[
-                ("TOOLMESH_SKILLS_DIR", &DEFAULT_SKILLS_DIR),
-                ("TOOLMESH_SKILL_MAX_BYTES", &DEFAULT_SKILL_MAX_BYTES),
-                ("TOOLMESH_SKILL_MAX_ENTRIES", &DEFAULT_SKILL_MAX_ENTRIES),
-                (
-                    "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-                    &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
-                ),
-            ],
-        );
-    }
-
-    /// Setting a variable to its default's literal changes nothing.
-    #[test]
-    fn a_default_set_explicitly_changes_nothing() {
-        let read = |env: &RawEnv| format!("{:?}", SkillsConfig::from_env(env).unwrap());
-        let literals =
-            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
-        assert_eq!(literals, 5, "{literals} defaults are literals");
-    }
-}

@@ -39,26 +39,3 @@ pub const VARIABLES: &[Variable] = &[
         description: "Sent to that endpoint as `Authorization: Bearer <key>`.",
     },
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::*;
-    use toolmesh_kernel::config::RawEnv;
-    use toolmesh_kernel::settings::find;
-
-    #[test]
-    fn defaults_are_the_documented_consts() {
-        let var = find(VARIABLES, "TOOLMESH_WEB_MAX_BYTES").unwrap();
-        assert!(var.default_is(DEFAULT_WEB_MAX_BYTES), "{}", var.default);
-    }
-
-    /// Setting a variable to its default's literal changes nothing.
-    #[test]
-    fn a_default_set_explicitly_changes_nothing() {
-        let read = |env: &RawEnv| format!("{:?}", WebConfig::from_env(env).unwrap());
-        let literals =
-            toolmesh_kernel::config::assert_literal_defaults_change_nothing(VARIABLES, read);
-        assert_eq!(literals, 1, "{literals} defaults are literals");
-    }
-}
