@@ -371,22 +371,29 @@ mod tests {
         );
     }
 
-    /// Each default `table` writes as a literal is the `const` the code uses (`consts`), and
-    /// setting a variable to its default's literal changes nothing `read` shows; at least
-    /// `min_literals` of the table's defaults are literals.
+    /// Each default `table` writes as a literal is the `const` the code uses (those of `consts`
+    /// that it lists), and setting a variable to its default's literal changes nothing `read`
+    /// shows; at least `min_literals` of the table's defaults are literals. Returns how many
+    /// of `consts` the table lists.
     fn check_defaults(
         table: &'static [Variable],
         consts: &[(&str, &dyn std::fmt::Display)],
         read: impl Fn(&RawEnv) -> String,
         min_literals: usize,
-    ) {
-        toolmesh_kernel::settings::assert_defaults(table, consts);
+    ) -> usize {
+        let own: Vec<_> = consts
+            .iter()
+            .filter(|(name, _)| toolmesh_kernel::settings::find(table, name).is_some())
+            .copied()
+            .collect();
+        toolmesh_kernel::settings::assert_defaults(table, &own);
         let literals = toolmesh_kernel::config::assert_literal_defaults_change_nothing(table, read);
         assert!(
             literals >= min_literals,
             "{literals} defaults are literals in {}",
             table[0].name
         );
+        own.len()
     }
 
     /// The tables of the actors whose settings are a `const` and a literal each, against
@@ -394,112 +401,86 @@ mod tests {
     /// to the code too.
     #[test]
     fn the_actors_defaults_are_the_code_s() {
-        use toolmesh_approval::config as approval;
-        use toolmesh_sandbox::config as sandbox;
-        use toolmesh_skills::config as skills;
+        use toolmesh_approval::config::*;
+        use toolmesh_sandbox::config::*;
+        use toolmesh_skills::config::*;
+        use toolmesh_web::config::*;
 
-        let table = toolmesh_approval::variables::VARIABLES;
-        let consts: [(&str, &dyn std::fmt::Display); 3] = [
-            ("TOOLMESH_APPROVAL_TTL_S", &approval::DEFAULT_APPROVAL_TTL_S),
+        let consts: [(&str, &dyn std::fmt::Display); 26] = [
+            ("TOOLMESH_APPROVAL_TTL_S", &DEFAULT_APPROVAL_TTL_S),
             (
                 "TOOLMESH_APPROVAL_MAX_PENDING",
-                &approval::DEFAULT_APPROVAL_MAX_PENDING,
+                &DEFAULT_APPROVAL_MAX_PENDING,
             ),
             (
                 "TOOLMESH_APPROVAL_RETENTION_S",
-                &approval::DEFAULT_APPROVAL_RETENTION_S,
+                &DEFAULT_APPROVAL_RETENTION_S,
             ),
-        ];
-        let read = |env: &RawEnv| format!("{:?}", approval::ApprovalConfig::from_env(env).unwrap());
-        check_defaults(table, &consts, read, table.len());
-
-        let consts: [(&str, &dyn std::fmt::Display); 4] = [
-            ("TOOLMESH_SKILLS_DIR", &skills::DEFAULT_SKILLS_DIR),
-            ("TOOLMESH_SKILL_MAX_BYTES", &skills::DEFAULT_SKILL_MAX_BYTES),
-            (
-                "TOOLMESH_SKILL_MAX_ENTRIES",
-                &skills::DEFAULT_SKILL_MAX_ENTRIES,
-            ),
+            ("TOOLMESH_SKILLS_DIR", &DEFAULT_SKILLS_DIR),
+            ("TOOLMESH_SKILL_MAX_BYTES", &DEFAULT_SKILL_MAX_BYTES),
+            ("TOOLMESH_SKILL_MAX_ENTRIES", &DEFAULT_SKILL_MAX_ENTRIES),
             (
                 "TOOLMESH_SKILL_DOWNLOAD_TIMEOUT_S",
-                &skills::DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
+                &DEFAULT_SKILL_DOWNLOAD_TIMEOUT_S,
             ),
-        ];
-        let read = |env: &RawEnv| format!("{:?}", skills::SkillsConfig::from_env(env).unwrap());
-        check_defaults(toolmesh_skills::variables::VARIABLES, &consts, read, 5);
-
-        let consts: [(&str, &dyn std::fmt::Display); 18] = [
-            ("TOOLMESH_SANDBOX_IMAGE", &sandbox::DEFAULT_SANDBOX_IMAGE),
-            (
-                "TOOLMESH_SANDBOX_MEMORY_MB",
-                &sandbox::DEFAULT_SANDBOX_MEMORY_MB,
-            ),
-            ("TOOLMESH_SANDBOX_PIDS", &sandbox::DEFAULT_SANDBOX_PIDS),
-            ("TOOLMESH_SANDBOX_CPUS", &sandbox::DEFAULT_SANDBOX_CPUS),
+            ("TOOLMESH_SANDBOX_IMAGE", &DEFAULT_SANDBOX_IMAGE),
+            ("TOOLMESH_SANDBOX_MEMORY_MB", &DEFAULT_SANDBOX_MEMORY_MB),
+            ("TOOLMESH_SANDBOX_PIDS", &DEFAULT_SANDBOX_PIDS),
+            ("TOOLMESH_SANDBOX_CPUS", &DEFAULT_SANDBOX_CPUS),
             (
                 "TOOLMESH_SANDBOX_MAX_SESSIONS",
-                &sandbox::DEFAULT_SANDBOX_MAX_SESSIONS,
+                &DEFAULT_SANDBOX_MAX_SESSIONS,
             ),
-            (
-                "TOOLMESH_SANDBOX_IDLE_TTL_S",
-                &sandbox::DEFAULT_SANDBOX_IDLE_TTL_S,
-            ),
-            ("TOOLMESH_SANDBOX_WARM", &sandbox::DEFAULT_SANDBOX_WARM),
-            (
-                "TOOLMESH_SANDBOX_TMPFS_MB",
-                &sandbox::DEFAULT_SANDBOX_TMPFS_MB,
-            ),
-            (
-                "TOOLMESH_SANDBOX_DISK_MB",
-                &sandbox::DEFAULT_SANDBOX_DISK_MB,
-            ),
-            (
-                "TOOLMESH_SANDBOX_TIMEOUT_S",
-                &sandbox::DEFAULT_SANDBOX_TIMEOUT_S,
-            ),
-            (
-                "TOOLMESH_SANDBOX_SYNC_MAX_FILES",
-                &sandbox::DEFAULT_SYNC_MAX_FILES,
-            ),
+            ("TOOLMESH_SANDBOX_IDLE_TTL_S", &DEFAULT_SANDBOX_IDLE_TTL_S),
+            ("TOOLMESH_SANDBOX_WARM", &DEFAULT_SANDBOX_WARM),
+            ("TOOLMESH_SANDBOX_TMPFS_MB", &DEFAULT_SANDBOX_TMPFS_MB),
+            ("TOOLMESH_SANDBOX_DISK_MB", &DEFAULT_SANDBOX_DISK_MB),
+            ("TOOLMESH_SANDBOX_TIMEOUT_S", &DEFAULT_SANDBOX_TIMEOUT_S),
+            ("TOOLMESH_SANDBOX_SYNC_MAX_FILES", &DEFAULT_SYNC_MAX_FILES),
             (
                 "TOOLMESH_SANDBOX_SYNC_MAX_FILE_BYTES",
-                &sandbox::DEFAULT_SYNC_MAX_FILE_BYTES,
+                &DEFAULT_SYNC_MAX_FILE_BYTES,
             ),
             (
                 "TOOLMESH_SANDBOX_SYNC_MAX_TOTAL_BYTES",
-                &sandbox::DEFAULT_SYNC_MAX_TOTAL_BYTES,
+                &DEFAULT_SYNC_MAX_TOTAL_BYTES,
             ),
             (
                 "TOOLMESH_SANDBOX_SYNC_MAX_ENTRIES",
-                &sandbox::DEFAULT_SYNC_MAX_ENTRIES,
+                &DEFAULT_SYNC_MAX_ENTRIES,
             ),
-            (
-                "TOOLMESH_SANDBOX_SYNC_MAX_DEPTH",
-                &sandbox::DEFAULT_SYNC_MAX_DEPTH,
-            ),
+            ("TOOLMESH_SANDBOX_SYNC_MAX_DEPTH", &DEFAULT_SYNC_MAX_DEPTH),
             (
                 "TOOLMESH_SANDBOX_OUTPUT_MAX_BYTES",
-                &sandbox::DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
+                &DEFAULT_SANDBOX_OUTPUT_MAX_BYTES,
             ),
             (
                 "TOOLMESH_SANDBOX_SESSION_OUTPUT_MAX_BYTES",
-                &sandbox::DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES,
+                &DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES,
             ),
             (
                 "TOOLMESH_SANDBOX_WORKER_OUTPUT_MAX_BYTES",
-                &sandbox::DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
+                &DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
             ),
+            ("TOOLMESH_WEB_MAX_BYTES", &DEFAULT_WEB_MAX_BYTES),
         ];
+        let approval = toolmesh_approval::variables::VARIABLES;
+        let read = |env: &RawEnv| format!("{:?}", ApprovalConfig::from_env(env).unwrap());
+        let mut checked = check_defaults(approval, &consts, read, approval.len());
         let read = |env: &RawEnv| {
-            let config = sandbox::SandboxConfig::from_env(env, Path::new("./data"));
+            let config = SandboxConfig::from_env(env, Path::new("./data"));
             format!("{:?}", config.unwrap())
         };
-        check_defaults(toolmesh_sandbox::variables::VARIABLES, &consts, read, 21);
-
-        let web = toolmesh_web::config::DEFAULT_WEB_MAX_BYTES;
-        let consts: [(&str, &dyn std::fmt::Display); 1] = [("TOOLMESH_WEB_MAX_BYTES", &web)];
-        let read = |env: &RawEnv| format!("{:?}", toolmesh_web::WebConfig::from_env(env).unwrap());
-        check_defaults(toolmesh_web::variables::VARIABLES, &consts, read, 1);
+        checked += check_defaults(toolmesh_sandbox::variables::VARIABLES, &consts, read, 21);
+        let read = |env: &RawEnv| format!("{:?}", SkillsConfig::from_env(env).unwrap());
+        checked += check_defaults(toolmesh_skills::variables::VARIABLES, &consts, read, 5);
+        let read = |env: &RawEnv| format!("{:?}", WebConfig::from_env(env).unwrap());
+        checked += check_defaults(toolmesh_web::variables::VARIABLES, &consts, read, 1);
+        assert_eq!(
+            checked,
+            consts.len(),
+            "each const's variable is in a table here"
+        );
     }
 
     #[test]
