@@ -791,13 +791,8 @@ pub fn zip_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, bool)>) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+        let Some(path) = path_below(prefix, &entry) else {
             continue;
-        };
-        let path = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
         };
         let meta = fs::symlink_metadata(entry.path())?;
         if meta.is_dir() {
@@ -807,6 +802,17 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, bool)>) -> std::io::Res
         }
     }
     Ok(())
+}
+
+/// The path of a folder's `entry` below the walk's root, where the folder is `prefix` (empty:
+/// the root itself); `None` for a name that is not UTF-8.
+pub(crate) fn path_below(prefix: &str, entry: &fs::DirEntry) -> Option<String> {
+    let name = entry.file_name().to_str()?.to_owned();
+    Some(if prefix.is_empty() {
+        name
+    } else {
+        format!("{prefix}/{name}")
+    })
 }
 
 #[cfg(unix)]

@@ -173,13 +173,8 @@ pub fn list_files(root: &Path, caps: Caps) -> Result<Vec<(String, fs::Metadata)>
             source,
         })?;
         for entry in entries.filter_map(Result::ok) {
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            let Some(path) = crate::archive::path_below(&prefix, &entry) else {
                 continue;
-            };
-            let path = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
             };
             let Ok(meta) = fs::symlink_metadata(entry.path()) else {
                 continue;
