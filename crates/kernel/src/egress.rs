@@ -447,13 +447,15 @@ pub fn special_class(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// Whether the `bits`-bit address `ip` lies in `net`/`prefix`: their first `prefix` bits agree.
+fn in_prefix(ip: u128, net: u128, prefix: u32, bits: u32) -> bool {
+    let shift = bits - prefix;
+    ip.checked_shr(shift).unwrap_or(0) == net.checked_shr(shift).unwrap_or(0)
+}
+
 fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u32::MAX << (32 - prefix)
-    };
-    u32::from(ip) & mask == u32::from(Ipv4Addr::from(net)) & mask
+    let (ip, net) = (u32::from(ip), u32::from_be_bytes(net));
+    in_prefix(ip.into(), net.into(), prefix, 32)
 }
 
 fn v4_class(ip: Ipv4Addr) -> Option<&'static str> {
@@ -483,12 +485,7 @@ fn v4_class(ip: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn in_v6(ip: Ipv6Addr, net: [u16; 8], prefix: u32) -> bool {
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u128::MAX << (128 - prefix)
-    };
-    u128::from(ip) & mask == u128::from(Ipv6Addr::from(net)) & mask
+    in_prefix(ip.into(), Ipv6Addr::from(net).into(), prefix, 128)
 }
 
 fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
