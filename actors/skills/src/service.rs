@@ -19,8 +19,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -156,7 +157,16 @@ fn router(state: AppState) -> Router {
         .route("/v1/spaces/{space}/skills", get(list))
         .route("/v1/spaces/{space}/skills/{name}/download", get(download))
         .route("/archives/{space}/{file}", get(archive))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
         .with_state(state)
+}
+
+/// Every request to a route is recorded; one without the required token goes no further.
+async fn authorize(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !record(&state, request.uri(), request.headers()) {
+        return unauthorized();
+    }
+    next.run(request).await
 }
 
 /// Records the request; `false` when it lacks the required token.
@@ -201,15 +211,7 @@ fn find<'a>(state: &'a Shared, space: &str, name: &str) -> Option<&'a ServedSkil
         .find(|s| s.manifest.name == name)
 }
 
-async fn list(
-    State(state): State<AppState>,
-    UrlPath(space): UrlPath<String>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    if !record(&state, &uri, &headers) {
-        return unauthorized();
-    }
+async fn list(State(state): State<AppState>, UrlPath(space): UrlPath<String>) -> Response {
     match state.catalog.spaces.get(&space) {
         None => error(StatusCode::NOT_FOUND, "no such space"),
         Some(skills) => json(
@@ -224,12 +226,8 @@ async fn list(
 async fn download(
     State(state): State<AppState>,
     UrlPath((space, name)): UrlPath<(String, String)>,
-    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if !record(&state, &uri, &headers) {
-        return unauthorized();
-    }
     let Some(skill) = find(&state, &space, &name) else {
         return error(StatusCode::NOT_FOUND, "no such skill");
     };
@@ -258,12 +256,7 @@ async fn download(
 async fn archive(
     State(state): State<AppState>,
     UrlPath((space, file)): UrlPath<(String, String)>,
-    uri: Uri,
-    headers: HeaderMap,
 ) -> Response {
-    if !record(&state, &uri, &headers) {
-        return unauthorized();
-    }
     let Some(skill) = file
         .strip_suffix(".zip")
         .and_then(|name| find(&state, &space, name))
