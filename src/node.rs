@@ -19,6 +19,7 @@ use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::{NodeConfig, RawEnv};
 use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::metrics::{Metrics, MetricsConfig, SandboxState, METRICS_LISTEN_VAR};
+use toolmesh_kernel::policy::LivePolicy;
 use toolmesh_kernel::subjects::{internal, public, queue};
 use toolmesh_kernel::wire::{self, Heartbeat, NodeStatus};
 use toolmesh_kernel::{NodeId, Role, VERSION};
@@ -76,6 +77,8 @@ struct NodeState {
     sandbox: std::sync::OnceLock<toolmesh_sandbox::CapacityProbe>,
     /// Set once the bridge runs on this node.
     bridge: std::sync::OnceLock<toolmesh_bridge::BridgeProbe>,
+    /// The policy of a gateway node, for its `policy_revision`.
+    policy: Option<LivePolicy>,
 }
 
 impl NodeState {
@@ -88,6 +91,10 @@ impl NodeState {
             in_flight: self.in_flight.get(),
             sandbox: self.sandbox.get().map(|probe| probe.capacity()),
             bridge: self.bridge.get().map(|probe| probe.status()),
+            policy_revision: self
+                .policy
+                .as_ref()
+                .and_then(|p| p.current().revision().map(str::to_owned)),
         }
     }
 
@@ -97,6 +104,26 @@ impl NodeState {
             leaving,
         };
         Bytes::from(serde_json::to_vec(&beat).expect("heartbeat serializes"))
+    }
+}
+
+/// Reads the policy file again on every `SIGHUP`: a good file replaces the gateway's policy,
+/// a bad one is refused (logged, naming the rule and field) and the old one stays.
+async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, policy: LivePolicy) {
+    while hangups.recv().await.is_some() {
+        match policy.reload() {
+            Ok(Some(now)) => tracing::info!(
+                policy_revision = now.revision(),
+                rules = now.rules().len(),
+                "the policy file was read again and applies from now on"
+            ),
+            Ok(None) => {
+                tracing::info!("SIGHUP: no policy file (TOOLMESH_POLICY_FILE) to read again")
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the policy file was not taken; the policy read before stays")
+            }
+        }
     }
 }
 
@@ -134,10 +161,16 @@ pub async fn run(
     // A `[tools.<name>]` entry that names no built-in tool is for a provider tool of that
     // name (the policy file checked that it is a tool name): kept, and said once here, since
     // a misspelt built-in name would otherwise change nothing unnoticed.
-    for tool in actors.gateway.policy.overridden_tools() {
+    for tool in actors.gateway.policy.current().overridden_tools() {
         if registry.get(tool).is_none() {
             tracing::info!(tool, "the policy file sets a risk level for a tool that is not built in; it applies to a provider tool of that name");
         }
+    }
+    // Installed before the actors start: SIGHUP's default would end the process.
+    if roles.contains(&Role::Gateway) {
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("listening for SIGHUP (policy reload)")?;
+        tokio::spawn(reload_on_hangup(hangups, actors.gateway.policy.clone()));
     }
     // The bridge's MCP servers file, validated before anything connects: a bad file stops the
     // node with the server and field it names.
@@ -210,6 +243,9 @@ pub async fn run(
         in_flight: InFlight::default(),
         sandbox: std::sync::OnceLock::new(),
         bridge: std::sync::OnceLock::new(),
+        policy: roles
+            .contains(&Role::Gateway)
+            .then(|| actors.gateway.policy.clone()),
     });
     let cluster = Arc::new(ClusterView::new());
     let lifecycle = Lifecycle::new();

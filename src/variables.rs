@@ -153,6 +153,19 @@ mode = \"strict\"            # overrides TOOLMESH_TOOL_APPROVAL_MODE
 mode = \"off\"
 [tools.run_command]
 risk_level = \"critical\"
+
+[[rules]]                  # deny over ask over allow; no match: the mode decides
+id = \"no-secrets\"
+tools = [\"*_workspace_*\"]
+decision = \"deny\"
+reason = \"secrets stay where they are\"
+when = { path = { glob = \"secrets/**\" } }
+
+[[rules]]
+id = \"notes\"
+tools = [\"write_workspace_file\"]
+decision = \"allow\"
+when = { path = { prefix = \"notes/\" } }
 ```
 ",
         ),

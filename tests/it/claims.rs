@@ -82,6 +82,7 @@ async fn beat(client: &Client, id: &str, leaving: bool) {
             in_flight: 1,
             sandbox: None,
             bridge: None,
+            policy_revision: None,
         },
         leaving,
     };

@@ -19,6 +19,7 @@ mod node;
 mod permissions;
 mod providers;
 mod reply_size;
+mod rules;
 mod sandbox;
 mod sandbox_quota;
 mod skills;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::audit::{AuditEntry, AuditTrail, DEFAULT_QUERY_LIMIT, MAX_QUERY_LIMIT};
 use toolmesh_kernel::canonical::arguments_sha256;
 use toolmesh_kernel::host::respond;
+use toolmesh_kernel::policy::{Policy, Rule};
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::tools::ToolSpec;
 use toolmesh_kernel::wire::{self, InvocationContext, RiskLevel};
@@ -23,11 +24,19 @@ pub struct CallAudit {
     arguments_sha256: String,
     /// The call may change something: it gets a `started` entry before it runs.
     changes: bool,
+    /// The policy rule that decided the call, and the file's revision.
+    rule_id: Option<String>,
+    policy_revision: Option<String>,
 }
 
 impl CallAudit {
     /// `None` when the trail is off.
-    pub fn begin(trail: &AuditTrail, spec: &ToolSpec, arguments: &Value) -> Option<Box<Self>> {
+    pub fn begin(
+        trail: &AuditTrail,
+        spec: &ToolSpec,
+        arguments: &Value,
+        rule: Option<(&Rule, &Policy)>,
+    ) -> Option<Box<Self>> {
         if !trail.is_on() {
             return None;
         }
@@ -35,6 +44,8 @@ impl CallAudit {
             tool: spec.name.to_string(),
             arguments_sha256: arguments_sha256(arguments),
             changes: !spec.side_effects.is_empty() || spec.risk_level > RiskLevel::Low,
+            rule_id: rule.map(|(rule, _)| rule.id.clone()),
+            policy_revision: rule.and_then(|(_, policy)| policy.revision().map(str::to_owned)),
         }))
     }
 
@@ -42,6 +53,8 @@ impl CallAudit {
         let mut entry = AuditEntry::call(ctx, &self.tool, status);
         entry.arguments_sha256 = Some(self.arguments_sha256.clone());
         entry.approval_id = approval;
+        entry.rule_id = self.rule_id.clone();
+        entry.policy_revision = self.policy_revision.clone();
         entry
     }
 

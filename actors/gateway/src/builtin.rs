@@ -62,7 +62,7 @@ impl StatusCache {
         config: &GatewayConfig,
         ctx: &InvocationContext,
     ) -> Vec<u8> {
-        let mode = config.policy.mode_for(&ctx.account);
+        let mode = config.policy.current().mode_for(&ctx.account);
         let root = workspace_root(config, ctx);
         let mut renderings = self.renderings.lock().expect("status cache lock");
         let fresh = renderings
@@ -128,6 +128,7 @@ pub fn component_status(
     workspace_root: Option<String>,
 ) -> Map<String, Value> {
     let live = cluster.live();
+    let policy = config.policy.current();
     let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
     for node in &live {
         for role in &node.roles {
@@ -189,6 +190,9 @@ pub fn component_status(
             "mode": mode,
             "in_band": reported.approval_in_band,
             "enabled": running(Role::Approval),
+            // PROTOCOL.md "Approval policy": the policy file this gateway applies.
+            "policy_revision": policy.revision(),
+            "rules": policy.rules().len(),
         },
         "cluster": {
             "nodes": live.len(),
@@ -490,6 +494,7 @@ mod tests {
                 in_flight: 0,
                 sandbox: None,
                 bridge: None,
+                policy_revision: None,
             },
             leaving: false,
         });

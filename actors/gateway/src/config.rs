@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
-use toolmesh_kernel::policy::{ApprovalMode, Policy};
+use toolmesh_kernel::policy::{ApprovalMode, LivePolicy};
 
 /// Everything the gateway reads, validated once at start.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     /// Which calls need an approval: `TOOLMESH_TOOL_APPROVAL_MODE`, overridden by
-    /// `TOOLMESH_POLICY_FILE`.
-    pub policy: Policy,
+    /// `TOOLMESH_POLICY_FILE` (read again on `SIGHUP`).
+    pub policy: LivePolicy,
     /// What `component_status` says of the settings of the other roles.
     pub reported: Reported,
     /// What every node reads: the data dir (workspace roots), reply prefixes, the result
@@ -54,7 +54,7 @@ impl GatewayConfig {
     ) -> Result<GatewayConfig, ConfigError> {
         let mode: ApprovalMode = env.parse("TOOLMESH_TOOL_APPROVAL_MODE", ApprovalMode::Strict)?;
         let policy_file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
-        let policy = Policy::load(mode, policy_file.as_deref())?;
+        let policy = LivePolicy::load(mode, policy_file)?;
         Ok(GatewayConfig {
             policy,
             reported,
@@ -91,6 +91,7 @@ pub(crate) mod tests {
         assert_eq!(
             strict
                 .policy
+                .current()
                 .mode_for(&toolmesh_kernel::Account::parse("acme").unwrap()),
             ApprovalMode::Strict
         );

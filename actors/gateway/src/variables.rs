@@ -17,7 +17,10 @@ pub const VARIABLES: &[Variable] = &[
         component: Component::Approval,
         default: "unset",
         description: "A TOML policy: `mode` (overrides `TOOLMESH_TOOL_APPROVAL_MODE`), \
-                      `[accounts.<account>] mode` and `[tools.<tool>] risk_level`.",
+                      `[accounts.<account>] mode`, `[tools.<tool>] risk_level`, \
+                      `[providers.<service>] min_risk_level`, `[[rules]]` and \
+                      `[reviewers.<group>]` (PROTOCOL.md \"Approval policy\"). `SIGHUP` \
+                      reads it again; a bad file is refused and the old one kept.",
     },
 ];
 

@@ -121,6 +121,10 @@ pub struct AuditEntry {
     /// `expired`, `released` for an approval.
     pub status: String,
     pub decided_by: Option<String>,
+    /// The policy rule that decided the call or approval (PROTOCOL.md "Approval policy").
+    pub rule_id: Option<String>,
+    /// The revision of the policy file that decided it.
+    pub policy_revision: Option<String>,
     /// Set by the writer.
     pub node_id: String,
 }
@@ -144,6 +148,8 @@ impl AuditEntry {
             approval_id: None,
             status: status.to_owned(),
             decided_by: None,
+            rule_id: None,
+            policy_revision: None,
             node_id: String::new(),
         }
     }
@@ -175,6 +181,8 @@ impl AuditEntry {
             approval_id: Some(approval.id.clone()),
             status: status.to_owned(),
             decided_by: approval.decided_by.clone(),
+            rule_id: None,
+            policy_revision: None,
             node_id: String::new(),
         }
     }

@@ -147,6 +147,7 @@ mod tests {
                 in_flight: 0,
                 sandbox: None,
                 bridge: None,
+                policy_revision: None,
             },
             leaving,
         }

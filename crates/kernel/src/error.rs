@@ -40,6 +40,8 @@ pub enum ErrorCode {
     FetchFailed,
     LimitExceeded,
     ProviderError,
+    PolicyDenied,
+    Forbidden,
     Internal,
 }
 
@@ -79,6 +81,8 @@ impl ErrorCode {
             ErrorCode::FetchFailed => "fetch_failed",
             ErrorCode::LimitExceeded => "limit_exceeded",
             ErrorCode::ProviderError => "provider_error",
+            ErrorCode::PolicyDenied => "policy_denied",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::Internal => "internal",
         }
     }

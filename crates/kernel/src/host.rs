@@ -297,12 +297,19 @@ pub async fn answer(
     let dispatched = direct.dispatched_tool_name.as_deref();
     let error = ToolError::from_fields(&reply.reply).map(|e| e.code);
     let duration_ms = direct.elapsed_ms.saturating_add(elapsed_ms(started));
+    let mut extra = finished_extra(error, duration_ms, dispatched);
+    extra.extend(
+        direct
+            .event_extra
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     let event = run_event(
         invocation,
         &direct.event_tool,
         finished_seq(*event_seq, reply.events_emitted),
         RunEventKind::Finished,
-        &finished_extra(error, duration_ms, dispatched),
+        &extra,
     );
     let events = subjects::public::events(&invocation.account, &invocation.invocation_id);
     if let Err(e) = client.publish(events, Bytes::from(event)).await {

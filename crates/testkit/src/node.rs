@@ -181,6 +181,21 @@ impl Node {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGHUP (a gateway reads its policy file again).
+    pub fn hangup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Whether the node writes a log line holding `needle` within `timeout` (lines written
+    /// already count). Blocks the thread while it waits.
+    pub fn logs(&self, needle: &str, timeout: Duration) -> bool {
+        self.log
+            .find(timeout, |line| line.contains(needle).then_some(()))
+            .is_some()
+    }
+
     /// Sends SIGTERM (the node drains).
     pub fn terminate(&self) {
         let _ = Command::new("kill")

@@ -20,6 +20,7 @@ use tracing::{field, Instrument};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::host::respond;
 use toolmesh_kernel::metrics::UNKNOWN_TOOL;
+use toolmesh_kernel::policy::{Decision, Facts, Policy, Rule};
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::time::elapsed_ms;
@@ -95,6 +96,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             consumed_approval: None,
             outcome: None,
             audit: None,
+            policy: core.config.policy.current(),
+            rule: None,
         };
         let result = call.run(&request).await;
         let body = call.finish(result).await;
@@ -139,6 +142,10 @@ struct Call<'a> {
     outcome: Option<ErrorCode>,
     /// Set once the arguments were valid and the trail is on (`crate::audit`).
     audit: Option<Box<crate::audit::CallAudit>>,
+    /// The policy as it was when the call arrived (a reload meanwhile does not change it).
+    policy: Arc<Policy>,
+    /// The policy rule that decided the call, if one matched.
+    rule: Option<Arc<Rule>>,
 }
 
 /// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
@@ -172,12 +179,31 @@ impl<'a> Call<'a> {
             .with("needs_session", true));
         }
         target.validate(&arguments, pointer_prefix)?;
-        self.audit = crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments);
+        let policy = self.policy.clone();
+        self.rule = policy
+            .rules()
+            .decide(&Facts {
+                tool: &target.spec.name,
+                account: self.ctx.account.as_str(),
+                session: self.ctx.session_id.as_ref().map(|s| s.as_str()),
+                arguments: &arguments,
+            })
+            .cloned();
+        let rule = self.rule.as_deref().map(|rule| (rule, &*policy));
+        self.audit =
+            crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments, rule);
         self.start().await;
 
-        let policy = &self.core.config.policy;
         let risk = policy.risk_for(&target.spec);
-        if policy.mode_for(&self.ctx.account).needs_approval(risk) {
+        let gated = match &self.rule {
+            Some(rule) => match rule.decision {
+                Decision::Deny => return Err(self.denied(rule)),
+                Decision::Allow => false,
+                Decision::Ask => true,
+            },
+            None => policy.mode_for(&self.ctx.account).needs_approval(risk),
+        };
+        if gated {
             // Boxed: the gate and park states are large and rare; keeping them out of the
             // common future keeps every spawn of a call cheap to move.
             Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
@@ -210,12 +236,40 @@ impl<'a> Call<'a> {
             .await;
     }
 
+    /// What every RunEvent of the call adds: `dispatched_tool_name` for a dispatched call,
+    /// `rule_id` and `policy_revision` for a call a policy rule decided.
     fn dispatched_extra(&self) -> Map<String, Value> {
-        let mut extra = Map::new();
+        let mut extra = self.rule_extra();
         if let Some(name) = self.dispatched {
             extra.insert("dispatched_tool_name".into(), Value::from(name));
         }
         extra
+    }
+
+    /// `rule_id` and `policy_revision` of a call a policy rule decided; empty otherwise.
+    fn rule_extra(&self) -> Map<String, Value> {
+        let mut extra = Map::new();
+        if let Some(rule) = &self.rule {
+            extra.insert("rule_id".into(), Value::from(rule.id.as_str()));
+            let revision = self.policy.revision();
+            extra.insert("policy_revision".into(), Value::from(revision));
+        }
+        extra
+    }
+
+    /// `policy_denied`: the deny rule that matched the call, its reason and the revision.
+    fn denied(&self, rule: &Rule) -> ToolError {
+        let because = rule
+            .reason
+            .as_deref()
+            .map_or_else(String::new, |reason| format!(": {reason}"));
+        ToolError::new(
+            ErrorCode::PolicyDenied,
+            format!("the policy rule {:?} denies this call{because}", rule.id),
+        )
+        .with("rule_id", rule.id.as_str())
+        .with("reason", rule.reason.as_deref())
+        .with("policy_revision", self.policy.revision())
     }
 
     async fn emit(&mut self, kind: RunEventKind, mut extra: Map<String, Value>) {
@@ -302,8 +356,7 @@ impl<'a> Call<'a> {
         match args.action {
             DispatcherAction::List => {
                 self.start().await;
-                let mut fields =
-                    builtin::dispatcher_list(registry, &core.config.policy, &selection);
+                let mut fields = builtin::dispatcher_list(registry, &self.policy, &selection);
                 let limit = budget::fields_limit(core.client.max_payload());
                 budget::fit_list(&mut fields, "tools", limit);
                 Ok(Dispatch::Answered(fields))
@@ -311,7 +364,7 @@ impl<'a> Call<'a> {
             DispatcherAction::Describe => {
                 let tool = named(&args.tool_name)?;
                 self.start().await;
-                let risk = self.core.config.policy.risk_for(&tool.spec);
+                let risk = self.policy.risk_for(&tool.spec);
                 Ok(Dispatch::Answered(builtin::dispatcher_describe(tool, risk)))
             }
             DispatcherAction::Call => {

@@ -29,7 +29,7 @@ impl Builtin for ToolSearch {
         };
         Ok(Answer::Fields(builtin::tool_search(
             registry,
-            &core.config.policy,
+            &core.config.policy.current(),
             &core.cluster,
             search,
         )))

@@ -75,6 +75,10 @@ pub struct DirectReply {
     pub dispatched_tool_name: Option<String>,
     /// Milliseconds since the gateway published `started`, for `finished`'s `duration_ms`.
     pub elapsed_ms: u64,
+    /// Members `finished` adds besides its own: the `rule_id` and `policy_revision` of a call
+    /// a policy rule decided.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub event_extra: Map<String, Value>,
 }
 /// Actor → gateway: the tool's reply fields and how many events the actor published.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -111,6 +111,10 @@ pub struct NodeStatus {
     /// A bridge node's MCP servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<BridgeStatus>,
+    /// A gateway's `policy_revision`: the sha256 of the policy file it applies (none without
+    /// a file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<String>,
 }
 
 /// PROTOCOL.md's ClusterStatus (without `ok`).

@@ -1,4 +1,5 @@
-//! Risk policy: which calls need approval, from the mode and `TOOLMESH_POLICY_FILE`.
+//! Risk policy: which calls need approval, from the mode and `TOOLMESH_POLICY_FILE`, and the
+//! file's rules ([`rules`]) and reviewer groups (PROTOCOL.md "Approval policy").
 //!
 //! A tool's effective risk ([`Policy::risk_for`]) is the operator's `[tools.<name>]
 //! risk_level` when the file sets one; otherwise the tool's own, which for a provider tool is
@@ -7,11 +8,18 @@
 //! replaces it) or go under a floor (the higher of the two wins). A provider is code the
 //! operator did not write, and its metadata is what it says about itself.
 
-use std::collections::HashMap;
-use std::path::Path;
+pub mod rules;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use serde::{Deserialize, Serialize};
+
+pub use rules::{Decision, Facts, OnTimeout, Rule, Rules};
 
 use crate::ids::Account;
 use crate::tools::{Runs, ToolSpec};
@@ -69,6 +77,17 @@ struct PolicyFile {
     tools: HashMap<String, ToolOverride>,
     #[serde(default)]
     providers: HashMap<String, ProviderPolicy>,
+    /// Checked by [`Rules::parse`], each naming its own faults.
+    #[serde(default)]
+    rules: Vec<toml::Value>,
+    #[serde(default)]
+    reviewers: BTreeMap<String, ReviewerGroup>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewerGroup {
+    members: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -96,6 +115,11 @@ pub struct Policy {
     accounts: HashMap<String, ApprovalMode>,
     risk_overrides: HashMap<String, RiskLevel>,
     provider_floors: HashMap<String, RiskLevel>,
+    rules: Rules,
+    /// `[reviewers.<group>] members`.
+    groups: BTreeMap<String, Vec<String>>,
+    /// The sha256 of the file's bytes; `None` without a file.
+    revision: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +172,24 @@ impl Policy {
                 ));
             }
         }
+        let mut groups = BTreeMap::new();
+        for (group, members) in file.reviewers {
+            if !is_token(&group, 64) {
+                return Err(format!(
+                    "[reviewers.{group}]: a group name is [A-Za-z0-9_-]{{1,64}}"
+                ));
+            }
+            if let Some(bad) = members.members.iter().find(|m| !is_token(m, 64)) {
+                return Err(format!(
+                    "[reviewers.{group}] members: {bad:?} is not a reviewer name ([A-Za-z0-9_-]{{1,64}}, as in …decide.<approver>)"
+                ));
+            }
+            if members.members.is_empty() {
+                return Err(format!("[reviewers.{group}] members: name at least one"));
+            }
+            groups.insert(group, members.members);
+        }
+        let rules = Rules::parse(file.rules, &groups)?;
         for service in file.providers.keys() {
             if !is_token(service, 256) {
                 return Err(format!(
@@ -168,7 +210,25 @@ impl Policy {
                 .into_iter()
                 .filter_map(|(service, p)| p.min_risk_level.map(|r| (service, r)))
                 .collect(),
+            rules,
+            groups,
+            revision: Some(crate::canonical::sha256_hex(text.as_bytes())),
         })
+    }
+
+    /// The file's rules (empty without a file).
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// The members of reviewer group `group`.
+    pub fn group(&self, group: &str) -> Option<&[String]> {
+        self.groups.get(group).map(Vec::as_slice)
+    }
+
+    /// `policy_revision`: the sha256 (hex) of the policy file's bytes; `None` without a file.
+    pub fn revision(&self) -> Option<&str> {
+        self.revision.as_deref()
     }
 
     pub fn mode_for(&self, account: &Account) -> ApprovalMode {
@@ -205,6 +265,52 @@ impl Policy {
     /// Tool names the file overrides (checked against the registry at startup).
     pub fn overridden_tools(&self) -> impl Iterator<Item = &str> {
         self.risk_overrides.keys().map(String::as_str)
+    }
+}
+
+/// The policy a node holds: read at start, replaced whole when the file is read again
+/// (`SIGHUP`, [`LivePolicy::reload`]); a call takes the [`LivePolicy::current`] one and keeps
+/// it to its end.
+#[derive(Debug, Clone)]
+pub struct LivePolicy {
+    current: Arc<ArcSwap<Policy>>,
+    env_mode: ApprovalMode,
+    file: Option<PathBuf>,
+}
+
+impl LivePolicy {
+    /// The mode from the environment with the file (if any) on top, as [`Policy::load`].
+    pub fn load(env_mode: ApprovalMode, file: Option<PathBuf>) -> Result<Self, PolicyError> {
+        let policy = Policy::load(env_mode, file.as_deref())?;
+        Ok(LivePolicy {
+            current: Arc::new(ArcSwap::from_pointee(policy)),
+            env_mode,
+            file,
+        })
+    }
+
+    /// A policy that no file backs (tests, `reload` keeps it).
+    pub fn fixed(policy: Policy) -> Self {
+        LivePolicy {
+            current: Arc::new(ArcSwap::from_pointee(policy)),
+            env_mode: ApprovalMode::default(),
+            file: None,
+        }
+    }
+
+    pub fn current(&self) -> Arc<Policy> {
+        self.current.load_full()
+    }
+
+    /// Reads the file again: a good one replaces the policy on this node and is returned; a
+    /// bad one is refused and the old one stays. Without a file there is nothing to read.
+    pub fn reload(&self) -> Result<Option<Arc<Policy>>, PolicyError> {
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let policy = Arc::new(Policy::load(self.env_mode, Some(file))?);
+        self.current.store(policy.clone());
+        Ok(Some(policy))
     }
 }
 

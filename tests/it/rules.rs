@@ -1,0 +1,211 @@
+//! Policy rules (PROTOCOL.md "Approval policy"): `deny`, `allow` and `ask` decide before the
+//! mode, name their rule and revision, and a `SIGHUP` reads the file again.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use toolmesh_kernel::canonical::sha256_hex;
+use toolmesh_testkit::wait_until;
+
+use crate::support::{assert_error, ok, policy_file, Cluster};
+
+const RULES: &str = r#"
+mode = "strict"
+
+[[rules]]
+id = "no-secrets"
+tools = ["*_workspace_*"]
+decision = "deny"
+reason = "secrets stay where they are"
+when = { path = { glob = "secrets/**" } }
+
+[[rules]]
+id = "notes"
+tools = ["write_workspace_file"]
+decision = "allow"
+when = { path = { prefix = "notes/" } }
+
+[[rules]]
+id = "ask-status"
+tools = ["component_status"]
+accounts = ["acme"]
+decision = "ask"
+"#;
+
+fn write(path: &str) -> Value {
+    json!({"path": path, "content": "hello\n"})
+}
+
+/// The `approval` section of `component_status` as `account` sees it (no session).
+async fn approval_status(c: &Cluster, account: &str) -> Value {
+    let status = ok(c.tool_call(account, "component_status", json!({})).await);
+    status["approval"].clone()
+}
+
+#[tokio::test]
+async fn rules_deny_allow_and_ask_before_the_mode_and_name_themselves() {
+    let (_dir, path) = policy_file(RULES);
+    let revision = sha256_hex(RULES.as_bytes());
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    let c = Cluster::with_node("gateway,approval,workspace", &env).await;
+
+    // allow: a medium-risk write runs in strict mode without an approval, and its events say
+    // which rule and revision let it.
+    let mut events = c.watch("toolmesh.v1.events.acme.inv-notes").await;
+    let body = json!({"tool": "write_workspace_file", "session_id": "s1",
+        "invocation_id": "inv-notes", "arguments": write("notes/a.txt")});
+    ok(c.call("acme", body).await);
+    for kind in ["started", "finished"] {
+        let msg = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        let event: Value = serde_json::from_slice(&msg.unwrap().unwrap().payload).unwrap();
+        assert_eq!(event["kind"], kind, "{event}");
+        assert_eq!(event["rule_id"], "notes", "{event}");
+        assert_eq!(event["policy_revision"], revision.as_str(), "{event}");
+    }
+    let read = c.read_workspace_file("acme", "s1", "notes/a.txt").await;
+    assert!(ok(read)["content"].as_str().unwrap().contains("hello"));
+
+    // deny: whatever the tool, nothing runs and the caller learns the rule and its reason.
+    let denied = c
+        .session_call("acme", "s1", "write_workspace_file", write("secrets/key"))
+        .await;
+    assert_error(&denied, "policy_denied", "no-secrets");
+    assert_eq!(denied["rule_id"], "no-secrets", "{denied}");
+    assert_eq!(denied["reason"], "secrets stay where they are", "{denied}");
+    assert_eq!(denied["policy_revision"], revision.as_str(), "{denied}");
+    // Through the dispatcher the rule sees the inner tool and arguments.
+    let dispatched = json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {
+        "action": "call", "tool_name": "write_workspace_file", "arguments": write("secrets/key")}});
+    let denied = c.call("acme", dispatched).await;
+    assert_eq!(denied["error"], "policy_denied", "{denied}");
+    assert_eq!(
+        denied["dispatched_tool_name"], "write_workspace_file",
+        "{denied}"
+    );
+    let unread = c.read_workspace_file("acme", "s1", "secrets/key").await;
+    assert_eq!(
+        unread["error"], "policy_denied",
+        "reads are denied too: {unread}"
+    );
+    let listing = c
+        .session_call("acme", "s1", "list_workspace_files", json!({"path": "."}))
+        .await;
+    let names = listing.to_string();
+    assert!(!names.contains("secrets"), "nothing was written: {names}");
+
+    // No rule: the mode decides (strict asks about a medium-risk write).
+    let gated = c
+        .session_call("acme", "s1", "write_workspace_file", write("other.txt"))
+        .await;
+    assert_eq!(gated["error"], "approval_required", "{gated}");
+
+    // ask: a low-risk tool needs an approval for the account the rule names, not for others.
+    let asked = c.tool_call("acme", "component_status", json!({})).await;
+    assert_eq!(asked["error"], "approval_required", "{asked}");
+    let other = approval_status(&c, "globex").await;
+    assert_eq!(other["policy_revision"], revision.as_str(), "{other}");
+    assert_eq!(other["rules"], 3, "{other}");
+    let node = toolmesh_testkit::request_json(
+        &c.client,
+        format!("toolmesh.v1.status.{}", c.nodes[0].node_id),
+        json!({}),
+    )
+    .await;
+    assert_eq!(node["policy_revision"], revision.as_str(), "{node}");
+}
+
+#[tokio::test]
+async fn sighup_reads_the_file_again_and_a_bad_file_keeps_the_old_rules() {
+    let deny_status =
+        "[[rules]]\nid = \"v2\"\ntools = [\"component_status\"]\ndecision = \"deny\"\n";
+    let (_dir, path) = policy_file("mode = \"off\"\n");
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    let c = Cluster::with_env(&env).await;
+    ok(c.tool_call("acme", "component_status", json!({})).await);
+
+    std::fs::write(&path, deny_status).unwrap();
+    c.nodes[0].hangup();
+    let v2 = sha256_hex(deny_status.as_bytes());
+    let applied = wait_until(Duration::from_secs(10), || async {
+        let reply = c.tool_call("acme", "component_status", json!({})).await;
+        reply["error"] == "policy_denied" && reply["policy_revision"] == v2.as_str()
+    })
+    .await;
+    assert!(applied, "the reloaded rule did not apply");
+
+    // A bad file is refused, named in the log, and the rules read before stay.
+    std::fs::write(
+        &path,
+        "[[rules]]\nid = \"bad\"\ntools = [\"x\"]\ndecision = \"perhaps\"\n",
+    )
+    .unwrap();
+    c.nodes[0].hangup();
+    assert!(
+        c.nodes[0].logs("rules[0] (id \"bad\")", Duration::from_secs(10)),
+        "the refusal names the rule"
+    );
+    let still = c.tool_call("acme", "component_status", json!({})).await;
+    assert_error(&still, "policy_denied", "v2");
+    assert_eq!(still["policy_revision"], v2.as_str(), "{still}");
+}
+
+#[tokio::test]
+async fn a_bad_rule_stops_the_node_naming_the_rule_and_field() {
+    let (_dir, path) = policy_file(
+        "[[rules]]\nid = \"paths\"\ntools = [\"*\"]\ndecision = \"deny\"\nwhen = { path = { regex = \"(\" } }\n",
+    );
+    let stderr = crate::support::node_refusal("gateway", &[("TOOLMESH_POLICY_FILE", &path)]);
+    assert!(
+        stderr.contains("rules[0] (id \"paths\"): when.path: regex:"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
+    let (_dir, path) = policy_file(RULES);
+    let revision = sha256_hex(RULES.as_bytes());
+    let mut c = Cluster::servers_with_jetstream().await;
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    c.start_node("gateway,approval,workspace", &env).await;
+    ok(
+        c.session_call("acme", "s1", "write_workspace_file", write("notes/b.txt"))
+            .await,
+    );
+    let reply = ok(toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.audit.acme.query",
+        json!({"limit": 100}),
+    )
+    .await);
+    let entries = reply["entries"].as_array().unwrap();
+    let statuses: Vec<_> = entries
+        .iter()
+        .map(|e| (e["status"].as_str(), e["rule_id"].as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (Some("started"), Some("notes")),
+            (Some("finished"), Some("notes"))
+        ],
+        "{reply}"
+    );
+    assert!(entries
+        .iter()
+        .all(|e| e["policy_revision"] == revision.as_str()));
+    // A call no rule decided records nulls.
+    ok(c.tool_call("globex", "component_status", json!({})).await);
+    let other = ok(toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.audit.globex.query",
+        json!({"limit": 100}),
+    )
+    .await);
+    let entry = &other["entries"][0];
+    assert!(
+        entry["rule_id"].is_null() && entry["policy_revision"].is_null(),
+        "{other}"
+    );
+}
