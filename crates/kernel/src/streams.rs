@@ -149,6 +149,23 @@ fn longer<T: Ord>(node: Option<T>, stream: Option<T>) -> std::cmp::Ordering {
     }
 }
 
+/// How a node's `wanted` policy compares with the stream's `existing` one, where `keeping` is
+/// the policy that keeps entries (greater: `wanted` keeps them and `existing` does not), and
+/// both as `append_only_merge` shows them (the stream's first).
+fn policy<T: Copy + PartialEq + std::fmt::Debug>(
+    wanted: T,
+    existing: T,
+    keeping: T,
+) -> (std::cmp::Ordering, String, String) {
+    let keeps = |p: T| u8::from(p == keeping);
+    let show = |p: T| format!("{p:?}").to_lowercase();
+    (
+        keeps(wanted).cmp(&keeps(existing)),
+        show(existing),
+        show(wanted),
+    )
+}
+
 /// The configuration an append-only stream gets when `existing` is found and a node asks for
 /// `wanted`: `existing`, with every setting that lets entries go (or be removed) sooner raised
 /// to `wanted`'s. Answers it, the raised settings, and the settings where `existing` is the
@@ -232,22 +249,16 @@ pub fn append_only_merge(
     ) {
         merged.num_replicas = node;
     }
-    let keeps = |d: DiscardPolicy| u8::from(d == DiscardPolicy::New);
-    if note(
-        keeps(wanted.discard).cmp(&keeps(existing.discard)),
-        "discard",
-        format!("{:?}", existing.discard).to_lowercase(),
-        format!("{:?}", wanted.discard).to_lowercase(),
-    ) {
+    let (order, stream, node) = policy(wanted.discard, existing.discard, DiscardPolicy::New);
+    if note(order, "discard", stream, node) {
         merged.discard = wanted.discard;
     }
-    let keeps = |r: RetentionPolicy| u8::from(r == RetentionPolicy::Limits);
-    if note(
-        keeps(wanted.retention).cmp(&keeps(existing.retention)),
-        "retention",
-        format!("{:?}", existing.retention).to_lowercase(),
-        format!("{:?}", wanted.retention).to_lowercase(),
-    ) {
+    let (order, stream, node) = policy(
+        wanted.retention,
+        existing.retention,
+        RetentionPolicy::Limits,
+    );
+    if note(order, "retention", stream, node) {
         merged.retention = wanted.retention;
     }
     for (setting, node, stream) in [
