@@ -124,11 +124,7 @@ pub mod public {
             .strip_prefix("toolmesh.v1.audit.")
             .and_then(|s| s.strip_suffix(".query"))
             .unwrap_or(subject);
-        if rest.contains('.') || rest.is_empty() {
-            Err(rest)
-        } else {
-            Ok(rest)
-        }
+        one_token(rest)
     }
 
     /// `toolmesh.v1.status`: answered by any one node.
@@ -147,6 +143,11 @@ pub mod public {
             .and_then(|s| s.strip_prefix(kind))
             .and_then(|s| s.strip_prefix('.'))
             .unwrap_or(subject);
+        one_token(rest)
+    }
+
+    /// `rest` when it is exactly one token; `Err` carries it otherwise.
+    fn one_token(rest: &str) -> Result<&str, &str> {
         if rest.contains('.') || rest.is_empty() {
             Err(rest)
         } else {
@@ -255,6 +256,10 @@ mod tests {
         assert_eq!(account_of("toolmesh.v1.call.acme", "call"), Ok("acme"));
         assert_eq!(account_of("toolmesh.v1.call.a.b", "call"), Err("a.b"));
         assert_eq!(account_of("toolmesh.v1.cancel.x", "cancel"), Ok("x"));
+        let query = audit_query_account;
+        assert_eq!(query("toolmesh.v1.audit.acme.query"), Ok("acme"));
+        assert_eq!(query("toolmesh.v1.audit.a.b.query"), Err("a.b"));
+        assert_eq!(query("toolmesh.v1.audit..query"), Err(""));
     }
 
     #[test]
