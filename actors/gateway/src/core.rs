@@ -11,7 +11,7 @@ use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::host::{InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::wire::ApprovalRequest;
-use toolmesh_kernel::ErrorCode;
+use toolmesh_kernel::{ErrorCode, ToolError};
 
 use crate::builtin;
 use crate::config::GatewayConfig;
@@ -38,6 +38,24 @@ pub struct GatewayCore {
     pub audit: toolmesh_kernel::audit::AuditTrail,
     /// What the NATS server refused this node's connection.
     pub refusals: toolmesh_kernel::permissions::Refusals,
+}
+
+impl GatewayCore {
+    /// Refuses a call whose `body` the NATS server would not carry (over its `max_payload`);
+    /// `sent` says how it travels (`routed`, `sent to the provider`).
+    pub fn check_payload(&self, body: &[u8], sent: &str) -> Result<(), ToolError> {
+        let max_payload = self.client.server_info().max_payload;
+        if max_payload > 0 && body.len() > max_payload {
+            return Err(ToolError::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "the call is {} bytes once {sent}, over the NATS max_payload of {max_payload}; send smaller arguments",
+                    body.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What a tool answered: members to serialize, members already serialized, or nothing more

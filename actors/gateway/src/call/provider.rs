@@ -43,16 +43,7 @@ impl Call<'_> {
             "agent_id": ctx.agent_id,
         });
         let body = serde_json::to_vec(&envelope).map_err(|e| ToolError::internal(e.to_string()))?;
-        let max_payload = core.client.server_info().max_payload;
-        if max_payload > 0 && body.len() > max_payload {
-            return Err(ToolError::new(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "the call is {} bytes once sent to the provider, over the NATS max_payload of {max_payload}; send smaller arguments",
-                    body.len()
-                ),
-            ));
-        }
+        core.check_payload(&body, "sent to the provider")?;
         let mut cancel = CancelWatch::listen(&core.client, &ctx.account, &ctx.invocation_id).await;
         let request = async_nats::Request::new()
             .payload(Bytes::from(body))

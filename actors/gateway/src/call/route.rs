@@ -73,16 +73,7 @@ impl Call<'_> {
             what: "the actor call",
             source,
         })?;
-        let max_payload = core.client.server_info().max_payload;
-        if max_payload > 0 && body.len() > max_payload {
-            return Err(ToolError::new(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "the call is {} bytes once routed, over the NATS max_payload of {max_payload}; send smaller arguments",
-                    body.len()
-                ),
-            ));
-        }
+        core.check_payload(&body, "routed")?;
         let reply = if role.is_long_running() {
             self.send_claimed(role, &target.spec.name, Bytes::from(body), timeout)
                 .await?
