@@ -483,6 +483,12 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
         path: display,
         stamp: None,
     };
+    let conflict = |display: String, current: Current| ChangeOutcome::Conflict {
+        path: display,
+        current,
+    };
+    // What the folder `dir` holds at the path's name.
+    let inspect = |dir: &Dir| current_in(dir, &name).map_err(|e| io_error(ws, &path, "inspect", e));
     if matches!(change.op, ChangeOp::MakeDir | ChangeOp::RemoveDir)
         && wire::is_skipped_path(&format!("{path}/x"))
     {
@@ -497,33 +503,23 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                 Parent::Open(dir) => dir,
                 Parent::Missing => unreachable!("open_parent creates missing parents"),
             };
-            let inspect =
-                |dir: &Dir| current_in(dir, &name).map_err(|e| io_error(ws, &path, "inspect", e));
             match inspect(&dir)? {
                 Current::Dir => Ok(applied(display)),
                 Current::Absent => match dir.create_dir(&name) {
                     Ok(()) => Ok(applied(display)),
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match inspect(&dir)? {
                         Current::Dir => Ok(applied(display)),
-                        now => Ok(ChangeOutcome::Conflict {
-                            path: display,
-                            current: now,
-                        }),
+                        now => Ok(conflict(display, now)),
                     },
                     Err(e) => Err(io_error(ws, &path, "create", e)),
                 },
-                now => Ok(ChangeOutcome::Conflict {
-                    path: display,
-                    current: now,
-                }),
+                now => Ok(conflict(display, now)),
             }
         }
         ChangeOp::RemoveDir => {
             let Parent::Open(dir) = open_parent(ws, &path, false)? else {
                 return Ok(applied(display));
             };
-            let inspect =
-                |dir: &Dir| current_in(dir, &name).map_err(|e| io_error(ws, &path, "inspect", e));
             match inspect(&dir)? {
                 Current::Absent => Ok(applied(display)),
                 // unlinkat(AT_REMOVEDIR): only an empty directory goes, a link never.
@@ -535,27 +531,18 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                             || e.kind() == io::ErrorKind::NotADirectory
                             || e.raw_os_error() == Some(17) /* EEXIST, ENOTEMPTY's alias */ =>
                     {
-                        Ok(ChangeOutcome::Conflict {
-                            path: display,
-                            current: inspect(&dir)?,
-                        })
+                        Ok(conflict(display, inspect(&dir)?))
                     }
                     Err(e) => Err(io_error(ws, &path, "remove", e)),
                 },
-                now => Ok(ChangeOutcome::Conflict {
-                    path: display,
-                    current: now,
-                }),
+                now => Ok(conflict(display, now)),
             }
         }
         ChangeOp::Delete { prune_empty_dirs } => {
             let parent = open_parent(ws, &path, false)?;
             let now = current(&parent, &name).map_err(|e| io_error(ws, &path, "inspect", e))?;
             let Parent::Open(dir) = &parent else {
-                return Ok(ChangeOutcome::Applied {
-                    path: display,
-                    stamp: None,
-                });
+                return Ok(applied(display));
             };
             match now {
                 Current::Absent => {}
@@ -571,20 +558,12 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                         format!("'{path}' is not a regular file; sync deletes files only"),
                     ))
                 }
-                _ => {
-                    return Ok(ChangeOutcome::Conflict {
-                        path: display,
-                        current: now,
-                    })
-                }
+                _ => return Ok(conflict(display, now)),
             }
             if prune_empty_dirs {
                 prune(ws, &path);
             }
-            Ok(ChangeOutcome::Applied {
-                path: display,
-                stamp: None,
-            })
+            Ok(applied(display))
         }
         ChangeOp::Put {
             upload,
@@ -632,10 +611,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
                 let parent = open_parent(ws, &path, false)?;
                 let now = current(&parent, &name).map_err(|e| io_error(ws, &path, "inspect", e))?;
                 if !holds(change.expected, now) {
-                    return Ok(ChangeOutcome::Conflict {
-                        path: display,
-                        current: now,
-                    });
+                    return Ok(conflict(display, now));
                 }
                 if now == Current::Dir {
                     return Err(argument(
@@ -706,10 +682,7 @@ fn apply_one(ws: &Workspace, change: Change, index: usize) -> Result<ChangeOutco
             };
             if !holds(change.expected, now) {
                 discard();
-                return Ok(ChangeOutcome::Conflict {
-                    path: display,
-                    current: now,
-                });
+                return Ok(conflict(display, now));
             }
             if let Err(e) = staging.rename(&staging_name, &dir, &name) {
                 discard();
