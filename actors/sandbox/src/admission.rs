@@ -172,33 +172,37 @@ mod tests {
 
     use super::*;
 
-    /// One held session in a check's table: `(key, account, seconds since last used,
-    /// evictable)`.
-    type Row = (&'static str, &'static str, u64, bool);
-
     fn account(name: &str) -> Account {
         Account::parse(name).unwrap()
     }
 
     /// Admits a session of `caller` on a worker of `max`/`per_account` holding `held` and
-    /// creating `creating`, and compares with `expect`.
+    /// creating `creating`, and compares with `expect`. `held` lists sessions as `key idle_s`,
+    /// `busy` after one that may not be evicted (`"a1 90, b1 5 busy"`); a key's account is
+    /// its letters (`a1` is `a`'s).
     fn check(
         (max, per_account): (usize, usize),
-        held: &[Row],
+        held: &'static str,
         creating: &[(&str, usize)],
         caller: &str,
         expect: Admission<&'static str>,
     ) {
         let now = Instant::now() + Duration::from_secs(3600);
+        let held_row = |row: &'static str| {
+            let mut words = row.split_whitespace();
+            let (key, idle_s) = (words.next().unwrap(), words.next().unwrap());
+            Held {
+                key,
+                account: account(key.trim_end_matches(|c: char| c.is_ascii_digit())),
+                last_used: now - Duration::from_secs(idle_s.parse().unwrap()),
+                evictable: words.next() != Some("busy"),
+            }
+        };
         let snapshot = Snapshot {
             held: held
-                .iter()
-                .map(|&(key, owner, idle_s, evictable)| Held {
-                    key,
-                    account: account(owner),
-                    last_used: now - Duration::from_secs(idle_s),
-                    evictable,
-                })
+                .split(',')
+                .filter(|row| !row.trim().is_empty())
+                .map(held_row)
                 .collect(),
             creating: creating.iter().map(|&(a, n)| (account(a), n)).collect(),
         };
@@ -225,33 +229,17 @@ mod tests {
 
     #[test]
     fn room_is_free_below_both_caps() {
-        check((4, 2), &[], &[], "a", ADMIT);
-        check(
-            (4, 2),
-            &[("a1", "a", 5, true), ("b1", "b", 9, true)],
-            &[],
-            "a",
-            ADMIT,
-        );
+        check((4, 2), "", &[], "a", ADMIT);
+        check((4, 2), "a1 5, b1 9", &[], "a", ADMIT);
     }
 
     #[test]
     fn an_account_at_its_quota_recycles_its_own_idle_session_or_is_refused() {
-        check(
-            (8, 2),
-            &[("b1", "b", 5, true), ("b2", "b", 9, true)],
-            &[],
-            "b",
-            Admission::Evict("b2"),
-        );
+        check((8, 2), "b1 5, b2 9", &[], "b", Admission::Evict("b2"));
         // Never another account's, even on a full worker where one is older.
         check(
             (3, 2),
-            &[
-                ("a1", "a", 50, true),
-                ("b1", "b", 5, true),
-                ("b2", "b", 9, true),
-            ],
+            "a1 50, b1 5, b2 9",
             &[],
             "b",
             Admission::Evict("b2"),
@@ -259,103 +247,60 @@ mod tests {
         // Its sessions are busy: refused, and nothing is evicted.
         check(
             (3, 2),
-            &[
-                ("a1", "a", 50, true),
-                ("b1", "b", 5, false),
-                ("b2", "b", 9, false),
-            ],
+            "a1 50, b1 5 busy, b2 9 busy",
             &[],
             "b",
             account_full(2, 2),
         );
         // Sessions being created count: concurrent first calls cannot pass the quota together.
-        check(
-            (8, 2),
-            &[("b1", "b", 5, true)],
-            &[("b", 1)],
-            "b",
-            Admission::Evict("b1"),
-        );
-        check(
-            (8, 2),
-            &[("b1", "b", 5, false)],
-            &[("b", 1)],
-            "b",
-            account_full(2, 2),
-        );
+        check((8, 2), "b1 5", &[("b", 1)], "b", Admission::Evict("b1"));
+        check((8, 2), "b1 5 busy", &[("b", 1)], "b", account_full(2, 2));
     }
 
     #[test]
     fn a_full_worker_ends_the_callers_own_least_recently_used_idle_session_first() {
         // a1 is the least recently used of all, yet b's own b1 goes.
-        let held = [
-            ("a1", "a", 90, true),
-            ("a2", "a", 80, true),
-            ("b1", "b", 30, true),
-            ("b2", "b", 10, true),
-        ];
-        check((4, 3), &held, &[], "b", Admission::Evict("b1"));
+        let held = "a1 90, a2 80, b1 30, b2 10";
+        check((4, 3), held, &[], "b", Admission::Evict("b1"));
         // Its own busy sessions do not go: b1 is in use, so b2 does.
-        let held = [
-            ("a1", "a", 90, true),
-            ("b1", "b", 30, false),
-            ("b2", "b", 10, true),
-        ];
-        check((3, 3), &held, &[], "b", Admission::Evict("b2"));
+        let held = "a1 90, b1 30 busy, b2 10";
+        check((3, 3), held, &[], "b", Admission::Evict("b2"));
     }
 
     #[test]
     fn a_session_with_a_running_background_task_is_never_ended() {
         // a1 runs a background task (not evictable); b has nothing idle: b is refused.
-        let held = [("a1", "a", 900, false), ("b1", "b", 1, false)];
-        check((2, 2), &held, &[], "b", worker_full(2));
+        let held = "a1 900 busy, b1 1 busy";
+        check((2, 2), held, &[], "b", worker_full(2));
         // c holds nothing, and still a1 stays.
-        check((2, 2), &held, &[], "c", worker_full(2));
+        check((2, 2), held, &[], "c", worker_full(2));
     }
 
     #[test]
     fn room_comes_from_the_account_holding_the_most_sessions() {
-        let held = [
-            ("a1", "a", 90, true),
-            ("b1", "b", 10, true),
-            ("b2", "b", 20, true),
-            ("b3", "b", 5, false),
-        ];
+        let held = "a1 90, b1 10, b2 20, b3 5 busy";
         // c holds nothing: b holds the most, its least recently used idle session goes, though
         // a's is older.
-        check((4, 4), &held, &[], "c", Admission::Evict("b2"));
+        check((4, 4), held, &[], "c", Admission::Evict("b2"));
         // Between accounts holding as many, the least recently used session of theirs.
-        let held = [
-            ("a1", "a", 90, true),
-            ("a2", "a", 10, false),
-            ("b1", "b", 50, true),
-            ("b2", "b", 5, true),
-        ];
-        check((4, 4), &held, &[], "c", Admission::Evict("a1"));
+        let held = "a1 90, a2 10 busy, b1 50, b2 5";
+        check((4, 4), held, &[], "c", Admission::Evict("a1"));
         // Sessions being created count towards an account's share.
-        let held = [("a1", "a", 90, true), ("b1", "b", 10, true)];
-        check((3, 4), &held, &[("b", 1)], "c", Admission::Evict("b1"));
+        let held = "a1 90, b1 10";
+        check((3, 4), held, &[("b", 1)], "c", Admission::Evict("b1"));
     }
 
     #[test]
     fn an_account_never_takes_room_from_one_holding_no_more_than_it() {
         // b holds two, all in use; a holds one idle: a is not pushed out for b's third.
-        let held = [
-            ("a1", "a", 90, true),
-            ("b1", "b", 1, false),
-            ("b2", "b", 2, false),
-        ];
-        check((3, 3), &held, &[], "b", worker_full(3));
+        let held = "a1 90, b1 1 busy, b2 2 busy";
+        check((3, 3), held, &[], "b", worker_full(3));
         // Holding as many is not enough either.
-        let held = [("a1", "a", 90, true), ("b1", "b", 1, false)];
-        check((2, 2), &held, &[], "b", worker_full(2));
+        let held = "a1 90, b1 1 busy";
+        check((2, 2), held, &[], "b", worker_full(2));
         // One holding more gives room.
-        let held = [
-            ("a1", "a", 90, true),
-            ("a2", "a", 80, false),
-            ("b1", "b", 1, false),
-        ];
-        check((3, 3), &held, &[], "b", Admission::Evict("a1"));
+        let held = "a1 90, a2 80 busy, b1 1 busy";
+        check((3, 3), held, &[], "b", Admission::Evict("a1"));
     }
 
     #[test]
