@@ -71,30 +71,6 @@ async fn an_allow_list_without_the_docker_backend_stops_the_node() {
     assert!(stderr.contains("docker backend"), "{stderr}");
 }
 
-/// Asks through `$HTTP_PROXY` for `/hello` on the allowed port and on another one, then tries
-/// the allowed port directly at the proxy's address; prints the three results as JSON.
-const EGRESS_PROBE: &str = r#"python3 - <<'EOF'
-import json, os, socket, urllib.error, urllib.request
-from urllib.parse import urlsplit
-def get(url):
-    try:
-        r = urllib.request.urlopen(url, timeout=15)
-        return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", repr(e)]
-proxy = urlsplit(os.environ["HTTP_PROXY"])
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((proxy.hostname, PORT))
-    direct = "connected"
-except OSError as e:
-    direct = type(e).__name__
-print(json.dumps([get("http://127.0.0.1:PORT/hello"), get("http://127.0.0.1:OTHER/hello"), direct]))
-EOF"#;
-
 /// Removes the egress network (and its host rules) of `node` in `scope` on drop, after the
 /// cluster's containers went: a failed test's killed node cannot.
 #[derive(Default)]
@@ -156,9 +132,13 @@ async fn check_egress(extra: &[(&str, &str)]) {
     let mut events = c
         .watch(format!("toolmesh.v1.events.acme.{invocation}"))
         .await;
-    let command = EGRESS_PROBE
-        .replace("OTHER", &other.to_string())
-        .replace("PORT", &port.to_string());
+    // `/hello` through the proxy on the allowed port and on another one, then the allowed port
+    // directly at the proxy's address.
+    let command = toolmesh_testkit::egress_probe_command(&json!([
+        ["get", format!("http://127.0.0.1:{port}/hello")],
+        ["get", format!("http://127.0.0.1:{other}/hello")],
+        ["direct_to_proxy", port],
+    ]));
     let r = ok(c
         .call(
             "acme",

@@ -20,6 +20,7 @@ use toolmesh_sandbox::backend::{
 use toolmesh_sandbox::egress::{
     AllowList, Decision, OnDecision, Placement, Proxy, ProxyLimits, SandboxEgress,
 };
+use toolmesh_testkit::EGRESS_PROBE;
 
 mod support;
 use support::{image, limits, unique};
@@ -140,7 +141,12 @@ impl Rig {
     /// Runs the probe script with `ops`; one JSON answer per op.
     async fn probe(&self, ops: serde_json::Value) -> Vec<serde_json::Value> {
         let spec = ExecSpec {
-            argv: vec!["python3".into(), "-c".into(), PROBE.into(), ops.to_string()],
+            argv: vec![
+                "python3".into(),
+                "-c".into(),
+                EGRESS_PROBE.into(),
+                ops.to_string(),
+            ],
             cwd: "/workspace".into(),
             env: self.env.clone(),
             stdin: false,
@@ -172,50 +178,6 @@ impl Rig {
         self.egress.take().unwrap().shutdown().await;
     }
 }
-
-/// `["get", url]` (urllib through HTTP_PROXY), `["tunnel", host, port, path]` (CONNECT with
-/// the proxy credential, then plain HTTP inside), `["raw_get", url]` (absolute-form to the
-/// proxy without a credential), `["direct", host, port]` (a TCP connection, no proxy).
-const PROBE: &str = r#"
-import base64, http.client, json, os, socket, sys, urllib.error, urllib.request
-from urllib.parse import urlsplit
-proxy = urlsplit(os.environ["HTTP_PROXY"])
-def get(url):
-    try:
-        r = urllib.request.urlopen(url, timeout=15)
-        return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", repr(e)]
-def tunnel(host, port, path):
-    auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
-    c = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=15)
-    c.set_tunnel(host, port, headers={"Proxy-Authorization": "Basic " + auth})
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return [r.status, r.read().decode()]
-    except OSError as e:
-        return ["error", str(e)]
-def raw_get(url):
-    c = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=15)
-    c.request("GET", url)
-    r = c.getresponse()
-    return [r.status, r.read().decode()]
-def direct(host, port):
-    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    s.settimeout(3)
-    try:
-        s.connect((host, port))
-        return "connected"
-    except OSError as e:
-        return type(e).__name__
-out = []
-for op in json.loads(sys.argv[1]):
-    out.append(globals()[op[0]](*op[1:]))
-print(json.dumps(out))
-"#;
 
 #[tokio::test]
 async fn allow_listed_targets_are_reached_over_http_and_connect_and_the_rest_is_refused() {

@@ -10,10 +10,11 @@
 //!
 //! The parts: `nats` ([`NatsServer`], [`AuthNats`]), `redis` ([`RedisServer`]), `node`
 //! ([`NodeSpec`], [`Node`]), `logs` ([`LogTap`], [`captured_logs`]), `client` ([`wait_until`],
-//! the request helpers), `net` ([`ClosedPort`], [`http_target`]), [`raw_http`], and `process`
-//! (finding the programs).
+//! the request helpers), `net` ([`ClosedPort`], [`http_target`]), [`raw_http`], `egress_probe`
+//! ([`EGRESS_PROBE`]) and `process` (finding the programs).
 
 mod client;
+mod egress_probe;
 mod logs;
 mod nats;
 mod net;
@@ -23,6 +24,7 @@ pub mod raw_http;
 mod redis;
 
 pub use client::{request_json, request_json_within, request_raw, wait_until};
+pub use egress_probe::{egress_probe_command, EGRESS_PROBE};
 pub use logs::{captured_logs, LogTap};
 pub use nats::{AuthNats, NatsServer};
 pub use net::{http_target, ClosedPort};
