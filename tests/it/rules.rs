@@ -209,3 +209,110 @@ async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
         "{other}"
     );
 }
+
+const REVIEWED: &str = r#"
+mode = "off"
+
+[reviewers.ops]
+members = ["alice", "bob", "carol"]
+
+[[rules]]
+id = "ask-ops"
+tools = ["component_status"]
+decision = "ask"
+reviewers = "ops"
+quorum = 2
+"#;
+
+/// A decision on `…decide.<approver>` (`None`: the plain subject, naming `alice` in the body).
+async fn decide_as(c: &Cluster, approver: Option<&str>, id: &str, approved: bool) -> Value {
+    let subject = match approver {
+        Some(who) => format!("toolmesh.v1.approvals.acme.decide.{who}"),
+        None => "toolmesh.v1.approvals.acme.decide".to_owned(),
+    };
+    let body = json!({"id": id, "approved": approved, "approver": "alice", "reason": "seen"});
+    toolmesh_testkit::request_json(&c.client, subject, body).await
+}
+
+#[tokio::test]
+async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named_by_subject() {
+    let (_dir, path) = policy_file(REVIEWED);
+    let revision = sha256_hex(REVIEWED.as_bytes());
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let call = json!({"tool": "component_status", "session_id": "s1"});
+    let required = c.call("acme", call.clone()).await;
+    assert_eq!(required["error"], "approval_required", "{required}");
+    assert_eq!(
+        required["in_band"], false,
+        "the caller cannot decide it: {required}"
+    );
+    let approval = &required["approval_request"];
+    assert_eq!(approval["rule_id"], "ask-ops", "{approval}");
+    assert_eq!(approval["policy_revision"], revision.as_str(), "{approval}");
+    assert_eq!(approval["reviewers"], "ops", "{approval}");
+    assert_eq!(approval["quorum"], 2, "{approval}");
+    assert_eq!(approval["decisions"], json!([]), "{approval}");
+    let id = approval["id"].as_str().unwrap();
+
+    // Not by the plain subject, whatever the body says; not by a non-member.
+    assert_error(
+        &decide_as(&c, None, id, true).await,
+        "forbidden",
+        "decide.<approver>",
+    );
+    assert_error(
+        &decide_as(&c, Some("mallory"), id, true).await,
+        "forbidden",
+        "mallory",
+    );
+    // Not by the call itself, in band.
+    let in_band = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s1",
+            "approval": {"id": id, "approved": true}}),
+        )
+        .await;
+    assert_eq!(in_band["error"], "forbidden", "{in_band}");
+
+    // One member's approval counts once, however often it is sent.
+    for _ in 0..2 {
+        let counted = ok(decide_as(&c, Some("alice"), id, true).await);
+        assert_eq!(counted["approval"]["status"], "pending", "{counted}");
+        let decisions = &counted["approval"]["decisions"];
+        assert_eq!(decisions.as_array().map(Vec::len), Some(1), "{counted}");
+        assert_eq!(decisions[0]["approver"], "alice", "{counted}");
+        assert_eq!(decisions[0]["reason"], "seen", "{counted}");
+    }
+    let pending = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s1",
+            "approval": {"id": id}}),
+        )
+        .await;
+    assert_eq!(pending["error"], "approval_pending", "{pending}");
+
+    // The second member completes the quorum and is the one recorded.
+    let approved = ok(decide_as(&c, Some("bob"), id, true).await);
+    assert_eq!(approved["approval"]["status"], "approved", "{approved}");
+    assert_eq!(approved["approval"]["decided_by"], "bob", "{approved}");
+    // A member's contrary decision after that is a conflict.
+    let late = decide_as(&c, Some("carol"), id, false).await;
+    assert_eq!(late["error"], "conflict", "{late}");
+    let ran = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s1",
+            "approval": {"id": id}}),
+        )
+        .await;
+    ok(ran);
+
+    // One member's rejection rejects at once.
+    let again = c.call("acme", call).await;
+    let second = again["approval_request"]["id"].as_str().unwrap().to_owned();
+    let rejected = ok(decide_as(&c, Some("carol"), &second, false).await);
+    assert_eq!(rejected["approval"]["status"], "rejected", "{rejected}");
+    assert_eq!(rejected["approval"]["decided_by"], "carol", "{rejected}");
+}

@@ -64,6 +64,13 @@ impl ApprovalService {
 
     /// A call without an approval id: a new approval, pending or decided in band at once.
     async fn first_call(&self, request: &GateRequest, decision: Option<InBand>) -> GateOutcome {
+        // An approval routed to reviewers is theirs to decide: the caller's own decision
+        // does not count.
+        let routed = request
+            .route
+            .as_ref()
+            .is_some_and(|r| r.reviewers.is_some());
+        let decision = decision.filter(|_| !routed);
         let birth = match &decision {
             None => Birth::Pending,
             Some(InBand { approved: true, .. }) => Birth::ApprovedAndUsed,
@@ -89,6 +96,7 @@ impl ApprovalService {
             arguments_preview,
             arguments,
             decided_by: decision.map(|d| d.decided_by),
+            route: request.route.clone(),
         };
         let approval = match self.store.create(&new, birth).await {
             Ok(approval) => approval,
@@ -101,7 +109,7 @@ impl ApprovalService {
                 self.announce_requested(&approval).await;
                 GateOutcome::Required {
                     approval,
-                    in_band: self.config.in_band,
+                    in_band: self.config.in_band && !routed,
                 }
             }
             Birth::ApprovedAndUsed => {
@@ -159,6 +167,13 @@ impl ApprovalService {
                 refused(ToolError::new(ErrorCode::ApprovalMismatch, message), Some(approval))
             }
             Redeemed::Expired(approval) => expired(approval),
+            Redeemed::Forbidden(approval) => {
+                let message = format!(
+                    "approval {id} goes to the reviewers {}; only they decide it, never the call it is for",
+                    approval.reviewers.as_deref().unwrap_or("of its rule")
+                );
+                refused(ToolError::new(ErrorCode::Forbidden, message), Some(approval))
+            }
             Redeemed::Conflict(approval) => {
                 let message = format!(
                     "approval {id} was already {} by {}; the first decision stands",

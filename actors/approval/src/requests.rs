@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use toolmesh_kernel::budget;
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
-use toolmesh_kernel::subjects::public::{approvals_parts, ApprovalVerb};
+use toolmesh_kernel::subjects::public::{approvals, approvals_parts, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
 use toolmesh_kernel::Account;
@@ -36,6 +36,8 @@ struct DecideBody {
     approved: bool,
     approver: Option<String>,
     reason: Option<String>,
+    /// The approver `…decide.<approver>` names; it is who decides, whatever the body says.
+    member: Option<String>,
 }
 
 impl ApprovalService {
@@ -137,8 +139,13 @@ impl ApprovalService {
     ) -> Result<Map<String, Value>, ToolError> {
         let decision = Decision {
             approved: body.approved,
-            decided_by: body.approver.unwrap_or_else(|| ANONYMOUS.to_owned()),
+            decided_by: body
+                .member
+                .clone()
+                .or(body.approver)
+                .unwrap_or_else(|| ANONYMOUS.to_owned()),
             reason: body.reason,
+            member: body.member,
         };
         let decided = self
             .store
@@ -147,6 +154,23 @@ impl ApprovalService {
             .map_err(store_error)?;
         match decided {
             Decided::NotFound => Err(not_found(account, id)),
+            Decided::Forbidden(approval) => Err(ToolError::new(
+                ErrorCode::Forbidden,
+                match (&approval.reviewers, &decision.member) {
+                    (Some(group), Some(member)) => format!(
+                        "{member} is not among the reviewers {group} of approval {id}; nothing changed"
+                    ),
+                    (Some(group), None) => format!(
+                        "approval {id} goes to the reviewers {group}: decide it on {} as one of them",
+                        approvals(account, ApprovalVerb::Decide) + ".<approver>"
+                    ),
+                    (None, _) => format!("approval {id} may not be decided here"),
+                },
+            )),
+            Decided::Counted(approval) => {
+                tracing::info!(id, account = %account, by = %DisplaySafe(&decision.decided_by), "a reviewer's approval counted towards the quorum");
+                Ok(one(approval))
+            }
             Decided::Expired(approval) => Err(ToolError::new(
                 ErrorCode::ApprovalExpired,
                 format!(
@@ -215,7 +239,7 @@ fn not_found(account: &Account, id: &str) -> ToolError {
 
 /// Subject and body → account and query; everything malformed is `invalid_request`.
 fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
-    let (account, verb) = approvals_parts(subject).map_err(|rest| {
+    let (account, verb, member) = approvals_parts(subject).map_err(|rest| {
         ToolError::invalid_request(format!(
             "{:?} is not an approvals subject; use toolmesh.v1.approvals.<account>.list, .get or .decide",
             rest.chars().take(80).collect::<String>()
@@ -249,6 +273,7 @@ fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
                     approved,
                     approver,
                     reason,
+                    member: member.map(str::to_owned),
                 },
             }
         }
@@ -341,6 +366,7 @@ mod tests {
                 approved,
                 approver: approver.map(Into::into),
                 reason: reason.map(Into::into),
+                member: None,
             },
         }
     }

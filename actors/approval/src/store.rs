@@ -24,7 +24,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, RiskLevel, SideEffect};
+use toolmesh_kernel::wire::{
+    ApprovalRequest, ApprovalRoute, ApprovalStatus, MemberDecision, RiskLevel, SideEffect,
+};
 use toolmesh_kernel::{Account, InvocationId, SessionId};
 
 use crate::config::ApprovalConfig;
@@ -96,6 +98,8 @@ pub struct NewApproval {
     pub arguments: Option<String>,
     /// Who decides it in band at birth (`in-band` when `None`): see [`Birth`].
     pub decided_by: Option<String>,
+    /// The rule that made it, its reviewers and deadline (an `ask` rule's approval).
+    pub route: Option<ApprovalRoute>,
 }
 
 /// Who asked for an approval: the `user_id` and `agent_id` of the call that made it.
@@ -122,6 +126,9 @@ pub struct Decision {
     pub approved: bool,
     pub decided_by: String,
     pub reason: Option<String>,
+    /// The approver `…decide.<approver>` names: only such a decision counts on an approval
+    /// routed to reviewers, and only when they are a member.
+    pub member: Option<String>,
 }
 
 /// The result of [`ApprovalStore::decide`].
@@ -129,6 +136,11 @@ pub struct Decision {
 pub enum Decided {
     NotFound,
     Expired(ApprovalRequest),
+    /// The decider may not decide it: not a member of its reviewers (or not named by the
+    /// subject).
+    Forbidden(ApprovalRequest),
+    /// A member's approval, counted; the quorum is not reached yet.
+    Counted(ApprovalRequest),
     /// The same decision had already been made: nothing changed.
     Unchanged(ApprovalRequest),
     /// The contrary decision had already been made.
@@ -153,6 +165,8 @@ pub struct Redemption {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Redeemed {
     NotFound,
+    /// An in-band decision on an approval routed to reviewers; untouched.
+    Forbidden(ApprovalRequest),
     /// Granted for another session, tool or arguments; untouched.
     Mismatch(ApprovalRequest),
     Expired(ApprovalRequest),
@@ -340,7 +354,12 @@ impl ApprovalStore {
             .arg(side_effects)
             .arg(&new.arguments_sha256)
             .arg(&new.arguments_preview)
-            .arg(self.ttl_ms)
+            .arg(
+                new.route
+                    .as_ref()
+                    .and_then(|r| r.expires_in_s)
+                    .map_or(self.ttl_ms, |s| s.saturating_mul(1000)),
+            )
             .arg(self.retention_ms)
             .arg(match birth {
                 Birth::Pending => "pending",
@@ -356,6 +375,20 @@ impl ApprovalStore {
                     .unwrap_or(toolmesh_kernel::wire::IN_BAND_DECIDER),
             )
             .arg(self.max_pending);
+        if let Some(route) = &new.route {
+            invocation.arg("rule_id").arg(&route.rule_id);
+            if let Some(revision) = &route.policy_revision {
+                invocation.arg("policy_revision").arg(revision);
+            }
+            if let Some(group) = &route.reviewers {
+                invocation
+                    .arg("reviewers")
+                    .arg(group)
+                    .arg("members")
+                    .arg(route.members.join(","));
+            }
+            invocation.arg("quorum").arg(route.quorum);
+        }
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         if outcome == "full" {
             return Err(StoreError::TooManyPending(self.max_pending));
@@ -473,13 +506,16 @@ impl ApprovalStore {
             .arg(decision.reason.as_deref().unwrap_or(""))
             .arg(op_token())
             .arg(&keys.member)
-            .arg(id);
+            .arg(id)
+            .arg(decision.member.as_deref().unwrap_or(""));
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         if outcome == "not_found" {
             return Ok(Decided::NotFound);
         }
         let approval = view(&record, now)?;
         Ok(match outcome.as_str() {
+            "forbidden" => Decided::Forbidden(approval),
+            "counted" => Decided::Counted(approval),
             "expired" => Decided::Expired(approval),
             "same" => Decided::Unchanged(approval),
             "conflict" => Decided::Conflict(approval),
@@ -519,6 +555,7 @@ impl ApprovalStore {
         let approval = view(&record, now)?;
         Ok(match outcome.as_str() {
             "mismatch" => Redeemed::Mismatch(approval),
+            "forbidden" => Redeemed::Forbidden(approval),
             "expired" => Redeemed::Expired(approval),
             "conflict" => Redeemed::Conflict(approval),
             "pending" => Redeemed::Pending(approval),
@@ -713,7 +750,46 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
             .transpose()
             .map_err(|e| damaged("decided_at_ms", e))?,
         reason: optional(record, "reason"),
+        rule_id: optional(record, "rule_id"),
+        policy_revision: optional(record, "policy_revision"),
+        reviewers: optional(record, "reviewers"),
+        quorum: optional(record, "quorum")
+            .map(|q| q.parse())
+            .transpose()
+            .map_err(|e| damaged("quorum", e))?
+            .unwrap_or(1),
+        decisions: match optional(record, "reviewers") {
+            None => None,
+            Some(_) => Some(decisions(record)?),
+        },
     })
+}
+
+/// The member decisions of a routed approval, as decide.lua keeps them (JSON, `at_ms` as
+/// text, `reason` empty for none).
+fn decisions(record: &Record) -> Result<Vec<MemberDecision>, StoreError> {
+    let Some(raw) = optional(record, "decisions") else {
+        return Ok(Vec::new());
+    };
+    let kept: serde_json::Value =
+        serde_json::from_str(&raw).map_err(|e| damaged("decisions", e))?;
+    // cjson writes an empty table as an object.
+    let Some(kept) = kept.as_array() else {
+        return Ok(Vec::new());
+    };
+    kept.iter()
+        .map(|d| {
+            let text = |name: &str| d[name].as_str().unwrap_or_default().to_owned();
+            let at: u64 = text("at_ms").parse().map_err(|e| damaged("decisions", e))?;
+            let reason = text("reason");
+            Ok(MemberDecision {
+                approver: text("approver"),
+                approved: d["approved"].as_bool().unwrap_or(false),
+                at: toolmesh_kernel::time::ms_to_rfc3339(at),
+                reason: Some(reason).filter(|r| !r.is_empty()),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -155,18 +155,30 @@ pub mod public {
         }
     }
 
-    /// Splits `toolmesh.v1.approvals.<account>.<verb>`; `None` when the verb is unknown or the
-    /// account spans several tokens (the raw account text is returned for the error message).
-    pub fn approvals_parts(subject: &str) -> Result<(&str, ApprovalVerb), String> {
+    /// `toolmesh.v1.approvals.<account>.decide.<approver>`: a decision by `approver`, whose
+    /// name the subject gives (NATS permissions give each person's user only their own).
+    pub fn approvals_decide_as(account: &Account, approver: &str) -> String {
+        format!("{PREFIX}.approvals.{account}.decide.{approver}")
+    }
+
+    /// Splits `toolmesh.v1.approvals.<account>.<verb>` and
+    /// `toolmesh.v1.approvals.<account>.decide.<approver>` into the account, the verb and the
+    /// approver the subject names; `Err` (the raw rest, for the error message) when the verb is
+    /// unknown, the account spans several tokens or the approver is not `[A-Za-z0-9_-]{1,64}`.
+    pub fn approvals_parts(subject: &str) -> Result<(&str, ApprovalVerb, Option<&str>), String> {
         let rest = subject
             .strip_prefix("toolmesh.v1.approvals.")
             .ok_or_else(|| subject.to_owned())?;
-        let (account, verb) = rest.rsplit_once('.').ok_or_else(|| rest.to_owned())?;
+        let tokens: Vec<&str> = rest.split('.').collect();
+        let (account, verb, approver) = match tokens.as_slice() {
+            [account, verb] => (*account, *verb, None),
+            [account, "decide", approver] if crate::policy::is_reviewer_name(approver) => {
+                (*account, "decide", Some(*approver))
+            }
+            _ => return Err(rest.to_owned()),
+        };
         let verb = ApprovalVerb::parse(verb).ok_or_else(|| rest.to_owned())?;
-        if account.contains('.') {
-            return Err(account.to_owned());
-        }
-        Ok((account, verb))
+        Ok((account, verb, approver))
     }
 }
 
@@ -265,11 +277,25 @@ mod tests {
     #[test]
     fn approvals_parts_splits_account_and_verb() {
         assert_eq!(
-            approvals_parts("toolmesh.v1.approvals.acme.decide"),
+            approvals_parts("toolmesh.v1.approvals.acme.decide").map(|(a, v, _)| (a, v)),
             Ok(("acme", ApprovalVerb::Decide))
         );
         assert!(approvals_parts("toolmesh.v1.approvals.a.b.list").is_err());
         assert!(approvals_parts("toolmesh.v1.approvals.acme.frobnicate").is_err());
+        // The approver a subject names is one token of a reviewer's name, after `decide` only.
+        assert_eq!(
+            approvals_parts("toolmesh.v1.approvals.acme.decide.alice"),
+            Ok(("acme", ApprovalVerb::Decide, Some("alice")))
+        );
+        assert!(approvals_parts("toolmesh.v1.approvals.acme.get.alice").is_err());
+        assert!(approvals_parts("toolmesh.v1.approvals.acme.decide.a.b").is_err());
+        assert!(approvals_parts("toolmesh.v1.approvals.acme.decide.").is_err());
+        let long = format!("toolmesh.v1.approvals.acme.decide.{}", "x".repeat(65));
+        assert!(approvals_parts(&long).is_err());
+        assert_eq!(
+            approvals_decide_as(&Account::parse("acme").unwrap(), "bob"),
+            "toolmesh.v1.approvals.acme.decide.bob"
+        );
         let acme = Account::parse("acme").unwrap();
         assert_eq!(
             approvals(&acme, ApprovalVerb::Requested),

@@ -3,7 +3,8 @@
 --       side_effects (JSON text), arguments_sha256, arguments_preview, ttl_ms, retention_ms,
 --       mode ('pending' | 'used' | 'rejected'), user_id, agent_id, arguments ('' for none),
 --       decided_by (of an in-band decision: 'in-band' or the client that made it),
---       max_pending (of the account, unexpired)
+--       max_pending (of the account, unexpired), then field/value pairs the record also
+--       keeps (its rule, revision, reviewers, members and quorum)
 -- KEYS: the record keys (common.lua), then the arguments string.
 -- Reply: {'created' | 'exists' | 'full', now_ms, record}
 local now = now_ms()
@@ -24,6 +25,9 @@ redis.call('HSET', KEYS[1],
   'risk_level', ARGV[6], 'side_effects', ARGV[7], 'arguments_sha256', ARGV[8],
   'arguments_preview', ARGV[9], 'created_at_ms', ms(now), 'expires_at_ms', ms(expires),
   'user_id', ARGV[13], 'agent_id', ARGV[14])
+for i = 18, #ARGV - 1, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
 audit('create', id, 'gateway', now, {'invocation_id', invocation, 'tool_name', ARGV[5],
                                      'user_id', ARGV[13], 'agent_id', ARGV[14]})
 local mode = ARGV[12]

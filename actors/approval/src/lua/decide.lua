@@ -1,9 +1,21 @@
--- decide: an out-of-band decision under the first-decision rule.
--- ARGV: approved ('1' | '0'), decided_by, reason ('' for none), op, expiry member, id
--- Reply: {'not_found' | 'expired' | 'same' | 'conflict' | 'changed', now_ms, record}
+-- decide: an out-of-band decision under the first-decision rule. An approval routed to a
+-- reviewer group ('reviewers' set) is decided only by a member the subject names, and needs
+-- 'quorum' approvals by distinct members; one rejection by a member rejects it.
+-- ARGV: approved ('1' | '0'), decided_by, reason ('' for none), op, expiry member, id,
+--       member (the approver the subject names, '' for the plain subject)
+-- Reply: {'not_found' | 'forbidden' | 'expired' | 'same' | 'conflict' | 'counted' | 'changed',
+--         now_ms, record}
 local now = now_ms()
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_found', ms(now), {}}
+end
+local routed = redis.call('HGET', KEYS[1], 'reviewers')
+routed = routed and routed ~= ''
+if routed then
+  local members = redis.call('HGET', KEYS[1], 'members') or ''
+  if ARGV[7] == '' or not string.find(',' .. members .. ',', ',' .. ARGV[7] .. ',', 1, true) then
+    return {'forbidden', ms(now), record()}
+  end
 end
 local r = redis.call('HMGET', KEYS[1], 'status', 'expires_at_ms', 'decided_op')
 if r[3] == ARGV[4] then
@@ -22,6 +34,29 @@ if status ~= 'pending' then
     return {'same', ms(now), record()}
   end
   return {'conflict', ms(now), record()}
+end
+if routed then
+  local raw = redis.call('HGET', KEYS[1], 'decisions')
+  local decisions = {}
+  if raw and raw ~= '' then decisions = cjson.decode(raw) end
+  for _, d in ipairs(decisions) do
+    if d.approver == ARGV[2] then
+      if d.approved == approve then return {'same', ms(now), record()} end
+      return {'conflict', ms(now), record()}
+    end
+  end
+  decisions[#decisions + 1] = {approver = ARGV[2], approved = approve, at_ms = ms(now),
+                               reason = ARGV[3]}
+  redis.call('HSET', KEYS[1], 'decisions', cjson.encode(decisions))
+  local approvals = 0
+  for _, d in ipairs(decisions) do
+    if d.approved then approvals = approvals + 1 end
+  end
+  local quorum = tonumber(redis.call('HGET', KEYS[1], 'quorum') or '1') or 1
+  if approve and approvals < quorum then
+    audit('vote', ARGV[6], ARGV[2], now, {'status', 'approved', 'reason', ARGV[3]})
+    return {'counted', ms(now), record()}
+  end
 end
 record_decision(ARGV[6], ARGV[5], approve, ARGV[2], ARGV[3], ARGV[4], now)
 return {'changed', ms(now), record()}

@@ -2,8 +2,8 @@
 -- apply the decision under the first-decision rule, and let at most one call use it.
 -- ARGV: session_id ('' for none), tool_name, arguments_sha256, invocation_id,
 --       decision ('' | '1' | '0'), op, expiry member, id, decided_by (of the decision)
--- Reply: {'not_found' | 'mismatch' | 'expired' | 'conflict' | 'pending' | 'rejected' | 'used'
---         | 'proceed', now_ms, changed ('1' when something was written), record}
+-- Reply: {'not_found' | 'mismatch' | 'forbidden' | 'expired' | 'conflict' | 'pending' | 'rejected'
+--         | 'used' | 'proceed', now_ms, changed ('1' when something was written), record}
 local now = now_ms()
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_found', ms(now), '0', {}}
@@ -23,6 +23,11 @@ if r[7] == op then
   return {'rejected', ms(now), '1', record()}
 end
 local status = effective(r[1], tonumber(r[2]), now)
+local reviewers = redis.call('HGET', KEYS[1], 'reviewers')
+if ARGV[5] ~= '' and reviewers and reviewers ~= '' then
+  -- A routed approval is its reviewers' to decide, never the caller's.
+  return {'forbidden', ms(now), '0', record()}
+end
 local changed = '0'
 if ARGV[5] ~= '' and status ~= 'expired' then
   local approve = ARGV[5] == '1'

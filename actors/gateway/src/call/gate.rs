@@ -15,8 +15,8 @@ use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::tools::RegisteredTool;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{
-    self, ApprovalGrant, ApprovalRelease, ApprovalRequest, ApprovalStatus, GateOutcome,
-    GateRequest, ReleaseAck, RiskLevel, RunEventKind, ToolRequest,
+    self, ApprovalGrant, ApprovalRelease, ApprovalRequest, ApprovalRoute, ApprovalStatus,
+    GateOutcome, GateRequest, ReleaseAck, RiskLevel, RunEventKind, ToolRequest,
 };
 use toolmesh_kernel::{Account, ErrorCode, Role, ToolError};
 
@@ -34,6 +34,27 @@ pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const APPROVAL_GET_ROOM: usize = 8 * 1024;
 
 impl Call<'_> {
+    /// How the approval an `ask` rule makes is routed: its rule and revision, the reviewer
+    /// group with its members as the policy lists them now, the quorum and the deadline.
+    /// `None` when the mode gates the call.
+    fn approval_route(&self) -> Option<ApprovalRoute> {
+        let rule = self.rule.as_deref()?;
+        let members = rule
+            .reviewers
+            .as_deref()
+            .and_then(|group| self.policy.group(group))
+            .map(<[String]>::to_vec)
+            .unwrap_or_default();
+        Some(ApprovalRoute {
+            rule_id: rule.id.clone(),
+            policy_revision: self.policy.revision().map(str::to_owned),
+            reviewers: rule.reviewers.clone(),
+            members,
+            quorum: rule.quorum,
+            expires_in_s: rule.expires_in_s,
+        })
+    }
+
     /// Runs the call when the approval actor says so; otherwise the refusal is the reply.
     pub(super) async fn pass_gate(
         &mut self,
@@ -57,6 +78,7 @@ impl Call<'_> {
             arguments_preview: None,
             grant: request.approval.clone(),
             arguments: None,
+            route: self.approval_route(),
         };
         // A call that may create an approval hands its arguments over, for `get` and for the
         // preview the approval actor makes from them.

@@ -33,6 +33,12 @@ fn is_token(s: &str, max: usize) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// A reviewer's name, as a group lists it and `…decide.<approver>` carries it:
+/// `[A-Za-z0-9_-]{1,64}`.
+pub fn is_reviewer_name(name: &str) -> bool {
+    is_token(name, 64)
+}
+
 /// `TOOLMESH_TOOL_APPROVAL_MODE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

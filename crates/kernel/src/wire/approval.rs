@@ -132,6 +132,52 @@ pub struct ApprovalRequest {
     pub decided_by: Option<String>,
     pub decided_at: Option<String>,
     pub reason: Option<String>,
+    /// The policy rule that made the approval (PROTOCOL.md "Approval policy"); null when the
+    /// mode did.
+    #[serde(default)]
+    pub rule_id: Option<String>,
+    /// The revision of the policy file that made it.
+    #[serde(default)]
+    pub policy_revision: Option<String>,
+    /// The reviewer group that decides it; null: anyone who may decide in the account.
+    #[serde(default)]
+    pub reviewers: Option<String>,
+    /// Approvals by distinct members it needs (1 unless its rule says more).
+    #[serde(default = "one")]
+    pub quorum: u32,
+    /// Every member's decision on a routed approval, in order; null for one not routed.
+    #[serde(default)]
+    pub decisions: Option<Vec<MemberDecision>>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One reviewer's decision on a routed approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberDecision {
+    pub approver: String,
+    pub approved: bool,
+    pub at: String,
+    pub reason: Option<String>,
+}
+
+/// How the gateway routes the approval an `ask` rule makes: the rule and revision it records,
+/// who decides it and by when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRoute {
+    pub rule_id: String,
+    pub policy_revision: Option<String>,
+    /// The group and its members at the time the approval is made.
+    #[serde(default)]
+    pub reviewers: Option<String>,
+    #[serde(default)]
+    pub members: Vec<String>,
+    pub quorum: u32,
+    /// The rule's deadline in place of the approval TTL.
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
 }
 
 /// What `…decide` carries.

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::error::{ErrorCode, ToolError};
 use crate::ids::{Account, InvocationId};
-use crate::wire::approval::{ApprovalGrant, ApprovalRequest, RiskLevel, SideEffect};
+use crate::wire::approval::{ApprovalGrant, ApprovalRequest, ApprovalRoute, RiskLevel, SideEffect};
 use crate::wire::request::InvocationContext;
 
 /// Gateway → approval actor: this call needs approval; here is what it carries.
@@ -27,6 +27,10 @@ pub struct GateRequest {
     /// (no approval id presented).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Value>,
+    /// Set when an `ask` rule gates the call: the approval it makes records the rule and goes
+    /// to the rule's reviewers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<ApprovalRoute>,
 }
 
 /// Approval actor → gateway: run the call, or why not.

@@ -20,7 +20,8 @@ mod status;
 pub use actor::{ActorCall, ActorReply, CancelAck, DirectFinish, DirectReply, CLAIMED_BY_HEADER};
 pub use approval::{
     in_band_off_note, is_client_name, is_in_band_decider, ApprovalDecision, ApprovalGrant,
-    ApprovalRequest, ApprovalStatus, RiskLevel, SideEffect, IN_BAND_DECIDER, MAX_CLIENT_NAME,
+    ApprovalRequest, ApprovalRoute, ApprovalStatus, MemberDecision, RiskLevel, SideEffect,
+    IN_BAND_DECIDER, MAX_CLIENT_NAME,
 };
 pub use gate::{ApprovalRelease, GateOutcome, GateRequest, ReleaseAck};
 pub use reply::{error_body, ok_body, public_reply, reply_body, ReplyWriter};
