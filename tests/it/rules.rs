@@ -316,3 +316,91 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
     assert_eq!(rejected["approval"]["status"], "rejected", "{rejected}");
     assert_eq!(rejected["approval"]["decided_by"], "carol", "{rejected}");
 }
+
+const DEADLINES: &str = r#"
+mode = "off"
+
+[reviewers.ops]
+members = ["alice"]
+
+[reviewers.leads]
+members = ["lee"]
+
+[[rules]]
+id = "escalating"
+tools = ["component_status"]
+accounts = ["acme"]
+decision = "ask"
+reviewers = "ops"
+expires_in_s = 1
+on_timeout = "escalate"
+escalate_to = "leads"
+
+[[rules]]
+id = "lapsing"
+tools = ["component_status"]
+accounts = ["globex"]
+decision = "ask"
+expires_in_s = 1
+"#;
+
+#[tokio::test]
+async fn a_deadline_escalates_once_to_another_group_or_expires_the_approval() {
+    let (_dir, path) = policy_file(DEADLINES);
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
+    // A call parked on its approval keeps waiting across the escalation.
+    let parked = c.call_in_background(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s1", "wait_for_approval_s": 30}),
+    );
+    let first: Value = {
+        let msg = tokio::time::timeout(Duration::from_secs(5), requested.next()).await;
+        serde_json::from_slice(&msg.unwrap().unwrap().payload).unwrap()
+    };
+    assert_eq!(first["reviewers"], "ops", "{first}");
+    assert_eq!(first["escalated"], false, "{first}");
+    let id = first["id"].as_str().unwrap().to_owned();
+    // At its deadline it is announced again, now for the leads, with a new deadline.
+    let again: Value = {
+        let msg = tokio::time::timeout(Duration::from_secs(10), requested.next()).await;
+        serde_json::from_slice(&msg.unwrap().unwrap().payload).unwrap()
+    };
+    assert_eq!(
+        (again["id"].as_str(), again["reviewers"].as_str()),
+        (Some(id.as_str()), Some("leads")),
+        "{again}"
+    );
+    assert_eq!(again["escalated"], true, "{again}");
+    assert_eq!(again["status"], "pending", "{again}");
+    assert!(
+        again["expires_at"].as_str() > first["expires_at"].as_str(),
+        "{again}"
+    );
+    // The first group no longer decides it; the second does, and the parked call runs.
+    assert_error(
+        &decide_as(&c, Some("alice"), &id, true).await,
+        "forbidden",
+        "alice",
+    );
+    let approved = ok(decide_as(&c, Some("lee"), &id, true).await);
+    assert_eq!(approved["approval"]["decided_by"], "lee", "{approved}");
+    let ran = tokio::time::timeout(Duration::from_secs(10), parked).await;
+    ok(ran.unwrap().unwrap());
+
+    // Without escalation the rule's deadline expires the approval.
+    let required = c.call("globex", json!({"tool": "component_status"})).await;
+    let id = required["approval_request"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let expired = wait_until(Duration::from_secs(10), || async {
+        let got = c.approvals("globex", "get", json!({"id": id})).await;
+        got["approval"]["status"] == "expired"
+    })
+    .await;
+    assert!(
+        expired,
+        "the approval did not expire at the rule's deadline"
+    );
+}

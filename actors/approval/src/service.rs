@@ -10,7 +10,7 @@ use toolmesh_kernel::subjects::public::{approvals, ApprovalVerb};
 use toolmesh_kernel::wire::{ApprovalRequest, InvocationContext};
 
 use crate::config::ApprovalConfig;
-use crate::store::{ApprovalStore, StoreError, SWEEP_BATCH};
+use crate::store::{ApprovalStore, Lapsed, StoreError, SWEEP_BATCH};
 
 #[derive(Clone)]
 pub(crate) struct ApprovalService {
@@ -75,11 +75,16 @@ impl ApprovalService {
         };
         for member in due {
             match self.store.expire(&member).await {
-                Ok(Some(approval)) => {
+                Ok(Some(Lapsed::Expired(approval))) => {
                     tracing::info!(id = %approval.id, account = %approval.account, "approval expired");
                     self.metrics.approval_decided(ApprovalOutcome::Expired);
                     self.record(&approval, "expired", None).await;
                     self.announce_decided(&approval).await;
+                }
+                Ok(Some(Lapsed::Escalated(approval))) => {
+                    tracing::info!(id = %approval.id, account = %approval.account, reviewers = approval.reviewers.as_deref(), "approval escalated");
+                    self.record(&approval, "escalated", None).await;
+                    self.announce_requested(&approval).await;
                 }
                 Ok(None) => {}
                 Err(StoreError::Unavailable) => return,

@@ -184,6 +184,14 @@ pub enum Redeemed {
     Proceed(ApprovalRequest),
 }
 
+/// What happened to an approval whose deadline passed undecided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lapsed {
+    Expired(ApprovalRequest),
+    /// Routed, once, to its rule's `escalate_to` group with a new deadline of the same length.
+    Escalated(ApprovalRequest),
+}
+
 /// The result of [`ApprovalStore::release`]. Only `GivenBack` changed anything.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Released {
@@ -388,6 +396,13 @@ impl ApprovalStore {
                     .arg(route.members.join(","));
             }
             invocation.arg("quorum").arg(route.quorum);
+            if let Some(group) = &route.escalate_to {
+                invocation
+                    .arg("escalate_to")
+                    .arg(group)
+                    .arg("escalate_members")
+                    .arg(route.escalate_members.join(","));
+            }
         }
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         if outcome == "full" {
@@ -605,9 +620,9 @@ impl ApprovalStore {
         self.run(&invocation).await
     }
 
-    /// Expires one due member; `Some` only for the one sweeper that won it and found it still
-    /// pending or approved.
-    pub async fn expire(&self, member: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+    /// Expires (or escalates) one due member; `Some` only for the one sweeper that won it and
+    /// found it still pending or approved.
+    pub async fn expire(&self, member: &str) -> Result<Option<Lapsed>, StoreError> {
         let parsed = member.split_once(':').filter(|(account, id)| {
             Account::parse(*account).is_ok() && toolmesh_kernel::wire::is_approval_id(id)
         });
@@ -627,10 +642,12 @@ impl ApprovalStore {
         };
         let keys = RecordKeys::new(account, id);
         let mut invocation = keys.invocation(&self.scripts.expire);
-        invocation.arg(member).arg(id);
+        invocation.key(&keys.arguments);
+        invocation.arg(member).arg(id).arg(self.retention_ms);
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         match outcome.as_str() {
-            "expired" => view(&record, now).map(Some),
+            "expired" => view(&record, now).map(|a| Some(Lapsed::Expired(a))),
+            "escalated" => view(&record, now).map(|a| Some(Lapsed::Escalated(a))),
             "lost" | "gone" | "not_due" | "settled" => Ok(None),
             other => Err(unexpected("expire", other)),
         }
@@ -762,6 +779,7 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
             None => None,
             Some(_) => Some(decisions(record)?),
         },
+        escalated: optional(record, "escalated").is_some(),
     })
 }
 

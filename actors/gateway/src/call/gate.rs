@@ -39,19 +39,22 @@ impl Call<'_> {
     /// `None` when the mode gates the call.
     fn approval_route(&self) -> Option<ApprovalRoute> {
         let rule = self.rule.as_deref()?;
-        let members = rule
-            .reviewers
-            .as_deref()
-            .and_then(|group| self.policy.group(group))
-            .map(<[String]>::to_vec)
-            .unwrap_or_default();
+        let members = |group: &Option<String>| {
+            group
+                .as_deref()
+                .and_then(|group| self.policy.group(group))
+                .map(<[String]>::to_vec)
+                .unwrap_or_default()
+        };
         Some(ApprovalRoute {
             rule_id: rule.id.clone(),
             policy_revision: self.policy.revision().map(str::to_owned),
             reviewers: rule.reviewers.clone(),
-            members,
+            members: members(&rule.reviewers),
             quorum: rule.quorum,
             expires_in_s: rule.expires_in_s,
+            escalate_to: rule.escalate_to.clone(),
+            escalate_members: members(&rule.escalate_to),
         })
     }
 

@@ -148,6 +148,9 @@ pub struct ApprovalRequest {
     /// Every member's decision on a routed approval, in order; null for one not routed.
     #[serde(default)]
     pub decisions: Option<Vec<MemberDecision>>,
+    /// It passed its deadline undecided and went to its rule's `escalate_to` group.
+    #[serde(default)]
+    pub escalated: bool,
 }
 
 fn one() -> u32 {
@@ -178,6 +181,12 @@ pub struct ApprovalRoute {
     /// The rule's deadline in place of the approval TTL.
     #[serde(default)]
     pub expires_in_s: Option<u64>,
+    /// `on_timeout = "escalate"`: the group (and its members) the approval goes to, once,
+    /// when its deadline passes undecided.
+    #[serde(default)]
+    pub escalate_to: Option<String>,
+    #[serde(default)]
+    pub escalate_members: Vec<String>,
 }
 
 /// What `…decide` carries.
