@@ -22,14 +22,9 @@ const MAX_BYTES: u64 = 1024 * 1024;
 
 fn manifest(name: &str, description: &str) -> SkillManifest {
     SkillManifest {
-        name: name.into(),
         description: description.into(),
         version: "1.0.0".into(),
-        space_id: String::new(),
-        status: "active".into(),
-        tags: vec![],
-        aliases: vec![],
-        examples: vec![],
+        ..SkillManifest::new(name)
     }
 }
 

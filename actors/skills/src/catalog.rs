@@ -58,6 +58,21 @@ fn active() -> String {
 }
 
 impl SkillManifest {
+    /// An active skill's manifest naming it and nothing else: what a listing's `{"name": …}`
+    /// reads as.
+    pub fn new(name: impl Into<String>) -> SkillManifest {
+        SkillManifest {
+            name: name.into(),
+            description: String::new(),
+            version: String::new(),
+            space_id: String::new(),
+            status: active(),
+            tags: Vec::new(),
+            aliases: Vec::new(),
+            examples: Vec::new(),
+        }
+    }
+
     pub fn is_active(&self) -> bool {
         self.status == "active"
     }
@@ -570,4 +585,16 @@ pub async fn catalog(skills_dir: &Path, service: &ServiceClient) -> Catalog {
         }
     }
     Catalog { skills, warnings }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_manifest_is_a_listing_entry_with_only_a_name() {
+        let listed: SkillManifest = serde_json::from_str(r#"{"name": "pie"}"#).unwrap();
+        assert_eq!(SkillManifest::new("pie"), listed);
+        assert!(listed.is_active());
+    }
 }

@@ -194,14 +194,8 @@ mod egress {
         zip.file("SKILL.md", md.as_bytes());
         ServedSkill::new(
             SkillManifest {
-                name: name.into(),
-                description: String::new(),
                 version: "1.0.0".into(),
-                space_id: String::new(),
-                status: "active".into(),
-                tags: vec![],
-                aliases: vec![],
-                examples: vec![],
+                ..SkillManifest::new(name)
             },
             zip.finish(),
         )
