@@ -6,12 +6,14 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_sandbox::mirror::{Mirror, PullReport, PushReport, SyncLimits};
 use toolmesh_testkit::{NatsServer, RedisServer};
-use toolmesh_workspace::{spawn, WorkspaceSettings};
+
+#[path = "../../workspace/tests/support/actor.rs"]
+mod workspace_actor;
+use workspace_actor::start_workspace;
 
 struct Rig {
     _nats: NatsServer,
@@ -26,21 +28,8 @@ impl Rig {
     }
 
     async fn with_limits(limits: SyncLimits) -> Rig {
-        let nats = NatsServer::start();
-        let redis = RedisServer::start();
         let dir = tempfile::tempdir().unwrap();
-        spawn(
-            nats.client().await,
-            WorkspaceSettings {
-                data_dir: dir.path().join("data"),
-                redis_url: redis.url(),
-                budget_chars: 20_000,
-            },
-            Lifecycle::new(),
-            InFlight::default(),
-        )
-        .await
-        .expect("workspace actor starts");
+        let (nats, redis) = start_workspace(dir.path().join("data")).await;
         let mirror = Mirror::new(
             WorkspaceSync::new(nats.client().await),
             Account::parse("acme").unwrap(),

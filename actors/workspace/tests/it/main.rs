@@ -1,5 +1,7 @@
 //! Integration tests of the workspace actor crate, one module per area.
 
+#[path = "../support/actor.rs"]
+mod actor;
 mod escapes;
 mod files;
 mod sync;

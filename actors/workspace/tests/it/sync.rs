@@ -7,15 +7,14 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
+use crate::actor::start_workspace;
 use crate::{is_symlink, tree};
-use toolmesh_kernel::host::{InFlight, Lifecycle};
 use toolmesh_kernel::sync::{
     Change, ChangeOp, ChangeOutcome, Current, Expected, FetchFile, Fetched, ManifestLimits,
     WorkspaceSync, BODY_CONTENT_BUDGET,
 };
 use toolmesh_kernel::{Account, ErrorCode, SessionId};
 use toolmesh_testkit::{NatsServer, RedisServer};
-use toolmesh_workspace::{spawn, WorkspaceSettings};
 
 struct Rig {
     _nats: NatsServer,
@@ -28,22 +27,8 @@ struct Rig {
 
 impl Rig {
     async fn start() -> Rig {
-        let nats = NatsServer::start();
-        let redis = RedisServer::start();
         let data = tempfile::tempdir().unwrap();
-        let node = nats.client().await;
-        spawn(
-            node,
-            WorkspaceSettings {
-                data_dir: data.path().to_path_buf(),
-                redis_url: redis.url(),
-                budget_chars: 20_000,
-            },
-            Lifecycle::new(),
-            InFlight::default(),
-        )
-        .await
-        .expect("workspace actor starts");
+        let (nats, redis) = start_workspace(data.path().to_path_buf()).await;
         let sync = WorkspaceSync::new(nats.client().await);
         Rig {
             _nats: nats,
