@@ -53,6 +53,7 @@ use bytes::Bytes;
 use toolmesh_kernel::sync::{ManifestLimits, WorkspaceSync};
 use toolmesh_kernel::{Account, SessionId};
 use toolmesh_sandbox::backend::docker::DockerBackend;
+use toolmesh_sandbox::backend::process::namespace_args;
 use toolmesh_sandbox::backend::{Backend, SandboxLimits, SandboxRef, SandboxSpec};
 use toolmesh_sandbox::config::{
     DEFAULT_SYNC_MAX_FILES, DEFAULT_SYNC_MAX_FILE_BYTES, DEFAULT_SYNC_MAX_TOTAL_BYTES,
@@ -350,24 +351,8 @@ fn raw_bwrap(workspace: &Path) -> tokio::process::Command {
         );
     }
     args.push("/usr/bin/bwrap".into());
-    args.extend(
-        [
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-all",
-            "--unshare-user",
-            "--uid",
-            "1000",
-            "--gid",
-            "1000",
-            "--cap-drop",
-            "ALL",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        .map(str::to_owned),
-    );
+    args.extend(namespace_args(false));
+    args.extend(["--ro-bind", "/usr", "/usr"].map(str::to_owned));
     for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
         let path = Path::new("/").join(name);
         match std::fs::read_link(&path) {

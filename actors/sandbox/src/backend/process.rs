@@ -168,7 +168,7 @@ impl ProcessBackend {
             "--".into(),
         ];
         args.extend(self.launcher_args());
-        args.extend(self.namespace_args(network));
+        args.extend(namespace_args(network));
         args.extend(["--ro-bind", "/usr", "/usr"].map(str::to_owned));
         args.extend(self.root_args.iter().cloned());
         let etc: &[&str] = if network {
@@ -226,24 +226,6 @@ impl ProcessBackend {
         command
     }
 
-    /// Namespaces, user and capabilities.
-    fn namespace_args(&self, network: bool) -> Vec<String> {
-        let mut args: Vec<&str> = vec!["--die-with-parent", "--new-session", "--unshare-all"];
-        if network {
-            args.push("--share-net");
-        }
-        args.extend([
-            "--unshare-user",
-            "--uid",
-            "1000",
-            "--gid",
-            "1000",
-            "--cap-drop",
-            "ALL",
-        ]);
-        args.into_iter().map(str::to_owned).collect()
-    }
-
     fn unavailable(&self, why: &str) -> BackendError {
         BackendError::Unavailable(format!(
             "bubblewrap ({}) cannot run sandboxes here: {why}: {INSTALL_HINT}",
@@ -284,7 +266,7 @@ impl Backend for ProcessBackend {
         }
         let mut args: Vec<String> = vec!["--nproc=4096".into(), "--".into()];
         args.extend(self.launcher_args());
-        args.extend(self.namespace_args(false));
+        args.extend(namespace_args(false));
         args.extend(["--ro-bind", "/", "/", "true"].map(str::to_owned));
         let run = Command::new(PRLIMIT)
             .args(args)
@@ -406,6 +388,26 @@ impl Backend for ProcessBackend {
         // Nothing outlives its worker: bwrap runs with --die-with-parent.
         Ok(0)
     }
+}
+
+/// bubblewrap's arguments for a sandbox's namespaces, user and capabilities: all namespaces
+/// new (the network's too unless `network`), uid and gid 1000, no capabilities. The root
+/// benches start a raw bubblewrap with them too.
+pub fn namespace_args(network: bool) -> Vec<String> {
+    let mut args: Vec<&str> = vec!["--die-with-parent", "--new-session", "--unshare-all"];
+    if network {
+        args.push("--share-net");
+    }
+    args.extend([
+        "--unshare-user",
+        "--uid",
+        "1000",
+        "--gid",
+        "1000",
+        "--cap-drop",
+        "ALL",
+    ]);
+    args.into_iter().map(str::to_owned).collect()
 }
 
 /// A directory of generated `/etc` files, removed when the backend is dropped.
