@@ -404,3 +404,182 @@ async fn a_deadline_escalates_once_to_another_group_or_expires_the_approval() {
         "the approval did not expire at the rule's deadline"
     );
 }
+
+/// A decision on approval `id` of acme (as alice) that asks for `grant`.
+async fn approve_and_remember(c: &Cluster, id: &str, grant: Value) -> Value {
+    let body = json!({"id": id, "approved": true, "approver": "alice", "grant": grant});
+    c.approvals("acme", "decide", body).await
+}
+
+async fn required_id(c: &Cluster, session: &str) -> String {
+    let reply = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": session}),
+        )
+        .await;
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    reply["approval_request"]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoked() {
+    let (_dir, path) = policy_file(crate::support::GATED_STATUS);
+    let mut c = Cluster::servers_with_jetstream().await;
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    c.start_node("gateway,approval", &env).await;
+    let id = required_id(&c, "s1").await;
+    let decided = ok(approve_and_remember(&c, &id, json!({"scope": "session", "uses": 2})).await);
+    let grant = &decided["grant"];
+    assert_eq!(decided["approval"]["status"], "approved", "{decided}");
+    assert_eq!(grant["session_id"], "s1", "{grant}");
+    assert_eq!(grant["tools"], json!(["component_status"]), "{grant}");
+    assert_eq!(
+        (grant["uses_left"].as_u64(), grant["approval_id"].as_str()),
+        (Some(2), Some(id.as_str()))
+    );
+    assert_eq!(grant["created_by"], "alice", "{grant}");
+    let grant_id = grant["id"].as_str().unwrap().to_owned();
+
+    // Two later calls of the session run without an approval, each naming the grant.
+    let mut events = c.watch("toolmesh.v1.events.acme.inv-granted").await;
+    let body =
+        json!({"tool": "component_status", "session_id": "s1", "invocation_id": "inv-granted"});
+    let ran = ok(c.call("acme", body).await);
+    assert_eq!(ran["grant_id"], grant_id.as_str(), "{ran}");
+    let seen = crate::support::events_until_finished(&mut events, Duration::from_secs(5)).await;
+    assert_eq!(
+        seen.last().unwrap()["grant_id"],
+        grant_id.as_str(),
+        "{seen:?}"
+    );
+    // Another session is not covered by a session grant.
+    let other = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s2"}),
+        )
+        .await;
+    assert_eq!(other["error"], "approval_required", "{other}");
+    ok(c.call(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s1"}),
+    )
+    .await);
+    // Its uses are spent: the next call asks again.
+    let spent = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s1"}),
+        )
+        .await;
+    assert_eq!(spent["error"], "approval_required", "{spent}");
+    let listed = ok(c
+        .client
+        .request("toolmesh.v1.grants.acme.list", "{}".into())
+        .await
+        .map(|m| serde_json::from_slice::<Value>(&m.payload).unwrap())
+        .unwrap());
+    assert_eq!(listed["grants"][0]["uses_left"], 0, "{listed}");
+    // The audit trail names the grant on the calls it covered.
+    let trail = ok(toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.audit.acme.query",
+        json!({"limit": 100}),
+    )
+    .await);
+    let named = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["grant_id"] == grant_id.as_str() && e["status"] == "finished")
+        .count();
+    assert_eq!(named, 2, "{trail}");
+
+    // An account grant covers every session until it is revoked.
+    let id = required_id(&c, "s3").await;
+    let decided =
+        ok(approve_and_remember(&c, &id, json!({"scope": "account", "expires_in_s": 600})).await);
+    let account_grant = decided["grant"]["id"].as_str().unwrap().to_owned();
+    assert!(decided["grant"]["session_id"].is_null(), "{decided}");
+    ok(c.call(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s9"}),
+    )
+    .await);
+    let revoked = ok(toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.grants.acme.revoke",
+        json!({"id": account_grant}),
+    )
+    .await);
+    assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
+    let after = c
+        .call(
+            "acme",
+            json!({"tool": "component_status", "session_id": "s9"}),
+        )
+        .await;
+    assert_eq!(after["error"], "approval_required", "{after}");
+    // Another account sees none of them.
+    let theirs =
+        ok(
+            toolmesh_testkit::request_json(&c.client, "toolmesh.v1.grants.globex.list", json!({}))
+                .await,
+        );
+    assert_eq!(theirs["grants"], json!([]), "{theirs}");
+}
+
+#[tokio::test]
+async fn grants_are_refused_where_the_policy_forbids_them_and_never_overspent() {
+    let policy = "mode = \"strict\"\n[tools.component_status]\nrisk_level = \"high\"\n\
+        [[rules]]\nid = \"no-grants\"\ntools = [\"tool_search\"]\ndecision = \"ask\"\ngrantable = false\n";
+    let (_dir, path) = policy_file(policy);
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    let mut c = Cluster::with_env(&env).await;
+    c.start_node("gateway", &env).await;
+    // A rule with grantable = false: asking is forbidden and the approval stays pending.
+    let asked = c
+        .call(
+            "acme",
+            json!({"tool": "tool_search", "arguments": {"query": "x"}}),
+        )
+        .await;
+    let id = asked["approval_request"]["id"].as_str().unwrap().to_owned();
+    let refused = approve_and_remember(&c, &id, json!({"scope": "account"})).await;
+    assert_eq!(refused["error"], "forbidden", "{refused}");
+    assert_eq!(c.approval_status("acme", &id).await, "pending");
+    // Bad grant bodies are invalid requests naming the member.
+    let bad = approve_and_remember(&c, &id, json!({"scope": "galaxy"})).await;
+    assert_error(&bad, "invalid_request", "grant.scope");
+    let bad = approve_and_remember(
+        &c,
+        &id,
+        json!({"scope": "account", "when": {"x": {"regex": "("}}}),
+    )
+    .await;
+    assert_error(&bad, "invalid_request", "grant.when.x: regex");
+
+    // Three uses, ten calls racing through two gateways: exactly three run.
+    let id = required_id(&c, "s1").await;
+    ok(approve_and_remember(&c, &id, json!({"scope": "account", "uses": 3})).await);
+    let calls: Vec<_> = (0..10)
+        .map(|i| {
+            c.call_in_background(
+                "acme",
+                json!({"tool": "component_status", "session_id": format!("r{i}")}),
+            )
+        })
+        .collect();
+    let mut ran = 0;
+    for call in calls {
+        let reply = call.await.unwrap();
+        if reply["ok"] == true {
+            assert!(reply["grant_id"].is_string(), "{reply}");
+            ran += 1;
+        } else {
+            assert_eq!(reply["error"], "approval_required", "{reply}");
+        }
+    }
+    assert_eq!(ran, 3, "a grant of three uses ran {ran} calls");
+}

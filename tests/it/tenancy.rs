@@ -233,3 +233,53 @@ async fn a_provider_serves_as_the_provider_user_and_reaches_nothing_else() {
         "the provider's user heard an account's events"
     );
 }
+
+/// Issue 31: who decides a routed approval comes from the subject, and NATS gives each
+/// reviewer's user only their own `…decide.<name>`: bob cannot decide as alice.
+#[tokio::test]
+async fn a_reviewer_decides_only_as_themselves_and_only_as_a_member() {
+    let policy = "mode = \"off\"\n[reviewers.ops]\nmembers = [\"alice\"]\n\
+        [[rules]]\nid = \"ops\"\ntools = [\"component_status\"]\ndecision = \"ask\"\nreviewers = \"ops\"\n";
+    let deployment = Deployment::start(policy, &[]).await;
+    let nats = &deployment.servers.nats;
+    let (acme, alice, bob) = (
+        nats.client("acme").await,
+        nats.client("alice").await,
+        nats.client("bob").await,
+    );
+    let call = json!({"tool": "component_status", "session_id": "s1"});
+    let first = request_json(&acme, "toolmesh.v1.call.acme", call.clone()).await;
+    assert_eq!(first["approval_request"]["reviewers"], "ops", "{first}");
+    let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
+    let decision = json!({"id": id, "approved": true}).to_string();
+
+    // Bob as alice: the server refuses the publish, so nothing is decided.
+    bob.publish(
+        "toolmesh.v1.approvals.acme.decide.alice",
+        decision.clone().into(),
+    )
+    .await
+    .unwrap();
+    bob.flush().await.unwrap();
+    // Bob as himself: not a member of ops.
+    let as_bob = request_json(
+        &bob,
+        "toolmesh.v1.approvals.acme.decide.bob",
+        json!({"id": id, "approved": true}),
+    )
+    .await;
+    assert_eq!(as_bob["error"], "forbidden", "{as_bob}");
+    let pending = request_json(&alice, "toolmesh.v1.approvals.acme.get", json!({"id": id})).await;
+    assert_eq!(pending["approval"]["status"], "pending", "{pending}");
+    // Alice, a member, on her own subject.
+    let decided = request_json(
+        &alice,
+        "toolmesh.v1.approvals.acme.decide.alice",
+        json!({"id": id, "approved": true}),
+    )
+    .await;
+    assert_eq!(decided["approval"]["decided_by"], "alice", "{decided}");
+    let mut again = call;
+    again["approval"] = json!({"id": id});
+    ok(request_json(&acme, "toolmesh.v1.call.acme", again).await);
+}

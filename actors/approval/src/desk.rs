@@ -42,6 +42,8 @@ pub(crate) struct ReleaseCall(async_nats::Message);
 pub(crate) struct Subscriptions {
     /// `toolmesh.v1.approvals.>`
     pub approvals: Subscriber,
+    /// `toolmesh.v1.grants.>`, answered as the approvals subjects are.
+    pub grants: Subscriber,
     /// `toolmesh.internal.v1.approval.gate`
     pub gate: Subscriber,
     /// `toolmesh.internal.v1.approval.release`
@@ -176,6 +178,7 @@ impl Actor for ApprovalDesk {
     fn started(&mut self, ctx: &mut Context<Self>) {
         if let Some(Subscriptions {
             approvals,
+            grants,
             gate,
             release,
             replies,
@@ -184,7 +187,10 @@ impl Actor for ApprovalDesk {
             let drain = self.lifecycle.drain.clone();
             ctx.add_stream(
                 replies
-                    .screen(drainable(approvals, drain.clone()))
+                    .screen(futures::stream::select(
+                        drainable(approvals, drain.clone()),
+                        drainable(grants, drain.clone()),
+                    ))
                     .map(ApprovalsRequest),
             );
             ctx.add_stream(drainable(gate, drain.clone()).map(GateCall));

@@ -64,6 +64,10 @@ impl ApprovalService {
 
     /// A call without an approval id: a new approval, pending or decided in band at once.
     async fn first_call(&self, request: &GateRequest, decision: Option<InBand>) -> GateOutcome {
+        if let Some(grant) = self.covering_grant(request).await {
+            tracing::info!(grant = %grant.id, account = %request.invocation.account, tool = %DisplaySafe(&request.tool_name), "a grant covers the call");
+            return GateOutcome::Granted { grant };
+        }
         // An approval routed to reviewers is theirs to decide: the caller's own decision
         // does not count.
         let routed = request

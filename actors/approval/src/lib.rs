@@ -1,17 +1,19 @@
 //! toolmesh-approval: the approval actor. It keeps approvals durably and atomically in Redis,
 //! answers the gateway's gate (`toolmesh.internal.v1.approval.gate`), its release
 //! (`toolmesh.internal.v1.approval.release`: a used approval whose call never ran goes back to
-//! approved) and the public `toolmesh.v1.approvals.<account>.list|get|decide` subjects, and
-//! announces every new and changed approval on `…requested` / `…decided` (PROTOCOL.md, "Risk
-//! and approval").
+//! approved), the public `toolmesh.v1.approvals.<account>.list|get|decide` and
+//! `toolmesh.v1.grants.<account>.list|revoke` subjects, and announces every new and changed
+//! approval on `…requested` / `…decided` (PROTOCOL.md, "Risk and approval", "Approval
+//! policy").
 //!
-//! Architecture invariant: `store.rs` is the only code that speaks Redis, and every
+//! Architecture invariant: `store/` is the only code that speaks Redis, and every
 //! read-then-write there is one Lua script timed by Redis `TIME`; the actor itself holds no
 //! approval state, so any number of approval nodes can share one Redis.
 
 pub mod config;
 mod desk;
 mod gate;
+mod grants;
 mod release;
 mod requests;
 mod service;
@@ -105,6 +107,7 @@ pub async fn spawn(
         }
     };
     let approvals = subscribe(subjects::public::APPROVALS_ANY).await?;
+    let grants = subscribe(subjects::public::GRANTS_ANY).await?;
     let gate = subscribe(subjects::internal::APPROVAL_GATE).await?;
     let release = subscribe(subjects::internal::APPROVAL_RELEASE).await?;
     toolmesh_kernel::host::confirm_subscriptions(&nats)
@@ -138,6 +141,7 @@ pub async fn spawn(
     };
     let subscriptions = Subscriptions {
         approvals,
+        grants,
         gate,
         release,
         replies: settings.replies,

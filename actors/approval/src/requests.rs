@@ -10,6 +10,7 @@ use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
 use toolmesh_kernel::Account;
 
+use crate::grants::{may_grant, parse_ask, GrantAsk};
 use crate::service::{store_error, ApprovalService};
 use crate::store::{Decided, Decision, Requester};
 
@@ -38,6 +39,8 @@ struct DecideBody {
     reason: Option<String>,
     /// The approver `…decide.<approver>` names; it is who decides, whatever the body says.
     member: Option<String>,
+    /// `grant`: the decision remembers itself (an approval only).
+    grant: Option<Box<GrantAsk>>,
 }
 
 impl ApprovalService {
@@ -55,6 +58,9 @@ impl ApprovalService {
         subject: &str,
         body: &[u8],
     ) -> Result<Map<String, Value>, ToolError> {
+        if subject.starts_with("toolmesh.v1.grants.") {
+            return self.answer_grants(subject, body).await;
+        }
         let (account, query) = parse(subject, body)?;
         match query {
             Query::List => self.list(&account).await,
@@ -135,8 +141,17 @@ impl ApprovalService {
         &self,
         account: &Account,
         id: &str,
-        body: DecideBody,
+        mut body: DecideBody,
     ) -> Result<Map<String, Value>, ToolError> {
+        let grant = body.grant.take();
+        if let Some(ask) = &grant {
+            // Checked before deciding: a decision that may not remember itself changes nothing.
+            let found = self.store.get(account, id).await.map_err(store_error)?;
+            let Some((approval, _, _)) = found else {
+                return Err(not_found(account, id));
+            };
+            may_grant(&approval, ask)?;
+        }
         let decision = Decision {
             approved: body.approved,
             decided_by: body
@@ -198,7 +213,20 @@ impl ApprovalService {
                 let status = if body.approved { "approved" } else { "rejected" };
                 self.record(&approval, status, None).await;
                 self.announce_decided(&approval).await;
-                Ok(one(approval))
+                let made = match grant {
+                    Some(ask) if body.approved => {
+                        Some(self.remember(&approval, *ask, &decision.decided_by).await?)
+                    }
+                    _ => None,
+                };
+                let mut fields = one(approval);
+                if let Some(made) = made {
+                    fields.insert(
+                        "grant".into(),
+                        serde_json::to_value(made).unwrap_or(Value::Null),
+                    );
+                }
+                Ok(fields)
             }
         }
     }
@@ -247,13 +275,13 @@ fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
     })?;
     let account = Account::parse(account).map_err(|e| ToolError::invalid_request(e.to_string()))?;
     let mut map = object(body)?;
-    let query = match verb {
-        ApprovalVerb::List => Query::List,
-        ApprovalVerb::Get => Query::Get { id: id(&mut map)? },
-        ApprovalVerb::Decide => {
-            let id = id(&mut map)?;
-            let approved =
-                match map.remove("approved") {
+    let query =
+        match verb {
+            ApprovalVerb::List => Query::List,
+            ApprovalVerb::Get => Query::Get { id: id(&mut map)? },
+            ApprovalVerb::Decide => {
+                let id = id(&mut map)?;
+                let approved = match map.remove("approved") {
                     Some(Value::Bool(b)) => b,
                     None | Some(Value::Null) => return Err(ToolError::invalid_request(
                         "the decision has no \"approved\"; send true to approve or false to reject",
@@ -265,25 +293,33 @@ fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
                         )))
                     }
                 };
-            let approver = text(&mut map, "approver", MAX_APPROVER_CHARS)?;
-            let reason = text(&mut map, "reason", MAX_REASON_CHARS)?;
-            Query::Decide {
-                id,
-                decision: DecideBody {
-                    approved,
-                    approver,
-                    reason,
-                    member: member.map(str::to_owned),
-                },
+                let approver = text(&mut map, "approver", MAX_APPROVER_CHARS)?;
+                let reason = text(&mut map, "reason", MAX_REASON_CHARS)?;
+                let grant = match map.remove("grant") {
+                    None | Some(Value::Null) => None,
+                    Some(_) if !approved => return Err(ToolError::invalid_request(
+                        "only an approval remembers itself: send \"grant\" with \"approved\": true",
+                    )),
+                    Some(ask) => Some(Box::new(parse_ask(ask)?)),
+                };
+                Query::Decide {
+                    id,
+                    decision: DecideBody {
+                        approved,
+                        approver,
+                        reason,
+                        member: member.map(str::to_owned),
+                        grant,
+                    },
+                }
             }
-        }
-        ApprovalVerb::Requested | ApprovalVerb::Decided => {
-            return Err(ToolError::invalid_request(format!(
-                "{} is an event subject, not a request; use list, get or decide",
-                verb.as_str()
-            )))
-        }
-    };
+            ApprovalVerb::Requested | ApprovalVerb::Decided => {
+                return Err(ToolError::invalid_request(format!(
+                    "{} is an event subject, not a request; use list, get or decide",
+                    verb.as_str()
+                )))
+            }
+        };
     Ok((account, query))
 }
 
@@ -367,6 +403,7 @@ mod tests {
                 approver: approver.map(Into::into),
                 reason: reason.map(Into::into),
                 member: None,
+                grant: None,
             },
         }
     }

@@ -27,6 +27,8 @@ pub struct CallAudit {
     /// The policy rule that decided the call, and the file's revision.
     rule_id: Option<String>,
     policy_revision: Option<String>,
+    /// The grant that let the call run.
+    grant_id: Option<String>,
 }
 
 impl CallAudit {
@@ -46,7 +48,13 @@ impl CallAudit {
             changes: !spec.side_effects.is_empty() || spec.risk_level > RiskLevel::Low,
             rule_id: rule.map(|(rule, _)| rule.id.clone()),
             policy_revision: rule.and_then(|(_, policy)| policy.revision().map(str::to_owned)),
+            grant_id: None,
         }))
+    }
+
+    /// The call runs under `grant` (its entries name it).
+    pub fn granted(&mut self, grant: Option<&str>) {
+        self.grant_id = grant.map(str::to_owned);
     }
 
     fn entry(&self, ctx: &InvocationContext, status: &str, approval: Option<String>) -> AuditEntry {
@@ -55,6 +63,7 @@ impl CallAudit {
         entry.approval_id = approval;
         entry.rule_id = self.rule_id.clone();
         entry.policy_revision = self.policy_revision.clone();
+        entry.grant_id = self.grant_id.clone();
         entry
     }
 

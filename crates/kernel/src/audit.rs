@@ -125,6 +125,8 @@ pub struct AuditEntry {
     pub rule_id: Option<String>,
     /// The revision of the policy file that decided it.
     pub policy_revision: Option<String>,
+    /// The grant that let the call run without an approval.
+    pub grant_id: Option<String>,
     /// Set by the writer.
     pub node_id: String,
 }
@@ -150,6 +152,7 @@ impl AuditEntry {
             decided_by: None,
             rule_id: None,
             policy_revision: None,
+            grant_id: None,
             node_id: String::new(),
         }
     }
@@ -183,6 +186,7 @@ impl AuditEntry {
             decided_by: approval.decided_by.clone(),
             rule_id: None,
             policy_revision: None,
+            grant_id: None,
             node_id: String::new(),
         }
     }

@@ -136,6 +136,18 @@ pub fn generate_approval_id() -> String {
     format!("appr_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A fresh grant id: `grant_` and 32 hex digits.
+pub fn generate_grant_id() -> String {
+    format!("grant_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether `id` has the shape of a grant id (`grant_` and 1 to 64 of `[A-Za-z0-9]`).
+pub fn is_grant_id(id: &str) -> bool {
+    id.strip_prefix("grant_").is_some_and(|rest| {
+        !rest.is_empty() && rest.len() <= 64 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

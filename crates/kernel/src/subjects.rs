@@ -56,6 +56,20 @@ pub mod public {
         format!("{PREFIX}.approvals.{account}.{}", verb.as_str())
     }
     pub const APPROVALS_ANY: &str = "toolmesh.v1.approvals.>";
+    /// `toolmesh.v1.grants.<account>.list|revoke` of every account (the approval actor).
+    pub const GRANTS_ANY: &str = "toolmesh.v1.grants.>";
+
+    /// Splits `toolmesh.v1.grants.<account>.<verb>` (`list` or `revoke`); `Err` with the rest
+    /// of the subject otherwise.
+    pub fn grants_parts(subject: &str) -> Result<(&str, &str), String> {
+        let rest = subject
+            .strip_prefix("toolmesh.v1.grants.")
+            .ok_or_else(|| subject.to_owned())?;
+        match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [account, verb @ ("list" | "revoke")] => Ok((account, verb)),
+            _ => Err(rest.to_owned()),
+        }
+    }
     /// `…decided` of every account: parked calls wait on these.
     pub const APPROVALS_DECIDED_ANY: &str = "toolmesh.v1.approvals.*.decided";
     /// `…requested` and `…decided` of one account, or of every account (for watchers).

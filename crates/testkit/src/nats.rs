@@ -182,8 +182,8 @@ fn start_nats(command: &mut Command) -> (Child, u16, Option<u16>) {
 
 /// nats-server with the compose cluster's `docker/nats.conf`: its users, their permissions and
 /// JetStream, on a port it picks with a temp store. Every password is `<user>-pw`, where
-/// `<user>` is `node` (the `toolmesh` user), `provider`, `approver` or an account (`acme`,
-/// `globex`).
+/// `<user>` is `node` (the `toolmesh` user), `provider`, `approver`, a reviewer (`alice`,
+/// `bob`) or an account (`acme`, `globex`).
 #[derive(Debug)]
 pub struct AuthNats {
     child: Child,
@@ -213,6 +213,8 @@ impl AuthNats {
             ("$ACME_PASSWORD", "acme-pw"),
             ("$GLOBEX_PASSWORD", "globex-pw"),
             ("$APPROVER_PASSWORD", "approver-pw"),
+            ("$ALICE_PASSWORD", "alice-pw"),
+            ("$BOB_PASSWORD", "bob-pw"),
         ] {
             text = text.replace(variable, &format!("{password:?}"));
         }

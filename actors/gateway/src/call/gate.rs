@@ -55,6 +55,7 @@ impl Call<'_> {
             expires_in_s: rule.expires_in_s,
             escalate_to: rule.escalate_to.clone(),
             escalate_members: members(&rule.escalate_to),
+            grantable: rule.grantable,
         })
     }
 
@@ -147,6 +148,11 @@ impl Call<'_> {
     /// Turns the gate's answer into "run" or the refusal the caller gets.
     async fn settle(&mut self, outcome: GateOutcome) -> Result<(), ToolError> {
         match outcome {
+            GateOutcome::Granted { grant } => {
+                // Named in the reply, the RunEvents and the audit entries of the call.
+                self.grant_id = Some(grant.id);
+                Ok(())
+            }
             GateOutcome::Proceed { approval } => {
                 self.consumed_approval = Some(approval.id.clone());
                 self.emit(RunEventKind::Approved, approval_extra(&approval))

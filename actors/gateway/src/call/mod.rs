@@ -98,6 +98,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             audit: None,
             policy: core.config.policy.current(),
             rule: None,
+            grant_id: None,
         };
         let result = call.run(&request).await;
         let body = call.finish(result).await;
@@ -146,6 +147,8 @@ struct Call<'a> {
     policy: Arc<Policy>,
     /// The policy rule that decided the call, if one matched.
     rule: Option<Arc<Rule>>,
+    /// The grant that let the call run without an approval.
+    grant_id: Option<String>,
 }
 
 /// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
@@ -209,6 +212,7 @@ impl<'a> Call<'a> {
             Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
         }
         if let Some(mut audit) = self.audit.take() {
+            audit.granted(self.grant_id.as_deref());
             let approval = self.consumed_approval.clone();
             // Boxed: the append's state is large and must not grow every call's future.
             let written = Box::pin(audit.started(&self.core.audit, &self.ctx, approval)).await;
@@ -246,13 +250,17 @@ impl<'a> Call<'a> {
         extra
     }
 
-    /// `rule_id` and `policy_revision` of a call a policy rule decided; empty otherwise.
+    /// `rule_id` and `policy_revision` of a call a policy rule decided, `grant_id` of one a
+    /// grant let run; empty otherwise.
     fn rule_extra(&self) -> Map<String, Value> {
         let mut extra = Map::new();
         if let Some(rule) = &self.rule {
             extra.insert("rule_id".into(), Value::from(rule.id.as_str()));
             let revision = self.policy.revision();
             extra.insert("policy_revision".into(), Value::from(revision));
+        }
+        if let Some(grant) = &self.grant_id {
+            extra.insert("grant_id".into(), Value::from(grant.as_str()));
         }
         extra
     }
@@ -325,6 +333,9 @@ impl<'a> Call<'a> {
         };
         if let Some(name) = self.dispatched {
             reply.member("dispatched_tool_name", name);
+        }
+        if let Some(grant) = &self.grant_id {
+            reply.member("grant_id", grant.as_str());
         }
         reply.finish()
     }

@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 
 use serde::{Deserialize, Serialize};
 
-pub use rules::{Decision, Facts, OnTimeout, Rule, Rules};
+pub use rules::{Conditions, Decision, Facts, Globs, OnTimeout, Rule, Rules};
 
 use crate::ids::Account;
 use crate::tools::{Runs, ToolSpec};

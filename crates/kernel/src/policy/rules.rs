@@ -70,7 +70,49 @@ pub struct Rule {
     pub grantable: bool,
     accounts: Option<GlobSet>,
     sessions: Option<GlobSet>,
-    when: Vec<(Member, Test)>,
+    when: Conditions,
+}
+
+/// The `when` of a rule or a grant: tests on members of the arguments, all of which must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions(Vec<(Member, Test)>);
+
+impl Conditions {
+    /// Parses `{<member or /pointer>: <test>, …}`; the error is `(field, fault)`, the field
+    /// naming the member (`when.path`).
+    pub fn parse(when: &serde_json::Map<String, Value>) -> Result<Conditions, (String, String)> {
+        let mut tests = Vec::with_capacity(when.len());
+        for (name, test) in when {
+            let field = format!("when.{name}");
+            if name.is_empty() || name == "/" {
+                return Err((field, "name a member or a pointer to one".into()));
+            }
+            let test = parse_test(test).map_err(|e| (field, e))?;
+            tests.push((Member::parse(name), test));
+        }
+        Ok(Conditions(tests))
+    }
+
+    /// Whether every test holds of `arguments`.
+    pub fn hold(&self, arguments: &Value) -> bool {
+        self.0
+            .iter()
+            .all(|(member, test)| test.holds(member.find(arguments)))
+    }
+}
+
+/// Names matched by globs (`*` within a segment, `**` across): a rule's or a grant's tools.
+#[derive(Debug, Clone)]
+pub struct Globs(GlobSet);
+
+impl Globs {
+    pub fn parse(patterns: &[String]) -> Result<Globs, String> {
+        glob_set(patterns).map(Globs)
+    }
+
+    pub fn is_match(&self, name: &str) -> bool {
+        self.0.is_match(name)
+    }
 }
 
 /// Where a test looks in the arguments: a top-level member, or a JSON pointer (`/env/PATH`).
@@ -172,9 +214,7 @@ impl Rule {
                 return false;
             }
         }
-        self.when
-            .iter()
-            .all(|(member, test)| test.holds(member.find(facts.arguments)))
+        self.when.hold(facts.arguments)
     }
 }
 
@@ -332,18 +372,11 @@ impl RawRule {
         let accounts = accounts.map_err(|e| refuse("accounts", e))?;
         let sessions = self.sessions.as_deref().map(glob_set).transpose();
         let sessions = sessions.map_err(|e| refuse("sessions", e))?;
-        let mut when = Vec::with_capacity(self.when.len());
-        for (name, test) in self.when {
-            let field = format!("when.{name}");
-            if name.starts_with('/') && name.len() == 1 {
-                return Err(refuse(&field, "a pointer names a member"));
-            }
-            let test = serde_json::to_value(test).map_err(|e| refuse(&field, e.to_string()))?;
-            when.push((
-                Member::parse(&name),
-                parse_test(&test).map_err(|e| refuse(&field, e))?,
-            ));
-        }
+        let when = match serde_json::to_value(self.when) {
+            Ok(Value::Object(when)) => Conditions::parse(&when)?,
+            Ok(_) => return Err(refuse("when", "a table of tests")),
+            Err(e) => return Err(refuse("when", e.to_string())),
+        };
         let asks = self.decision == Decision::Ask;
         let only_ask = |field: &str, given: bool| {
             if given && !asks {

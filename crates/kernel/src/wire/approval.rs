@@ -151,6 +151,10 @@ pub struct ApprovalRequest {
     /// It passed its deadline undecided and went to its rule's `escalate_to` group.
     #[serde(default)]
     pub escalated: bool,
+    /// Whether a decision on it may remember itself as a grant (its rule's `grantable`); the
+    /// approval actor's own, never on the wire.
+    #[serde(skip_serializing, default = "yes")]
+    pub grantable: bool,
 }
 
 fn one() -> u32 {
@@ -187,6 +191,33 @@ pub struct ApprovalRoute {
     pub escalate_to: Option<String>,
     #[serde(default)]
     pub escalate_members: Vec<String>,
+    /// Whether a decision on the approval may remember itself as a grant.
+    #[serde(default = "yes")]
+    pub grantable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// PROTOCOL.md's Grant: a decision that remembers itself, covering later calls of its account
+/// (and session, for `session` scope) that match its tools and tests, until it expires, runs
+/// out of uses or is revoked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    pub id: String,
+    pub account: Account,
+    /// `None`: every session of the account (`account` scope).
+    pub session_id: Option<SessionId>,
+    pub tools: Vec<String>,
+    pub when: serde_json::Map<String, serde_json::Value>,
+    pub created_by: String,
+    pub created_at: String,
+    pub expires_at: String,
+    /// `None`: no limit.
+    pub uses_left: Option<u64>,
+    pub revoked_at: Option<String>,
+    pub approval_id: String,
 }
 
 /// What `…decide` carries.

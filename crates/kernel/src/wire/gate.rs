@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use crate::error::{ErrorCode, ToolError};
 use crate::ids::{Account, InvocationId};
-use crate::wire::approval::{ApprovalGrant, ApprovalRequest, ApprovalRoute, RiskLevel, SideEffect};
+use crate::wire::approval::{
+    ApprovalGrant, ApprovalRequest, ApprovalRoute, Grant, RiskLevel, SideEffect,
+};
 use crate::wire::request::InvocationContext;
 
 /// Gateway → approval actor: this call needs approval; here is what it carries.
@@ -47,6 +49,8 @@ pub enum GateOutcome {
         #[serde(default)]
         in_band: bool,
     },
+    /// A grant covers the call: it runs without an approval, one use of the grant spent.
+    Granted { grant: Grant },
     /// The call may not run; `approval` is set when one exists (pending, rejected, …).
     Refused {
         error: ErrorCode,

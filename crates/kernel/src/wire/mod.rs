@@ -20,7 +20,7 @@ mod status;
 pub use actor::{ActorCall, ActorReply, CancelAck, DirectFinish, DirectReply, CLAIMED_BY_HEADER};
 pub use approval::{
     in_band_off_note, is_client_name, is_in_band_decider, ApprovalDecision, ApprovalGrant,
-    ApprovalRequest, ApprovalRoute, ApprovalStatus, MemberDecision, RiskLevel, SideEffect,
+    ApprovalRequest, ApprovalRoute, ApprovalStatus, Grant, MemberDecision, RiskLevel, SideEffect,
     IN_BAND_DECIDER, MAX_CLIENT_NAME,
 };
 pub use gate::{ApprovalRelease, GateOutcome, GateRequest, ReleaseAck};

@@ -15,6 +15,7 @@
 //!   can still expire (pending or approved-not-used), for the sweeper.
 //! * `toolmesh:audit:<account>`: stream, one entry per create / decide / use / expire /
 //!   release (`released`: a used approval given back because its call never ran).
+//! * Grants: [`grants`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +31,9 @@ use toolmesh_kernel::wire::{
 use toolmesh_kernel::{Account, InvocationId, SessionId};
 
 use crate::config::ApprovalConfig;
+
+mod grants;
+pub use grants::{NewGrant, Use};
 
 /// How long a request waits for the first Redis connection of a starting node before it
 /// answers `unavailable` (a request right after startup should not fail for a few ms).
@@ -222,8 +226,8 @@ struct Scripts {
 macro_rules! script {
     ($file:literal) => {
         Script::new(concat!(
-            include_str!("lua/common.lua"),
-            include_str!(concat!("lua/", $file))
+            include_str!("../lua/common.lua"),
+            include_str!(concat!("../lua/", $file))
         ))
     };
 }
@@ -396,6 +400,9 @@ impl ApprovalStore {
                     .arg(route.members.join(","));
             }
             invocation.arg("quorum").arg(route.quorum);
+            if !route.grantable {
+                invocation.arg("grantable").arg("0");
+            }
             if let Some(group) = &route.escalate_to {
                 invocation
                     .arg("escalate_to")
@@ -780,6 +787,7 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
             Some(_) => Some(decisions(record)?),
         },
         escalated: optional(record, "escalated").is_some(),
+        grantable: optional(record, "grantable").as_deref() != Some("0"),
     })
 }
 
