@@ -15,22 +15,13 @@
 //! machine: on a shared 2-core box, noise from outside moves both figures, not one.
 #![allow(clippy::print_stdout)]
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use toolmesh_testkit::{NatsServer, RedisServer};
 
 mod support;
 use support::{compare_alternating, node_on, Pace, Side, TOOLMESH};
 
-const PACE: Pace = Pace {
-    warmup: 2_000,
-    rounds: 10,
-    samples_per_round: 2_000,
-    in_flight: 64,
-    throughput_rounds: 5,
-    throughput_round: Duration::from_secs(1),
-};
+const PACE: Pace = support::GATEWAY_PACE;
 const GATEWAY: &str = "toolmesh.v1.call.bench";
 
 /// Measures `body` on the gateway subject against a raw responder on `raw_subject` that

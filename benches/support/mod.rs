@@ -132,6 +132,17 @@ pub async fn latencies(
 
 /// How an alternating comparison runs: warm-up requests to each side, rounds of sequential
 /// samples, then rounds of throughput with requests in flight.
+/// The pace of the gateway benches: 10 rounds of 2,000 sequential calls a side, then 5 s of
+/// throughput with 64 in flight.
+pub const GATEWAY_PACE: Pace = Pace {
+    warmup: 2_000,
+    rounds: 10,
+    samples_per_round: 2_000,
+    in_flight: 64,
+    throughput_rounds: 5,
+    throughput_round: Duration::from_secs(1),
+};
+
 pub struct Pace {
     pub warmup: usize,
     pub rounds: usize,
@@ -159,6 +170,9 @@ pub struct Side<'a> {
     pub label: &'a str,
     pub subject: &'a str,
     pub body: &'a Bytes,
+    /// The client (and so the server) this side's requests go through; none: the one
+    /// [`compare_alternating`] is given.
+    pub client: Option<&'a async_nats::Client>,
 }
 
 impl<'a> Side<'a> {
@@ -167,7 +181,14 @@ impl<'a> Side<'a> {
             label,
             subject,
             body,
+            client: None,
         }
+    }
+
+    /// This side's requests go through `client` (a cluster of its own).
+    pub fn through(mut self, client: &'a async_nats::Client) -> Side<'a> {
+        self.client = Some(client);
+        self
     }
 }
 
@@ -182,20 +203,29 @@ pub async fn compare_alternating(
     ratio: &str,
 ) {
     let mut warm = Vec::new();
+    let via = |side: &Side<'_>| side.client.cloned().unwrap_or_else(|| client.clone());
     for side in [&base, &tested] {
-        latencies(client, side.subject, side.body, pace.warmup, &mut warm).await;
+        latencies(&via(side), side.subject, side.body, pace.warmup, &mut warm).await;
     }
     let mut samples = [Vec::new(), Vec::new()];
     for _ in 0..pace.rounds {
         for (side, out) in [&base, &tested].into_iter().zip(samples.iter_mut()) {
-            latencies(client, side.subject, side.body, pace.samples_per_round, out).await;
+            let client = via(side);
+            latencies(
+                &client,
+                side.subject,
+                side.body,
+                pace.samples_per_round,
+                out,
+            )
+            .await;
         }
     }
     let mut calls = [(0, Duration::ZERO), (0, Duration::ZERO)];
     for _ in 0..pace.throughput_rounds {
         for (side, (n, t)) in [&base, &tested].into_iter().zip(calls.iter_mut()) {
             let (more, took) = throughput(
-                client,
+                &via(side),
                 side.subject,
                 side.body,
                 pace.in_flight,

@@ -75,14 +75,8 @@ fn node(id: &str) -> NodeId {
 async fn beat(client: &Client, id: &str, leaving: bool) {
     let beat = Heartbeat {
         status: NodeStatus {
-            node_id: node(id),
-            roles: vec![Role::Sandbox],
-            version: "test".into(),
-            uptime_s: 0,
             in_flight: 1,
-            sandbox: None,
-            bridge: None,
-            policy_revision: None,
+            ..NodeStatus::bare(node(id), vec![Role::Sandbox])
         },
         leaving,
     };

@@ -224,6 +224,15 @@ reviewers = "ops"
 quorum = 2
 "#;
 
+/// `component_status` of acme in `session`, presenting approval `approval` when given.
+async fn status(c: &Cluster, session: &str, approval: Option<&str>) -> Value {
+    let mut body = json!({"tool": "component_status", "session_id": session});
+    if let Some(id) = approval {
+        body["approval"] = json!({ "id": id });
+    }
+    c.call("acme", body).await
+}
+
 /// A decision on `…decide.<approver>` (`None`: the plain subject, naming `alice` in the body).
 async fn decide_as(c: &Cluster, approver: Option<&str>, id: &str, approved: bool) -> Value {
     let subject = match approver {
@@ -239,8 +248,7 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
     let (_dir, path) = policy_file(REVIEWED);
     let revision = sha256_hex(REVIEWED.as_bytes());
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
-    let call = json!({"tool": "component_status", "session_id": "s1"});
-    let required = c.call("acme", call.clone()).await;
+    let required = status(&c, "s1", None).await;
     assert_eq!(required["error"], "approval_required", "{required}");
     assert_eq!(
         required["in_band"], false,
@@ -284,13 +292,7 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
         assert_eq!(decisions[0]["approver"], "alice", "{counted}");
         assert_eq!(decisions[0]["reason"], "seen", "{counted}");
     }
-    let pending = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": "s1",
-            "approval": {"id": id}}),
-        )
-        .await;
+    let pending = status(&c, "s1", Some(id)).await;
     assert_eq!(pending["error"], "approval_pending", "{pending}");
 
     // The second member completes the quorum and is the one recorded.
@@ -300,17 +302,11 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
     // A member's contrary decision after that is a conflict.
     let late = decide_as(&c, Some("carol"), id, false).await;
     assert_eq!(late["error"], "conflict", "{late}");
-    let ran = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": "s1",
-            "approval": {"id": id}}),
-        )
-        .await;
+    let ran = status(&c, "s1", Some(id)).await;
     ok(ran);
 
     // One member's rejection rejects at once.
-    let again = c.call("acme", call).await;
+    let again = status(&c, "s1", None).await;
     let second = again["approval_request"]["id"].as_str().unwrap().to_owned();
     let rejected = ok(decide_as(&c, Some("carol"), &second, false).await);
     assert_eq!(rejected["approval"]["status"], "rejected", "{rejected}");
@@ -412,12 +408,7 @@ async fn approve_and_remember(c: &Cluster, id: &str, grant: Value) -> Value {
 }
 
 async fn required_id(c: &Cluster, session: &str) -> String {
-    let reply = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": session}),
-        )
-        .await;
+    let reply = status(c, session, None).await;
     assert_eq!(reply["error"], "approval_required", "{reply}");
     reply["approval_request"]["id"].as_str().unwrap().to_owned()
 }
@@ -454,25 +445,11 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
         "{seen:?}"
     );
     // Another session is not covered by a session grant.
-    let other = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": "s2"}),
-        )
-        .await;
+    let other = status(&c, "s2", None).await;
     assert_eq!(other["error"], "approval_required", "{other}");
-    ok(c.call(
-        "acme",
-        json!({"tool": "component_status", "session_id": "s1"}),
-    )
-    .await);
+    ok(status(&c, "s1", None).await);
     // Its uses are spent: the next call asks again.
-    let spent = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": "s1"}),
-        )
-        .await;
+    let spent = status(&c, "s1", None).await;
     assert_eq!(spent["error"], "approval_required", "{spent}");
     let listed = ok(c
         .client
@@ -502,11 +479,7 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
         ok(approve_and_remember(&c, &id, json!({"scope": "account", "expires_in_s": 600})).await);
     let account_grant = decided["grant"]["id"].as_str().unwrap().to_owned();
     assert!(decided["grant"]["session_id"].is_null(), "{decided}");
-    ok(c.call(
-        "acme",
-        json!({"tool": "component_status", "session_id": "s9"}),
-    )
-    .await);
+    ok(status(&c, "s9", None).await);
     let revoked = ok(toolmesh_testkit::request_json(
         &c.client,
         "toolmesh.v1.grants.acme.revoke",
@@ -514,12 +487,7 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
     )
     .await);
     assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
-    let after = c
-        .call(
-            "acme",
-            json!({"tool": "component_status", "session_id": "s9"}),
-        )
-        .await;
+    let after = status(&c, "s9", None).await;
     assert_eq!(after["error"], "approval_required", "{after}");
     // Another account sees none of them.
     let theirs =

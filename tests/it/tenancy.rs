@@ -204,16 +204,8 @@ async fn a_provider_serves_as_the_provider_user_and_reaches_nothing_else() {
     let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
 
     // The provider's user approves it: the server refuses the publish.
-    as_provider
-        .publish(
-            "toolmesh.v1.approvals.acme.decide",
-            json!({"id": id, "approved": true, "approver": "provider"})
-                .to_string()
-                .into(),
-        )
-        .await
-        .unwrap();
-    as_provider.flush().await.unwrap();
+    let decision = json!({"id": id, "approved": true, "approver": "provider"});
+    publish_flushed(&as_provider, "toolmesh.v1.approvals.acme.decide", &decision).await;
     let decided = request_json(
         &approver,
         "toolmesh.v1.approvals.acme.decide",
@@ -251,16 +243,10 @@ async fn a_reviewer_decides_only_as_themselves_and_only_as_a_member() {
     let first = request_json(&acme, "toolmesh.v1.call.acme", call.clone()).await;
     assert_eq!(first["approval_request"]["reviewers"], "ops", "{first}");
     let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
-    let decision = json!({"id": id, "approved": true}).to_string();
+    let decision = json!({"id": id, "approved": true});
 
     // Bob as alice: the server refuses the publish, so nothing is decided.
-    bob.publish(
-        "toolmesh.v1.approvals.acme.decide.alice",
-        decision.clone().into(),
-    )
-    .await
-    .unwrap();
-    bob.flush().await.unwrap();
+    publish_flushed(&bob, "toolmesh.v1.approvals.acme.decide.alice", &decision).await;
     // Bob as himself: not a member of ops.
     let as_bob = request_json(
         &bob,
@@ -282,4 +268,14 @@ async fn a_reviewer_decides_only_as_themselves_and_only_as_a_member() {
     let mut again = call;
     again["approval"] = json!({"id": id});
     ok(request_json(&acme, "toolmesh.v1.call.acme", again).await);
+}
+
+/// Publishes `body` on `subject` as `client` and flushes: a publish the server refuses is gone
+/// by the time this returns.
+async fn publish_flushed(client: &async_nats::Client, subject: &'static str, body: &Value) {
+    client
+        .publish(subject, body.to_string().into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
 }

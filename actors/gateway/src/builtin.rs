@@ -486,16 +486,7 @@ mod tests {
     fn cluster(roles: &[Role]) -> ClusterView {
         let view = ClusterView::new();
         view.record(Heartbeat {
-            status: NodeStatus {
-                node_id: NodeId::parse("n1").unwrap(),
-                roles: roles.to_vec(),
-                version: "0".into(),
-                uptime_s: 0,
-                in_flight: 0,
-                sandbox: None,
-                bridge: None,
-                policy_revision: None,
-            },
+            status: NodeStatus::bare(NodeId::parse("n1").unwrap(), roles.to_vec()),
             leaving: false,
         });
         view

@@ -139,16 +139,7 @@ mod tests {
 
     fn beat(id: &str, leaving: bool) -> Heartbeat {
         Heartbeat {
-            status: NodeStatus {
-                node_id: NodeId::parse(id).unwrap(),
-                roles: vec![Role::Gateway],
-                version: "0".into(),
-                uptime_s: 0,
-                in_flight: 0,
-                sandbox: None,
-                bridge: None,
-                policy_revision: None,
-            },
+            status: NodeStatus::bare(NodeId::parse(id).unwrap(), vec![Role::Gateway]),
             leaving,
         }
     }

@@ -14,17 +14,11 @@ use redis::Script;
 use toolmesh_kernel::wire::Grant;
 use toolmesh_kernel::{Account, SessionId};
 
-use super::{damaged, field, number, optional, ApprovalStore, Record, StoreError};
+use super::{
+    account_of, damaged, field, number, optional, session_of, ApprovalStore, Record, StoreError,
+};
 
-macro_rules! script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("../lua/common.lua"),
-            include_str!(concat!("../lua/", $file))
-        ))
-    };
-}
-
+// `script!` is the store's: common.lua, then the script.
 struct GrantScripts {
     create: Script,
     use_one: Script,
@@ -152,11 +146,8 @@ fn view(record: &Record) -> Result<Grant, StoreError> {
     let ms = |name: &str| number(record, name).map(toolmesh_kernel::time::ms_to_rfc3339);
     Ok(Grant {
         id: field(record, "id")?.to_owned(),
-        account: Account::parse(field(record, "account")?).map_err(|e| damaged("account", e))?,
-        session_id: optional(record, "session_id")
-            .map(SessionId::parse)
-            .transpose()
-            .map_err(|e| damaged("session_id", e))?,
+        account: account_of(record)?,
+        session_id: session_of(record)?,
         tools: serde_json::from_str(field(record, "tools")?).map_err(|e| damaged("tools", e))?,
         when: match optional(record, "when").as_deref() {
             None | Some("{}") => serde_json::Map::new(),

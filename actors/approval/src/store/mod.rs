@@ -32,9 +32,6 @@ use toolmesh_kernel::{Account, InvocationId, SessionId};
 
 use crate::config::ApprovalConfig;
 
-mod grants;
-pub use grants::{NewGrant, Use};
-
 /// How long a request waits for the first Redis connection of a starting node before it
 /// answers `unavailable` (a request right after startup should not fail for a few ms).
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(1);
@@ -231,6 +228,9 @@ macro_rules! script {
         ))
     };
 }
+
+mod grants;
+pub use grants::{NewGrant, Use};
 
 impl Scripts {
     fn new() -> Self {
@@ -737,6 +737,19 @@ fn damaged(name: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Failed(format!("an approval record's {name} is damaged: {e}"))
 }
 
+/// A record's `account`.
+fn account_of(record: &Record) -> Result<Account, StoreError> {
+    Account::parse(field(record, "account")?).map_err(|e| damaged("account", e))
+}
+
+/// A record's `session_id` (empty: none).
+fn session_of(record: &Record) -> Result<Option<SessionId>, StoreError> {
+    optional(record, "session_id")
+        .map(SessionId::parse)
+        .transpose()
+        .map_err(|e| damaged("session_id", e))
+}
+
 /// The record as PROTOCOL.md's ApprovalRequest at Redis time `now_ms`.
 fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
     let expires_at_ms = number(record, "expires_at_ms")?;
@@ -751,11 +764,8 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
     };
     Ok(ApprovalRequest {
         id: field(record, "id")?.to_owned(),
-        account: Account::parse(field(record, "account")?).map_err(|e| damaged("account", e))?,
-        session_id: optional(record, "session_id")
-            .map(SessionId::parse)
-            .transpose()
-            .map_err(|e| damaged("session_id", e))?,
+        account: account_of(record)?,
+        session_id: session_of(record)?,
         invocation_id: InvocationId::parse(field(record, "invocation_id")?)
             .map_err(|e| damaged("invocation_id", e))?,
         tool_name: field(record, "tool_name")?.to_owned(),

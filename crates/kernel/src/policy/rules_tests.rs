@@ -317,13 +317,7 @@ fn no_file_no_rules_no_revision() {
     let p = Policy::uniform(ApprovalMode::Strict);
     assert!(p.rules().is_empty());
     assert_eq!(p.revision(), None);
-    let facts = Facts {
-        tool: "x",
-        account: "a",
-        session: None,
-        arguments: &json!({}),
-    };
-    assert!(p.rules().decide(&facts).is_none());
+    assert_eq!(decided_for(&p, "x", "a", None, json!({})), None);
     // Two files differing by a byte have different revisions.
     let one = policy("mode = \"strict\"\n");
     let two = policy("mode = \"strict\" \n");

@@ -117,6 +117,23 @@ pub struct NodeStatus {
     pub policy_revision: Option<String>,
 }
 
+impl NodeStatus {
+    /// The status of a node of `roles` that reports nothing else (no sandbox, bridge or
+    /// policy; version `0`, just started): what tests of the cluster view start from.
+    pub fn bare(node_id: NodeId, roles: Vec<Role>) -> NodeStatus {
+        NodeStatus {
+            node_id,
+            roles,
+            version: "0".into(),
+            uptime_s: 0,
+            in_flight: 0,
+            sandbox: None,
+            bridge: None,
+            policy_revision: None,
+        }
+    }
+}
+
 /// PROTOCOL.md's ClusterStatus (without `ok`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterStatus {
