@@ -123,6 +123,11 @@ pub(super) enum Command {
         #[command(subcommand)]
         action: ApprovalsCommand,
     },
+    /// List and revoke the grants of an account (decisions that remember themselves).
+    Grants {
+        #[command(subcommand)]
+        action: GrantsCommand,
+    },
     /// Read and verify an account's audit trail, and print its head to keep (through its
     /// query subject).
     Audit {
@@ -165,9 +170,52 @@ pub(super) enum ApprovalsCommand {
         account: Option<String>,
     },
     /// Approve a pending approval.
-    Approve(DecideArgs),
+    Approve(ApproveArgs),
     /// Reject a pending approval.
     Reject(DecideArgs),
+    /// Say which rule, reviewers, decisions or grant decided an approval, and why.
+    Explain {
+        id: String,
+        #[arg(long)]
+        account: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum GrantsCommand {
+    /// Every grant of an account still kept (revoked, spent and expired ones too).
+    List {
+        #[arg(long)]
+        account: String,
+    },
+    /// Revoke a grant: from now on it covers nothing, on every node.
+    Revoke {
+        id: String,
+        #[arg(long)]
+        account: String,
+    },
+}
+
+/// `approve`: a decision, and optionally a grant that remembers it.
+#[derive(Debug, Args)]
+pub(super) struct ApproveArgs {
+    #[command(flatten)]
+    pub(super) decide: DecideArgs,
+    /// Remember the approval as a grant for this session or the whole account.
+    #[arg(long, value_parser = ["session", "account"])]
+    pub(super) grant: Option<String>,
+    /// The grant's tools (comma-separated globs; default: the approval's tool).
+    #[arg(long, requires = "grant", value_delimiter = ',')]
+    pub(super) grant_tools: Vec<String>,
+    /// The grant's tests on the arguments, as JSON (`{"path": {"prefix": "notes/"}}`).
+    #[arg(long, requires = "grant")]
+    pub(super) grant_when: Option<String>,
+    /// Seconds the grant lives (default: the approval TTL).
+    #[arg(long, requires = "grant")]
+    pub(super) grant_expires_in_s: Option<u64>,
+    /// Calls the grant covers at most (default: no limit).
+    #[arg(long, requires = "grant")]
+    pub(super) grant_uses: Option<u64>,
 }
 
 // What `approve` and `reject` both take. (No doc comment: clap would show it as the about of
@@ -179,6 +227,10 @@ pub(super) struct DecideArgs {
     pub(super) account: String,
     #[arg(long, env = "USER")]
     pub(super) approver: Option<String>,
+    /// Decide as this reviewer, on `…decide.<name>` (your NATS user must be theirs): an
+    /// approval routed to reviewers is decided only this way.
+    #[arg(long = "as")]
+    pub(super) as_reviewer: Option<String>,
     #[arg(long)]
     pub(super) reason: Option<String>,
 }

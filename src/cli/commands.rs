@@ -1,6 +1,7 @@
 //! The client commands: `call`, `mcp`, `approvals`, `audit`, `status` and `events`, each over
 //! one NATS connection.
 
+use anyhow::{bail, Context as _};
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
@@ -10,7 +11,9 @@ use toolmesh_kernel::host::connect_client_with_inbox;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 use toolmesh_kernel::{InvocationId, NodeId};
 
-use crate::cli::args::{parse_account, parse_args, ApprovalsCommand, Command, DecideArgs};
+use crate::cli::args::{
+    parse_account, parse_args, ApprovalsCommand, ApproveArgs, Command, DecideArgs, GrantsCommand,
+};
 use crate::cli::events::{print_streams, replay_events};
 use crate::cli::mesh::{redacted_url, request, Mesh};
 use crate::cli::output::{exit_for, hint, print_json};
@@ -124,6 +127,20 @@ pub(super) async fn run_client(
             Ok(ExitCode::SUCCESS)
         }
         Command::Approvals { action } => approvals(&mesh, action).await,
+        Command::Grants { action } => {
+            let (subject, body) = match action {
+                GrantsCommand::List { account } => {
+                    (public::grants(&parse_account(&account)?, "list"), json!({}))
+                }
+                GrantsCommand::Revoke { id, account } => (
+                    public::grants(&parse_account(&account)?, "revoke"),
+                    json!({ "id": id }),
+                ),
+            };
+            let reply = request(&mesh, subject, &body, 10).await?;
+            print_json(&reply)?;
+            Ok(exit_for(&reply))
+        }
         Command::Audit { action } => crate::audit_cli::run(&mesh, action).await,
         Command::Status { node } => {
             let subject = match node {
@@ -163,8 +180,20 @@ async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<Exit
             let [requested, decided] = public::approvals_events(account.as_ref());
             return print_streams(mesh, &[requested, decided]).await;
         }
-        ApprovalsCommand::Approve(decide) => decision(decide, true)?,
+        ApprovalsCommand::Approve(approve) => approval(approve)?,
         ApprovalsCommand::Reject(decide) => decision(decide, false)?,
+        ApprovalsCommand::Explain { id, account } => {
+            let subject = public::approvals(&parse_account(&account)?, ApprovalVerb::Get);
+            let reply = request(mesh, subject, &json!({ "id": id }), 10).await?;
+            if reply["ok"] != true {
+                print_json(&reply)?;
+                return Ok(exit_for(&reply));
+            }
+            for line in crate::cli::explain::explain(&reply["approval"]) {
+                crate::cli::output::emit(&line)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     let reply = request(mesh, subject, &body, 10).await?;
     print_json(&reply)?;
@@ -174,16 +203,48 @@ async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<Exit
     Ok(exit_for(&reply))
 }
 
-/// The subject and body of `approve` (`approved`) or `reject`.
+/// The subject and body of `approve`, with the grant it asks for.
+fn approval(args: ApproveArgs) -> anyhow::Result<(String, Value)> {
+    let (subject, mut body) = decision(args.decide, true)?;
+    if let Some(scope) = args.grant {
+        let mut grant = json!({ "scope": scope });
+        if !args.grant_tools.is_empty() {
+            grant["tools"] = json!(args.grant_tools);
+        }
+        if let Some(when) = args.grant_when {
+            grant["when"] = serde_json::from_str(&when).context("--grant-when is not JSON")?;
+        }
+        if let Some(seconds) = args.grant_expires_in_s {
+            grant["expires_in_s"] = json!(seconds);
+        }
+        if let Some(uses) = args.grant_uses {
+            grant["uses"] = json!(uses);
+        }
+        body["grant"] = grant;
+    }
+    Ok((subject, body))
+}
+
+/// The subject and body of `approve` (`approved`) or `reject`: on `…decide.<name>` with
+/// `--as`, else on `…decide` naming `--approver`.
 fn decision(args: DecideArgs, approved: bool) -> anyhow::Result<(String, Value)> {
     let DecideArgs {
         id,
         account,
         approver,
+        as_reviewer,
         reason,
     } = args;
+    let account = parse_account(&account)?;
+    let subject = match &as_reviewer {
+        Some(name) if toolmesh_kernel::policy::is_reviewer_name(name) => {
+            public::approvals_decide_as(&account, name)
+        }
+        Some(name) => bail!("--as {name:?}: a reviewer's name is [A-Za-z0-9_-]{{1,64}}"),
+        None => public::approvals(&account, ApprovalVerb::Decide),
+    };
     Ok((
-        public::approvals(&parse_account(&account)?, ApprovalVerb::Decide),
+        subject,
         json!({ "id": id, "approved": approved, "approver": approver, "reason": reason }),
     ))
 }

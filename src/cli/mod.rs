@@ -1,5 +1,5 @@
-//! The command line: `toolmesh node`, `skill-service`, `call`, `mcp`, `approvals`, `status`,
-//! `events`.
+//! The command line: `toolmesh node`, `skill-service`, `call`, `mcp`, `approvals`, `grants`,
+//! `status`, `events`.
 //!
 //! Client commands print JSON replies on stdout (one document, or one line per event) and
 //! hints for a person on stderr; the exit code is 0 for `ok: true`, 1 for `ok: false`, 2 when
@@ -9,12 +9,14 @@
 //!
 //! The parts: the arguments (`args`), `main` and the node's start (`run`), the client commands
 //! (`commands`), a command's NATS connection (`mesh`), what it prints (`output`), events and
-//! watches (`events`), and what `call` tells a person about an approval (`waiting`).
+//! watches (`events`), what `call` tells a person about an approval (`waiting`), and
+//! `approvals explain` (`explain`).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
 mod commands;
 mod events;
+mod explain;
 mod mesh;
 mod output;
 mod run;

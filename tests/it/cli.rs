@@ -286,3 +286,58 @@ async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
     ok(serde_json::from_slice(&out.stdout).expect("a JSON reply"));
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// Issue 31: a reviewer approves as themselves and remembers the decision as a grant; `grants
+/// list` shows it, `approvals explain` says who decided under which rule.
+#[tokio::test]
+async fn a_reviewer_approves_as_themselves_with_a_grant_and_explain_says_why() {
+    let policy = "mode = \"off\"\n[reviewers.ops]\nmembers = [\"alice\"]\n\
+        [[rules]]\nid = \"ops\"\ntools = [\"component_status\"]\ndecision = \"ask\"\nreviewers = \"ops\"\n";
+    let (_dir, path) = crate::support::policy_file(policy);
+    let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
+    let body = json!({"tool": "component_status", "session_id": "s1"});
+    let first = c.call("acme", body.clone()).await;
+    let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
+    let approve = [
+        "approvals",
+        "approve",
+        &id,
+        "--account",
+        "acme",
+        "--as",
+        "alice",
+    ];
+    let args: Vec<&str> = approve
+        .iter()
+        .copied()
+        .chain(["--grant", "session", "--grant-uses", "1"])
+        .collect();
+    let decided: Value = serde_json::from_str(&cli(&c, &args)).unwrap();
+    assert_eq!(decided["approval"]["decided_by"], "alice", "{decided}");
+    assert_eq!(decided["grant"]["uses_left"], 1, "{decided}");
+    let grants: Value =
+        serde_json::from_str(&cli(&c, &["grants", "list", "--account", "acme"])).unwrap();
+    assert_eq!(
+        grants["grants"][0]["id"], decided["grant"]["id"],
+        "{grants}"
+    );
+    let explained = cli(&c, &["approvals", "explain", &id, "--account", "acme"]);
+    for part in [
+        "policy rule ops",
+        "reviewer group ops",
+        "alice approved",
+        "decided by alice",
+    ] {
+        assert!(explained.contains(part), "{part:?} in:\n{explained}");
+    }
+    // The grant's one use runs the next call of the session; revoked, it would cover nothing.
+    let ran = ok(c.call("acme", body).await);
+    assert_eq!(ran["grant_id"], decided["grant"]["id"], "{ran}");
+    let grant_id = decided["grant"]["id"].as_str().unwrap();
+    let revoked: Value = serde_json::from_str(&cli(
+        &c,
+        &["grants", "revoke", grant_id, "--account", "acme"],
+    ))
+    .unwrap();
+    assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
+}

@@ -56,6 +56,10 @@ pub mod public {
         format!("{PREFIX}.approvals.{account}.{}", verb.as_str())
     }
     pub const APPROVALS_ANY: &str = "toolmesh.v1.approvals.>";
+    /// `toolmesh.v1.grants.<account>.<verb>` (`list` or `revoke`).
+    pub fn grants(account: &Account, verb: &str) -> String {
+        format!("{PREFIX}.grants.{account}.{verb}")
+    }
     /// `toolmesh.v1.grants.<account>.list|revoke` of every account (the approval actor).
     pub const GRANTS_ANY: &str = "toolmesh.v1.grants.>";
 
