@@ -108,9 +108,14 @@ impl NodeState {
 }
 
 /// Reads the policy file again on every `SIGHUP`: a good file replaces the gateway's policy,
-/// a bad one is refused (logged, naming the rule and field) and the old one stays.
-async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, policy: LivePolicy) {
+/// a bad one is refused (logged, naming the rule and field) and the old one stays. A node
+/// without a gateway (`policy` none) says so and goes on.
+async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, policy: Option<LivePolicy>) {
     while hangups.recv().await.is_some() {
+        let Some(policy) = &policy else {
+            tracing::info!("SIGHUP: this node runs no gateway, so it has no policy to read again");
+            continue;
+        };
         match policy.reload() {
             Ok(Some(now)) => tracing::info!(
                 policy_revision = now.revision(),
@@ -166,12 +171,14 @@ pub async fn run(
             tracing::info!(tool, "the policy file sets a risk level for a tool that is not built in; it applies to a provider tool of that name");
         }
     }
-    // Installed before the actors start: SIGHUP's default would end the process.
-    if roles.contains(&Role::Gateway) {
-        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("listening for SIGHUP (policy reload)")?;
-        tokio::spawn(reload_on_hangup(hangups, actors.gateway.policy.clone()));
-    }
+    // Installed before the actors start, on every node: SIGHUP's default would end the
+    // process (a `kill -HUP` sent to every node of a cluster must stop none).
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("listening for SIGHUP (policy reload)")?;
+    let policy = roles
+        .contains(&Role::Gateway)
+        .then(|| actors.gateway.policy.clone());
+    tokio::spawn(reload_on_hangup(hangups, policy));
     // The bridge's MCP servers file, validated before anything connects: a bad file stops the
     // node with the server and field it names.
     let mut bridge_config = if roles.contains(&Role::Bridge) {

@@ -145,6 +145,21 @@ async fn sighup_reads_the_file_again_and_a_bad_file_keeps_the_old_rules() {
         c.nodes[0].logs("rules[0] (id \"bad\")", Duration::from_secs(10)),
         "the refusal names the rule"
     );
+    // A node without a gateway lives through a SIGHUP too.
+    let mut c = c;
+    let other = c.start_node("workspace", &[("RUST_LOG", "info")]).await;
+    c.nodes[other].hangup();
+    assert!(
+        c.nodes[other].logs("no policy to read again", Duration::from_secs(10)),
+        "the workspace node heard the SIGHUP"
+    );
+    let status = toolmesh_testkit::request_json(
+        &c.client,
+        format!("toolmesh.v1.status.{}", c.nodes[other].node_id),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status["ok"], true, "{status}");
     let still = c.tool_call("acme", "component_status", json!({})).await;
     assert_error(&still, "policy_denied", "v2");
     assert_eq!(still["policy_revision"], v2.as_str(), "{still}");
