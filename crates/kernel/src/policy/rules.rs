@@ -4,9 +4,9 @@
 //! over `allow`; within one decision the first in file order is the one recorded.
 //!
 //! The rules are checked whole when the file is read (a bad glob, regex, test or member stops
-//! the node naming the rule and the field) and evaluated once per call, before the gate: one
-//! [`GlobSet`] match of the tool name against every rule's tool globs picks the candidates,
-//! and only those are tested further.
+//! the node naming the rule and the field) and evaluated once per call, before the gate: an
+//! index of every rule's tool globs (rules for any tool, a map of literal names, one
+//! [`GlobSet`] of the other patterns) picks the candidates, and only those are tested further.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -222,10 +222,71 @@ impl Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
     rules: Vec<Arc<Rule>>,
-    /// Every rule's tool globs, as one set.
-    tools: GlobSet,
-    /// The rule of each glob of `tools`.
-    owner: Vec<usize>,
+    /// Which rules a tool name is a candidate for ([`ToolIndex`]).
+    tools: ToolIndex,
+}
+
+/// The rules' tool globs, indexed so that a call costs one hash lookup and one glob-set match
+/// whatever the number of rules: rules for every tool (`*`, `**`) are candidates at once,
+/// literal names are a map, and the other globs (each pattern once) one [`GlobSet`].
+#[derive(Debug, Clone, Default)]
+struct ToolIndex {
+    any: Vec<usize>,
+    exact: std::collections::HashMap<String, Vec<usize>>,
+    globs: GlobSet,
+    /// The rules of each pattern of `globs`.
+    owners: Vec<Vec<usize>>,
+}
+
+impl ToolIndex {
+    /// The rules (indexes, in file order, once each) whose tool globs match `tool`.
+    fn candidates(&self, tool: &str) -> Vec<usize> {
+        let mut out = self.any.clone();
+        if let Some(rules) = self.exact.get(tool) {
+            out.extend_from_slice(rules);
+        }
+        if !self.owners.is_empty() {
+            for pattern in self.globs.matches(tool) {
+                out.extend_from_slice(&self.owners[pattern]);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// Builds a [`ToolIndex`] rule by rule.
+#[derive(Default)]
+struct ToolIndexBuilder {
+    index: ToolIndex,
+    patterns: Vec<String>,
+}
+
+impl ToolIndexBuilder {
+    fn add(&mut self, pattern: &str, rule: usize) -> Result<(), String> {
+        glob(pattern)?;
+        if pattern == "*" || pattern == "**" {
+            self.index.any.push(rule);
+        } else if !pattern.contains(['*', '?', '[', '{', '\\']) {
+            self.index.exact.entry(pattern.to_owned()).or_default().push(rule);
+        } else if let Some(at) = self.patterns.iter().position(|p| p == pattern) {
+            self.index.owners[at].push(rule);
+        } else {
+            self.patterns.push(pattern.to_owned());
+            self.index.owners.push(vec![rule]);
+        }
+        Ok(())
+    }
+
+    fn build(mut self) -> Result<ToolIndex, String> {
+        let mut set = GlobSetBuilder::new();
+        for pattern in &self.patterns {
+            set.add(glob(pattern)?.glob().clone());
+        }
+        self.index.globs = set.build().map_err(|e| e.to_string())?;
+        Ok(self.index)
+    }
 }
 
 impl Rules {
@@ -247,16 +308,8 @@ impl Rules {
         if self.rules.is_empty() {
             return None;
         }
-        let mut candidates: Vec<usize> = self
-            .tools
-            .matches(facts.tool)
-            .into_iter()
-            .map(|glob| self.owner[glob])
-            .collect();
-        candidates.sort_unstable();
-        candidates.dedup();
         let mut best: Option<&Arc<Rule>> = None;
-        for index in candidates {
+        for index in self.tools.candidates(facts.tool) {
             let rule = &self.rules[index];
             if best.is_some_and(|b| b.decision >= rule.decision) {
                 continue;
@@ -277,8 +330,7 @@ impl Rules {
         groups: &BTreeMap<String, Vec<String>>,
     ) -> Result<Rules, String> {
         let mut rules = Vec::with_capacity(raw.len());
-        let mut tools = GlobSetBuilder::new();
-        let mut owner = Vec::new();
+        let mut tools = ToolIndexBuilder::default();
         for (index, value) in raw.into_iter().enumerate() {
             let id = value
                 .get("id")
@@ -299,19 +351,16 @@ impl Rules {
                 return Err(at("id", "another rule has this id".into()));
             }
             for pattern in &raw.tools {
-                tools.add(glob(pattern).map_err(|e| at("tools", e))?.glob().clone());
-                owner.push(index);
+                tools.add(pattern, index).map_err(|e| at("tools", e))?;
             }
             let rule = raw
                 .check(groups)
                 .map_err(|(field, reason)| at(&field, reason))?;
             rules.push(Arc::new(rule));
         }
-        let tools = tools.build().map_err(|e| e.to_string())?;
         Ok(Rules {
             rules,
-            tools,
-            owner,
+            tools: tools.build()?,
         })
     }
 }
