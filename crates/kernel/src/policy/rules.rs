@@ -269,7 +269,11 @@ impl ToolIndexBuilder {
         if pattern == "*" || pattern == "**" {
             self.index.any.push(rule);
         } else if !pattern.contains(['*', '?', '[', '{', '\\']) {
-            self.index.exact.entry(pattern.to_owned()).or_default().push(rule);
+            self.index
+                .exact
+                .entry(pattern.to_owned())
+                .or_default()
+                .push(rule);
         } else if let Some(at) = self.patterns.iter().position(|p| p == pattern) {
             self.index.owners[at].push(rule);
         } else {
