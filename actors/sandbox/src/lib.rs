@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_EXPIRY};
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::host::{drainable, listen, ActorHandle, InFlight, Lifecycle, Listen};
 use toolmesh_kernel::outputs::Keeper;
-use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::wire::{SandboxCapacity, SandboxTemplateStatus};
 use toolmesh_kernel::{NodeId, Role};
@@ -76,10 +76,8 @@ pub enum SandboxStartError {
     /// A template this worker cannot make sandboxes of.
     #[error("the sandbox role cannot start: {0}")]
     Template(String),
-    #[error("cannot subscribe to the sandbox subjects: {0}")]
-    Subscribe(#[from] async_nats::SubscribeError),
-    #[error("the NATS server did not confirm the subscription: {0}")]
-    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+    #[error(transparent)]
+    Listen(#[from] toolmesh_kernel::host::ListenError),
 }
 
 /// Reads a worker's sandbox capacity for its NodeStatus.
@@ -257,13 +255,14 @@ pub async fn spawn(
         handovers: crate::output::Handover::worker_slots(),
         skill_runner: config.skill_runner.clone(),
     });
-    let shared = client
-        .queue_subscribe(internal::run(Role::Sandbox), queue::of(Role::Sandbox))
-        .await?;
-    let own = client
-        .subscribe(internal::run_on(Role::Sandbox, &settings.node))
-        .await?;
-    confirm_subscriptions(&client).await?;
+    let [shared, own] = listen(
+        &client,
+        [
+            Listen::shared(internal::run(Role::Sandbox), Role::Sandbox),
+            Listen::own(internal::run_on(Role::Sandbox, &settings.node)),
+        ],
+    )
+    .await?;
 
     if health.is_none() {
         let warm = pool.clone();

@@ -27,10 +27,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::host::{drainable, listen, ActorHandle, InFlight, Lifecycle, Listen};
 use toolmesh_kernel::outputs::Keeper;
 use toolmesh_kernel::skills::BUNDLE_SUBJECT;
-use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::{NodeId, Role};
 
 pub use config::SkillsConfig;
@@ -50,10 +50,8 @@ pub struct SkillsSettings {
 pub enum SkillsStartError {
     #[error("skills configuration: {0}")]
     Config(String),
-    #[error("cannot subscribe to the skills subjects: {0}")]
-    Subscribe(#[from] async_nats::SubscribeError),
-    #[error("the NATS server did not confirm the subscription: {0}")]
-    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+    #[error(transparent)]
+    Listen(#[from] toolmesh_kernel::host::ListenError),
 }
 
 /// Builds the service the actor runs (also for tests that call it directly).
@@ -82,13 +80,14 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<ActorHandle, SkillsStartError> {
     let service = Arc::new(service(&settings)?);
-    let calls = client
-        .queue_subscribe(internal::run(Role::Skills), queue::of(Role::Skills))
-        .await?;
-    let bundles = client
-        .queue_subscribe(BUNDLE_SUBJECT, queue::of(Role::Skills))
-        .await?;
-    confirm_subscriptions(&client).await?;
+    let [calls, bundles] = listen(
+        &client,
+        [
+            Listen::shared(internal::run(Role::Skills), Role::Skills),
+            Listen::shared(BUNDLE_SUBJECT, Role::Skills),
+        ],
+    )
+    .await?;
     let drain = lifecycle.drain;
     let requests = futures::stream::select(
         drainable(calls, drain.clone()).map(loader::SkillRequested::Run),

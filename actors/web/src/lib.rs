@@ -17,9 +17,9 @@ pub mod variables;
 use std::sync::Arc;
 
 use toolmesh_kernel::config::Secret;
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
+use toolmesh_kernel::host::{drainable, listen, ActorHandle, InFlight, Lifecycle, Listen};
 use toolmesh_kernel::outputs::Keeper;
-use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::Role;
 
 pub use config::WebConfig;
@@ -43,10 +43,8 @@ pub enum WebStartError {
     SearchProvider(#[from] search::SearchConfigError),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
-    #[error("cannot subscribe to the web subject: {0}")]
-    Subscribe(#[from] async_nats::SubscribeError),
-    #[error("the NATS server did not confirm the subscription: {0}")]
-    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+    #[error(transparent)]
+    Listen(#[from] toolmesh_kernel::host::ListenError),
 }
 
 /// Starts the web actor (inside an actix `System`); returns once it is subscribed.
@@ -70,10 +68,11 @@ pub async fn spawn(
         search,
         metrics: settings.metrics,
     });
-    let calls = client
-        .queue_subscribe(internal::run(Role::Web), queue::of(Role::Web))
-        .await?;
-    confirm_subscriptions(&client).await?;
+    let [calls] = listen(
+        &client,
+        [Listen::shared(internal::run(Role::Web), Role::Web)],
+    )
+    .await?;
     let handle = toolmesh_actix_host::start(
         Role::Web,
         "web",

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use toolmesh_kernel::outputs::Keeper;
 
-use toolmesh_kernel::host::{confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle};
-use toolmesh_kernel::subjects::{internal, queue};
+use toolmesh_kernel::host::{drainable, listen, ActorHandle, InFlight, Lifecycle, Listen};
+use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::Role;
 
 /// What the workspace actor needs besides NATS.
@@ -41,10 +41,8 @@ pub struct WorkspaceSettings {
 pub enum WorkspaceStartError {
     #[error("TOOLMESH_REDIS_URL is not a valid Redis URL: {0}")]
     RedisUrl(#[source] redis::RedisError),
-    #[error("cannot subscribe to the workspace subject: {0}")]
-    Subscribe(#[from] async_nats::SubscribeError),
-    #[error("the NATS server did not confirm the subscription: {0}")]
-    Confirm(#[from] toolmesh_kernel::host::ConfirmError),
+    #[error(transparent)]
+    Listen(#[from] toolmesh_kernel::host::ListenError),
 }
 
 /// Starts the workspace actor (inside an actix `System`); returns once it is subscribed.
@@ -64,21 +62,19 @@ pub async fn spawn(
         data_dir: service.data_dir.clone(),
     };
     let sync_service = Arc::new(sync::SyncService::new(service.data_dir.clone()));
-    let calls = client
-        .queue_subscribe(internal::run(Role::Workspace), queue::of(Role::Workspace))
-        .await?;
-    let mut sync_subscriptions = Vec::new();
-    for subject in [
-        internal::WORKSPACE_MANIFEST,
-        internal::WORKSPACE_FETCH,
-        internal::WORKSPACE_APPLY,
-    ] {
-        let subscription = client
-            .queue_subscribe(subject, queue::of(Role::Workspace))
-            .await?;
-        sync_subscriptions.push(drainable(subscription, lifecycle.drain.clone()));
-    }
-    confirm_subscriptions(&client).await?;
+    let shared = |subject: String| Listen::shared(subject, Role::Workspace);
+    let [calls, manifest, fetch, apply] = listen(
+        &client,
+        [
+            shared(internal::run(Role::Workspace)),
+            shared(internal::WORKSPACE_MANIFEST.to_owned()),
+            shared(internal::WORKSPACE_FETCH.to_owned()),
+            shared(internal::WORKSPACE_APPLY.to_owned()),
+        ],
+    )
+    .await?;
+    let sync_subscriptions = [manifest, fetch, apply]
+        .map(|subscription| drainable(subscription, lifecycle.drain.clone()));
     let drain = lifecycle.drain;
     let keeper = toolmesh_actix_host::start(
         Role::Workspace,

@@ -181,6 +181,65 @@ pub async fn confirm_subscriptions(client: &Client) -> Result<(), ConfirmError> 
     }
 }
 
+/// A subject an actor listens on from its start ([`listen`]): in its role's queue group (one
+/// of the role's nodes takes each message), or alone.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    subject: String,
+    queue: Option<String>,
+}
+
+impl Listen {
+    /// `subject` in `role`'s queue group.
+    pub fn shared(subject: impl Into<String>, role: Role) -> Listen {
+        Listen {
+            subject: subject.into(),
+            queue: Some(crate::subjects::queue::of(role)),
+        }
+    }
+
+    /// `subject` for this node alone.
+    pub fn own(subject: impl Into<String>) -> Listen {
+        Listen {
+            subject: subject.into(),
+            queue: None,
+        }
+    }
+}
+
+/// Subscribes to every subject of `subjects`, in order, and returns once the server has them
+/// all ([`confirm_subscriptions`]): an actor is listening when its start returns.
+pub async fn listen<const N: usize>(
+    client: &Client,
+    subjects: [Listen; N],
+) -> Result<[Subscriber; N], ListenError> {
+    let mut subscribers = Vec::with_capacity(N);
+    for Listen { subject, queue } in subjects {
+        let subscribed = match queue {
+            Some(queue) => client.queue_subscribe(subject.clone(), queue).await,
+            None => client.subscribe(subject.clone()).await,
+        };
+        subscribers.push(subscribed.map_err(|source| ListenError::Subscribe { subject, source })?);
+    }
+    confirm_subscriptions(client).await?;
+    Ok(subscribers
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one subscriber per subject")))
+}
+
+/// Why [`listen`] failed: the actor does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("cannot subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: String,
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+    #[error("the NATS server did not confirm the subscriptions: {0}")]
+    Confirm(#[from] ConfirmError),
+}
+
 /// Why [`confirm_subscriptions`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfirmError {
