@@ -1,14 +1,16 @@
-//! What policy rules cost the gateway: a gated call that a rule lets through, against the same
-//! call in mode `off` (no gate at all), measured in one run.
+//! What policy rules and grants cost the gateway: a gated call that a rule or a grant lets
+//! through, against the same call in mode `off` (no gate at all), measured in one run.
 //!
-//! `cargo bench --bench policy` starts two nats-servers, each with one
-//! `toolmesh node --roles gateway`: one in mode `off` without a policy file, the other in mode
-//! `strict` with `component_status` and `tool_search` raised to risk `high` (so the mode would
-//! gate them) and 100 rules: 99 `deny` rules that every call is a candidate for (`tools = ["*"]`)
-//! whose argument test fails — a test on a missing member, or a regex searched in `query` — and
-//! last an `allow` rule for the two tools. Each call is thus decided by the rule engine after
-//! it tried every rule. The two sides run in alternating rounds (p50, p99, calls/s, and the
-//! ratio rules / off).
+//! `cargo bench --bench policy` starts two nats-servers: one with a
+//! `toolmesh node --roles gateway` in mode `off` without a policy file, the other with a
+//! `toolmesh node --roles gateway,approval` in mode `strict`, `component_status` and
+//! `tool_search` raised to risk `high` (so the mode would gate them) and 100 rules: 99 `deny`
+//! rules that every call is a candidate for (`tools = ["*"]`) whose argument test fails — a
+//! test on a missing member, or a regex searched in `query` — and last an `allow` rule for
+//! `component_status`. So `component_status` is decided by the rule engine after it tried
+//! every rule; `tool_search` then goes to the gate, where an account grant (made once, no use
+//! limit) covers it: the approval actor's grant lookup and use in Redis. Each pair runs in
+//! alternating rounds (p50, p99, calls/s, and the ratio policy / off).
 #![allow(clippy::print_stdout)]
 
 use std::fmt::Write as _;
@@ -41,13 +43,20 @@ fn policy() -> String {
         );
     }
     text.push_str(
-        "\n[[rules]]\nid = \"allow-status\"\ntools = [\"component_status\", \"tool_search\"]\ndecision = \"allow\"\n",
+        "\n[[rules]]\nid = \"allow-status\"\ntools = [\"component_status\"]\ndecision = \"allow\"\n",
     );
     text
 }
 
-/// Checks that both sides answer `body` alike (ok; the ruled side by its rule), then compares.
-async fn compare(off: &async_nats::Client, ruled: &async_nats::Client, name: &str, body: Bytes) {
+/// Checks that both sides answer `body` alike (ok; the ruled side by its rule or grant), then
+/// compares.
+async fn compare(
+    off: &async_nats::Client,
+    ruled: &async_nats::Client,
+    name: &str,
+    label: &str,
+    body: Bytes,
+) {
     for (client, side) in [(off, "off"), (ruled, "ruled")] {
         let reply = client.request(CALL, body.clone()).await.expect("answers");
         let parsed: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
@@ -55,8 +64,28 @@ async fn compare(off: &async_nats::Client, ruled: &async_nats::Client, name: &st
     }
     println!("\n{name}; {}", PACE.describe());
     let base = Side::new("mode off, no rules", CALL, &body).through(off);
-    let tested = Side::new("strict, allowed by rule 100", CALL, &body).through(ruled);
-    compare_alternating(off, &PACE, base, tested, "ratio rules / off").await;
+    let tested = Side::new(label, CALL, &body).through(ruled);
+    compare_alternating(off, &PACE, base, tested, "ratio policy / off").await;
+}
+
+/// Asks for an approval of `body` and approves it with an account grant of no use limit.
+async fn grant_once(client: &async_nats::Client, body: &Bytes) {
+    let reply = client.request(CALL, body.clone()).await.expect("answers");
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    assert_eq!(reply["error"], "approval_required", "{reply}");
+    let decide = serde_json::json!({
+        "id": reply["approval_request"]["id"], "approved": true, "approver": "bench",
+        "grant": {"scope": "account", "expires_in_s": 3600}
+    });
+    let decided = client
+        .request(
+            "toolmesh.v1.approvals.bench.decide",
+            decide.to_string().into(),
+        )
+        .await
+        .expect("decided");
+    let decided: serde_json::Value = serde_json::from_slice(&decided.payload).expect("JSON");
+    assert!(decided["grant"]["id"].is_string(), "{decided}");
 }
 
 fn main() {
@@ -82,7 +111,7 @@ fn main() {
         .await;
         let _ruled_node = node_on(
             TOOLMESH,
-            "gateway",
+            "gateway,approval",
             "bench-ruled",
             &nats_ruled,
             &redis,
@@ -96,14 +125,19 @@ fn main() {
             &off,
             &ruled,
             "component_status (tests on a missing member)",
+            "strict, allowed by rule 100",
             Bytes::from_static(br#"{"tool":"component_status"}"#),
         )
         .await;
+        let search =
+            Bytes::from_static(br#"{"tool":"tool_search","arguments":{"query":"read a file"}}"#);
+        grant_once(&ruled, &search).await;
         compare(
             &off,
             &ruled,
-            "tool_search (regexes searched in the query)",
-            Bytes::from_static(br#"{"tool":"tool_search","arguments":{"query":"read a file"}}"#),
+            "tool_search (regexes searched in the query, then a grant)",
+            "strict, 100 rules, covered by a grant",
+            search,
         )
         .await;
     });

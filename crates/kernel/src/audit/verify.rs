@@ -290,4 +290,3 @@ pub fn position(entries: &[StoredEntry], sha256: &str) -> Option<u64> {
         .find(|stored| stored.entry.get("sha256").and_then(Value::as_str) == Some(sha256))
         .map(|stored| stored.seq)
 }
-
