@@ -182,8 +182,8 @@ impl<'a> Call<'a> {
             .with("needs_session", true));
         }
         target.validate(&arguments, pointer_prefix)?;
-        let policy = self.policy.clone();
-        self.rule = policy
+        self.rule = self
+            .policy
             .rules()
             .decide(&Facts {
                 tool: &target.spec.name,
@@ -192,19 +192,19 @@ impl<'a> Call<'a> {
                 arguments: &arguments,
             })
             .cloned();
-        let rule = self.rule.as_deref().map(|rule| (rule, &*policy));
+        let rule = self.rule.as_deref().map(|rule| (rule, &*self.policy));
         self.audit =
             crate::audit::CallAudit::begin(&self.core.audit, &target.spec, &arguments, rule);
         self.start().await;
 
-        let risk = policy.risk_for(&target.spec);
+        let risk = self.policy.risk_for(&target.spec);
         let gated = match &self.rule {
             Some(rule) => match rule.decision {
                 Decision::Deny => return Err(self.denied(rule)),
                 Decision::Allow => false,
                 Decision::Ask => true,
             },
-            None => policy.mode_for(&self.ctx.account).needs_approval(risk),
+            None => self.policy.mode_for(&self.ctx.account).needs_approval(risk),
         };
         if gated {
             // Boxed: the gate and park states are large and rare; keeping them out of the
@@ -240,10 +240,10 @@ impl<'a> Call<'a> {
             .await;
     }
 
-    /// What every RunEvent of the call adds: `dispatched_tool_name` for a dispatched call,
-    /// `rule_id` and `policy_revision` for a call a policy rule decided.
+    /// What every RunEvent of the call adds: `dispatched_tool_name` for a dispatched call and
+    /// what the policy decided ([`Call::policy_extra`]).
     fn dispatched_extra(&self) -> Map<String, Value> {
-        let mut extra = self.rule_extra();
+        let mut extra = self.policy_extra();
         if let Some(name) = self.dispatched {
             extra.insert("dispatched_tool_name".into(), Value::from(name));
         }
@@ -252,7 +252,7 @@ impl<'a> Call<'a> {
 
     /// `rule_id` and `policy_revision` of a call a policy rule decided, `grant_id` of one a
     /// grant let run; empty otherwise.
-    fn rule_extra(&self) -> Map<String, Value> {
+    fn policy_extra(&self) -> Map<String, Value> {
         let mut extra = Map::new();
         if let Some(rule) = &self.rule {
             extra.insert("rule_id".into(), Value::from(rule.id.as_str()));

@@ -50,7 +50,7 @@ impl Call<'_> {
             event_tool: self.tool_for_events.clone(),
             dispatched_tool_name: self.dispatched.map(str::to_owned),
             elapsed_ms: elapsed_ms(started),
-            event_extra: self.rule_extra(),
+            event_extra: self.policy_extra(),
         })
     }
 
