@@ -7,7 +7,7 @@
 //! ([`crate::tools::ToolCall::outputs`]); the gateway makes one for a provider's reply. The
 //! workspace actor stores in its own files; every other actor sends the text to the workspace
 //! over NATS ([`WorkspaceSync`]). What a tool names in its reply is its own: the generic
-//! `persisted_outputs[<field>]` ([`Outputs::put_text`], [`Outputs::persist_named`]), a
+//! `persisted_outputs[<field>]` ([`Outputs::persist_named`], after [`budget::insert_over`]), a
 //! command's entry with its parts, or `web_fetch`'s seed field `persisted`.
 
 use std::sync::Arc;
@@ -149,25 +149,6 @@ impl Outputs<'_> {
         }
         Ok(())
     }
-
-    /// Puts `field` cut to `budget_chars` with its `_truncated` / `_original_chars` /
-    /// `_preview_chars` companions; over the budget, the whole text is persisted and named
-    /// ([`Outputs::persist_named`]). Returns whether it was cut; an error is the store's
-    /// (the preview is in `fields`, nothing is named).
-    pub async fn put_text(
-        &self,
-        fields: &mut Map<String, Value>,
-        field: &str,
-        text: String,
-        budget_chars: usize,
-    ) -> Result<bool, ToolError> {
-        let cut = budget::insert_budgeted(fields, field, &text, budget_chars);
-        if cut {
-            self.persist_named(fields, field, Whole::Text(text.into()))
-                .await?;
-        }
-        Ok(cut)
-    }
 }
 
 impl std::fmt::Debug for Outputs<'_> {
@@ -221,7 +202,8 @@ mod tests {
         .unwrap()
     }
 
-    /// `text` put as `field` within `budget` by a call in `session` keeping outputs in `store`.
+    /// `text` put as `field` within `budget` by a call in `session` keeping outputs in `store`,
+    /// as the tools do: cut ([`budget::insert_over`]), then kept and named.
     async fn put(
         store: &Arc<Kept>,
         session: Option<&str>,
@@ -233,9 +215,13 @@ mod tests {
         let ctx = ctx(session);
         let outputs = keeper.of(&ctx);
         let mut fields = Map::new();
-        let cut = outputs
-            .put_text(&mut fields, field, text.into(), outputs.budget_chars)
-            .await;
+        let cut = match budget::insert_over(&mut fields, field, text.into(), outputs.budget_chars) {
+            None => Ok(false),
+            Some(whole) => outputs
+                .persist_named(&mut fields, field, Whole::Text(whole.into()))
+                .await
+                .map(|()| true),
+        };
         (cut, fields)
     }
 
