@@ -8,6 +8,7 @@
 //! index of every rule's tool globs (rules for any tool, a map of literal names, one
 //! [`GlobSet`] of the other patterns) picks the candidates, and only those are tested further.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -240,19 +241,25 @@ struct ToolIndex {
 
 impl ToolIndex {
     /// The rules (indexes, in file order, once each) whose tool globs match `tool`.
-    fn candidates(&self, tool: &str) -> Vec<usize> {
-        let mut out = self.any.clone();
-        if let Some(rules) = self.exact.get(tool) {
-            out.extend_from_slice(rules);
+    /// The rules for any tool are borrowed as they are when no other glob names `tool`.
+    fn candidates(&self, tool: &str) -> Cow<'_, [usize]> {
+        let exact = self.exact.get(tool).map_or(&[][..], Vec::as_slice);
+        let globbed = if self.owners.is_empty() {
+            Vec::new()
+        } else {
+            self.globs.matches(tool)
+        };
+        if exact.is_empty() && globbed.is_empty() {
+            return Cow::Borrowed(&self.any);
         }
-        if !self.owners.is_empty() {
-            for pattern in self.globs.matches(tool) {
-                out.extend_from_slice(&self.owners[pattern]);
-            }
+        let mut out = self.any.clone();
+        out.extend_from_slice(exact);
+        for pattern in globbed {
+            out.extend_from_slice(&self.owners[pattern]);
         }
         out.sort_unstable();
         out.dedup();
-        out
+        Cow::Owned(out)
     }
 }
 
@@ -267,7 +274,10 @@ impl ToolIndexBuilder {
     fn add(&mut self, pattern: &str, rule: usize) -> Result<(), String> {
         glob(pattern)?;
         if pattern == "*" || pattern == "**" {
-            self.index.any.push(rule);
+            // Rules come in file order: `any` stays sorted, and once each.
+            if self.index.any.last() != Some(&rule) {
+                self.index.any.push(rule);
+            }
         } else if !pattern.contains(['*', '?', '[', '{', '\\']) {
             self.index
                 .exact
@@ -313,7 +323,7 @@ impl Rules {
             return None;
         }
         let mut best: Option<&Arc<Rule>> = None;
-        for index in self.tools.candidates(facts.tool) {
+        for &index in self.tools.candidates(facts.tool).iter() {
             let rule = &self.rules[index];
             if best.is_some_and(|b| b.decision >= rule.decision) {
                 continue;
