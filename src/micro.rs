@@ -91,6 +91,7 @@ fn services(node: &NodeId, roles: &[Role]) -> Vec<Service> {
                 vec![
                     endpoint("call", public::CALL_ANY, &group),
                     endpoint("cancel", public::CANCEL_ANY, &group),
+                    endpoint("check", internal::GATEWAY_CHECK, &group),
                 ],
             ),
             Role::Approval => (

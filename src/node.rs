@@ -107,26 +107,36 @@ impl NodeState {
     }
 }
 
-/// Reads the policy file again on every `SIGHUP`: a good file replaces the gateway's policy,
-/// a bad one is refused (logged, naming the rule and field) and the old one stays. A node
-/// without a gateway (`policy` none) says so and goes on.
-async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, policy: Option<LivePolicy>) {
+/// Reads the policy file again on every `SIGHUP`, for each role of the node that keeps it (the
+/// gateway's rules, the approval notifier's webhooks): a good file replaces that role's policy,
+/// a bad one is refused (logged, naming the rule and field) and the old one stays. A node with
+/// neither role says so and goes on.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    policies: Vec<(Role, LivePolicy)>,
+) {
     while hangups.recv().await.is_some() {
-        let Some(policy) = &policy else {
-            tracing::info!("SIGHUP: this node runs no gateway, so it has no policy to read again");
+        if policies.is_empty() {
+            tracing::info!(
+                "SIGHUP: this node runs no gateway or approval, so it has no policy to read again"
+            );
             continue;
-        };
-        match policy.reload() {
-            Ok(Some(now)) => tracing::info!(
-                policy_revision = now.revision(),
-                rules = now.rules().len(),
-                "the policy file was read again and applies from now on"
-            ),
-            Ok(None) => {
-                tracing::info!("SIGHUP: no policy file (TOOLMESH_POLICY_FILE) to read again")
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "the policy file was not taken; the policy read before stays")
+        }
+        for (role, policy) in &policies {
+            match policy.reload() {
+                Ok(Some(now)) => tracing::info!(
+                    role = %role,
+                    policy_revision = now.revision(),
+                    rules = now.rules().len(),
+                    webhooks = now.notify().len(),
+                    "the policy file was read again and applies from now on"
+                ),
+                Ok(None) => {
+                    tracing::info!(role = %role, "SIGHUP: no policy file (TOOLMESH_POLICY_FILE) to read again")
+                }
+                Err(e) => {
+                    tracing::error!(role = %role, error = %e, "the policy file was not taken; the policy read before stays")
+                }
             }
         }
     }
@@ -175,10 +185,21 @@ pub async fn run(
     // process (a `kill -HUP` sent to every node of a cluster must stop none).
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("listening for SIGHUP (policy reload)")?;
-    let policy = roles
-        .contains(&Role::Gateway)
-        .then(|| actors.gateway.policy.clone());
-    tokio::spawn(reload_on_hangup(hangups, policy));
+    // The approval notifier's webhooks (the policy file's `[[notify]]`), read before anything
+    // connects.
+    let mut notify_config = if roles.contains(&Role::Approval) {
+        Some(toolmesh_approval::NotifyConfig::from_env(&env)?)
+    } else {
+        None
+    };
+    let mut policies = Vec::new();
+    if roles.contains(&Role::Gateway) {
+        policies.push((Role::Gateway, actors.gateway.policy.clone()));
+    }
+    if let Some(notify) = &notify_config {
+        policies.push((Role::Approval, notify.policy.clone()));
+    }
+    tokio::spawn(reload_on_hangup(hangups, policies));
     // The bridge's MCP servers file, validated before anything connects: a bad file stops the
     // node with the server and field it names.
     let mut bridge_config = if roles.contains(&Role::Bridge) {
@@ -306,6 +327,13 @@ pub async fn run(
                 .await?
             }
             Role::Approval => {
+                let notifier = toolmesh_approval::spawn_notifier(
+                    nats.clone(),
+                    notify_config.take().expect("read above"),
+                    lifecycle.clone(),
+                )
+                .await?;
+                handles.push(notifier);
                 toolmesh_approval::spawn(
                     nats.clone(),
                     toolmesh_approval::ApprovalSettings {

@@ -479,7 +479,7 @@ mod tests {
         ];
         let approval = toolmesh_approval::variables::VARIABLES;
         let read = |env: &RawEnv| format!("{:?}", ApprovalConfig::from_env(env).unwrap());
-        let mut checked = check_defaults(approval, &consts, read, approval.len());
+        let mut checked = check_defaults(approval, &consts, read, 4);
         let read = |env: &RawEnv| {
             let config = SandboxConfig::from_env(env, Path::new("./data"));
             format!("{:?}", config.unwrap())

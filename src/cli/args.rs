@@ -201,6 +201,10 @@ pub(super) enum GrantsCommand {
 pub(super) struct ApproveArgs {
     #[command(flatten)]
     pub(super) decide: DecideArgs,
+    /// Approve these arguments instead of the call's (a JSON object, or @file): the call runs
+    /// with them once they pass the tool's schema.
+    #[arg(long)]
+    pub(super) arguments: Option<String>,
     /// Remember the approval as a grant for this session or the whole account.
     #[arg(long, value_parser = ["session", "account"])]
     pub(super) grant: Option<String>,
@@ -246,9 +250,9 @@ pub(super) fn parse_args(args: &str) -> anyhow::Result<Value> {
         }
         None => args.to_owned(),
     };
-    let value: Value = serde_json::from_str(&text).context("--args is not valid JSON")?;
+    let value: Value = serde_json::from_str(&text).context("not valid JSON")?;
     if !value.is_object() {
-        bail!("--args must be a JSON object, like '{{\"path\": \"notes.md\"}}'");
+        bail!("not a JSON object; give one like '{{\"path\": \"notes.md\"}}'");
     }
     Ok(value)
 }

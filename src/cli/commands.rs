@@ -61,7 +61,7 @@ pub(super) async fn run_client(
             timeout,
         } => {
             let account = parse_account(&account)?;
-            let arguments = parse_args(&args)?;
+            let arguments = parse_args(&args).context("--args")?;
             let mut body = json!({ "tool": tool, "arguments": arguments });
             let extra = [
                 ("session_id", session.map(Value::from)),
@@ -206,6 +206,9 @@ async fn approvals(mesh: &Mesh, action: ApprovalsCommand) -> anyhow::Result<Exit
 /// The subject and body of `approve`, with the grant it asks for.
 fn approval(args: ApproveArgs) -> anyhow::Result<(String, Value)> {
     let (subject, mut body) = decision(args.decide, true)?;
+    if let Some(arguments) = args.arguments {
+        body["arguments"] = parse_args(&arguments).context("--arguments")?;
+    }
     if let Some(scope) = args.grant {
         let mut grant = json!({ "scope": scope });
         if !args.grant_tools.is_empty() {

@@ -19,7 +19,7 @@ pub(super) fn explain(approval: &Value) -> Vec<String> {
     lines.push(match (text("rule_id"), text("policy_revision")) {
         (Some(rule), Some(revision)) => format!(
             "asked for by policy rule {rule} (policy revision {})",
-            &revision[..revision.len().min(12)]
+            short(Some(revision))
         ),
         (Some(rule), None) => format!("asked for by policy rule {rule}"),
         _ => "asked for by the approval mode and the tool's risk level (no rule matched)".into(),
@@ -64,7 +64,19 @@ pub(super) fn explain(approval: &Value) -> Vec<String> {
             text("decided_at").unwrap_or_default()
         ));
     }
+    if approval["edited"] == true {
+        lines.push(format!(
+            "the reviewer edited the arguments before approving: the call runs arguments {}, not the {} it was made with",
+            short(text("arguments_sha256")),
+            short(text("original_arguments_sha256"))
+        ));
+    }
     lines
+}
+
+/// The first 12 digits of a hash, for a person.
+fn short(sha: Option<String>) -> String {
+    sha.unwrap_or_default().chars().take(12).collect()
 }
 
 #[cfg(test)]
@@ -83,7 +95,8 @@ mod tests {
                 {"approver": "alice", "approved": true, "at": "t1", "reason": "looks fine"},
                 {"approver": "bob", "approved": true, "at": "t2", "reason": null}
             ],
-            "decided_by": "bob", "decided_at": "t2", "reason": null
+            "decided_by": "bob", "decided_at": "t2", "reason": null, "edited": true,
+            "arguments_sha256": "aaaaaaaaaaaaaaaa", "original_arguments_sha256": "bbbbbbbbbbbbbbbb"
         });
         let lines = explain(&approval);
         let text = lines.join("\n");
@@ -94,11 +107,13 @@ mod tests {
             "alice approved at t1: looks fine",
             "bob approved at t2",
             "decided by bob at t2",
+            "edited the arguments before approving: the call runs arguments aaaaaaaaaaaa, not the bbbbbbbbbbbb",
         ] {
             assert!(text.contains(part), "{part:?} in\n{text}");
         }
         let by_mode = explain(&json!({"id": "appr_2", "status": "pending"})).join("\n");
         assert!(by_mode.contains("no rule matched"), "{by_mode}");
         assert!(by_mode.contains("anyone who may decide"), "{by_mode}");
+        assert!(!by_mode.contains("edited"), "{by_mode}");
     }
 }

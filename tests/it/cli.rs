@@ -341,3 +341,44 @@ async fn a_reviewer_approves_as_themselves_with_a_grant_and_explain_says_why() {
     .unwrap();
     assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
 }
+
+/// Issue 31: `approve --arguments` approves edited arguments; the repeated call runs them and
+/// `explain` says the arguments were edited.
+#[tokio::test]
+async fn approve_with_arguments_runs_the_edited_call() {
+    let c = Cluster::with_node("gateway,approval,workspace", &[]).await;
+    let original = json!({"path": "plan.txt", "content": "drop table\n"});
+    let body = json!({"tool": "write_workspace_file", "session_id": "s1", "arguments": original});
+    let first = c.call("acme", body.clone()).await;
+    assert_eq!(first["error"], "approval_required", "{first}");
+    let id = first["approval_request"]["id"].as_str().unwrap().to_owned();
+    let edited = r#"{"path": "plan.txt", "content": "select 1\n"}"#;
+    let decided: Value = serde_json::from_str(&cli(
+        &c,
+        &[
+            "approvals",
+            "approve",
+            &id,
+            "--account",
+            "acme",
+            "--arguments",
+            edited,
+        ],
+    ))
+    .unwrap();
+    assert_eq!(decided["approval"]["edited"], true, "{decided}");
+    let mut repeat = body;
+    repeat["approval"] = json!({ "id": id });
+    let ran = ok(c.call("acme", repeat).await);
+    assert_eq!(ran["approval_edited"], true, "{ran}");
+    let read = json!({"path": "plan.txt", "include_line_numbers": false});
+    let content = ok(c
+        .session_call("acme", "s1", "read_workspace_file", read)
+        .await);
+    assert_eq!(content["content"], "select 1\n", "{content}");
+    let explained = cli(&c, &["approvals", "explain", &id, "--account", "acme"]);
+    assert!(
+        explained.contains("edited the arguments before approving"),
+        "{explained}"
+    );
+}

@@ -78,6 +78,11 @@ async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
         [
             ("call", "toolmesh.v1.call.>", "toolmesh.gateway"),
             ("cancel", "toolmesh.v1.cancel.>", "toolmesh.gateway"),
+            (
+                "check",
+                "toolmesh.internal.v1.gateway.check",
+                "toolmesh.gateway"
+            ),
         ]
     );
 

@@ -1,10 +1,18 @@
 //! The approval actor's configuration ([`ApprovalConfig`]): whether a caller may decide its own
 //! call in band, how long an approval lives and stays readable, and how many one account may
 //! have pending. Read from `TOOLMESH_APPROVAL_*` once at start.
+//!
+//! Its notifier's ([`NotifyConfig`]): the policy file's `[[notify]]` webhooks, the console's
+//! address for links, and the web egress policy the posts go through. Read for the role only,
+//! since it reads a file (as the bridge's, the MCP front's and the console's are).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
+use toolmesh_kernel::egress::Egress;
+use toolmesh_kernel::policy::{ApprovalMode, LivePolicy};
+use url::Url;
 
 pub const DEFAULT_APPROVAL_TTL_S: u64 = 3600;
 /// Pending approvals per account (PROTOCOL.md "Tenancy and trust", "Bounded waiting rooms").
@@ -42,6 +50,60 @@ impl ApprovalConfig {
     }
 }
 
+/// What the notifier reads, validated once at start.
+#[derive(Debug, Clone)]
+pub struct NotifyConfig {
+    /// `TOOLMESH_POLICY_FILE`, for its `[[notify]]` (read again on `SIGHUP`). The notifier
+    /// needs no mode, so the mode is the default's; the gateway reads the same file for its own.
+    pub policy: LivePolicy,
+    /// `TOOLMESH_CONSOLE_URL`: the approvals console as people open it, for Slack's link.
+    pub console_url: Option<Url>,
+    /// `TOOLMESH_WEB_ALLOWED_NETWORKS` opening non-public addresses: the web egress policy.
+    pub egress: Egress,
+}
+
+impl NotifyConfig {
+    /// A bad policy file is refused with the gateway's message (both read it the same way).
+    pub fn from_env(env: &RawEnv) -> Result<NotifyConfig, ConfigError> {
+        let file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
+        let policy = LivePolicy::load(ApprovalMode::default(), file)?;
+        let console_url = match env.get("TOOLMESH_CONSOLE_URL") {
+            None => None,
+            Some(raw) => Some(
+                console_url(raw.trim()).map_err(|reason| ConfigError::Invalid {
+                    key: "TOOLMESH_CONSOLE_URL",
+                    value: raw.to_owned(),
+                    reason,
+                })?,
+            ),
+        };
+        let networks = env.list("TOOLMESH_WEB_ALLOWED_NETWORKS");
+        let egress = Egress::new(&networks).map_err(|reason| ConfigError::Invalid {
+            key: "TOOLMESH_WEB_ALLOWED_NETWORKS",
+            value: networks.join(","),
+            reason,
+        })?;
+        Ok(NotifyConfig {
+            policy,
+            console_url,
+            egress,
+        })
+    }
+}
+
+/// An `http` or `https` URL with a host and no credentials: it is shown to everyone a
+/// notification reaches.
+fn console_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| format!("not a URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("not an http or https URL with a host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("a link shown to people carries no credentials".into());
+    }
+    Ok(url)
+}
+
 /// `TOOLMESH_APPROVAL_MAX_PENDING`, at least 1.
 fn max_pending(env: &RawEnv) -> Result<u64, ConfigError> {
     env.parse_nonzero(
@@ -73,6 +135,40 @@ mod tests {
         ] {
             let err = ApprovalConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_notifier_reads_the_console_link_and_the_web_egress_policy() {
+        let config = NotifyConfig::from_env(&RawEnv::default()).unwrap();
+        assert!(config.console_url.is_none() && config.policy.current().notify().is_empty());
+        let env = RawEnv::from_pairs([
+            ("TOOLMESH_CONSOLE_URL", "https://approvals.example/"),
+            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.0/8"),
+        ]);
+        let config = NotifyConfig::from_env(&env).unwrap();
+        assert_eq!(
+            config.console_url.unwrap().as_str(),
+            "https://approvals.example/"
+        );
+        assert!(config
+            .egress
+            .check_ip(std::net::Ipv4Addr::LOCALHOST.into())
+            .is_ok());
+        for (key, value) in [
+            ("TOOLMESH_CONSOLE_URL", "approvals.example"),
+            ("TOOLMESH_CONSOLE_URL", "ftp://approvals.example/"),
+            ("TOOLMESH_CONSOLE_URL", "https://me:pw@approvals.example/"),
+            ("TOOLMESH_WEB_ALLOWED_NETWORKS", "10.0.0.0/99"),
+            ("TOOLMESH_POLICY_FILE", "/nonexistent/policy.toml"),
+        ] {
+            let err = NotifyConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
+            let named = if key == "TOOLMESH_POLICY_FILE" {
+                value
+            } else {
+                key
+            };
+            assert!(err.to_string().contains(named), "{err}");
         }
     }
 }

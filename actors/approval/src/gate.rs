@@ -121,7 +121,10 @@ impl ApprovalService {
                 self.record(&approval, "approved", Some(ctx)).await;
                 self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
-                GateOutcome::Proceed { approval }
+                GateOutcome::Proceed {
+                    approval,
+                    arguments: None,
+                }
             }
             Birth::Rejected => {
                 self.metrics.approval_decided(ApprovalOutcome::Rejected);
@@ -208,7 +211,7 @@ impl ApprovalService {
                 );
                 refused(ToolError::new(ErrorCode::ApprovalExpired, message), Some(approval))
             }
-            Redeemed::Proceed(approval) => {
+            Redeemed::Proceed(approval, edited) => {
                 tracing::info!(id, invocation_id = %ctx.invocation_id, "approval used");
                 // Approved in band by this very call (the store writes its decider), rather
                 // than used after an earlier decision.
@@ -220,7 +223,24 @@ impl ApprovalService {
                 }
                 self.record(&approval, "used", Some(ctx)).await;
                 self.announce_decided(&approval).await;
-                GateOutcome::Proceed { approval }
+                // Stored by decide.lua from a value it checked; text that no longer parses
+                // means a damaged record, and the call must not run with something else.
+                let arguments = match edited.as_deref().map(serde_json::from_str).transpose() {
+                    Ok(arguments) => arguments,
+                    Err(e) => {
+                        return refused(
+                            ToolError::internal_logged(
+                                &e,
+                                "the edited arguments of an approval are not JSON",
+                            ),
+                            Some(approval),
+                        )
+                    }
+                };
+                GateOutcome::Proceed {
+                    approval,
+                    arguments,
+                }
             }
         }
     }

@@ -12,8 +12,10 @@
 
 pub mod config;
 mod desk;
+mod edit;
 mod gate;
 mod grants;
+pub mod notify;
 mod release;
 mod requests;
 mod service;
@@ -26,7 +28,7 @@ use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::subjects;
 use toolmesh_kernel::Role;
 
-pub use config::ApprovalConfig;
+pub use config::{ApprovalConfig, NotifyConfig};
 pub use desk::SWEEP_EVERY;
 pub use gate::MAX_PREVIEW_CHARS;
 pub use requests::{MAX_APPROVER_CHARS, MAX_LIST, MAX_REASON_CHARS};
@@ -75,6 +77,8 @@ pub enum ApprovalStartError {
     },
     #[error("could not confirm the approval subscriptions with the NATS server: {0}")]
     Confirm(#[source] toolmesh_kernel::host::ConfirmError),
+    #[error("could not make the notifications' HTTP client: {0}")]
+    NotifyClient(#[source] reqwest::Error),
 }
 
 /// Starts the approval actor; call inside an actix `System`. Returns once its subscriptions
@@ -149,4 +153,32 @@ pub async fn spawn(
     ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stop_notice).start();
     tracing::info!("approval actor subscribed");
     Ok(handle)
+}
+
+/// Starts the notifier of an approval node (`notify/`); call inside a tokio runtime. Returns
+/// once its subscriptions are live on the server; its handle resolves once it has drained.
+pub async fn spawn_notifier(
+    nats: async_nats::Client,
+    config: NotifyConfig,
+    lifecycle: Lifecycle,
+) -> Result<ActorHandle, ApprovalStartError> {
+    let notifier = notify::Notifier::new(config, notify::Retry::default())
+        .map_err(ApprovalStartError::NotifyClient)?;
+    let mut events = Vec::new();
+    for subject in subjects::public::approvals_events(None) {
+        let sub = nats
+            .queue_subscribe(subject.clone(), notify::QUEUE.to_owned())
+            .await
+            .map_err(|source| ApprovalStartError::Subscribe { subject, source })?;
+        events.push(sub);
+    }
+    toolmesh_kernel::host::confirm_subscriptions(&nats)
+        .await
+        .map_err(ApprovalStartError::Confirm)?;
+    let events = futures::stream::select_all(events);
+    tracing::info!("approval notifier subscribed");
+    Ok(ActorHandle::spawn(
+        Role::Approval,
+        notifier.run(events, lifecycle),
+    ))
 }

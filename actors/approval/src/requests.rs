@@ -41,6 +41,8 @@ struct DecideBody {
     member: Option<String>,
     /// `grant`: the decision remembers itself (an approval only).
     grant: Option<Box<GrantAsk>>,
+    /// `arguments`: approved in place of the call's (an approval only).
+    arguments: Option<Value>,
 }
 
 impl ApprovalService {
@@ -144,13 +146,20 @@ impl ApprovalService {
         mut body: DecideBody,
     ) -> Result<Map<String, Value>, ToolError> {
         let grant = body.grant.take();
-        if let Some(ask) = &grant {
-            // Checked before deciding: a decision that may not remember itself changes nothing.
+        let mut edit = None;
+        if grant.is_some() || body.arguments.is_some() {
+            // Checked before deciding: a decision that may not remember itself, or whose
+            // edited arguments a call could not run with, changes nothing.
             let found = self.store.get(account, id).await.map_err(store_error)?;
             let Some((approval, _, _)) = found else {
                 return Err(not_found(account, id));
             };
-            may_grant(&approval, ask)?;
+            if let Some(ask) = &grant {
+                may_grant(&approval, ask)?;
+            }
+            if let Some(arguments) = body.arguments.take() {
+                edit = Some(self.check_edit(&approval, arguments).await?);
+            }
         }
         let decision = Decision {
             approved: body.approved,
@@ -161,6 +170,7 @@ impl ApprovalService {
                 .unwrap_or_else(|| ANONYMOUS.to_owned()),
             reason: body.reason,
             member: body.member,
+            edit,
         };
         let decided = self
             .store
@@ -203,6 +213,7 @@ impl ApprovalService {
             )
             .with("approval", to_value(&approval)?)),
             Decided::Unchanged(approval) => Ok(one(approval)),
+            Decided::EditNeedsOne(approval) => Err(crate::edit::needs_one(&approval)),
             Decided::Changed(approval) => {
                 self.metrics.approval_decided(if body.approved {
                     ApprovalOutcome::Approved
@@ -275,13 +286,13 @@ fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
     })?;
     let account = Account::parse(account).map_err(|e| ToolError::invalid_request(e.to_string()))?;
     let mut map = object(body)?;
-    let query =
-        match verb {
-            ApprovalVerb::List => Query::List,
-            ApprovalVerb::Get => Query::Get { id: id(&mut map)? },
-            ApprovalVerb::Decide => {
-                let id = id(&mut map)?;
-                let approved = match map.remove("approved") {
+    let query = match verb {
+        ApprovalVerb::List => Query::List,
+        ApprovalVerb::Get => Query::Get { id: id(&mut map)? },
+        ApprovalVerb::Decide => {
+            let id = id(&mut map)?;
+            let approved =
+                match map.remove("approved") {
                     Some(Value::Bool(b)) => b,
                     None | Some(Value::Null) => return Err(ToolError::invalid_request(
                         "the decision has no \"approved\"; send true to approve or false to reject",
@@ -293,33 +304,48 @@ fn parse(subject: &str, body: &[u8]) -> Result<(Account, Query), ToolError> {
                         )))
                     }
                 };
-                let approver = text(&mut map, "approver", MAX_APPROVER_CHARS)?;
-                let reason = text(&mut map, "reason", MAX_REASON_CHARS)?;
-                let grant = match map.remove("grant") {
+            let approver = text(&mut map, "approver", MAX_APPROVER_CHARS)?;
+            let reason = text(&mut map, "reason", MAX_REASON_CHARS)?;
+            let grant =
+                match map.remove("grant") {
                     None | Some(Value::Null) => None,
                     Some(_) if !approved => return Err(ToolError::invalid_request(
                         "only an approval remembers itself: send \"grant\" with \"approved\": true",
                     )),
                     Some(ask) => Some(Box::new(parse_ask(ask)?)),
                 };
-                Query::Decide {
-                    id,
-                    decision: DecideBody {
-                        approved,
-                        approver,
-                        reason,
-                        member: member.map(str::to_owned),
-                        grant,
-                    },
-                }
+            let arguments = match map.remove("arguments") {
+                    None | Some(Value::Null) => None,
+                    Some(_) if !approved => return Err(ToolError::invalid_request(
+                        "only an approval carries edited arguments: send \"arguments\" with \"approved\": true",
+                    )),
+                    Some(edited @ Value::Object(_)) => Some(edited),
+                    Some(other) => {
+                        return Err(ToolError::invalid_request(format!(
+                            "arguments must be an object (the tool's arguments, edited), got {}",
+                            json_kind(&other)
+                        )))
+                    }
+                };
+            Query::Decide {
+                id,
+                decision: DecideBody {
+                    approved,
+                    approver,
+                    reason,
+                    member: member.map(str::to_owned),
+                    grant,
+                    arguments,
+                },
             }
-            ApprovalVerb::Requested | ApprovalVerb::Decided => {
-                return Err(ToolError::invalid_request(format!(
-                    "{} is an event subject, not a request; use list, get or decide",
-                    verb.as_str()
-                )))
-            }
-        };
+        }
+        ApprovalVerb::Requested | ApprovalVerb::Decided => {
+            return Err(ToolError::invalid_request(format!(
+                "{} is an event subject, not a request; use list, get or decide",
+                verb.as_str()
+            )))
+        }
+    };
     Ok((account, query))
 }
 
@@ -404,6 +430,7 @@ mod tests {
                 reason: reason.map(Into::into),
                 member: None,
                 grant: None,
+                arguments: None,
             },
         }
     }
@@ -451,6 +478,26 @@ mod tests {
             Ok(decide("appr_1", true, None, None)),
         );
         check("decide", r#"{"id":"appr_1"}"#, Err("approved"));
+        let Query::Decide { decision, .. } = parse(
+            "toolmesh.v1.approvals.acme.decide",
+            br#"{"id":"appr_1","approved":true,"arguments":{"path":"b"}}"#,
+        )
+        .unwrap()
+        .1
+        else {
+            panic!("a decision")
+        };
+        assert_eq!(decision.arguments, Some(serde_json::json!({"path": "b"})));
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":false,"arguments":{"path":"b"}}"#,
+            Err("only an approval carries edited arguments"),
+        );
+        check(
+            "decide",
+            r#"{"id":"appr_1","approved":true,"arguments":"{}"}"#,
+            Err("must be an object"),
+        );
         check(
             "decide",
             r#"{"id":"appr_1","approved":"yes"}"#,

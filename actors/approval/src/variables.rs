@@ -1,5 +1,6 @@
 //! The variables only the approval actor reads, for the configuration reference
-//! ([`toolmesh_kernel::settings`]).
+//! ([`toolmesh_kernel::settings`]). Its notifier also reads `TOOLMESH_POLICY_FILE` (listed by
+//! the gateway) and `TOOLMESH_WEB_ALLOWED_NETWORKS` (listed by the web actor).
 
 use toolmesh_kernel::settings::{Component, Variable};
 
@@ -30,5 +31,13 @@ pub const VARIABLES: &[Variable] = &[
         component: Component::Approval,
         default: "`604800` (7 days)",
         description: "How long decided, used and expired approvals stay readable through `get`.",
+    },
+    Variable {
+        name: "TOOLMESH_CONSOLE_URL",
+        component: Component::Approval,
+        default: "unset (no link)",
+        description: "The approvals console's address as people open it \
+                      (`https://approvals.example/`), linked from Slack notifications \
+                      (`[[notify]] format = \"slack\"`).",
     },
 ];

@@ -29,6 +29,11 @@ pub struct CancelReceived(pub Message);
 #[rtype(result = "()")]
 pub struct AuditQueried(pub Message);
 
+/// A check of a reviewer's edited arguments (`toolmesh.internal.v1.gateway.check`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ArgumentsChecked(pub Message);
+
 /// An `…decided` event (parked calls wait on these).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -113,6 +118,16 @@ impl StreamHandler<AuditQueried> for Gateway {
     fn handle(&mut self, AuditQueried(msg): AuditQueried, _ctx: &mut Context<Self>) {
         self.tasks
             .spawn(crate::audit::handle_query(self.core.clone(), msg));
+    }
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+impl StreamHandler<ArgumentsChecked> for Gateway {
+    fn handle(&mut self, ArgumentsChecked(msg): ArgumentsChecked, _ctx: &mut Context<Self>) {
+        self.tasks
+            .spawn(crate::call::edit::handle_check(self.core.clone(), msg));
     }
     fn finished(&mut self, ctx: &mut Context<Self>) {
         self.stream_finished(ctx);

@@ -29,6 +29,10 @@ pub struct CallAudit {
     policy_revision: Option<String>,
     /// The grant that let the call run.
     grant_id: Option<String>,
+    /// The call runs with arguments a reviewer edited before approving.
+    edited: bool,
+    /// Who decided the call without an approval: the pre-reviewer (`review`).
+    decided_by: Option<String>,
 }
 
 impl CallAudit {
@@ -49,7 +53,24 @@ impl CallAudit {
             rule_id: rule.map(|(rule, _)| rule.id.clone()),
             policy_revision: rule.and_then(|(_, policy)| policy.revision().map(str::to_owned)),
             grant_id: None,
+            edited: false,
+            decided_by: None,
         }))
+    }
+
+    /// The call runs with `arguments`, which a reviewer edited before approving: its entries
+    /// carry their hash, and `edited`.
+    pub fn edited(&mut self, arguments: &Value) {
+        self.arguments_sha256 = arguments_sha256(arguments);
+        self.edited = true;
+    }
+
+    /// The pre-reviewer decided the call (`by`), under the policy file of `revision`.
+    pub fn reviewed(&mut self, by: &str, revision: Option<&str>) {
+        self.decided_by = Some(by.to_owned());
+        if self.policy_revision.is_none() {
+            self.policy_revision = revision.map(str::to_owned);
+        }
     }
 
     /// The call runs under `grant` (its entries name it).
@@ -64,6 +85,8 @@ impl CallAudit {
         entry.rule_id = self.rule_id.clone();
         entry.policy_revision = self.policy_revision.clone();
         entry.grant_id = self.grant_id.clone();
+        entry.edited = self.edited.then_some(true);
+        entry.decided_by = self.decided_by.clone();
         entry
     }
 

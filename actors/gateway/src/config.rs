@@ -1,6 +1,10 @@
 //! The gateway's configuration ([`GatewayConfig`]): its risk policy
-//! (`TOOLMESH_TOOL_APPROVAL_MODE`, `TOOLMESH_POLICY_FILE`), what `component_status` reports of
-//! the settings of the other roles ([`Reported`]), and the node's shared config.
+//! (`TOOLMESH_TOOL_APPROVAL_MODE`, `TOOLMESH_POLICY_FILE`), the web egress policy its
+//! pre-reviewer's POSTs go through (`TOOLMESH_WEB_ALLOWED_NETWORKS`), what `component_status`
+//! reports of the settings of the other roles ([`Reported`]), and the node's shared config.
+//!
+//! `TOOLMESH_WEB_ALLOWED_NETWORKS` is the web actor's variable, listed once in its table
+//! (`toolmesh_web::variables`): the gateway reads the same policy, it does not own it.
 //!
 //! The gateway depends on no actor crate: the node reads the other roles' configs with their
 //! own crates and hands the gateway the few values it reports.
@@ -11,6 +15,11 @@ use std::sync::Arc;
 use toolmesh_kernel::config::{ConfigError, NodeConfig, RawEnv};
 use toolmesh_kernel::policy::{ApprovalMode, LivePolicy};
 
+use crate::call::review::ReviewHttp;
+
+/// The web egress policy's allowed networks, which the pre-reviewer's POSTs go through too.
+const ALLOWED_NETWORKS: &str = "TOOLMESH_WEB_ALLOWED_NETWORKS";
+
 /// Everything the gateway reads, validated once at start.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -19,6 +28,9 @@ pub struct GatewayConfig {
     pub policy: LivePolicy,
     /// What `component_status` says of the settings of the other roles.
     pub reported: Reported,
+    /// The client a `[review] url` is POSTed with, under the web egress policy
+    /// (`TOOLMESH_WEB_ALLOWED_NETWORKS`).
+    pub(crate) review_http: ReviewHttp,
     /// What every node reads: the data dir (workspace roots), reply prefixes, the result
     /// budget and the RunEvents stream.
     pub node: Arc<NodeConfig>,
@@ -55,9 +67,16 @@ impl GatewayConfig {
         let mode: ApprovalMode = env.parse("TOOLMESH_TOOL_APPROVAL_MODE", ApprovalMode::Strict)?;
         let policy_file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
         let policy = LivePolicy::load(mode, policy_file)?;
+        let allowed = env.list(ALLOWED_NETWORKS);
+        let review_http = ReviewHttp::new(&allowed).map_err(|reason| ConfigError::Invalid {
+            key: ALLOWED_NETWORKS,
+            value: allowed.join(","),
+            reason,
+        })?;
         Ok(GatewayConfig {
             policy,
             reported,
+            review_http,
             node,
         })
     }
@@ -99,6 +118,18 @@ pub(crate) mod tests {
         let err = config(&env).unwrap_err();
         assert!(
             err.to_string().contains("TOOLMESH_TOOL_APPROVAL_MODE"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_web_egress_policy_is_read_and_a_bad_network_names_the_variable() {
+        let env = RawEnv::from_pairs([("TOOLMESH_WEB_ALLOWED_NETWORKS", "127.0.0.0/8, ::1")]);
+        config(&env).unwrap();
+        let env = RawEnv::from_pairs([("TOOLMESH_WEB_ALLOWED_NETWORKS", "10.0.0.0/33")]);
+        let err = config(&env).unwrap_err();
+        assert!(
+            err.to_string().contains("TOOLMESH_WEB_ALLOWED_NETWORKS"),
             "{err}"
         );
     }

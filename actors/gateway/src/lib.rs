@@ -34,7 +34,7 @@ use toolmesh_kernel::host::{
     confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle, ReplyInbox,
 };
 use toolmesh_kernel::metrics::Metrics;
-use toolmesh_kernel::subjects::{public, queue};
+use toolmesh_kernel::subjects::{internal, public, queue};
 use toolmesh_kernel::tools::ToolRegistry;
 use toolmesh_kernel::Role;
 
@@ -42,7 +42,9 @@ pub use call::gate::GATE_TIMEOUT;
 pub use call::route::DEFAULT_ROUTE_TIMEOUT;
 pub use config::{GatewayConfig, Reported};
 
-use actor::{ApprovalDecided, AuditQueried, CallReceived, CancelReceived, Gateway};
+use actor::{
+    ApprovalDecided, ArgumentsChecked, AuditQueried, CallReceived, CancelReceived, Gateway,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayStartError {
@@ -104,6 +106,8 @@ pub async fn spawn(
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
     // Any one gateway answers an account's audit query.
     let queries = subscribe(public::AUDIT_QUERY_ANY, true).await?;
+    // Any one gateway checks a reviewer's edited arguments for the approval actor.
+    let checks = subscribe(internal::GATEWAY_CHECK, true).await?;
     // Every gateway discovers providers on its own.
     let announces = subscribe(public::PROVIDERS_ANNOUNCE, false).await?;
     // Claims and replies of calls to long-running roles (sandbox, skills).
@@ -164,8 +168,13 @@ pub async fn spawn(
                 .map(CancelReceived),
         );
         ctx.add_stream(drainable(decided, drain.clone()).map(ApprovalDecided));
-        ctx.add_stream(replies.screen(drainable(queries, drain)).map(AuditQueried));
-        Gateway::new(core, 4, stop_notice)
+        ctx.add_stream(
+            replies
+                .screen(drainable(queries, drain.clone()))
+                .map(AuditQueried),
+        );
+        ctx.add_stream(drainable(checks, drain).map(ArgumentsChecked));
+        Gateway::new(core, 5, stop_notice)
     });
     Ok(handle)
 }

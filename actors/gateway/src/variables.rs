@@ -1,5 +1,6 @@
 //! The variables only the gateway reads (its risk policy), for the configuration reference
-//! ([`toolmesh_kernel::settings`]).
+//! ([`toolmesh_kernel::settings`]). Its pre-reviewer (`[review] url`) also reads
+//! `TOOLMESH_WEB_ALLOWED_NETWORKS`, the web egress policy, listed once by the web actor.
 
 use toolmesh_kernel::settings::{Component, Variable};
 

@@ -224,6 +224,11 @@ pub mod internal {
     /// provably never ran (no actor took the call). Same queue group as the gate.
     pub const APPROVAL_RELEASE: &str = "toolmesh.internal.v1.approval.release";
 
+    /// Edits before approving: the approval actor asks any gateway whether a reviewer's
+    /// arguments pass the checks a call with them would meet ([`crate::wire::ArgumentsCheck`]),
+    /// queue group of the gateway role.
+    pub const GATEWAY_CHECK: &str = "toolmesh.internal.v1.gateway.check";
+
     /// An actor running an invocation that can be cancelled listens here for its duration.
     pub fn cancel(account: &Account, invocation: &InvocationId) -> String {
         format!("{PREFIX}.cancel.{account}.{invocation}")

@@ -130,6 +130,16 @@ pub struct Decision {
     /// The approver `…decide.<approver>` names: only such a decision counts on an approval
     /// routed to reviewers, and only when they are a member.
     pub member: Option<String>,
+    /// Arguments a reviewer edited, approved in their place.
+    pub edit: Option<Edit>,
+}
+
+/// Edited arguments as an approval keeps them: their hash, preview and compact JSON text.
+#[derive(Debug, Clone)]
+pub struct Edit {
+    pub arguments_sha256: String,
+    pub preview: String,
+    pub text: String,
 }
 
 /// The result of [`ApprovalStore::decide`].
@@ -144,6 +154,8 @@ pub enum Decided {
     Counted(ApprovalRequest),
     /// The same decision had already been made: nothing changed.
     Unchanged(ApprovalRequest),
+    /// Edited arguments on an approval that needs more than one approval: nothing changed.
+    EditNeedsOne(ApprovalRequest),
     /// The contrary decision had already been made.
     Conflict(ApprovalRequest),
     /// This decision was the first.
@@ -181,8 +193,9 @@ pub enum Redeemed {
     },
     /// Already used by another call.
     Used(ApprovalRequest),
-    /// This call may run; the approval is now `used` by it.
-    Proceed(ApprovalRequest),
+    /// This call may run; the approval is now `used` by it. With the arguments a reviewer
+    /// edited it to (compact JSON), which the call runs instead of its own.
+    Proceed(ApprovalRequest, Option<String>),
 }
 
 /// What happened to an approval whose deadline passed undecided.
@@ -522,6 +535,7 @@ impl ApprovalStore {
     ) -> Result<Decided, StoreError> {
         let keys = RecordKeys::new(account.as_str(), id);
         let mut invocation = keys.invocation(&self.scripts.decide);
+        invocation.key(&keys.arguments);
         invocation
             .arg(if decision.approved { "1" } else { "0" })
             .arg(&decision.decided_by)
@@ -530,6 +544,13 @@ impl ApprovalStore {
             .arg(&keys.member)
             .arg(id)
             .arg(decision.member.as_deref().unwrap_or(""));
+        match &decision.edit {
+            Some(edit) => invocation
+                .arg(&edit.arguments_sha256)
+                .arg(&edit.preview)
+                .arg(&edit.text),
+            None => invocation.arg("").arg("").arg(""),
+        };
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         if outcome == "not_found" {
             return Ok(Decided::NotFound);
@@ -540,6 +561,7 @@ impl ApprovalStore {
             "counted" => Decided::Counted(approval),
             "expired" => Decided::Expired(approval),
             "same" => Decided::Unchanged(approval),
+            "quorum" => Decided::EditNeedsOne(approval),
             "conflict" => Decided::Conflict(approval),
             "changed" => Decided::Changed(approval),
             other => return Err(unexpected("decide", other)),
@@ -555,6 +577,7 @@ impl ApprovalStore {
     ) -> Result<Redeemed, StoreError> {
         let keys = RecordKeys::new(account.as_str(), id);
         let mut invocation = keys.invocation(&self.scripts.redeem);
+        invocation.key(&keys.arguments);
         invocation
             .arg(call.session_id.as_ref().map_or("", SessionId::as_str))
             .arg(&call.tool_name)
@@ -569,7 +592,7 @@ impl ApprovalStore {
             .arg(&keys.member)
             .arg(id)
             .arg(&call.decided_by);
-        let (outcome, now, changed, record): (String, u64, String, Record) =
+        let (outcome, now, changed, record, edited): (String, u64, String, Record, String) =
             self.run(&invocation).await?;
         if outcome == "not_found" {
             return Ok(Redeemed::NotFound);
@@ -586,7 +609,7 @@ impl ApprovalStore {
                 changed: changed == "1",
             },
             "used" => Redeemed::Used(approval),
-            "proceed" => Redeemed::Proceed(approval),
+            "proceed" => Redeemed::Proceed(approval, Some(edited).filter(|e| !e.is_empty())),
             other => return Err(unexpected("redeem", other)),
         })
     }
@@ -797,6 +820,8 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
             Some(_) => Some(decisions(record)?),
         },
         escalated: optional(record, "escalated").is_some(),
+        edited: optional(record, "edited").is_some(),
+        original_arguments_sha256: optional(record, "original_arguments_sha256"),
         grantable: optional(record, "grantable").as_deref() != Some("0"),
     })
 }

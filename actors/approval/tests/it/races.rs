@@ -76,7 +76,7 @@ async fn racing_uses_have_exactly_one_proceed() {
     let mut proceeds = 0;
     for outcome in outcomes {
         match outcome {
-            GateOutcome::Proceed { approval } => {
+            GateOutcome::Proceed { approval, .. } => {
                 proceeds += 1;
                 assert_eq!(approval.status, ApprovalStatus::Used);
             }

@@ -320,7 +320,7 @@ pub fn refusal(outcome: GateOutcome) -> (String, String, Option<ApprovalRequest>
 /// The approval of a `Proceed`; panics on anything else.
 pub fn proceeded(outcome: GateOutcome) -> ApprovalRequest {
     match outcome {
-        GateOutcome::Proceed { approval } => approval,
+        GateOutcome::Proceed { approval, .. } => approval,
         other => panic!("expected proceed, got {other:?}"),
     }
 }

@@ -60,13 +60,14 @@ impl Call<'_> {
     }
 
     /// Runs the call when the approval actor says so; otherwise the refusal is the reply.
+    /// `Some`: the arguments a reviewer approved in place of the call's.
     pub(super) async fn pass_gate(
         &mut self,
         target: &RegisteredTool,
         risk: RiskLevel,
         arguments: &Value,
         request: &ToolRequest,
-    ) -> Result<(), ToolError> {
+    ) -> Result<Option<Value>, ToolError> {
         if let Some(pointer) = toolmesh_kernel::canonical::inexact_number(arguments) {
             return Err(ToolError::invalid_argument(
                 &pointer,
@@ -145,19 +146,33 @@ impl Call<'_> {
         })
     }
 
-    /// Turns the gate's answer into "run" or the refusal the caller gets.
-    async fn settle(&mut self, outcome: GateOutcome) -> Result<(), ToolError> {
+    /// Turns the gate's answer into "run" (with the arguments a reviewer edited, if one did)
+    /// or the refusal the caller gets.
+    async fn settle(&mut self, outcome: GateOutcome) -> Result<Option<Value>, ToolError> {
         match outcome {
             GateOutcome::Granted { grant } => {
                 // Named in the reply, the RunEvents and the audit entries of the call.
                 self.grant_id = Some(grant.id);
-                Ok(())
+                Ok(None)
             }
-            GateOutcome::Proceed { approval } => {
+            GateOutcome::Proceed {
+                approval,
+                arguments,
+            } => {
                 self.consumed_approval = Some(approval.id.clone());
+                if let Some(edited) = &arguments {
+                    // The approval binds the edited arguments: anything else must not run.
+                    if arguments_sha256(edited) != approval.arguments_sha256 {
+                        tracing::error!(approval_id = %approval.id, "the approval actor sent edited arguments its approval is not bound to");
+                        return Err(ToolError::internal(format!(
+                            "approval {} came back with edited arguments it is not bound to; the call did not run",
+                            approval.id
+                        )));
+                    }
+                }
                 self.emit(RunEventKind::Approved, approval_extra(&approval))
                     .await;
-                Ok(())
+                Ok(arguments)
             }
             GateOutcome::Required { approval, in_band } => {
                 Err(approval_required(&approval, &self.ctx.account).with("in_band", in_band))
@@ -208,7 +223,7 @@ impl Call<'_> {
         approval: ApprovalRequest,
         consume: GateRequest,
         wait: Duration,
-    ) -> Result<(), ToolError> {
+    ) -> Result<Option<Value>, ToolError> {
         let core = self.core;
         let mut decided = core.decided.subscribe();
         let mut cancel =

@@ -2,12 +2,15 @@
 //! approval gate → run (here or in the actor that owns the tool) → `finished` → reply.
 //!
 //! This file is the lifecycle, in order, and `tool_dispatcher`; the other rooms add to `Call`:
-//! `gate.rs` (approval), `route.rs` (actors, claims, direct replies) and `provider.rs`;
+//! `review.rs` (the pre-reviewer), `gate.rs` (approval), `route.rs` (actors, claims, direct
+//! replies) and `provider.rs`;
 //! `error.rs` says why a request to an actor failed on the gateway's side.
 
+pub(crate) mod edit;
 mod error;
 pub(crate) mod gate;
 mod provider;
+pub(crate) mod review;
 pub(crate) mod route;
 
 use std::sync::Arc;
@@ -99,6 +102,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             policy: core.config.policy.current(),
             rule: None,
             grant_id: None,
+            edited: false,
+            reviewed: None,
         };
         let result = call.run(&request).await;
         let body = call.finish(result).await;
@@ -149,6 +154,10 @@ struct Call<'a> {
     rule: Option<Arc<Rule>>,
     /// The grant that let the call run without an approval.
     grant_id: Option<String>,
+    /// The call runs with arguments a reviewer edited before approving.
+    edited: bool,
+    /// What the pre-reviewer decided, when it let the call run or refused it.
+    reviewed: Option<review::Reviewed>,
 }
 
 /// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
@@ -164,7 +173,7 @@ impl<'a> Call<'a> {
         let tool = registry
             .get(&request.tool)
             .ok_or_else(|| builtin::unknown_tool(&request.tool))?;
-        let (target, arguments, pointer_prefix) = if tool.spec.is_dispatcher() {
+        let (target, mut arguments, pointer_prefix) = if tool.spec.is_dispatcher() {
             match Box::pin(self.dispatch(tool, &request.arguments)).await? {
                 Dispatch::Answered(fields) => return Ok(Answer::Fields(fields)),
                 Dispatch::Call(inner, arguments) => (inner, arguments, "/arguments"),
@@ -198,7 +207,7 @@ impl<'a> Call<'a> {
         self.start().await;
 
         let risk = self.policy.risk_for(&target.spec);
-        let gated = match &self.rule {
+        let mut gated = match &self.rule {
             Some(rule) => match rule.decision {
                 Decision::Deny => return Err(self.denied(rule)),
                 Decision::Allow => false,
@@ -206,10 +215,18 @@ impl<'a> Call<'a> {
             },
             None => self.policy.mode_for(&self.ctx.account).needs_approval(risk),
         };
+        if gated && self.reviewed(request) {
+            // Boxed: the reviewer's exchange is rare and must not grow every call's future.
+            let after = Box::pin(self.pre_review(target, risk, &arguments)).await?;
+            gated = after == review::AfterReview::Gate;
+        }
         if gated {
             // Boxed: the gate and park states are large and rare; keeping them out of the
             // common future keeps every spawn of a call cheap to move.
-            Box::pin(self.pass_gate(target, risk, &arguments, request)).await?;
+            let gate = Box::pin(self.pass_gate(target, risk, &arguments, request));
+            if let Some(edited) = gate.await? {
+                arguments = self.take_edit(target, edited)?;
+            }
         }
         if let Some(mut audit) = self.audit.take() {
             audit.granted(self.grant_id.as_deref());
@@ -262,22 +279,28 @@ impl<'a> Call<'a> {
         if let Some(grant) = &self.grant_id {
             extra.insert("grant_id".into(), Value::from(grant.as_str()));
         }
+        if self.edited {
+            extra.insert("approval_edited".into(), Value::Bool(true));
+        }
+        if let Some(reviewed) = &self.reviewed {
+            let by = if reviewed.allowed {
+                "decided_by"
+            } else {
+                "reviewed_by"
+            };
+            extra.insert(by.into(), Value::from(review::REVIEWED_BY));
+            if let Some(reason) = &reviewed.reason {
+                extra.insert("review_reason".into(), Value::from(reason.as_str()));
+            }
+            let revision = self.policy.revision();
+            extra.insert("policy_revision".into(), Value::from(revision));
+        }
         extra
     }
 
     /// `policy_denied`: the deny rule that matched the call, its reason and the revision.
     fn denied(&self, rule: &Rule) -> ToolError {
-        let because = rule
-            .reason
-            .as_deref()
-            .map_or_else(String::new, |reason| format!(": {reason}"));
-        ToolError::new(
-            ErrorCode::PolicyDenied,
-            format!("the policy rule {:?} denies this call{because}", rule.id),
-        )
-        .with("rule_id", rule.id.as_str())
-        .with("reason", rule.reason.as_deref())
-        .with("policy_revision", self.policy.revision())
+        denied(rule, &self.policy)
     }
 
     async fn emit(&mut self, kind: RunEventKind, mut extra: Map<String, Value>) {
@@ -336,6 +359,16 @@ impl<'a> Call<'a> {
         }
         if let Some(grant) = &self.grant_id {
             reply.member("grant_id", grant.as_str());
+        }
+        if self.edited {
+            reply.member("approval_edited", &true);
+        }
+        // A refusal carries `reviewed_by` and `reason` among its details.
+        if let Some(reviewed) = self.reviewed.as_ref().filter(|r| r.allowed) {
+            reply.member("decided_by", review::REVIEWED_BY);
+            if let Some(reason) = &reviewed.reason {
+                reply.member("review_reason", reason.as_str());
+            }
         }
         reply.finish()
     }
@@ -423,6 +456,21 @@ impl<'a> Call<'a> {
             Runs::Provider(route) => Box::pin(self.call_provider(target, route, arguments)).await,
         }
     }
+}
+
+/// `policy_denied`: the deny rule that matched a call, its reason and the policy's revision.
+fn denied(rule: &Rule, policy: &Policy) -> ToolError {
+    let because = rule
+        .reason
+        .as_deref()
+        .map_or_else(String::new, |reason| format!(": {reason}"));
+    ToolError::new(
+        ErrorCode::PolicyDenied,
+        format!("the policy rule {:?} denies this call{because}", rule.id),
+    )
+    .with("rule_id", rule.id.as_str())
+    .with("reason", rule.reason.as_deref())
+    .with("policy_revision", policy.revision())
 }
 
 enum Dispatch<'r> {

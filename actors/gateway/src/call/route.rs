@@ -37,6 +37,7 @@ impl Call<'_> {
         // With the trail on, the gateway writes `finished` before the caller has the reply.
         if self.consumed_approval.is_some()
             || self.grant_id.is_some()
+            || self.reviewed.is_some()
             || self.audit.is_some()
             || !self
                 .reply_to

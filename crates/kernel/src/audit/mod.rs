@@ -24,7 +24,7 @@ use crate::canonical::sha256_hex;
 use crate::config::{ConfigError, RawEnv};
 use crate::ids::Account;
 use crate::subjects::public;
-use crate::wire::{ApprovalRequest, InvocationContext};
+use crate::wire::{ApprovalRequest, InvocationContext, MemberDecision};
 
 mod verify;
 pub use verify::*;
@@ -130,6 +130,13 @@ pub struct AuditEntry {
     pub policy_revision: Option<String>,
     /// The grant that let the call run without an approval.
     pub grant_id: Option<String>,
+    /// The reviewer group an approval went to.
+    pub reviewers: Option<String>,
+    /// Each member's decision on an approval routed to reviewers.
+    pub decisions: Option<Vec<MemberDecision>>,
+    /// A reviewer edited the arguments before approving (an approval's entries), or the call
+    /// ran with arguments so edited (a call's).
+    pub edited: Option<bool>,
     /// Set by the writer.
     pub node_id: String,
 }
@@ -156,6 +163,9 @@ impl AuditEntry {
             rule_id: None,
             policy_revision: None,
             grant_id: None,
+            reviewers: None,
+            decisions: None,
+            edited: None,
             node_id: String::new(),
         }
     }
@@ -195,6 +205,9 @@ impl AuditEntry {
             decided_by: approval.decided_by.clone(),
             rule_id: approval.rule_id.clone(),
             policy_revision: approval.policy_revision.clone(),
+            reviewers: approval.reviewers.clone(),
+            decisions: approval.decisions.clone(),
+            edited: Some(approval.edited),
             ..Self::of(EntryKind::Approval, &approval.account, status)
         }
     }

@@ -8,6 +8,7 @@
 //! replaces it) or go under a floor (the higher of the two wins). A provider is code the
 //! operator did not write, and its metadata is what it says about itself.
 
+pub mod hooks;
 pub mod rules;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +20,7 @@ use arc_swap::ArcSwap;
 
 use serde::{Deserialize, Serialize};
 
+pub use hooks::{Notify, NotifyEvent, NotifyFormat, Review, Reviewer};
 pub use rules::{Conditions, Decision, Facts, Globs, OnTimeout, Rule, Rules};
 
 use crate::ids::Account;
@@ -88,6 +90,9 @@ struct PolicyFile {
     rules: Vec<toml::Value>,
     #[serde(default)]
     reviewers: BTreeMap<String, ReviewerGroup>,
+    review: Option<hooks::ReviewFile>,
+    #[serde(default)]
+    notify: Vec<hooks::NotifyFile>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -124,6 +129,10 @@ pub struct Policy {
     rules: Rules,
     /// `[reviewers.<group>] members`.
     groups: BTreeMap<String, Vec<String>>,
+    /// `[review]`: the pre-reviewer.
+    review: Option<Review>,
+    /// `[[notify]]`: the webhooks of approval events.
+    notify: Vec<Notify>,
     /// The sha256 of the file's bytes; `None` without a file.
     revision: Option<String>,
 }
@@ -196,6 +205,13 @@ impl Policy {
             groups.insert(group, members.members);
         }
         let rules = Rules::parse(file.rules, &groups)?;
+        let review = file.review.map(hooks::ReviewFile::check).transpose()?;
+        let notify = file
+            .notify
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| n.check(i))
+            .collect::<Result<Vec<_>, _>>()?;
         for service in file.providers.keys() {
             if !is_token(service, 256) {
                 return Err(format!(
@@ -218,6 +234,8 @@ impl Policy {
                 .collect(),
             rules,
             groups,
+            review,
+            notify,
             revision: Some(crate::canonical::sha256_hex(text.as_bytes())),
         })
     }
@@ -225,6 +243,16 @@ impl Policy {
     /// The file's rules (empty without a file).
     pub fn rules(&self) -> &Rules {
         &self.rules
+    }
+
+    /// `[review]`, the pre-reviewer; `None` when the file names none.
+    pub fn review(&self) -> Option<&Review> {
+        self.review.as_ref()
+    }
+
+    /// `[[notify]]`, the webhooks of approval events.
+    pub fn notify(&self) -> &[Notify] {
+        &self.notify
     }
 
     /// The members of reviewer group `group`.

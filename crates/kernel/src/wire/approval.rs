@@ -151,6 +151,13 @@ pub struct ApprovalRequest {
     /// It passed its deadline undecided and went to its rule's `escalate_to` group.
     #[serde(default)]
     pub escalated: bool,
+    /// A reviewer changed the arguments before approving: `arguments_sha256` and the preview
+    /// are the edited arguments', `original_arguments_sha256` the call's.
+    #[serde(default)]
+    pub edited: bool,
+    /// The hash of the arguments the call was made with, when a reviewer edited them.
+    #[serde(default)]
+    pub original_arguments_sha256: Option<String>,
     /// Whether a decision on it may remember itself as a grant (its rule's `grantable`); the
     /// approval actor's own, never on the wire.
     #[serde(skip_serializing, default = "yes")]

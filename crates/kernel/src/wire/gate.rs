@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ErrorCode, ToolError};
-use crate::ids::{Account, InvocationId};
+use crate::ids::{Account, InvocationId, SessionId};
 use crate::wire::approval::{
     ApprovalGrant, ApprovalRequest, ApprovalRoute, Grant, RiskLevel, SideEffect,
 };
@@ -39,8 +39,13 @@ pub struct GateRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum GateOutcome {
-    /// Approved and now used by this call.
-    Proceed { approval: ApprovalRequest },
+    /// Approved and now used by this call. `arguments`: the arguments a reviewer edited the
+    /// approval to (`approval.edited`), which the call runs with instead of its own.
+    Proceed {
+        approval: ApprovalRequest,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
+    },
     /// A new pending approval was created for this call. `in_band`: whether an in-band
     /// decision on it would count (`TOOLMESH_APPROVAL_IN_BAND` of the approval role), so a
     /// front knows whether asking its client is any use.
@@ -57,6 +62,19 @@ pub enum GateOutcome {
         error_message: String,
         approval: Option<ApprovalRequest>,
     },
+}
+
+/// Approval actor → gateway ([`crate::subjects::internal::GATEWAY_CHECK`]): would a call of
+/// `tool_name` with these arguments, which a reviewer wrote, pass the gateway's checks (the
+/// tool's schema, the policy's `deny` rules) in this account and session? Answered with
+/// `{"ok": true}` or the error body such a call would get.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArgumentsCheck {
+    pub account: Account,
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
+    pub tool_name: String,
+    pub arguments: Value,
 }
 
 /// Gateway → approval actor: the call `invocation_id` consumed approval `approval_id` (a
