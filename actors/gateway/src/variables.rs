@@ -19,9 +19,11 @@ pub const VARIABLES: &[Variable] = &[
         default: "unset",
         description: "A TOML policy: `mode` (overrides `TOOLMESH_TOOL_APPROVAL_MODE`), \
                       `[accounts.<account>] mode`, `[tools.<tool>] risk_level`, \
-                      `[providers.<service>] min_risk_level`, `[[rules]]` and \
-                      `[reviewers.<group>]` (PROTOCOL.md \"Approval policy\"). `SIGHUP` \
-                      reads it again; a bad file is refused and the old one kept.",
+                      `[providers.<service>] min_risk_level`, `[[rules]]`, \
+                      `[reviewers.<group>]`, `[review]` (the pre-reviewer, run by gateways) \
+                      and `[[notify]]` (webhooks, posted by approval nodes) (PROTOCOL.md \
+                      \"Approval policy\"). `SIGHUP` reads it again; a bad file is refused \
+                      and the old one kept.",
     },
 ];
 

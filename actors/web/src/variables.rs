@@ -9,8 +9,9 @@ pub const VARIABLES: &[Variable] = &[
         name: "TOOLMESH_WEB_ALLOWED_NETWORKS",
         component: Component::Web,
         default: "unset",
-        description: "CIDRs `web_fetch` may reach although they are not public (an intranet, \
-                      tests).",
+        description: "CIDRs the web egress policy opens although they are not public (an \
+                      intranet, tests): for `web_fetch`, the pre-reviewer's URL (gateways) \
+                      and webhooks (approval nodes).",
     },
     Variable {
         name: "TOOLMESH_WEB_MAX_BYTES",
