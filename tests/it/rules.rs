@@ -566,3 +566,88 @@ async fn grants_are_refused_where_the_policy_forbids_them_and_never_overspent() 
     }
     assert_eq!(ran, 3, "a grant of three uses ran {ran} calls");
 }
+
+#[tokio::test]
+async fn racing_decisions_through_two_approval_nodes_count_each_member_once() {
+    let (_dir, path) = policy_file(REVIEWED);
+    let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
+    let mut c = Cluster::with_env(&env).await;
+    c.start_node("gateway,approval", &env).await;
+    let required = status(&c, "s1", None).await;
+    let id = required["approval_request"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Alice's approval sent twenty times at once, through either node: counted once.
+    let alice: Vec<_> = (0..20)
+        .map(|_| {
+            let client = c.client.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let body = json!({"id": id, "approved": true});
+                toolmesh_testkit::request_json(
+                    &client,
+                    "toolmesh.v1.approvals.acme.decide.alice",
+                    body,
+                )
+                .await
+            })
+        })
+        .collect();
+    for reply in alice {
+        let reply = ok(reply.await.unwrap());
+        assert_eq!(reply["approval"]["status"], "pending", "{reply}");
+    }
+    let got = ok(c.approvals("acme", "get", json!({"id": id})).await);
+    assert_eq!(
+        got["approval"]["decisions"].as_array().map(Vec::len),
+        Some(1),
+        "{got}"
+    );
+
+    // Bob and Carol race to complete the quorum: one of them settles it, once.
+    let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
+    let racers: Vec<_> = ["bob", "carol"]
+        .into_iter()
+        .map(|who| {
+            let client = c.client.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let subject = format!("toolmesh.v1.approvals.acme.decide.{who}");
+                toolmesh_testkit::request_json(
+                    &client,
+                    subject,
+                    json!({"id": id, "approved": true}),
+                )
+                .await
+            })
+        })
+        .collect();
+    for racer in racers {
+        let reply = ok(racer.await.unwrap());
+        assert_eq!(reply["approval"]["status"], "approved", "{reply}");
+    }
+    let event = tokio::time::timeout(Duration::from_secs(5), decided.next())
+        .await
+        .expect("a decided event")
+        .unwrap();
+    let approval: Value = serde_json::from_slice(&event.payload).unwrap();
+    let settler = approval["decided_by"].as_str().unwrap().to_owned();
+    assert!(settler == "bob" || settler == "carol", "{approval}");
+    // The call runs once; a second event for the same decision would be a second settling.
+    ok(status(&c, "s1", Some(&id)).await);
+    let next = tokio::time::timeout(Duration::from_secs(5), decided.next())
+        .await
+        .expect("the used event")
+        .unwrap();
+    let used: Value = serde_json::from_slice(&next.payload).unwrap();
+    assert_eq!(
+        used["status"], "used",
+        "one approved event, then used: {used}"
+    );
+    let got = ok(c.approvals("acme", "get", json!({"id": id})).await);
+    let decisions = got["approval"]["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 2, "alice and the settler only: {got}");
+    assert_eq!(decisions[1]["approver"], settler.as_str(), "{got}");
+}
