@@ -446,6 +446,26 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
     );
     assert_eq!(grant["created_by"], "alice", "{grant}");
     let grant_id = grant["id"].as_str().unwrap().to_owned();
+    // The approval and its audit entry name the grant it was remembered as.
+    assert_eq!(
+        decided["approval"]["grant_id"],
+        grant_id.as_str(),
+        "{decided}"
+    );
+    let trail = ok(toolmesh_testkit::request_json(
+        &c.client,
+        "toolmesh.v1.audit.acme.query",
+        json!({"limit": 100}),
+    )
+    .await);
+    let approved = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["approval_id"] == id.as_str() && e["status"] == "approved")
+        .cloned()
+        .unwrap_or_else(|| panic!("no approved entry: {trail}"));
+    assert_eq!(approved["grant_id"], grant_id.as_str(), "{approved}");
 
     // Two later calls of the session run without an approval, each naming the grant.
     let mut events = c.watch("toolmesh.v1.events.acme.inv-granted").await;

@@ -112,13 +112,16 @@ pub(crate) fn may_grant(approval: &ApprovalRequest, ask: &GrantAsk) -> Result<()
 
 impl ApprovalService {
     /// Makes the grant `ask` describes, remembering `approval` as decided by `by`.
+    /// `id` is the one the decision recorded on the approval.
     pub(crate) async fn remember(
         &self,
+        id: String,
         approval: &ApprovalRequest,
         ask: GrantAsk,
         by: &str,
     ) -> Result<Grant, ToolError> {
         let new = NewGrant {
+            id,
             account: approval.account.clone(),
             session_id: approval.session_id.clone().filter(|_| ask.session_scope),
             tools: ask

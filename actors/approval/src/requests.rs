@@ -171,6 +171,10 @@ impl ApprovalService {
             reason: body.reason,
             member: body.member,
             edit,
+            grant_id: grant
+                .as_ref()
+                .filter(|_| body.approved)
+                .map(|_| toolmesh_kernel::ids::generate_grant_id()),
         };
         let decided = self
             .store
@@ -224,9 +228,9 @@ impl ApprovalService {
                 let status = if body.approved { "approved" } else { "rejected" };
                 self.record(&approval, status, None).await;
                 self.announce_decided(&approval).await;
-                let made = match grant {
-                    Some(ask) if body.approved => {
-                        Some(self.remember(&approval, *ask, &decision.decided_by).await?)
+                let made = match (grant, decision.grant_id) {
+                    (Some(ask), Some(id)) => {
+                        Some(self.remember(id, &approval, *ask, &decision.decided_by).await?)
                     }
                     _ => None,
                 };

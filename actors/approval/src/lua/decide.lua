@@ -6,7 +6,8 @@
 -- it at once (the first, with a quorum of one); an approval decided already refuses it.
 -- ARGV: approved ('1' | '0'), decided_by, reason ('' for none), op, expiry member, id,
 --       member (the approver the subject names, '' for the plain subject),
---       edited arguments_sha256, preview and arguments text ('' '' '' for no edit)
+--       edited arguments_sha256, preview and arguments text ('' '' '' for no edit),
+--       grant_id (the grant an approval remembers itself as, '' for none)
 -- KEYS: the record keys (common.lua), then the arguments string.
 -- Reply: {'not_found' | 'forbidden' | 'expired' | 'same' | 'conflict' | 'counted' | 'changed'
 --         | 'quorum', now_ms, record}
@@ -80,6 +81,9 @@ if edit then
   redis.call('SET', KEYS[5], ARGV[10], 'PXAT', redis.call('PEXPIRETIME', KEYS[1]))
   audit('edit', ARGV[6], ARGV[2], now, {'original_arguments_sha256', original,
                                         'arguments_sha256', ARGV[8]})
+end
+if approve and ARGV[11] ~= '' then
+  redis.call('HSET', KEYS[1], 'grant_id', ARGV[11])
 end
 record_decision(ARGV[6], ARGV[5], approve, ARGV[2], ARGV[3], ARGV[4], now)
 return {'changed', ms(now), record()}

@@ -36,6 +36,8 @@ static SCRIPTS: LazyLock<GrantScripts> = LazyLock::new(|| GrantScripts {
 /// A grant as a decision asks for it, checked.
 #[derive(Debug, Clone)]
 pub struct NewGrant {
+    /// Made before the decision, which records it on the approval (`grant_id`).
+    pub id: String,
     pub account: Account,
     pub session_id: Option<SessionId>,
     pub tools: Vec<String>,
@@ -70,15 +72,15 @@ fn index_key(account: &str) -> String {
 impl ApprovalStore {
     /// Stores a new grant and returns it.
     pub async fn create_grant(&self, new: &NewGrant) -> Result<Grant, StoreError> {
-        let id = toolmesh_kernel::ids::generate_grant_id();
+        let id = &new.id;
         let account = new.account.as_str();
         let tools = serde_json::to_string(&new.tools).unwrap_or_default();
         let when = serde_json::to_string(&new.when).unwrap_or_default();
         let mut invocation = SCRIPTS.create.prepare_invoke();
         invocation
-            .key(grant_key(account, &id))
+            .key(grant_key(account, id))
             .key(index_key(account))
-            .arg(&id)
+            .arg(id)
             .arg(account)
             .arg(new.session_id.as_ref().map_or("", SessionId::as_str))
             .arg(tools)

@@ -132,6 +132,8 @@ pub struct Decision {
     pub member: Option<String>,
     /// Arguments a reviewer edited, approved in their place.
     pub edit: Option<Edit>,
+    /// The grant the decision remembers itself as (made once it is recorded).
+    pub grant_id: Option<String>,
 }
 
 /// Edited arguments as an approval keeps them: their hash, preview and compact JSON text.
@@ -551,6 +553,7 @@ impl ApprovalStore {
                 .arg(&edit.text),
             None => invocation.arg("").arg("").arg(""),
         };
+        invocation.arg(decision.grant_id.as_deref().unwrap_or(""));
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         if outcome == "not_found" {
             return Ok(Decided::NotFound);
@@ -821,6 +824,7 @@ fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
         },
         escalated: optional(record, "escalated").is_some(),
         edited: optional(record, "edited").is_some(),
+        grant_id: optional(record, "grant_id"),
         original_arguments_sha256: optional(record, "original_arguments_sha256"),
         grantable: optional(record, "grantable").as_deref() != Some("0"),
     })

@@ -207,6 +207,7 @@ impl AuditEntry {
             policy_revision: approval.policy_revision.clone(),
             reviewers: approval.reviewers.clone(),
             decisions: approval.decisions.clone(),
+            grant_id: approval.grant_id.clone(),
             edited: Some(approval.edited),
             ..Self::of(EntryKind::Approval, &approval.account, status)
         }

@@ -158,6 +158,9 @@ pub struct ApprovalRequest {
     /// The hash of the arguments the call was made with, when a reviewer edited them.
     #[serde(default)]
     pub original_arguments_sha256: Option<String>,
+    /// The grant its approval was remembered as.
+    #[serde(default)]
+    pub grant_id: Option<String>,
     /// Whether a decision on it may remember itself as a grant (its rule's `grantable`); the
     /// approval actor's own, never on the wire.
     #[serde(skip_serializing, default = "yes")]
