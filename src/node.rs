@@ -199,7 +199,6 @@ pub async fn run(
     if let Some(notify) = &notify_config {
         policies.push((Role::Approval, notify.policy.clone()));
     }
-    tokio::spawn(reload_on_hangup(hangups, policies));
     // The bridge's MCP servers file, validated before anything connects: a bad file stops the
     // node with the server and field it names.
     let mut bridge_config = if roles.contains(&Role::Bridge) {
@@ -219,6 +218,10 @@ pub async fn run(
     } else {
         None
     };
+    if let Some(console) = &console_config {
+        policies.push((Role::Console, console.policy.clone()));
+    }
+    tokio::spawn(reload_on_hangup(hangups, policies));
     // The sandbox templates, validated before anything connects the same way.
     let templates = if roles.contains(&Role::Sandbox) {
         Some(toolmesh_sandbox::templates::Templates::from_env(

@@ -1,5 +1,8 @@
 //! The approvals console (role `console`): its HTTP API with reqwest, its live stream, and the
 //! page in a real headless Chromium driven by Selenium (`tests/python/console_browser.py`).
+//! Reviewers, grants and edits through the console are in [`review`].
+
+mod review;
 
 use std::path::Path;
 use std::time::Duration;
@@ -27,19 +30,30 @@ struct Console {
 
 impl Console {
     async fn start() -> Console {
-        let (dir, tokens) = tokens_file(&json!({
-            "tok-acme": {"approver": ALICE, "accounts": ["acme"]},
-            "tok-root": {"approver": "root", "accounts": "*"},
-        }));
+        Console::start_with(
+            &json!({
+                "tok-acme": {"approver": ALICE, "accounts": ["acme"]},
+                "tok-root": {"approver": "root", "accounts": "*"},
+            }),
+            &[],
+        )
+        .await
+    }
+
+    /// The node with the tokens file `tokens` and `env` on top.
+    async fn start_with(tokens: &Value, env: &[(&str, &str)]) -> Console {
+        let (dir, tokens) = tokens_file(tokens);
         let mut c = Cluster::servers().await;
+        let mut all = vec![
+            ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
+            ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
+            ("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap()),
+        ];
+        all.extend_from_slice(env);
         let listen = c
             .start_listening(
                 "gateway,approval,workspace,console",
-                &[
-                    ("TOOLMESH_TOOL_APPROVAL_MODE", "strict"),
-                    ("TOOLMESH_CONSOLE_LISTEN", "127.0.0.1:0"),
-                    ("TOOLMESH_CONSOLE_TOKENS", tokens.to_str().unwrap()),
-                ],
+                &all,
                 Listener::Console,
             )
             .await;

@@ -2,7 +2,8 @@
 //!
 //! Every `/api/` request carries its console token (`Authorization: Bearer`): unknown → 401,
 //! an account the token does not grant → 403, both with a contract error body. Nothing about a
-//! signed-in browser is kept here, so any console node answers any request.
+//! signed-in browser is kept here, so any console node answers any request. Deciding and the
+//! grants are in [`decisions`].
 //!
 //! The stream (`GET /api/stream`) subscribes to `…approvals.<a>.requested` and `…decided` of
 //! each granted account (`…approvals.*.…` for `"*"`), flushes, and only then lists, so an
@@ -22,7 +23,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -30,11 +30,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use toolmesh_kernel::error::ErrorCode;
+use toolmesh_kernel::policy::LivePolicy;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 use toolmesh_kernel::Account;
 
 use crate::mesh::{self, failure, is_ok};
 use crate::{page, Accounts, ConsoleConfig, Grant};
+
+mod decisions;
 
 /// How many stream events wait for a slow browser before the stream is ended (the page then
 /// reconnects and starts again from a fresh list).
@@ -43,14 +46,13 @@ const STREAM_BUFFER: usize = 256;
 /// How often an idle stream says it is alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The longest `reason` the console sends on (the approval actor has its own limit too).
-const MAX_REASON: usize = 2000;
-
 struct Console {
     nats: async_nats::Client,
     /// The built-in tools: how an approver sees each one's arguments.
     tools: Arc<ToolRegistry>,
     tokens: Option<HashMap<String, Arc<Grant>>>,
+    /// The reviewer groups (`TOOLMESH_POLICY_FILE`).
+    policy: LivePolicy,
     stop: CancellationToken,
 }
 
@@ -67,6 +69,7 @@ pub fn router(
         nats,
         tools,
         tokens: config.tokens.clone(),
+        policy: config.policy.clone(),
         stop,
     });
     axum::Router::new()
@@ -77,7 +80,12 @@ pub fn router(
         .route("/api/stream", get(stream))
         .route("/api/approvals/{account}", get(list))
         .route("/api/approvals/{account}/{id}", get(one))
-        .route("/api/approvals/{account}/{id}/decide", post(decide))
+        .route(
+            "/api/approvals/{account}/{id}/decide",
+            post(decisions::decide),
+        )
+        .route("/api/grants/{account}", get(decisions::grants))
+        .route("/api/grants/{account}/{id}/revoke", post(decisions::revoke))
         .fallback(|| async { reply(failure(ErrorCode::NotFound, "no such page or API route")) })
         .with_state(state)
 }
@@ -96,9 +104,12 @@ fn reply(body: Value) -> Response {
     } else {
         match body.get("error").and_then(Value::as_str) {
             Some("invalid_request") => StatusCode::BAD_REQUEST,
+            Some("forbidden" | "policy_denied") => StatusCode::FORBIDDEN,
             Some("not_found") => StatusCode::NOT_FOUND,
             Some("conflict") => StatusCode::CONFLICT,
             Some("approval_expired") => StatusCode::GONE,
+            Some("invalid_arguments") => StatusCode::UNPROCESSABLE_ENTITY,
+            Some("limit_exceeded") => StatusCode::TOO_MANY_REQUESTS,
             Some("unavailable") => StatusCode::SERVICE_UNAVAILABLE,
             Some("timeout") => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -190,7 +201,8 @@ fn account(grant: &Grant, raw: &str) -> Result<Account, Refusal> {
     Ok(account)
 }
 
-/// `GET /api/me`: the approver's name and accounts (`"*"` for every account).
+/// `GET /api/me`: the approver's name, accounts (`"*"` for every account), whether the name
+/// can decide routed approvals (`reviewer`) and the reviewer groups it is a member of.
 async fn me(State(console): Shared, headers: HeaderMap) -> Response {
     let grant = match grant(&console, &headers) {
         Ok(g) => g,
@@ -200,7 +212,14 @@ async fn me(State(console): Shared, headers: HeaderMap) -> Response {
         Accounts::All => json!("*"),
         Accounts::Only(list) => json!(list),
     };
-    reply(json!({"ok": true, "approver": grant.approver, "accounts": accounts}))
+    let groups = grant.groups(&console.policy.current());
+    reply(json!({
+        "ok": true,
+        "approver": grant.approver,
+        "accounts": accounts,
+        "reviewer": grant.is_reviewer(),
+        "groups": groups,
+    }))
 }
 
 /// `GET /api/approvals/<account>`: the pending approvals, each with its details.
@@ -238,71 +257,6 @@ async fn one(
     let mut shown = mesh::from_get(got, &console.tools);
     shown["ok"] = Value::Bool(true);
     reply(shown)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DecideBody {
-    approved: bool,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-/// `POST /api/approvals/<account>/<id>/decide` `{"approved", "reason"?}`: decides with the
-/// token's approver as `approver`; the approval actor's reply (`conflict`, `approval_expired`,
-/// `not_found` … as they come).
-async fn decide(
-    State(console): Shared,
-    headers: HeaderMap,
-    Path((raw, id)): Path<(String, String)>,
-    body: Bytes,
-) -> Response {
-    let grant = match grant(&console, &headers) {
-        Ok(g) => g,
-        Err(r) => return r.into_response(),
-    };
-    let account = match account(&grant, &raw) {
-        Ok(a) => a,
-        Err(r) => return r.into_response(),
-    };
-    let body: DecideBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            return reply(failure(
-                ErrorCode::InvalidRequest,
-                &format!("the body must be {{\"approved\": true|false, \"reason\"?: \"…\"}}: {e}"),
-            ))
-        }
-    };
-    let reason = body
-        .reason
-        .map(|r| r.trim().to_owned())
-        .filter(|r| !r.is_empty());
-    if reason
-        .as_ref()
-        .is_some_and(|r| r.chars().count() > MAX_REASON)
-    {
-        return reply(failure(
-            ErrorCode::InvalidRequest,
-            &format!("the reason is longer than {MAX_REASON} characters"),
-        ));
-    }
-    let decided = mesh::approvals(
-        &console.nats,
-        &account,
-        ApprovalVerb::Decide,
-        json!({"id": id, "approved": body.approved, "approver": grant.approver, "reason": reason}),
-    )
-    .await;
-    tracing::info!(
-        %account,
-        approval_id = %id,
-        approved = body.approved,
-        approver = %grant.approver,
-        ok = is_ok(&decided),
-        "console decision"
-    );
-    reply(decided)
 }
 
 #[derive(Deserialize)]

@@ -1,12 +1,19 @@
 //! The toolmesh approvals console (PROTOCOL.md "Durable events, audit, metrics, console"): the
 //! role `console` serves a web page where an approver signs in with a console token, sees the
-//! pending approvals of the token's accounts arrive live, and approves or rejects each with a
-//! reason.
+//! pending approvals of the token's accounts arrive live (those routed to the approver's
+//! reviewer groups marked, PROTOCOL.md "Approval policy"), and approves or rejects each with a
+//! reason — approving, if need be, edited arguments, or remembering the approval as a grant the
+//! page lists and revokes.
 //!
 //! The console is a client of the mesh over NATS only: the approvals subjects (`list`, `get`,
-//! `decide`, `requested`, `decided`), never Redis. It keeps no session state: the browser sends
-//! its token as `Authorization: Bearer` on every API request, so several console nodes may run
-//! behind one address.
+//! `decide`, `requested`, `decided`) and the grants subjects (`list`, `revoke`), never Redis. It
+//! keeps no session state: the browser sends its token as `Authorization: Bearer` on every API
+//! request, so several console nodes may run behind one address.
+//!
+//! It reads the policy file (`TOOLMESH_POLICY_FILE`, listed by the gateway) for one thing: the
+//! reviewer groups (`[reviewers.<group>]`) the token's approver belongs to, so the page can tell
+//! which routed approvals are the approver's to decide. Who may decide is still the approval
+//! actor's call: it answers `forbidden` to a non-member whatever the page shows.
 
 mod api;
 pub mod diff;
@@ -24,6 +31,7 @@ use serde::Deserialize;
 use toolmesh_kernel::config::{parse_file, ConfigError, RawEnv};
 use toolmesh_kernel::host::{ActorHandle, Lifecycle};
 use toolmesh_kernel::listener::{listen_addr, serve, HttpLimits};
+use toolmesh_kernel::policy::{is_reviewer_name, ApprovalMode, LivePolicy, Policy};
 use toolmesh_kernel::{Account, Role};
 
 pub use api::router;
@@ -36,7 +44,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8932";
 pub enum ConsoleConfigError {
     #[error("the console tokens file {path} (TOOLMESH_CONSOLE_TOKENS): {reason}")]
     Tokens { path: PathBuf, reason: String },
-    /// A variable's value (the listen address, the HTTP limits).
+    /// A variable's value (the listen address, the HTTP limits, the policy file).
     #[error(transparent)]
     Setting(#[from] ConfigError),
 }
@@ -66,6 +74,38 @@ pub struct Grant {
     pub accounts: Accounts,
 }
 
+impl Grant {
+    /// Whether the approver's name is a reviewer's (`[A-Za-z0-9_-]{1,64}`): only such a name
+    /// can be named by `…decide.<approver>`, so only it can decide a routed approval. Other
+    /// names decide on the plain `…decide` (approvals without reviewers only).
+    pub fn is_reviewer(&self) -> bool {
+        is_reviewer_name(&self.approver)
+    }
+
+    /// The reviewer groups of `policy` the approver is a member of, in name order: those the
+    /// rules route to (`reviewers`, `escalate_to`), since no approval goes to another.
+    pub fn groups(&self, policy: &Policy) -> Vec<String> {
+        if !self.is_reviewer() {
+            return Vec::new();
+        }
+        let mut groups: Vec<String> = policy
+            .rules()
+            .iter()
+            .flat_map(|rule| [rule.reviewers.as_deref(), rule.escalate_to.as_deref()])
+            .flatten()
+            .filter(|group| {
+                policy
+                    .group(group)
+                    .is_some_and(|members| members.contains(&self.approver))
+            })
+            .map(str::to_owned)
+            .collect();
+        groups.sort();
+        groups.dedup();
+        groups
+    }
+}
+
 /// The role's settings, from `TOOLMESH_CONSOLE_*` and `TOOLMESH_HTTP_*`.
 #[derive(Debug, Clone)]
 pub struct ConsoleConfig {
@@ -75,6 +115,10 @@ pub struct ConsoleConfig {
     /// Bearer token → grant; `None` when `TOOLMESH_CONSOLE_TOKENS` is not set (the console
     /// then serves only a page saying so, and every API request is 503).
     pub tokens: Option<HashMap<String, Arc<Grant>>>,
+    /// `TOOLMESH_POLICY_FILE`, for its reviewer groups; a node reading the file again
+    /// ([`LivePolicy::reload`]) updates the groups the page is told about. The mode plays no
+    /// part here, so it is the default's.
+    pub policy: LivePolicy,
 }
 
 impl ConsoleConfig {
@@ -84,10 +128,14 @@ impl ConsoleConfig {
             Some(path) if !path.is_empty() => Some(read_tokens(Path::new(path))?),
             _ => None,
         };
+        let policy_file = env.get("TOOLMESH_POLICY_FILE").map(PathBuf::from);
+        let policy =
+            LivePolicy::load(ApprovalMode::default(), policy_file).map_err(ConfigError::from)?;
         Ok(ConsoleConfig {
             listen,
             http: HttpLimits::from_env(env)?,
             tokens,
+            policy,
         })
     }
 }
@@ -255,6 +303,52 @@ mod tests {
             Err("extra"),
         );
         check("[]", Err("map"));
+    }
+
+    #[test]
+    fn an_approver_is_in_the_groups_the_rules_route_to() {
+        let policy = Policy::from_toml(
+            ApprovalMode::Strict,
+            r#"
+[reviewers.ops]
+members = ["alice", "bob"]
+[reviewers.legal]
+members = ["carol", "alice"]
+[reviewers.idle]
+members = ["alice"]
+
+[[rules]]
+id = "writes"
+tools = ["write_*"]
+decision = "ask"
+reviewers = "ops"
+expires_in_s = 60
+on_timeout = "escalate"
+escalate_to = "legal"
+
+[[rules]]
+id = "edits"
+tools = ["edit_*"]
+decision = "ask"
+reviewers = "ops"
+"#,
+        )
+        .unwrap();
+        let groups = |approver: &str| {
+            let grant = Grant {
+                approver: approver.to_owned(),
+                accounts: Accounts::All,
+            };
+            grant.groups(&policy)
+        };
+        // `idle` routes nothing, so it is no one's.
+        assert_eq!(groups("alice"), ["legal", "ops"]);
+        assert_eq!(groups("bob"), ["ops"]);
+        assert_eq!(groups("carol"), ["legal"]);
+        assert!(groups("dave").is_empty());
+        // A name no subject can carry decides nothing routed.
+        assert!(groups("Alice Approver").is_empty());
+        assert!(groups("alice.x").is_empty());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The console's requests to the mesh: the approvals subjects, each answered as the contract's
-//! reply object (a delivery failure becomes `unavailable` or `timeout`, never a hang).
+//! The console's requests to the mesh: the approvals and grants subjects, each answered as the
+//! contract's reply object (a delivery failure becomes `unavailable` or `timeout`, never a hang).
 
 use std::time::Duration;
 
@@ -25,14 +25,43 @@ pub async fn approvals(
     verb: ApprovalVerb,
     body: Value,
 ) -> Value {
+    request(nats, public::approvals(account, verb), body).await
+}
+
+/// A request on `toolmesh.v1.grants.<account>.<verb>` (`list`, `revoke`); the reply object.
+pub async fn grants(
+    nats: &async_nats::Client,
+    account: &Account,
+    verb: GrantVerb,
+    body: Value,
+) -> Value {
+    request(nats, public::grants(account, verb.as_str()), body).await
+}
+
+/// What the console asks of the grants subjects.
+#[derive(Debug, Clone, Copy)]
+pub enum GrantVerb {
+    List,
+    Revoke,
+}
+
+impl GrantVerb {
+    fn as_str(self) -> &'static str {
+        match self {
+            GrantVerb::List => "list",
+            GrantVerb::Revoke => "revoke",
+        }
+    }
+}
+
+/// A request to the approval actor on `subject` (an approvals or grants subject); the reply
+/// object, a delivery failure as `unavailable` or `timeout`.
+pub async fn request(nats: &async_nats::Client, subject: String, body: Value) -> Value {
     let payload = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     let request = async_nats::Request::new()
         .payload(payload)
         .timeout(Some(REQUEST_TIMEOUT));
-    match nats
-        .send_request(public::approvals(account, verb), request)
-        .await
-    {
+    match nats.send_request(subject, request).await {
         Ok(reply) => serde_json::from_slice(&reply.payload).unwrap_or_else(|_| {
             failure(
                 ErrorCode::Internal,

@@ -1,5 +1,6 @@
 //! The variables only the approvals console reads, for the configuration reference
-//! ([`toolmesh_kernel::settings`]).
+//! ([`toolmesh_kernel::settings`]). It also reads `TOOLMESH_POLICY_FILE` (listed by the
+//! gateway) for its reviewer groups.
 
 use toolmesh_kernel::settings::{Component, Variable};
 

@@ -3,6 +3,12 @@
 // The token stays in this tab's sessionStorage and goes with every API request as
 // `Authorization: Bearer`; the server keeps no session. Data from approvals is only ever
 // written with textContent (never innerHTML), so nothing in it becomes markup.
+//
+// An approval routed to reviewers (`reviewers: "<group>"`) is "mine" when /api/me lists that
+// group among the approver's, and "others'" otherwise: shown read-only, only a member decides
+// it (the approval actor enforces this whatever the page shows). One without reviewers is
+// anyone's who may decide in its account. "Only approvals routed to my reviewer groups" hides
+// all but mine.
 "use strict";
 
 (function () {
@@ -13,6 +19,9 @@
   const $ = (id) => document.getElementById(id);
   const pending = new Map(); // id -> <li>
   const history = new Map(); // id -> <li>
+  // id -> the edited arguments' text, kept while the entry is re-rendered (a reconnect's
+  // snapshot, an escalation, a member's counted approval) so an edit is never lost.
+  const drafts = new Map();
   let streamAbort = null;
   let grant = null;
 
@@ -83,12 +92,15 @@
     $("whoami").hidden = false;
     $("console").hidden = false;
     $("approver").textContent = grant.approver;
+    const groups = grant.groups || [];
+    $("groups").textContent = groups.length ? "(reviewer in " + groups.join(", ") + ")" : "";
     $("accounts").textContent = grant.accounts === "*" ? "every account" : "accounts " + grant.accounts.join(", ");
     $("accounts-form").hidden = grant.accounts !== "*";
     $("list-accounts").value = sessionStorage.getItem(ACCOUNTS_KEY) || "";
     $("pending-title").setAttribute("tabindex", "-1");
     $("pending-title").focus();
     connect();
+    loadGrants();
   }
 
   function signOut(message) {
@@ -98,8 +110,10 @@
     grant = null;
     pending.clear();
     history.clear();
+    drafts.clear();
     $("pending").replaceChildren();
     $("history").replaceChildren();
+    $("grants").replaceChildren();
     refreshCounts();
     $("console").hidden = true;
     $("whoami").hidden = true;
@@ -214,6 +228,7 @@
       pending.delete(approval.id);
       if (hadFocus) focusNext();
     }
+    drafts.delete(approval.id);
     const entry = renderHistory(approval);
     const old = history.get(approval.id);
     if (old) old.replaceWith(entry);
@@ -223,14 +238,27 @@
   }
 
   function focusNext() {
-    const next = $("pending").querySelector("li h3");
+    const onlyMine = $("for-me-only").checked;
+    const next = $("pending").querySelector(onlyMine ? "li[data-route=mine] h3" : "li h3");
     (next || $("pending-title")).focus();
   }
 
   function refreshCounts() {
+    const mine = $("pending").querySelectorAll("li[data-route=mine]").length;
+    const onlyMine = $("for-me-only").checked;
     $("pending-count").textContent = "(" + pending.size + ")";
+    $("for-me-count").textContent = "(" + mine + ")";
+    $("pending").classList.toggle("for-me-only", onlyMine);
     $("no-pending").hidden = pending.size > 0;
+    $("no-mine").hidden = !onlyMine || mine > 0 || pending.size === 0;
     $("no-history").hidden = history.size > 0;
+  }
+
+  // "mine" (routed to one of my groups), "others" (routed to a group I am not in) or
+  // "anyone" (not routed).
+  function routeOf(a) {
+    if (!a.reviewers) return "anyone";
+    return grant && (grant.groups || []).includes(a.reviewers) ? "mine" : "others";
   }
 
   // ---- rendering: textContent only ----
@@ -251,69 +279,250 @@
     return pre;
   }
 
+  function decisionsText(a) {
+    if (!a.decisions || !a.decisions.length) return null;
+    return a.decisions.map((d) => d.approver + " " + (d.approved ? "approved" : "rejected") + " at " + d.at
+      + (d.reason ? " (" + d.reason + ")" : "")).join("; ");
+  }
+
+  function routeFields(a) {
+    if (!a.reviewers) return field("Reviewers", "anyone who may decide in " + a.account, "reviewers");
+    const approvals = (a.decisions || []).filter((d) => d.approved).length;
+    return [
+      ...field("Reviewers", a.reviewers + (a.escalated ? " (escalated)" : ""), "reviewers"),
+      ...field("Quorum", approvals + " of " + a.quorum + " approvals", "quorum"),
+      ...field("Decisions", decisionsText(a), "decisions"),
+    ];
+  }
+
+  function routeNote(a, route) {
+    if (route === "mine") return el("p", { class: "route route-mine" }, "For you: routed to your reviewer group " + a.reviewers + ".");
+    if (route === "others") {
+      const why = grant && !grant.reviewer
+        ? " Your approver name cannot decide routed approvals (only [A-Za-z0-9_-] names can)."
+        : "";
+      return el("p", { class: "route route-others" }, "Not yours: routed to the reviewers " + a.reviewers + "; only its members decide it." + why);
+    }
+    return null;
+  }
+
+  // Optional positive whole number from an input; undefined when empty, null when bad.
+  function wholeNumber(input) {
+    const text = input.value.trim();
+    if (!text) return undefined;
+    return /^[1-9][0-9]*$/.test(text) ? Number(text) : null;
+  }
+
   function renderPending(item) {
     const a = item.approval;
+    const route = routeOf(a);
     const key = a.id.replace(/[^A-Za-z0-9_-]/g, "_");
     const headingId = "h-" + key;
     const reasonId = "reason-" + key;
-    const error = el("p", { class: "error", role: "alert" });
-    const reason = el("textarea", { id: reasonId, rows: 2, maxlength: 2000 });
-    const li = el("li", { "data-approval-id": a.id, "aria-labelledby": headingId });
-    const decide = async (approved, button) => {
+    const error = el("p", { class: "error decide-error", role: "alert" });
+    const note = el("p", { class: "status decide-note", role: "status" });
+    const reason = el("textarea", { id: reasonId, class: "reason", rows: 2, maxlength: 2000 });
+    const li = el("li", { "data-approval-id": a.id, "data-route": route, "aria-labelledby": headingId, class: "route-" + route });
+
+    // Edit arguments in place: an editor opened on demand, prefilled with the full arguments.
+    // Not for others' approvals, nor arguments too large to show, nor a quorum above one (each
+    // member approves the arguments they saw).
+    const editable = route !== "others" && item.arguments !== null && typeof item.arguments === "object"
+      && !Array.isArray(item.arguments) && !item.arguments_truncated && (a.quorum || 1) <= 1;
+    const editId = "edit-" + key;
+    const editError = el("p", { class: "error edit-error", role: "alert" });
+    let editor = null;
+    const editBox = el("div", { class: "editor", hidden: true });
+    const openEditor = (text) => {
+      if (!editor) {
+        editor = el("textarea", { id: editId, class: "edit-arguments", rows: 10, spellcheck: "false" });
+        editor.addEventListener("input", () => { drafts.set(a.id, editor.value); editError.textContent = ""; });
+        const discard = el("button", { type: "button", class: "discard-edit" }, "Discard edit");
+        discard.addEventListener("click", () => {
+          drafts.delete(a.id);
+          editor = null;
+          editBox.replaceChildren();
+          editBox.hidden = true;
+          editButton.hidden = false;
+          editButton.focus();
+        });
+        editBox.append(
+          el("label", { for: editId }, "Edited arguments (a JSON object; Approve sends them in place of the call's, checked by a gateway first)"),
+          editor, editError, discard);
+      }
+      editor.value = text;
+      drafts.set(a.id, text);
+      editBox.hidden = false;
+      editButton.hidden = true;
+    };
+    const editButton = el("button", { type: "button", class: "edit-arguments" }, "Edit arguments");
+    editButton.addEventListener("click", () => {
+      openEditor(JSON.stringify(item.arguments, null, 2));
+      editor.focus();
+    });
+    // The edited arguments to send: undefined for none (no editor, or unchanged), null when
+    // the text is not a JSON object (the error is shown and nothing is sent).
+    const editedArguments = () => {
+      if (!editor) return undefined;
+      let parsed;
+      try {
+        parsed = JSON.parse(editor.value);
+      } catch (e) {
+        editError.textContent = "The edited arguments are not JSON: " + e.message + ". Nothing was sent.";
+        return null;
+      }
+      if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+        editError.textContent = "The edited arguments must be a JSON object ({…}). Nothing was sent.";
+        return null;
+      }
+      return JSON.stringify(parsed) === JSON.stringify(item.arguments) ? undefined : parsed;
+    };
+
+    // Approve and remember: the grant asked for. Never offered where the approval actor would
+    // refuse it anyway: a critical tool, a quorum above one.
+    const grantable = route !== "others" && a.risk_level !== "critical" && (a.quorum || 1) <= 1;
+    const grantError = el("p", { class: "error grant-error", role: "alert" });
+    const scopeName = "scope-" + key;
+    const scopeSession = el("input", { type: "radio", name: scopeName, id: scopeName + "-session", value: "session", checked: !!a.session_id, disabled: !a.session_id });
+    const scopeAccount = el("input", { type: "radio", name: scopeName, id: scopeName + "-account", value: "account", checked: !a.session_id });
+    const tools = el("input", { type: "text", id: "tools-" + key, class: "grant-tools", value: a.tool_name });
+    const expiry = el("input", { type: "text", inputmode: "numeric", id: "expiry-" + key, class: "grant-expiry" });
+    const uses = el("input", { type: "text", inputmode: "numeric", id: "uses-" + key, class: "grant-uses" });
+    const grantAsk = () => {
+      grantError.textContent = "";
+      const ask = { scope: scopeSession.checked ? "session" : "account" };
+      const globs = tools.value.split(",").map((t) => t.trim()).filter((t) => t);
+      if (!globs.length) { grantError.textContent = "Name at least one tool (a glob) for the grant."; tools.focus(); return null; }
+      ask.tools = globs;
+      const seconds = wholeNumber(expiry);
+      if (seconds === null) { grantError.textContent = "Expires in: a whole number of seconds, at least 1 (or empty)."; expiry.focus(); return null; }
+      if (seconds !== undefined) ask.expires_in_s = seconds;
+      const count = wholeNumber(uses);
+      if (count === null) { grantError.textContent = "Uses: a whole number, at least 1 (or empty for no limit)."; uses.focus(); return null; }
+      if (count !== undefined) ask.uses = count;
+      return ask;
+    };
+    const rememberButton = el("button", { type: "button", class: "approve approve-remember" }, "Approve and remember");
+
+    const decide = async (approved, button, remember) => {
       const buttons = li.querySelectorAll("button");
-      buttons.forEach((b) => { b.disabled = true; });
       error.textContent = "";
+      note.textContent = "";
+      editError.textContent = "";
+      grantError.textContent = "";
+      const body = { approved: approved, reason: reason.value };
+      let edited;
+      if (approved) {
+        edited = editedArguments();
+        if (edited === null) { editor.focus(); return; }
+        if (edited !== undefined) body.arguments = edited;
+      }
+      if (remember) {
+        const ask = grantAsk();
+        if (ask === null) return;
+        body.grant = ask;
+      }
+      buttons.forEach((b) => { b.disabled = true; });
       const r = await api("/api/approvals/" + encodeURIComponent(a.account) + "/" + encodeURIComponent(a.id) + "/decide", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ approved: approved, reason: reason.value }),
+        body: JSON.stringify(body),
       });
       if (r.body.ok) {
+        if (r.body.grant) loadGrants();
+        if (r.body.approval && r.body.approval.status === "pending") {
+          // A member's approval, counted towards the quorum: the entry stays, updated.
+          const updated = Object.assign({}, item, { approval: r.body.approval });
+          onRequested(updated, false);
+          const again = pending.get(a.id);
+          if (again) {
+            again.querySelector(".decide-note").textContent = "Your approval counted; the approval waits for more reviewers.";
+            const heading = again.querySelector("h3");
+            if (heading) heading.focus();
+          }
+          return;
+        }
         onDecided(r.body.approval);
         return;
       }
       if (r.status === 401) { signOut("The console no longer knows this token; sign in again."); return; }
-      error.textContent = describeError(r.body);
       buttons.forEach((b) => { b.disabled = false; });
-      button.focus();
+      const code = r.body.error;
+      if (edited !== undefined && (code === "invalid_arguments" || code === "policy_denied")) {
+        // In place, next to the edit, which stays as typed.
+        editError.textContent = describeError(r.body);
+        editor.focus();
+      } else if (remember && /grant/.test(r.body.error_message || "")) {
+        grantError.textContent = describeError(r.body);
+        button.focus();
+      } else {
+        error.textContent = describeError(r.body);
+        button.focus();
+      }
     };
     const approve = el("button", { type: "button", class: "approve" }, "Approve");
     const reject = el("button", { type: "button", class: "reject" }, "Reject");
     const dismiss = el("button", { type: "button", class: "dismiss" }, "Dismiss");
-    approve.addEventListener("click", () => decide(true, approve));
-    reject.addEventListener("click", () => decide(false, reject));
+    approve.addEventListener("click", () => decide(true, approve, false));
+    reject.addEventListener("click", () => decide(false, reject, false));
+    rememberButton.addEventListener("click", () => decide(true, rememberButton, true));
     dismiss.addEventListener("click", () => {
       li.remove();
       pending.delete(a.id);
+      drafts.delete(a.id);
       refreshCounts();
       focusNext();
     });
     const args = item.arguments !== null && item.arguments !== undefined
       ? JSON.stringify(item.arguments, null, 2)
       : a.arguments_preview + (item.arguments_truncated ? "\n(the full arguments are too large to show; this is the preview)" : "");
+    const remember = !grantable ? null : el("details", { class: "remember" },
+      el("summary", {}, "Approve and remember…"),
+      el("fieldset", {},
+        el("legend", {}, "Remember this approval as a grant for later calls"),
+        el("p", { class: "choice" }, scopeSession, el("label", { for: scopeSession.id }, "This session" + (a.session_id ? " (" + a.session_id + ")" : " (the call has none)"))),
+        el("p", { class: "choice" }, scopeAccount, el("label", { for: scopeAccount.id }, "Every session of " + a.account)),
+        el("label", { for: tools.id }, "Tools (comma-separated globs)"),
+        tools,
+        el("label", { for: expiry.id }, "Expires in (seconds; empty: the approval lifetime)"),
+        expiry,
+        el("label", { for: uses.id }, "Uses (empty: no limit)"),
+        uses,
+        el("div", {}, rememberButton),
+        grantError));
+    const actions = route === "others"
+      ? el("div", {}, dismiss)
+      : el("div", {}, approve, reject, dismiss);
     // Parts a pending approval may lack are null: append() would print them as "null".
     li.append(...[
       el("h3", { id: headingId, tabindex: "-1" }, a.tool_name + " ", el("span", { class: "risk-" + a.risk_level }, "(" + a.risk_level + " risk)")),
+      routeNote(a, route),
       el("dl", {},
         ...field("Account", a.account),
         ...field("Session", a.session_id),
         ...field("User", item.user_id),
         ...field("Agent", item.agent_id),
         ...field("Side effects", (a.side_effects || []).join(", ")),
+        ...routeFields(a),
         ...field("Requested", a.created_at),
         ...field("Expires", a.expires_at),
         ...field("Approval", a.id),
         ...field("Invocation", a.invocation_id)),
       el("h4", {}, "Arguments"),
       el("pre", { class: "arguments", "aria-label": "arguments" }, args),
+      editable ? el("div", {}, editButton) : null,
+      editable ? editBox : null,
       item.diff ? el("h4", {}, "Change it would make") : null,
       item.diff ? diffView(item.diff) : null,
       item.detail_error ? el("p", { class: "error" }, "Details unavailable: " + item.detail_error) : null,
-      el("label", { for: reasonId }, "Reason"),
-      reason,
-      el("div", {}, approve, reject, dismiss),
+      route === "others" ? null : el("label", { for: reasonId }, "Reason"),
+      route === "others" ? null : reason,
+      actions,
+      note,
       error,
+      remember,
     ].filter((part) => part !== null));
+    if (drafts.has(a.id) && editable) openEditor(drafts.get(a.id));
     return li;
   }
 
@@ -326,7 +535,84 @@
         ...field("Decided by", a.decided_by, "decided-by"),
         ...field("Decided at", a.decided_at, "decided-at"),
         ...field("Reason", a.reason, "reason"),
+        ...(a.reviewers ? field("Reviewers", a.reviewers, "reviewers") : []),
+        ...(a.edited ? field("Edited", "yes: approved with arguments a reviewer changed", "edited") : []),
         ...field("Approval", a.id)));
+  }
+
+  // ---- grants: per account, listed on sign-in, after a decision that made one, on Refresh ----
+
+  function grantAccounts() {
+    if (!grant) return [];
+    if (grant.accounts !== "*") return grant.accounts;
+    return $("list-accounts").value.split(",").map((a) => a.trim()).filter((a) => a);
+  }
+
+  function grantState(g) {
+    if (g.revoked_at) return "revoked at " + g.revoked_at;
+    if (Date.parse(g.expires_at) <= Date.now()) return "expired";
+    if (g.uses_left === 0) return "used up";
+    return "active";
+  }
+
+  async function loadGrants() {
+    const accounts = grantAccounts();
+    $("grants-hint").hidden = accounts.length > 0;
+    const blocks = await Promise.all(accounts.map(async (account) => {
+      const headingId = "grants-" + account;
+      const block = el("section", { class: "grants-account", "data-account": account, "aria-labelledby": headingId },
+        el("h3", { id: headingId }, account));
+      const r = await api("/api/grants/" + encodeURIComponent(account));
+      if (r.status === 401) { signOut("The console no longer knows this token; sign in again."); return block; }
+      if (!r.body.ok) {
+        block.append(el("p", { class: "error", role: "alert" }, describeError(r.body)));
+        return block;
+      }
+      const list = (r.body.grants || []).slice().sort((x, y) => (y.created_at || "").localeCompare(x.created_at || ""));
+      if (!list.length) block.append(el("p", { class: "empty" }, "No grant."));
+      else block.append(el("ul", { class: "grants" }, ...list.map(renderGrant)));
+      return block;
+    }));
+    if (grant) $("grants").replaceChildren(...blocks);
+  }
+
+  function renderGrant(g) {
+    const error = el("p", { class: "error", role: "alert" });
+    const state = grantState(g);
+    const revoke = el("button", { type: "button", class: "reject revoke" }, "Revoke");
+    const li = el("li", { "data-grant-id": g.id, class: state === "active" ? "active" : "inactive" });
+    revoke.addEventListener("click", async () => {
+      revoke.disabled = true;
+      error.textContent = "";
+      const r = await api("/api/grants/" + encodeURIComponent(g.account) + "/" + encodeURIComponent(g.id) + "/revoke", { method: "POST" });
+      if (r.body.ok && r.body.grant) {
+        const now = renderGrant(r.body.grant);
+        li.replaceWith(now);
+        now.querySelector("h4").focus();
+        return;
+      }
+      if (r.status === 401) { signOut("The console no longer knows this token; sign in again."); return; }
+      revoke.disabled = false;
+      error.textContent = describeError(r.body);
+      revoke.focus();
+    });
+    const when = g.when && Object.keys(g.when).length ? JSON.stringify(g.when) : null;
+    li.append(
+      el("h4", { tabindex: "-1" }, (g.tools || []).join(", ") + " — ", el("span", { class: "grant-status" }, state)),
+      el("dl", {},
+        ...field("Grant", g.id, "grant-id"),
+        ...field("Scope", g.session_id ? "session " + g.session_id : "every session of " + g.account, "grant-scope"),
+        ...field("Tools", (g.tools || []).join(", "), "grant-tools"),
+        ...field("When", when),
+        ...field("Uses left", g.uses_left === null || g.uses_left === undefined ? "no limit" : String(g.uses_left), "grant-uses"),
+        ...field("Expires", g.expires_at, "grant-expires"),
+        ...field("Revoked", g.revoked_at, "grant-revoked"),
+        ...field("Created by", g.created_by),
+        ...field("Created", g.created_at),
+        ...field("Approval", g.approval_id)),
+      state === "active" ? el("div", {}, revoke) : el("div", {}),
+      error);
+    return li;
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -336,7 +622,10 @@
       e.preventDefault();
       sessionStorage.setItem(ACCOUNTS_KEY, $("list-accounts").value.trim());
       connect();
+      loadGrants();
     });
+    $("for-me-only").addEventListener("change", refreshCounts);
+    $("refresh-grants").addEventListener("click", loadGrants);
     refreshCounts();
     if (token()) signIn();
     else $("token").focus();
