@@ -100,6 +100,7 @@ fn services(node: &NodeId, roles: &[Role]) -> Vec<Service> {
                     endpoint("approvals", public::APPROVALS_ANY, &group),
                     endpoint("gate", internal::APPROVAL_GATE, &group),
                     endpoint("release", internal::APPROVAL_RELEASE, &group),
+                    endpoint("withdraw", internal::APPROVAL_WITHDRAW, &group),
                 ],
             ),
             Role::Workspace => (

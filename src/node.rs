@@ -249,12 +249,7 @@ pub async fn run(
     let audit_config = toolmesh_kernel::audit::AuditConfig::from_env(&env)?;
     let (nats, refusals) = connect_node(&config.nats_url, &format!("toolmesh-{id}"))
         .await
-        .with_context(|| {
-            format!(
-                "cannot connect to NATS at {}",
-                crate::cli::redacted_url(&config.nats_url)
-            )
-        })?;
+        .with_context(|| format!("cannot connect to NATS at {}", config.nats_url))?;
     // RunEvents kept in `TOOLMESH_EVENTS` where the server has JetStream; said once otherwise.
     match toolmesh_kernel::streams::ensure_events(&nats, &config.events).await? {
         toolmesh_kernel::streams::Durability::Durable { stream } => {
@@ -340,7 +335,7 @@ pub async fn run(
                 toolmesh_approval::spawn(
                     nats.clone(),
                     toolmesh_approval::ApprovalSettings {
-                        redis_url: config.redis_url.clone(),
+                        redis: config.redis.clone(),
                         config: actors.approval.clone(),
                         metrics: metrics.clone(),
                         audit: audit.clone(),
@@ -356,7 +351,7 @@ pub async fn run(
                     nats.clone(),
                     toolmesh_workspace::WorkspaceSettings {
                         data_dir: config.data_dir.clone(),
-                        redis_url: config.redis_url.clone(),
+                        redis: config.redis.clone(),
                         budget_chars: config.result_budget_chars,
                     },
                     lifecycle.clone(),
@@ -384,7 +379,7 @@ pub async fn run(
                     toolmesh_sandbox::SandboxSettings {
                         node: id.clone(),
                         config: actors.sandbox.clone(),
-                        redis_url: config.redis_url.clone(),
+                        redis: config.redis.clone(),
                         budget_chars: config.result_budget_chars,
                         templates: templates.clone().unwrap_or_else(|| {
                             toolmesh_sandbox::templates::Templates::only_default(&actors.sandbox)

@@ -8,6 +8,11 @@ use serde_json::Value;
 use toolmesh_kernel::config::DEFAULT_NATS_URL;
 use toolmesh_kernel::Account;
 
+/// The variable of `--nats-url`.
+pub(super) const NATS_URL_VAR: &str = "TOOLMESH_NATS_URL";
+/// How an error names `--nats-url` and its variable.
+pub(super) const NATS_URL_ARG: &str = "--nats-url (TOOLMESH_NATS_URL)";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "toolmesh",
@@ -15,12 +20,12 @@ use toolmesh_kernel::Account;
     about = "A distributed tool and skill runtime for AI agents, over NATS"
 )]
 pub(super) struct Cli {
-    /// NATS server(s) to connect to.
+    /// NATS server(s) to connect to: one URL, or the servers of one cluster comma-separated.
     /// (`--help` never prints the variable's value: a URL may hold a password.)
     #[arg(
         long,
         global = true,
-        env = "TOOLMESH_NATS_URL",
+        env = NATS_URL_VAR,
         hide_env_values = true,
         default_value = DEFAULT_NATS_URL
     )]

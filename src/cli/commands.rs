@@ -13,9 +13,10 @@ use toolmesh_kernel::{InvocationId, NodeId};
 
 use crate::cli::args::{
     parse_account, parse_args, ApprovalsCommand, ApproveArgs, Command, DecideArgs, GrantsCommand,
+    NATS_URL_ARG,
 };
 use crate::cli::events::{print_streams, replay_events};
-use crate::cli::mesh::{redacted_url, request, Mesh};
+use crate::cli::mesh::{request, Mesh};
 use crate::cli::output::{exit_for, hint, print_json};
 use crate::cli::waiting::{approval_hint, wait_telling};
 
@@ -24,10 +25,11 @@ pub(super) async fn run_client(
     inbox_prefix: Option<&str>,
     command: Command,
 ) -> anyhow::Result<ExitCode> {
-    let (nats, refusals) = connect_client_with_inbox(nats_url, "toolmesh-cli", inbox_prefix)
+    let servers = toolmesh_kernel::config::nats_url(Some(nats_url), NATS_URL_ARG)?;
+    let (nats, refusals) = connect_client_with_inbox(&servers, "toolmesh-cli", inbox_prefix)
         .await
         .map_err(|e| {
-            let url = redacted_url(nats_url);
+            let url = &servers;
             match e.kind() {
                 // async-nats says "authorization violation" twice over; say what to change.
                 async_nats::ConnectErrorKind::AuthorizationViolation => anyhow::anyhow!(

@@ -23,7 +23,6 @@ mod run;
 mod waiting;
 
 pub(crate) use args::parse_account;
-pub use mesh::redacted_url;
 pub(crate) use mesh::{request, Mesh};
 pub(crate) use output::{emit, print_json};
 pub use run::main;

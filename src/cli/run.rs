@@ -8,7 +8,7 @@ use clap::Parser;
 
 use toolmesh_kernel::config::{NodeConfig, RawEnv};
 
-use crate::cli::args::{Cli, Command};
+use crate::cli::args::{Cli, Command, NATS_URL_ARG, NATS_URL_VAR};
 use crate::cli::commands::run_client;
 use crate::cli::output::hint;
 
@@ -162,8 +162,9 @@ fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn run_node(nats_url: &str, roles: &str) -> anyhow::Result<ExitCode> {
-    let mut config = NodeConfig::from_env(&RawEnv::from_process())?;
-    config.nats_url = nats_url.to_owned();
+    // The flag wins over the variable (clap read either into `nats_url`).
+    toolmesh_kernel::config::nats_url(Some(nats_url), NATS_URL_ARG)?;
+    let mut config = NodeConfig::from_env(&RawEnv::from_process().with(NATS_URL_VAR, nats_url))?;
     // Resolved here, once: the traces name the node as its heartbeats do.
     let node_id = crate::node::node_id(&config)?;
     config.node_id = Some(node_id.to_string());

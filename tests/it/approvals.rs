@@ -357,6 +357,63 @@ async fn a_parked_call_is_rejected_times_out_or_is_cancelled() {
     assert_eq!(bad["error"], "invalid_request");
 }
 
+/// A parked call its caller cancels withdraws the approval it made: rejected, reason
+/// `withdrawn`, announced on `…decided`. A call of another invocation waiting on that approval
+/// withdraws nothing when it is cancelled.
+#[tokio::test]
+async fn a_cancelled_parked_call_withdraws_the_approval_it_made() {
+    let (c, _policy) = gated(&[]).await;
+    let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
+    let mut decided = c.watch("toolmesh.v1.approvals.acme.decided").await;
+    let maker = c.call_in_background(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s1",
+               "wait_for_approval_s": 60, "invocation_id": "inv-w1"}),
+    );
+    let id = collect(&mut requested, 1, Duration::from_secs(5)).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The same call again, presenting the approval: it waits on it too.
+    let presenter = c.call_in_background(
+        "acme",
+        json!({"tool": "component_status", "session_id": "s1", "approval": {"id": id},
+               "wait_for_approval_s": 60, "invocation_id": "inv-w2"}),
+    );
+    let parked = wait_until(Duration::from_secs(10), || async {
+        c.cancel("acme", json!({"invocation_id": "inv-w2"})).await["cancelled"] == true
+    })
+    .await;
+    assert!(parked, "the presenting call parks and is cancelled");
+    let reply = presenter.await.unwrap();
+    assert_eq!(reply["error"], "cancelled", "{reply}");
+    assert_eq!(reply["approval_withdrawn"], false, "{reply}");
+    assert_eq!(c.approval_status("acme", &id).await, "pending");
+    assert!(!maker.is_finished(), "the call that made it still waits");
+
+    let cancel = c.cancel("acme", json!({"invocation_id": "inv-w1"})).await;
+    assert_eq!(cancel, json!({"ok": true, "cancelled": true}));
+    let reply = maker.await.unwrap();
+    assert_eq!(reply["error"], "cancelled", "{reply}");
+    assert_eq!(reply["approval_withdrawn"], true, "{reply}");
+    let got = c.approvals("acme", "get", json!({"id": id})).await;
+    let approval = &got["approval"];
+    assert_eq!(approval["status"], "rejected", "{got:#}");
+    assert_eq!(approval["reason"], "withdrawn", "{got:#}");
+    assert_eq!(approval["decided_by"], "caller", "{got:#}");
+    let events = collect(&mut decided, 1, Duration::from_secs(5)).await;
+    assert_eq!(
+        (&events[0]["id"], &events[0]["status"], &events[0]["reason"]),
+        (&json!(id), &json!("rejected"), &json!("withdrawn")),
+        "{events:?}"
+    );
+    assert_eq!(
+        c.decide("acme", &id, true).await["error"],
+        "conflict",
+        "an approver can no longer approve it"
+    );
+}
+
 #[tokio::test]
 async fn approvals_expire() {
     let (c, _policy) = gated(&[("TOOLMESH_APPROVAL_TTL_S", "1")]).await;

@@ -86,6 +86,40 @@ async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
         ]
     );
 
+    // The approval actor's endpoints: the public subjects, then the gateway's internal ones.
+    let infos: Vec<Info> = gather(&client, "$SRV.INFO.toolmesh-approval")
+        .await
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("an info_response"))
+        .collect();
+    assert_eq!(infos.len(), 1);
+    let endpoints: Vec<(&str, &str, &str)> = infos[0]
+        .endpoints
+        .iter()
+        .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
+        .collect();
+    assert_eq!(
+        endpoints,
+        [
+            ("approvals", "toolmesh.v1.approvals.>", "toolmesh.approval"),
+            (
+                "gate",
+                "toolmesh.internal.v1.approval.gate",
+                "toolmesh.approval"
+            ),
+            (
+                "release",
+                "toolmesh.internal.v1.approval.release",
+                "toolmesh.approval"
+            ),
+            (
+                "withdraw",
+                "toolmesh.internal.v1.approval.withdraw",
+                "toolmesh.approval"
+            ),
+        ]
+    );
+
     // By name and id: that one instance; the node's live load rides in each endpoint's data.
     let stats = gather(&client, "$SRV.STATS.toolmesh-workspace.test-node-2").await;
     assert_eq!(stats.len(), 1);

@@ -21,7 +21,7 @@ use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::host::{drainable, respond, InFlight, Lifecycle, StopNotice};
 use toolmesh_kernel::replies::ReplyPrefixes;
 use toolmesh_kernel::trace;
-use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck};
+use toolmesh_kernel::wire::{error_body, GateOutcome, ReleaseAck, WithdrawAck};
 use tracing::Instrument as _;
 
 use crate::service::ApprovalService;
@@ -38,6 +38,9 @@ pub(crate) struct GateCall(async_nats::Message);
 /// A request on the internal release subject.
 pub(crate) struct ReleaseCall(async_nats::Message);
 
+/// A request on the internal withdraw subject.
+pub(crate) struct WithdrawCall(async_nats::Message);
+
 /// The desk's subscriptions, all in the `toolmesh.approval` queue group.
 pub(crate) struct Subscriptions {
     /// `toolmesh.v1.approvals.>`
@@ -48,6 +51,8 @@ pub(crate) struct Subscriptions {
     pub gate: Subscriber,
     /// `toolmesh.internal.v1.approval.release`
     pub release: Subscriber,
+    /// `toolmesh.internal.v1.approval.withdraw`
+    pub withdraw: Subscriber,
     /// Where this node answers: public requests asking for another reply subject are dropped.
     pub replies: ReplyPrefixes,
 }
@@ -181,6 +186,7 @@ impl Actor for ApprovalDesk {
             grants,
             gate,
             release,
+            withdraw,
             replies,
         }) = self.subscriptions.take()
         {
@@ -194,8 +200,9 @@ impl Actor for ApprovalDesk {
                     .map(ApprovalsRequest),
             );
             ctx.add_stream(drainable(gate, drain.clone()).map(GateCall));
-            ctx.add_stream(drainable(release, drain).map(ReleaseCall));
-            self.open_streams = 3;
+            ctx.add_stream(drainable(release, drain.clone()).map(ReleaseCall));
+            ctx.add_stream(drainable(withdraw, drain).map(WithdrawCall));
+            self.open_streams = 4;
         }
         ctx.run_interval(SWEEP_EVERY, |desk, _| desk.sweep());
     }
@@ -260,6 +267,28 @@ impl StreamHandler<ReleaseCall> for ApprovalDesk {
     fn finished(&mut self, ctx: &mut Context<Self>) {
         self.stream_finished(ctx);
     }
+}
+
+impl StreamHandler<WithdrawCall> for ApprovalDesk {
+    fn handle(&mut self, WithdrawCall(message): WithdrawCall, _: &mut Context<Self>) {
+        self.answer(
+            message,
+            "withdraw",
+            |service, message| async move { withdraw_body(&service.withdraw(&message.payload).await) },
+            || withdraw_body(&WithdrawAck::failed(panicked())),
+        );
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        self.stream_finished(ctx);
+    }
+}
+
+fn withdraw_body(ack: &WithdrawAck) -> Vec<u8> {
+    serde_json::to_vec(ack).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a withdraw ack does not serialize");
+        br#"{"withdrawn":false,"approval":null,"error":"internal","error_message":"the approval actor could not encode its answer; see its logs"}"#.to_vec()
+    })
 }
 
 fn release_body(ack: &ReleaseAck) -> Vec<u8> {

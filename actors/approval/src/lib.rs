@@ -1,7 +1,9 @@
 //! toolmesh-approval: the approval actor. It keeps approvals durably and atomically in Redis,
 //! answers the gateway's gate (`toolmesh.internal.v1.approval.gate`), its release
 //! (`toolmesh.internal.v1.approval.release`: a used approval whose call never ran goes back to
-//! approved), the public `toolmesh.v1.approvals.<account>.list|get|decide` and
+//! approved), its withdrawal (`toolmesh.internal.v1.approval.withdraw`: a pending approval
+//! whose caller cancelled the call that made it is rejected, reason `withdrawn`), the public
+//! `toolmesh.v1.approvals.<account>.list|get|decide` and
 //! `toolmesh.v1.grants.<account>.list|revoke` subjects, and announces every new and changed
 //! approval on `…requested` / `…decided` (PROTOCOL.md, "Risk and approval", "Approval
 //! policy").
@@ -21,6 +23,7 @@ mod requests;
 mod service;
 mod store;
 pub mod variables;
+mod withdraw;
 
 use actix::Actor;
 use toolmesh_kernel::host::{ActorHandle, InFlight, Lifecycle};
@@ -32,6 +35,7 @@ pub use config::{ApprovalConfig, NotifyConfig};
 pub use desk::SWEEP_EVERY;
 pub use gate::MAX_PREVIEW_CHARS;
 pub use requests::{MAX_APPROVER_CHARS, MAX_LIST, MAX_REASON_CHARS};
+pub use withdraw::{WITHDRAWN_BY, WITHDRAWN_REASON};
 
 use crate::desk::{ApprovalDesk, Subscriptions};
 use crate::service::ApprovalService;
@@ -40,8 +44,8 @@ use crate::store::ApprovalStore;
 /// What the approval actor needs besides NATS.
 #[derive(Clone)]
 pub struct ApprovalSettings {
-    /// `TOOLMESH_REDIS_URL`.
-    pub redis_url: String,
+    /// `TOOLMESH_REDIS_*`: the server, or the sentinels, and what a decision waits for.
+    pub redis: toolmesh_kernel::redis_link::RedisConfig,
     pub config: ApprovalConfig,
     /// The node's metrics: approvals pending (read from Redis on each scrape) and settled.
     pub metrics: Metrics,
@@ -53,10 +57,9 @@ pub struct ApprovalSettings {
 
 impl std::fmt::Debug for ApprovalSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may carry a password; keep it out of logs.
-        let redis_url = toolmesh_kernel::text::redact_urls(&self.redis_url);
+        // The config's `Debug` keeps passwords out of logs.
         f.debug_struct("ApprovalSettings")
-            .field("redis_url", &redis_url)
+            .field("redis", &self.redis)
             .field("config", &self.config)
             .finish()
     }
@@ -89,14 +92,13 @@ pub async fn spawn(
     lifecycle: Lifecycle,
     in_flight: InFlight,
 ) -> Result<ActorHandle, ApprovalStartError> {
-    let (store, connector) = ApprovalStore::new(&settings.redis_url, &settings.config)
+    let link = toolmesh_kernel::redis_link::RedisLink::new(&settings.redis)
         .map_err(ApprovalStartError::RedisUrl)?;
     // Redis being down must not keep the node from starting: connect behind its back, from
-    // now on so the connection is usually up by the time the first request arrives.
-    let give_up = lifecycle.drain.child_token();
-    connector.spawn(give_up.clone());
-    // If subscribing fails below, the connect task is abandoned with the start.
-    let abandon = give_up.drop_guard();
+    // now on so the connection is usually up by the time the first request arrives. If
+    // subscribing fails below, the connect task ends with the store.
+    link.connect();
+    let store = ApprovalStore::new(link, &settings.config);
     let queue = subjects::queue::of(Role::Approval);
     let subscribe = |subject: &'static str| {
         let nats = nats.clone();
@@ -114,10 +116,10 @@ pub async fn spawn(
     let grants = subscribe(subjects::public::GRANTS_ANY).await?;
     let gate = subscribe(subjects::internal::APPROVAL_GATE).await?;
     let release = subscribe(subjects::internal::APPROVAL_RELEASE).await?;
+    let withdraw = subscribe(subjects::internal::APPROVAL_WITHDRAW).await?;
     toolmesh_kernel::host::confirm_subscriptions(&nats)
         .await
         .map_err(ApprovalStartError::Confirm)?;
-    abandon.disarm();
     let (handle, stop_notice) = ActorHandle::new(Role::Approval);
     // Every approval node reports the one store's counts (docs/metrics-and-traces.md: take the max).
     settings.metrics.on_scrape({
@@ -148,6 +150,7 @@ pub async fn spawn(
         grants,
         gate,
         release,
+        withdraw,
         replies: settings.replies,
     };
     ApprovalDesk::new(service, lifecycle, in_flight, subscriptions, stop_notice).start();

@@ -7,7 +7,9 @@ use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::metrics::ApprovalOutcome;
 use toolmesh_kernel::subjects::public::{approvals, approvals_parts, ApprovalVerb};
 use toolmesh_kernel::text::DisplaySafe;
-use toolmesh_kernel::wire::{error_body, is_approval_id, json_kind, ok_body, ApprovalRequest};
+use toolmesh_kernel::wire::{
+    error_body, is_approval_id, json_kind, ok_body, ApprovalRequest, ApprovalStatus,
+};
 use toolmesh_kernel::Account;
 
 use crate::grants::{may_grant, parse_ask, GrantAsk};
@@ -216,7 +218,24 @@ impl ApprovalService {
                 ),
             )
             .with("approval", to_value(&approval)?)),
-            Decided::Unchanged(approval) => Ok(one(approval)),
+            Decided::Unchanged(approval) => {
+                // With replicas to wait for, a decision answered `unavailable` (no replica
+                // confirmed it in time) is in Redis all the same, unannounced: its decider's
+                // retry lands here, and must still reach the audit trail and wake the calls
+                // parked on it. (A decider who only repeats a decision announces it twice.)
+                let retried = self.store.waits_for_replicas()
+                    && approval.decided_by.as_deref() == Some(decision.decided_by.as_str());
+                let status = match approval.status {
+                    ApprovalStatus::Approved => Some("approved"),
+                    ApprovalStatus::Rejected => Some("rejected"),
+                    _ => None,
+                };
+                if let (true, Some(status)) = (retried, status) {
+                    self.record(&approval, status, None).await;
+                    self.announce_decided(&approval).await;
+                }
+                Ok(one(approval))
+            }
             Decided::EditNeedsOne(approval) => Err(crate::edit::needs_one(&approval)),
             Decided::Changed(approval) => {
                 self.metrics.approval_decided(if body.approved {

@@ -108,6 +108,12 @@ pub(crate) fn store_error(e: StoreError) -> ToolError {
             ),
         )
         .with("max_pending", max),
+        StoreError::Unconfirmed { acked, wanted } => ToolError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "the approval store (Redis) has not copied this change to enough replicas yet ({acked} of {wanted} confirmed in time), so a failover could still lose it and it is not acknowledged; retry in a moment"
+            ),
+        ),
         StoreError::Failed(detail) => {
             tracing::error!(error = %detail, "approval store failed");
             ToolError::internal(

@@ -5,6 +5,9 @@
 //! approval in the approval actor, named in the `requestState` the client echoes, so the retry
 //! may reach any front node.
 //!
+//! A client that declares the tasks extension gets a task for a call parked for approval
+//! instead of a held-open request ([`crate::tasks`]); only that state lives on the node.
+//!
 //! It never decides an approval itself (PROTOCOL.md "Tenancy and trust"): the client's answer
 //! travels as the retried call's in-band `approval` through a gateway, which checks that the
 //! approval is for this account, session, tool and arguments, and counts it only where the
@@ -18,10 +21,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams, ElicitResult,
-    ElicitationAction, Implementation, InputRequest, InputRequests, InputRequiredResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, GetTaskParams, GetTaskResult,
+    Implementation, InputRequest, InputRequests, InputRequiredResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -34,6 +38,8 @@ use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::tools::TOOL_DISPATCHER;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::{Account, VERSION};
+
+use crate::tasks::{Owner, Tasks, TASK_KEEP};
 
 /// The key of the approval question in an `InputRequiredResult`'s `inputRequests`.
 const APPROVAL_INPUT: &str = "approval";
@@ -103,6 +109,8 @@ pub struct Front {
     /// cancelled at once, as an MCP cancellation would, rather than when rmcp's drain gives up
     /// on it (5 s, past the 2 s a client such as the Python SDK waits before killing us).
     gone: CancellationToken,
+    /// The tasks of this front node (over HTTP, shared by every request's handler).
+    tasks: Tasks,
 }
 
 impl Front {
@@ -120,6 +128,7 @@ impl Front {
             http: false,
             calls: Default::default(),
             gone: CancellationToken::new(),
+            tasks: Tasks::default(),
         }
     }
 
@@ -144,7 +153,8 @@ impl Front {
         }
     }
 
-    pub fn http(nats: async_nats::Client, settings: Arc<FrontSettings>) -> Front {
+    /// The handler of one HTTP request; `tasks` are the node's.
+    pub fn http(nats: async_nats::Client, settings: Arc<FrontSettings>, tasks: Tasks) -> Front {
         Front {
             nats,
             refusals: Refusals::none(),
@@ -153,6 +163,7 @@ impl Front {
             http: true,
             calls: Default::default(),
             gone: CancellationToken::new(),
+            tasks,
         }
     }
 
@@ -279,8 +290,14 @@ impl Front {
             return Ok(reply_result(reply).into());
         }
         let capabilities = ctx.client_capabilities();
-        let can_elicit = capabilities.is_some_and(|c| c.elicitation.is_some());
+        let can_elicit = capabilities
+            .as_ref()
+            .is_some_and(|c| c.elicitation.is_some());
         let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        let speaks_tasks = capabilities.as_ref().is_some_and(|c| c.supports_tasks());
+        if speaks_tasks && modern && self.settings.approval_wait_s > 0 {
+            return self.call_as_task(caller, &tool, &arguments, &ctx).await;
+        }
         if can_elicit && (modern || !self.http) {
             let reply = self.run(caller, &tool, &arguments, None, 0, &ctx).await;
             let Some(approval) = approval_required(&reply) else {
@@ -410,31 +427,198 @@ impl Front {
         ctx: &RequestContext<RoleServer>,
     ) -> Value {
         let _in_flight = self.calls.token();
-        let invocation = format!("mcp-{}", uuid::Uuid::new_v4().simple());
-        let mut request = if caller.profile == "default" {
-            json!({"tool": tool, "arguments": arguments})
-        } else {
-            // The dispatcher keeps the call inside the profile.
-            json!({"tool": TOOL_DISPATCHER, "arguments": {
-                "action": "call", "tool_name": tool, "arguments": arguments,
-                "profile": caller.profile,
-            }})
-        };
-        request["invocation_id"] = json!(invocation);
-        if let Some(session) = &caller.session {
-            request["session_id"] = json!(session);
-        }
-        match approval {
-            None => {}
-            Some(Grant::Use(id)) => request["approval"] = json!({"id": id}),
-            Some(Grant::Answer { id, approved }) => {
-                request["approval"] =
-                    json!({"id": id, "approved": approved, "decided_by": caller.decided_by()})
-            }
-        }
-        request["wait_for_approval_s"] = json!(wait_s);
+        let (request, invocation) = tool_request(caller, tool, arguments, approval, wait_s);
         let reply = self.ask(caller, request, &invocation, wait_s, ctx).await;
         session_hint(reply, caller, tool)
+    }
+
+    /// Cancels `invocation` of `caller` on the gateway's cancel subject (an MCP cancellation,
+    /// the client gone, or `tasks/cancel`); its reply then says `cancelled`.
+    async fn cancel_invocation(&self, caller: &Caller, invocation: &str) {
+        let cancel = self.request(
+            public::cancel(&caller.account),
+            json!({"invocation_id": invocation}),
+            Duration::from_secs(10),
+        );
+        let _ = cancel.await;
+    }
+
+    /// A call of a client that declares the tasks extension: the call runs as any other until
+    /// the gateway parks it for approval (its `approval_required` RunEvent); then the answer is
+    /// a task, and the call goes on in the background ([`Front::drive_task`]) with the task's
+    /// state kept here ([`crate::tasks`]). One invocation makes the approval and waits for it,
+    /// so cancelling the task withdraws that approval.
+    async fn call_as_task(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &Value,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let in_flight = self.calls.token();
+        let wait_s = self.settings.approval_wait_s;
+        let (request, invocation) = tool_request(caller, tool, arguments, None, wait_s);
+        let invocation_id = toolmesh_kernel::InvocationId::parse(invocation.clone())
+            .expect("a generated invocation id is valid");
+        // Without the events the call cannot be seen parking: it waits as without tasks.
+        let mut events = self
+            .nats
+            .subscribe(public::events(&caller.account, &invocation_id))
+            .await
+            .ok();
+        let timeout = CALL_TIMEOUT + Duration::from_secs(wait_s);
+        let mut reply = tokio::spawn({
+            let front = self.clone();
+            let subject = public::call(&caller.account);
+            async move { front.request(subject, request, timeout).await }
+        });
+        let token = ctx.meta.get_progress_token();
+        let mut progress = 0.0_f64;
+        loop {
+            tokio::select! {
+                joined = &mut reply => {
+                    let reply = joined.unwrap_or_else(|e| failure("internal", &format!("the call failed: {e}")));
+                    return Ok(reply_result(session_hint(reply, caller, tool)).into());
+                }
+                _ = cancelled(&ctx.ct, &self.gone) => {
+                    self.cancel_invocation(caller, &invocation).await;
+                    let reply = match tokio::time::timeout(CANCEL_GRACE, &mut reply).await {
+                        Ok(Ok(reply)) => reply,
+                        _ => failure("cancelled", "the call was cancelled"),
+                    };
+                    return Ok(reply_result(reply).into());
+                }
+                event = next_event(&mut events) => {
+                    let Some(event) = event else {
+                        events = None;
+                        continue;
+                    };
+                    match event["kind"].as_str().unwrap_or_default() {
+                        "approval_required" => {
+                            let approval = approval_event_id(&event);
+                            let ttl = Duration::from_secs(wait_s) + CALL_TIMEOUT + TASK_KEEP;
+                            let Some(created) = self.tasks.create(
+                                Owner::of(caller),
+                                ttl,
+                                &invocation,
+                                &approval,
+                                waiting_message(&caller.account, &approval),
+                            ) else {
+                                tracing::warn!("this front node keeps as many MCP tasks as it may; a parked call waits in its request instead");
+                                continue;
+                            };
+                            tracing::info!(task_id = %created.task.task_id, approval_id = %approval, invocation_id = %invocation, "MCP task made for a call parked for approval");
+                            let parked = Parked {
+                                task_id: created.task.task_id.clone(),
+                                caller: caller.clone(),
+                                tool: tool.to_owned(),
+                                invocation,
+                                reply,
+                                events,
+                                cancel: created.cancel,
+                            };
+                            let front = self.clone();
+                            tokio::spawn(async move {
+                                let _in_flight = in_flight;
+                                front.drive_task(parked).await;
+                            });
+                            return Ok(CreateTaskResult::new(created.task).with_meta(created.meta).into());
+                        }
+                        "stdout" | "stderr" => {
+                            if let (Some(data), Some(token)) = (event["data"].as_str(), &token) {
+                                progress += 1.0;
+                                self.progress(ctx, token, progress, data.to_owned()).await;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The background of a task: its call's reply completes it; `tasks/cancel` (or a stdio
+    /// client gone) cancels the invocation, which withdraws the approval it waits for.
+    async fn drive_task(&self, parked: Parked) {
+        let Parked {
+            task_id,
+            caller,
+            tool,
+            invocation,
+            mut reply,
+            mut events,
+            cancel,
+        } = parked;
+        let (task_id, caller, tool) = (task_id.as_str(), &caller, tool.as_str());
+        let joined = loop {
+            tokio::select! {
+                joined = &mut reply => break joined.map_err(|e| e.to_string()),
+                _ = cancelled(&cancel, &self.gone) => {
+                    self.cancel_invocation(caller, &invocation).await;
+                    let reply = match tokio::time::timeout(CANCEL_GRACE, &mut reply).await {
+                        Ok(joined) => joined.map_err(|e| e.to_string()),
+                        Err(_) => Ok(failure("cancelled", "the call was cancelled")),
+                    };
+                    match reply {
+                        Ok(reply) if reply["error"] == "cancelled" => {
+                            let message = if reply["approval_withdrawn"] == true {
+                                "cancelled: the call was withdrawn and its approval rejected (reason withdrawn)"
+                            } else {
+                                "cancelled: the call was withdrawn"
+                            };
+                            self.tasks.finish(task_id, TaskPayload::Cancelled, Some(message.to_owned()));
+                            return;
+                        }
+                        // It finished before the cancel took: the task completes with it.
+                        other => break other,
+                    }
+                }
+                event = next_event(&mut events) => {
+                    let Some(event) = event else {
+                        events = None;
+                        continue;
+                    };
+                    let id = approval_event_id(&event);
+                    match event["kind"].as_str().unwrap_or_default() {
+                        "approved" => self.tasks.say(task_id, format!("approval {id} approved; the call runs")),
+                        "rejected" => self.tasks.say(task_id, format!("approval {id} rejected")),
+                        _ => {}
+                    }
+                }
+            }
+        };
+        match joined {
+            Ok(reply) => {
+                let reply = session_hint(reply, caller, tool);
+                let message = match reply["ok"] == true {
+                    true => "the call finished".to_owned(),
+                    false => format!(
+                        "the call ended with {}: {}",
+                        reply["error"].as_str().unwrap_or("an error"),
+                        reply["error_message"].as_str().unwrap_or_default()
+                    ),
+                };
+                let result = match serde_json::to_value(reply_result(reply)) {
+                    Ok(Value::Object(result)) => result,
+                    _ => JsonObject::new(),
+                };
+                self.tasks
+                    .finish(task_id, TaskPayload::Completed { result }, Some(message));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, task_id, "the call behind an MCP task failed");
+                let error = McpError::internal_error(format!("the call failed: {e}"), None);
+                let error = match serde_json::to_value(error) {
+                    Ok(Value::Object(error)) => error,
+                    _ => JsonObject::new(),
+                };
+                self.tasks.finish(
+                    task_id,
+                    TaskPayload::Failed { error },
+                    Some("the call failed inside the front; see its log".to_owned()),
+                );
+            }
+        }
     }
 
     /// [`Front::run`]'s request, with its progress and cancellation.
@@ -471,12 +655,7 @@ impl Front {
             tokio::select! {
                 reply = &mut reply => return reply,
                 _ = cancelled(&ctx.ct, &self.gone) => {
-                    let cancel = self.request(
-                        public::cancel(&caller.account),
-                        json!({"invocation_id": invocation}),
-                        Duration::from_secs(10),
-                    );
-                    let _ = cancel.await;
+                    self.cancel_invocation(caller, invocation).await;
                     return tokio::time::timeout(CANCEL_GRACE, &mut reply)
                         .await
                         .unwrap_or_else(|_| failure("cancelled", "the call was cancelled"));
@@ -490,9 +669,7 @@ impl Front {
                     let message = match kind {
                         "stdout" | "stderr" => event["data"].as_str().map(str::to_owned),
                         "approval_required" => {
-                            let id = event["approval_request"]["id"].as_str()
-                                .or_else(|| event["approval_id"].as_str())
-                                .unwrap_or("?").to_owned();
+                            let id = approval_event_id(&event);
                             let text = format!("waiting for approval {id}");
                             waiting = Some(text.clone());
                             Some(text)
@@ -539,6 +716,72 @@ impl Front {
             }
         }
     }
+}
+
+/// A call parked for approval behind task `task_id`, handed to [`Front::drive_task`].
+struct Parked {
+    task_id: String,
+    caller: Caller,
+    tool: String,
+    invocation: String,
+    /// The gateway's reply to come.
+    reply: tokio::task::JoinHandle<Value>,
+    /// The invocation's RunEvents (`approved`, `rejected` become status messages).
+    events: Option<async_nats::Subscriber>,
+    /// `tasks/cancel`.
+    cancel: CancellationToken,
+}
+
+/// A ToolRequest of `caller` for `tool` (through the dispatcher outside the default profile)
+/// under a new invocation id; the request and the id.
+fn tool_request(
+    caller: &Caller,
+    tool: &str,
+    arguments: &Value,
+    approval: Option<Grant<'_>>,
+    wait_s: u64,
+) -> (Value, String) {
+    let invocation = format!("mcp-{}", uuid::Uuid::new_v4().simple());
+    let mut request = if caller.profile == "default" {
+        json!({"tool": tool, "arguments": arguments})
+    } else {
+        // The dispatcher keeps the call inside the profile.
+        json!({"tool": TOOL_DISPATCHER, "arguments": {
+            "action": "call", "tool_name": tool, "arguments": arguments,
+            "profile": caller.profile,
+        }})
+    };
+    request["invocation_id"] = json!(invocation);
+    if let Some(session) = &caller.session {
+        request["session_id"] = json!(session);
+    }
+    match approval {
+        None => {}
+        Some(Grant::Use(id)) => request["approval"] = json!({"id": id}),
+        Some(Grant::Answer { id, approved }) => {
+            request["approval"] =
+                json!({"id": id, "approved": approved, "decided_by": caller.decided_by()})
+        }
+    }
+    request["wait_for_approval_s"] = json!(wait_s);
+    (request, invocation)
+}
+
+/// The approval an `approval_required` (or `approved`, `rejected`) RunEvent names.
+fn approval_event_id(event: &Value) -> String {
+    event["approval_request"]["id"]
+        .as_str()
+        .or_else(|| event["approval_id"].as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// A task's status while its call waits: the approval, how to decide it, how to withdraw.
+fn waiting_message(account: &Account, approval: &str) -> String {
+    format!(
+        "waiting for approval {approval}: an approver decides it on {} (or `toolmesh approvals approve {approval} --account {account}`, or the approvals console); tasks/cancel withdraws the call and rejects the approval",
+        public::approvals(account, public::ApprovalVerb::Decide)
+    )
 }
 
 async fn next_event(events: &mut Option<async_nats::Subscriber>) -> Option<Value> {
@@ -691,6 +934,7 @@ impl ServerHandler for Front {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         let mut info = Implementation::from_build_env();
         info.name = "toolmesh".into();
@@ -749,6 +993,41 @@ impl ServerHandler for Front {
             });
         trace::follow(&span, traced.as_ref());
         self.call(&caller, request, ctx).instrument(span).await
+    }
+
+    /// `tasks/get`: a task of this caller made on this node.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let caller = self.caller(&ctx)?;
+        let (task, meta) = self.tasks.get(&Owner::of(&caller), &request.task_id)?;
+        let mut result = GetTaskResult::new(task);
+        result.meta = Some(meta);
+        Ok(result)
+    }
+
+    /// `tasks/update`: no task here asks for input, so there is nothing to deliver (SEP-2663:
+    /// responses for keys not outstanding are ignored).
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(&ctx)?;
+        self.tasks.known(&Owner::of(&caller), &request.task_id)
+    }
+
+    /// `tasks/cancel`: withdraws the call (its approval is rejected, reason `withdrawn`); the
+    /// task turns `cancelled` once the gateway has answered.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(&ctx)?;
+        self.tasks.cancel(&Owner::of(&caller), &request.task_id)
     }
 
     /// `subscriptions/listen` (2026-07-28): the tool list's changes only.

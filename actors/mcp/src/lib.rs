@@ -15,11 +15,14 @@
 //! Several HTTP front nodes may run at once. The HTTP side is stateless (rmcp's stateless
 //! mode: no `Mcp-Session-Id`, each POST served on its own); a call's progress travels on that
 //! call's own response stream, and an approval question is an MCP `InputRequiredResult` whose
-//! `requestState` names the approval, so the client's retry may reach any node.
+//! `requestState` names the approval, so the client's retry may reach any node. The one
+//! exception is a task ([`tasks`]): a client that declares the tasks extension gets one for a
+//! call parked for approval, and it lives on the node that made it (a restart forgets it).
 
 mod front;
 mod listing;
 pub mod origins;
+pub mod tasks;
 pub mod variables;
 
 use std::collections::{HashMap, HashSet};
@@ -343,8 +346,10 @@ pub fn router(
         // (as DNS rebinding makes) carries an Origin, checked before the token (`origins`).
         .disable_allowed_hosts()
         .with_cancellation_token(stop);
+    // Every request's handler shares the node's tasks (`tasks`: they live on this node).
+    let tasks = tasks::Tasks::default();
     let service = StreamableHttpService::new(
-        move || Ok(Front::http(nats.clone(), settings.clone())),
+        move || Ok(Front::http(nats.clone(), settings.clone(), tasks.clone())),
         Arc::new(NeverSessionManager::default()),
         http_config,
     );

@@ -54,8 +54,8 @@ use crate::templates::Templates;
 pub struct SandboxSettings {
     pub node: NodeId,
     pub config: SandboxConfig,
-    /// `TOOLMESH_REDIS_URL`: the session registry.
-    pub redis_url: String,
+    /// `TOOLMESH_REDIS_*`: the session registry.
+    pub redis: toolmesh_kernel::redis_link::RedisConfig,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`.
     pub budget_chars: usize,
     /// `TOOLMESH_SANDBOX_TEMPLATES` (read before the node connects), or only `default`.
@@ -200,7 +200,7 @@ pub async fn spawn(
     }
     let templates = checked_templates(&settings)?;
     let backend = make_backend(config, &templates, project.clone()).await?;
-    let registry = registry::SessionRegistry::new(&settings.redis_url, config.idle_ttl * 2)
+    let registry = registry::SessionRegistry::new(&settings.redis, config.idle_ttl * 2)
         .map_err(SandboxStartError::RedisUrl)?;
     let pool = Arc::new(Pool::new(
         backend.clone(),

@@ -5,14 +5,17 @@
 //! twice the idle TTL unless its holder touches it. Claims are compare-and-set (a Lua script):
 //! a worker takes a session only when nobody holds it, it already does, or the holder it
 //! found is the one it believes gone. The warm path (the session is local) never asks Redis.
+//!
+//! Redis is reached through the kernel's [`RedisLink`] (through Sentinel, the primary of the
+//! moment). Claims wait for no replica: one a failover loses leaves the session unclaimed or
+//! with its former holder, and the next call claims it again, as after a worker's death.
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Script;
-use tokio::sync::OnceCell;
 use toolmesh_kernel::error::DisplayChain;
 use toolmesh_kernel::ids::InvalidId;
+use toolmesh_kernel::redis_link::{RedisConfig, RedisConn, RedisLink};
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId, ToolError};
 
 use crate::pool::OpenError;
@@ -58,8 +61,7 @@ pub enum Claim {
 }
 
 pub struct SessionRegistry {
-    client: redis::Client,
-    conn: OnceCell<ConnectionManager>,
+    link: RedisLink,
     ttl: Duration,
     claim: Script,
     touch: Script,
@@ -80,9 +82,10 @@ fn key(account: &Account, session: &SessionId) -> String {
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// Errors after which one more try may succeed: the connection was dropped (Redis restarted)
-/// and the manager reconnects on the next command.
+/// and the manager reconnects on the next command, or the primary moved and the link finds
+/// the new one (the retry takes the link's connection again).
 fn retryable(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+    toolmesh_kernel::redis_link::primary_moved(e)
 }
 
 /// Why the registry could not answer.
@@ -141,11 +144,11 @@ impl From<RegistryError> for OpenError {
 }
 
 impl SessionRegistry {
-    /// `ttl`: how long an entry outlives its last touch.
-    pub fn new(redis_url: &str, ttl: Duration) -> Result<Self, redis::RedisError> {
+    /// `ttl`: how long an entry outlives its last touch. Only a malformed URL fails here;
+    /// nothing connects before the first use.
+    pub fn new(redis: &RedisConfig, ttl: Duration) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            client: redis::Client::open(redis_url)?,
-            conn: OnceCell::new(),
+            link: RedisLink::new(redis)?,
             ttl,
             claim: Script::new(CLAIM),
             touch: Script::new(TOUCH),
@@ -153,17 +156,10 @@ impl SessionRegistry {
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, RegistryError> {
-        self.conn
-            .get_or_try_init(|| async {
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(5)))
-                    .set_number_of_retries(2);
-                ConnectionManager::new_with_config(self.client.clone(), config).await
-            })
+    async fn conn(&self) -> Result<RedisConn, RegistryError> {
+        self.link
+            .connection()
             .await
-            .cloned()
             .map_err(RegistryError::Unreachable)
     }
 
@@ -185,6 +181,7 @@ impl SessionRegistry {
                 // A connection Redis dropped (a restart) fails once, then reconnects.
                 Err(e) if retryable(&e) => {
                     tokio::time::sleep(RETRY_PAUSE).await;
+                    let mut conn = self.conn().await?;
                     cmd.query_async(&mut conn)
                         .await
                         .map_err(RegistryError::Unreachable)?
@@ -219,6 +216,7 @@ impl SessionRegistry {
             Ok(holder) => holder,
             Err(e) if retryable(&e) => {
                 tokio::time::sleep(RETRY_PAUSE).await;
+                let mut conn = self.conn().await?;
                 claim
                     .invoke_async(&mut conn)
                     .await

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use toolmesh_kernel::redis_link::RedisConfig;
 use toolmesh_kernel::sync::WorkspaceSync;
 use toolmesh_kernel::{Account, ErrorCode, NodeId, SessionId};
 use toolmesh_sandbox::backend::docker::{container_name, DockerBackend};
@@ -129,7 +130,7 @@ impl Rig {
                 sync_limits: SyncLimits::default(),
                 disk: toolmesh_sandbox::disk::DiskPlan { mb: 64, note: None },
             },
-            SessionRegistry::new(&redis.url(), TTL).unwrap(),
+            SessionRegistry::new(&RedisConfig::url(redis.url()), TTL).unwrap(),
             WorkspaceSync::new(nats.client().await),
         ));
         Rig {
@@ -143,7 +144,7 @@ impl Rig {
     }
 
     fn registry(&self) -> SessionRegistry {
-        SessionRegistry::new(&self.redis.url(), TTL).unwrap()
+        SessionRegistry::new(&RedisConfig::url(self.redis.url()), TTL).unwrap()
     }
 }
 

@@ -31,8 +31,8 @@ use toolmesh_kernel::Role;
 pub struct WorkspaceSettings {
     /// `TOOLMESH_DATA_DIR`: workspaces live under `accounts/<a>/sessions/<s>/workspace`.
     pub data_dir: PathBuf,
-    /// `TOOLMESH_REDIS_URL`: the shared read state.
-    pub redis_url: String,
+    /// `TOOLMESH_REDIS_*`: the shared read state.
+    pub redis: toolmesh_kernel::redis_link::RedisConfig,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`.
     pub budget_chars: usize,
 }
@@ -53,7 +53,7 @@ pub async fn spawn(
     in_flight: InFlight,
 ) -> Result<ActorHandle, WorkspaceStartError> {
     let read_state =
-        readstate::ReadState::new(&settings.redis_url).map_err(WorkspaceStartError::RedisUrl)?;
+        readstate::ReadState::new(&settings.redis).map_err(WorkspaceStartError::RedisUrl)?;
     let service = Arc::new(service::WorkspaceService {
         data_dir: settings.data_dir,
         read_state,

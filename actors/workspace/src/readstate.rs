@@ -11,10 +11,9 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
-use tokio::sync::OnceCell;
 use toolmesh_kernel::error::DisplayChain;
+use toolmesh_kernel::redis_link::{RedisConfig, RedisConn, RedisLink};
 use toolmesh_kernel::text::DisplaySafe;
 use toolmesh_kernel::{Account, ErrorCode, SessionId, ToolError};
 
@@ -32,10 +31,11 @@ end
 return 0
 "#;
 
-/// The read-state store; connects on first use and reconnects by itself.
+/// The read-state store; connects on first use and reconnects by itself (through Sentinel,
+/// to the primary of the moment: [`RedisLink`]). Its writes wait for no replica: a record a
+/// failover loses makes the next edit answer `file_not_read`, and a lost lock expires.
 pub struct ReadState {
-    client: redis::Client,
-    conn: OnceCell<ConnectionManager>,
+    link: RedisLink,
     unlock: Script,
 }
 
@@ -106,25 +106,16 @@ pub struct FileLock {
 }
 
 impl ReadState {
-    pub fn new(redis_url: &str) -> Result<Self, redis::RedisError> {
+    /// Only a malformed URL fails here; nothing connects before the first use.
+    pub fn new(redis: &RedisConfig) -> Result<Self, redis::RedisError> {
         Ok(Self {
-            client: redis::Client::open(redis_url)?,
-            conn: OnceCell::new(),
+            link: RedisLink::new(redis)?,
             unlock: Script::new(UNLOCK),
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, ReadStateError> {
-        self.conn
-            .get_or_try_init(|| async {
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(5)));
-                ConnectionManager::new_with_config(self.client.clone(), config).await
-            })
-            .await
-            .cloned()
-            .map_err(unavailable)
+    async fn conn(&self) -> Result<RedisConn, ReadStateError> {
+        self.link.connection().await.map_err(unavailable)
     }
 
     /// Remembers that the session saw `path` with this content hash.

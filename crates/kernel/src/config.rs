@@ -30,6 +30,10 @@ mod variables;
 pub use variables::VARIABLES;
 
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+/// Copies of each stream the nodes keep (`TOOLMESH_STREAM_REPLICAS`): one, for one server.
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+/// The most copies JetStream keeps of a stream.
+pub const MAX_STREAM_REPLICAS: usize = 5;
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_RESULT_BUDGET_CHARS: usize = 20_000;
@@ -120,6 +124,13 @@ impl RawEnv {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         )
+    }
+
+    /// This environment with `key` set to `value`: a command-line flag that overrides its
+    /// variable.
+    pub fn with(mut self, key: &str, value: &str) -> Self {
+        self.0.insert(key.to_owned(), value.to_owned());
+        self
     }
 
     /// The value, with empty strings treated as unset.
@@ -319,8 +330,11 @@ impl Unplaced {
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: Option<String>,
-    pub nats_url: String,
-    pub redis_url: String,
+    /// `TOOLMESH_NATS_URL`: one server, or several of one cluster.
+    pub nats_url: crate::nats_url::NatsUrl,
+    /// Redis: one server or the primary of a set of sentinels, and what a write acknowledged
+    /// to a caller waits for.
+    pub redis: crate::redis_link::RedisConfig,
     pub data_dir: PathBuf,
     pub result_budget_chars: usize,
     pub drain_timeout: Duration,
@@ -335,14 +349,8 @@ impl NodeConfig {
         let data_dir = PathBuf::from(env.get("TOOLMESH_DATA_DIR").unwrap_or(DEFAULT_DATA_DIR));
         Ok(NodeConfig {
             node_id: env.get("TOOLMESH_NODE_ID").map(str::to_owned),
-            nats_url: env
-                .get("TOOLMESH_NATS_URL")
-                .unwrap_or(DEFAULT_NATS_URL)
-                .to_owned(),
-            redis_url: env
-                .get("TOOLMESH_REDIS_URL")
-                .unwrap_or(DEFAULT_REDIS_URL)
-                .to_owned(),
+            nats_url: nats_url(env.get("TOOLMESH_NATS_URL"), "TOOLMESH_NATS_URL")?,
+            redis: crate::redis_link::RedisConfig::from_env(env)?,
             data_dir,
             result_budget_chars: env
                 .parse("TOOLMESH_RESULT_BUDGET_CHARS", DEFAULT_RESULT_BUDGET_CHARS)?,
@@ -353,6 +361,40 @@ impl NodeConfig {
             reply_prefixes: reply_prefixes(env)?,
         })
     }
+}
+
+/// A NATS URL list ([`NatsUrl`](crate::nats_url::NatsUrl)) from `key` (a variable, or a flag
+/// and its variable), [`DEFAULT_NATS_URL`] when unset. The value in an error is shown with
+/// its credentials hidden.
+pub fn nats_url(
+    raw: Option<&str>,
+    key: &'static str,
+) -> Result<crate::nats_url::NatsUrl, ConfigError> {
+    let raw = raw.unwrap_or(DEFAULT_NATS_URL);
+    crate::nats_url::NatsUrl::parse(raw).map_err(|e| ConfigError::Invalid {
+        key,
+        value: raw
+            .split(',')
+            .map(|u| crate::nats_url::redact(u.trim()))
+            .collect::<Vec<_>>()
+            .join(","),
+        reason: e.to_string(),
+    })
+}
+
+/// `TOOLMESH_STREAM_REPLICAS`: how many servers of a NATS cluster keep a copy of
+/// `TOOLMESH_EVENTS` and `TOOLMESH_AUDIT`, 1 to [`MAX_STREAM_REPLICAS`].
+pub fn stream_replicas(env: &RawEnv) -> Result<usize, ConfigError> {
+    const KEY: &str = "TOOLMESH_STREAM_REPLICAS";
+    let replicas: usize = env.parse(KEY, DEFAULT_STREAM_REPLICAS)?;
+    if !(1..=MAX_STREAM_REPLICAS).contains(&replicas) {
+        return Err(ConfigError::Invalid {
+            key: KEY,
+            value: replicas.to_string(),
+            reason: format!("JetStream keeps 1 to {MAX_STREAM_REPLICAS} copies of a stream"),
+        });
+    }
+    Ok(replicas)
 }
 
 /// `TOOLMESH_REPLY_PREFIXES`: where the node answers (comma-separated; `_INBOX.` when unset).
@@ -385,6 +427,7 @@ fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigErr
     Ok(crate::streams::EventsConfig {
         max_age: Duration::from_secs(max_age_s),
         max_bytes: (max_bytes > 0).then_some(max_bytes),
+        replicas: stream_replicas(env)?,
         durability: Default::default(),
     })
 }
@@ -421,8 +464,9 @@ mod tests {
     #[test]
     fn defaults_work_for_one_machine() {
         let config = NodeConfig::from_env(&RawEnv::default()).unwrap();
-        assert_eq!(config.nats_url, DEFAULT_NATS_URL);
+        assert_eq!(config.nats_url.to_string(), DEFAULT_NATS_URL);
         assert_eq!(config.drain_timeout, Duration::from_secs(30));
+        assert_eq!(config.events.replicas, 1);
     }
 
     #[test]
@@ -442,9 +486,38 @@ mod tests {
             ("TOOLMESH_DRAIN_TIMEOUT_S", "-3"),
             ("TOOLMESH_RESULT_BUDGET_CHARS", "lots"),
             ("TOOLMESH_EVENTS_MAX_AGE_S", "0"),
+            ("TOOLMESH_STREAM_REPLICAS", "0"),
+            ("TOOLMESH_STREAM_REPLICAS", "6"),
+            ("TOOLMESH_STREAM_REPLICAS", "three"),
+            ("TOOLMESH_NATS_URL", "nats://a:4222,"),
+            ("TOOLMESH_NATS_URL", "http://a:80"),
         ] {
             let err = NodeConfig::from_env(&RawEnv::from_pairs([(key, value)])).unwrap_err();
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn a_nats_url_list_names_every_server_and_hides_its_password() {
+        let env = RawEnv::from_pairs([
+            (
+                "TOOLMESH_NATS_URL",
+                "nats://toolmesh:s3cret@nats-1:4222, nats://nats-2:4222,nats://nats-3:4222",
+            ),
+            ("TOOLMESH_STREAM_REPLICAS", "3"),
+        ]);
+        let config = NodeConfig::from_env(&env).unwrap();
+        assert_eq!(config.nats_url.servers().len(), 3);
+        assert_eq!(config.nats_url.credentials(), Some(("toolmesh", "s3cret")));
+        assert_eq!(config.events.replicas, 3);
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let bad = RawEnv::from_pairs([(
+            "TOOLMESH_NATS_URL",
+            "nats://toolmesh:s3cret@nats-1:4222,,nats://nats-3:4222",
+        )]);
+        let err = NodeConfig::from_env(&bad).unwrap_err().to_string();
+        assert!(err.contains("TOOLMESH_NATS_URL"), "{err}");
+        assert!(err.contains("server 2 of the list is empty"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
     }
 }

@@ -1,15 +1,33 @@
 //! RunEvents of one invocation, numbered without gaps: the gateway's ([`RunEvents`]), an actor's
 //! ([`EventSink`], from the number the gateway handed over) and the `finished` event an actor
 //! publishes in the gateway's place (`host::answer`) all take their numbers from [`EventSeq`].
+//!
+//! Events go out on core NATS (at most once), but for the gateway's `finished` where the node
+//! keeps `TOOLMESH_EVENTS`: that one the stream confirms before the call is answered
+//! ([`publish_kept`]), so a call answered is a call whose `finished` the replay has, even when
+//! a NATS server dies in between.
 
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
+use async_nats::jetstream::{self, context::PublishErrorKind};
 use async_nats::Client;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::streams::{Durability, EventsConfig};
 use crate::subjects::public;
 use crate::wire::{run_event, InvocationContext, RunEventKind};
+
+/// How long [`publish_kept`] keeps asking while `TOOLMESH_EVENTS` does not confirm an event
+/// (no leader, the server gone): a replicated stream elects a new leader within about 10 s.
+pub const KEPT_BUDGET: Duration = Duration::from_secs(15);
+
+/// How long one publish of [`publish_kept`] waits for the stream's answer.
+const KEPT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest pause between two publishes of [`publish_kept`].
+const KEPT_MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// The numbers of an invocation's events; the gateway's count from 0. Every `seq` the gateway
 /// publishes comes from [`EventSeq::hand_out`]; an actor the call is routed to continues from
@@ -52,14 +70,18 @@ pub struct RunEvents {
     client: Client,
     subject: String,
     seq: EventSeq,
+    /// The node keeps `TOOLMESH_EVENTS`: `finished` is published through it.
+    kept: bool,
 }
 
 impl RunEvents {
-    pub fn new(client: Client, ctx: &InvocationContext) -> Self {
+    /// The events of `ctx`'s call; `events` says whether the node keeps them in a stream.
+    pub fn new(client: Client, ctx: &InvocationContext, events: &EventsConfig) -> Self {
         Self {
             client,
             subject: public::events(&ctx.account, &ctx.invocation_id),
             seq: EventSeq::default(),
+            kept: matches!(events.durability.get(), Some(Durability::Durable { .. })),
         }
     }
 
@@ -75,15 +97,65 @@ impl RunEvents {
         kind: RunEventKind,
         extra: Map<String, Value>,
     ) {
-        let body = run_event(ctx, tool, self.seq.hand_out(), kind, &extra);
+        let body = Bytes::from(run_event(ctx, tool, self.seq.hand_out(), kind, &extra));
+        if self.kept && kind == RunEventKind::Finished {
+            // Boxed: a caller's future (the gateway's call) keeps its size.
+            if let Err(e) = Box::pin(publish_kept(&self.client, &self.subject, body)).await {
+                tracing::warn!(error = %e, "the stream did not confirm a finished event");
+            }
+            return;
+        }
         // Events are best effort (NATS core): a failed publish must not fail the call.
-        if let Err(e) = self
-            .client
-            .publish(self.subject.clone(), Bytes::from(body))
-            .await
-        {
+        if let Err(e) = self.client.publish(self.subject.clone(), body).await {
             tracing::warn!(error = %e, "could not publish a run event");
         }
+    }
+}
+
+/// Publishes `body` on the events subject `subject` and waits until the stream that keeps it
+/// has stored it: its stream sequence. A publish whose answer is lost is sent again with the
+/// same `Nats-Msg-Id`, so the stream keeps the event once however many tries it took. Gives
+/// up after [`KEPT_BUDGET`] without an answer (the event may then be missing).
+pub async fn publish_kept(client: &Client, subject: &str, body: Bytes) -> Result<u64, String> {
+    let js = jetstream::new(client.clone());
+    let id = nuid::next().to_string();
+    let deadline = tokio::time::Instant::now() + KEPT_BUDGET;
+    let mut attempt = 0u32;
+    loop {
+        let message = jetstream::message::PublishMessage::build()
+            .payload(body.clone())
+            .message_id(&id);
+        let acked = tokio::time::timeout(KEPT_PUBLISH_TIMEOUT, async {
+            js.send_publish(subject.to_owned(), message).await?.await
+        })
+        .await;
+        let why = match acked {
+            // Sequence 0: a duplicate of a publish still being stored; ask again.
+            Ok(Ok(ack)) if !(ack.duplicate && ack.sequence == 0) => return Ok(ack.sequence),
+            Ok(Ok(_)) => "an earlier publish is still being stored".to_owned(),
+            Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound => {
+                format!("no stream answered ({e}): it has no leader, or is gone")
+            }
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    PublishErrorKind::TimedOut
+                        | PublishErrorKind::BrokenPipe
+                        | PublishErrorKind::MaxAckPending
+                ) =>
+            {
+                e.to_string()
+            }
+            // Refused (too large, …): asking again changes nothing.
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => format!("no answer within {KEPT_PUBLISH_TIMEOUT:?}"),
+        };
+        attempt += 1;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{why}, for {KEPT_BUDGET:?}"));
+        }
+        let pause = Duration::from_millis(10u64 << attempt.min(8)).min(KEPT_MAX_PAUSE);
+        tokio::time::sleep(pause).await;
     }
 }
 

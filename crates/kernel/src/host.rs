@@ -17,6 +17,7 @@ use crate::budget;
 use crate::error::ToolError;
 use crate::events::EventSeq;
 use crate::ids::{Account, InvocationId, NodeId};
+use crate::nats_url::NatsUrl;
 use crate::permissions::{Identity, Refusals};
 use crate::role::Role;
 use crate::subjects;
@@ -26,36 +27,75 @@ use crate::wire::{
     RunEventKind, CLAIMED_BY_HEADER,
 };
 
-/// Connects a node: retries forever, so a node started before its NATS server (as in compose)
-/// comes up once the server does, and reconnects by itself after a server restart. The
-/// [`Refusals`] are what the server refuses the node: a request that races them
-/// ([`Refusals::guard_publish`]) ends when the server drops its publish.
+/// How often a connection pings its server when nothing else comes from it: a server that
+/// dies without closing the connection (its host gone) is noticed after three silent
+/// intervals, so a caller moves to another server of the list within about 3 s plus
+/// [`reconnect_delay`].
+pub const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest pause between two connection attempts ([`reconnect_delay`]).
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// How long one attempt to connect to one server may take (TCP, then the NATS handshake)
+/// when the list names several: past it the next server is tried. With one server a node
+/// waits longer ([`connect_node`]).
+pub const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The pause before connection attempt `attempt` (1 for the first after a disconnect) to a
+/// list of `servers`: none while the first round goes through the list (the next server is
+/// likely up), then 100 ms doubling up to [`MAX_RECONNECT_DELAY`]. async-nats counts attempts
+/// per server tried and starts over after each connection; it tries the servers in a random
+/// order, those that failed least first.
+pub fn reconnect_delay(attempt: usize, servers: usize) -> Duration {
+    let past_first_round = attempt.saturating_sub(servers.max(1));
+    if past_first_round == 0 {
+        return Duration::ZERO;
+    }
+    let exponent = (past_first_round - 1).min(10) as u32;
+    Duration::from_millis(100u64.saturating_mul(1 << exponent)).min(MAX_RECONNECT_DELAY)
+}
+
+/// What every connection of a node or a client command shares: the user and password of the
+/// URL list, the ping interval, and attempts that move on to the next server within a moment.
+fn options(url: &NatsUrl, name: &str) -> ConnectOptions {
+    let servers = url.servers().len();
+    let options = ConnectOptions::new()
+        .name(name)
+        .ping_interval(PING_INTERVAL)
+        .reconnect_delay_callback(move |attempt| reconnect_delay(attempt, servers));
+    match url.credentials() {
+        Some((user, password)) => options.user_and_password(user.to_owned(), password.to_owned()),
+        None => options,
+    }
+}
+
+/// Connects a node to the servers of `url` (one, or several of one cluster): retries
+/// forever, so a node started before its NATS server (as in compose) comes up once the server
+/// does, and reconnects by itself after losing its server, to another of the list when there
+/// are several. The [`Refusals`] are what the server refuses the node: a request that races
+/// them ([`Refusals::guard_publish`]) ends when the server drops its publish.
 pub async fn connect_node(
-    url: &str,
+    url: &NatsUrl,
     name: &str,
 ) -> Result<(Client, Refusals), async_nats::ConnectError> {
     let (sink, refusals) = Refusals::new(Identity {
-        user: url_user(url),
+        user: url.user().map(str::to_owned),
         inbox_prefix: "_INBOX".to_owned(),
     });
-    let client = url_credentials(ConnectOptions::new(), url)
-        .name(name)
+    let timeout = if url.servers().len() > 1 {
+        CLUSTER_CONNECT_TIMEOUT
+    } else {
+        Duration::from_secs(5)
+    };
+    let client = options(url, name)
         .retry_on_initial_connect()
         .max_reconnects(None)
-        .connection_timeout(Duration::from_secs(5))
+        .connection_timeout(timeout)
         .event_callback(move |event| {
             sink.record(&event);
             async move { log_connection_event(event) }
         })
-        .reconnect_delay_callback(|attempt| {
-            // First retry at once (a server restarting is often back within milliseconds),
-            // then back off to at most 2 s.
-            match attempt {
-                0 | 1 => Duration::ZERO,
-                n => Duration::from_millis((50 * 2u64.saturating_pow(n.min(6) as u32)).min(2000)),
-            }
-        })
-        .connect(url)
+        .connect(url.servers().to_vec())
         .await?;
     Ok((client, refusals))
 }
@@ -84,28 +124,38 @@ fn log_connection_event(event: async_nats::Event) {
     }
 }
 
-/// Connects a short-lived client (the CLI, tests): fails fast when the server is not there.
+/// Connects a short-lived client (tests): fails fast when no server of `url` is there. A URL
+/// that does not parse ([`NatsUrl`]) is a `ServerParse` error.
 pub async fn connect_client(url: &str, name: &str) -> Result<Client, async_nats::ConnectError> {
-    Ok(connect_client_with_inbox(url, name, None).await?.0)
+    let url = NatsUrl::parse(url).map_err(|e| {
+        async_nats::ConnectError::with_source(async_nats::ConnectErrorKind::ServerParse, e)
+    })?;
+    Ok(connect_client_with_inbox(&url, name, None).await?.0)
 }
 
-/// [`connect_client`] with replies coming to `<inbox_prefix>.…` instead of `_INBOX.…`: a NATS
-/// user whose permissions allow subscribing only to a private inbox prefix needs this.
+/// Connects a client command (the CLI, the MCP front) to the servers of `url`: fails fast when
+/// none is there, and reconnects to another of the list when it loses its server. Replies come
+/// to `<inbox_prefix>.…` instead of `_INBOX.…`: a NATS user whose permissions allow subscribing
+/// only to a private inbox prefix needs this.
 /// The [`Refusals`] are what the server refuses this connection: a request raced against them
 /// ([`Refusals::guard`]) ends at once when the server drops its publish or its reply inbox,
 /// where it would otherwise wait out its timeout.
 pub async fn connect_client_with_inbox(
-    url: &str,
+    url: &NatsUrl,
     name: &str,
     inbox_prefix: Option<&str>,
 ) -> Result<(Client, Refusals), async_nats::ConnectError> {
     let (sink, refusals) = Refusals::new(Identity {
-        user: url_user(url),
+        user: url.user().map(str::to_owned),
         inbox_prefix: inbox_prefix.unwrap_or("_INBOX").to_owned(),
     });
-    let mut options = url_credentials(ConnectOptions::new(), url)
-        .name(name)
-        .connection_timeout(Duration::from_secs(3))
+    let timeout = if url.servers().len() > 1 {
+        CLUSTER_CONNECT_TIMEOUT
+    } else {
+        Duration::from_secs(3)
+    };
+    let mut options = options(url, name)
+        .connection_timeout(timeout)
         .event_callback(move |event| {
             let sink = sink.clone();
             async move {
@@ -117,54 +167,8 @@ pub async fn connect_client_with_inbox(
     if let Some(prefix) = inbox_prefix {
         options = options.custom_inbox_prefix(prefix);
     }
-    let client = options.connect(url).await?;
+    let client = options.connect(url.servers().to_vec()).await?;
     Ok((client, refusals))
-}
-
-/// The user named in the (first) server URL, percent-decoded: who the messages of a refusal
-/// name.
-pub fn url_user(url: &str) -> Option<String> {
-    let first = url.split(',').next().unwrap_or_default().trim();
-    let addr = first.parse::<async_nats::ServerAddr>().ok()?;
-    addr.username().map(percent_decode)
-}
-
-/// Credentials in the (first) server URL, `nats://user:password@host:4222`, become the
-/// connection's user and password: async-nats parses them but does not send them
-/// (nats-io/nats.rs#1623). Percent-encoded characters in them are decoded.
-fn url_credentials(options: ConnectOptions, url: &str) -> ConnectOptions {
-    let first = url.split(',').next().unwrap_or_default().trim();
-    let Ok(addr) = first.parse::<async_nats::ServerAddr>() else {
-        return options;
-    };
-    match (addr.username(), addr.password()) {
-        (Some(user), Some(password)) => {
-            options.user_and_password(percent_decode(user), percent_decode(password))
-        }
-        _ => options,
-    }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Waits until the server has processed everything this connection sent so far, in particular
@@ -724,7 +728,9 @@ impl Lifecycle {
 
 #[cfg(test)]
 mod tests {
-    use super::{percent_decode, InFlight};
+    use std::time::Duration;
+
+    use super::{reconnect_delay, InFlight, MAX_RECONNECT_DELAY};
 
     #[test]
     fn a_part_counts_into_the_whole() {
@@ -740,9 +746,20 @@ mod tests {
     }
 
     #[test]
-    fn url_credentials_are_percent_decoded() {
-        assert_eq!(percent_decode("s3cr%40t%2Fx"), "s3cr@t/x");
-        assert_eq!(percent_decode("plain"), "plain");
-        assert_eq!(percent_decode("100%"), "100%");
+    fn reconnects_try_every_server_at_once_then_back_off_to_a_second() {
+        let ms = |attempt, servers| reconnect_delay(attempt, servers).as_millis();
+        // Three servers: the first round goes through all of them without a pause.
+        assert_eq!([ms(1, 3), ms(2, 3), ms(3, 3)], [0, 0, 0]);
+        assert_eq!(
+            [ms(4, 3), ms(5, 3), ms(6, 3), ms(7, 3)],
+            [100, 200, 400, 800]
+        );
+        // One server: retried at once, then backing off.
+        assert_eq!([ms(1, 1), ms(2, 1), ms(3, 1)], [0, 100, 200]);
+        for attempt in 0..10_000 {
+            assert!(reconnect_delay(attempt, 3) <= MAX_RECONNECT_DELAY);
+        }
+        assert_eq!(reconnect_delay(usize::MAX, 1), Duration::from_secs(1));
+        assert_eq!(ms(0, 0), 0);
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Wire types of PROTOCOL.md ([`wire`]), the one module of subject names ([`subjects`]), the
 //! error codes ([`error`]), the tool registry with schemas and policies ([`tools`], [`policy`]),
-//! configuration from the environment ([`config`]), the egress policy of outbound requests
-//! ([`egress`]), JetStream streams ([`streams`]), NATS glue ([`host`], [`cluster`]), where a
-//! node may answer ([`replies`]) and the one HTTP server of every listener ([`listener`]).
+//! configuration from the environment ([`config`]), the NATS server list ([`nats_url`]), the
+//! egress policy of outbound requests ([`egress`]), JetStream streams ([`streams`]), NATS glue ([`host`], [`cluster`]), where a
+//! node may answer ([`replies`]), the one HTTP server of every listener ([`listener`]) and the
+//! way to Redis, through Sentinel too, of the actors keeping state there ([`redis_link`]).
 //!
 //! Architecture invariant: this crate knows no actor and exposes no actix type, so actors stay
 //! independent of each other and of the actor framework's future.
@@ -21,9 +22,11 @@ pub mod host;
 pub mod ids;
 pub mod listener;
 pub mod metrics;
+pub mod nats_url;
 pub mod outputs;
 pub mod permissions;
 pub mod policy;
+pub mod redis_link;
 pub mod replies;
 pub mod role;
 pub mod settings;

@@ -2,15 +2,22 @@
 //! what a node reports when the server has no JetStream.
 //!
 //! [`ensure`] is general: any stream of the contract is a
-//! [`async_nats::jetstream::stream::Config`] handed to it, and the node's settings win.
+//! [`async_nats::jetstream::stream::Config`] handed to it, and the node's settings win, but
+//! for its replicas: a node raises the number of servers keeping a copy, never lowers it.
 //! [`ensure_append_only`] is for a record that must only grow (`TOOLMESH_AUDIT`): it creates
 //! the stream, and of an existing one it only ever raises what keeps entries
 //! ([`append_only_merge`]), never lowers it. [`events_config`] is the RunEvents' stream.
-//! Publishers keep publishing on core NATS: the stream captures the subjects on the server, so
-//! live subscribers see no change.
+//! Publishers keep publishing on core NATS (but for the gateway's `finished`, which the stream
+//! confirms: [`crate::events::publish_kept`]): the stream captures the subjects on the server,
+//! so live subscribers see no change.
+//!
+//! On a NATS cluster the streams are replicated (`TOOLMESH_STREAM_REPLICAS`), and a node that
+//! starts while the cluster's JetStream has no leader yet (it is forming) asks again for up to
+//! [`FORMING_WAIT`].
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::{
     CreateStreamError, CreateStreamErrorKind, GetStreamError, GetStreamErrorKind,
@@ -28,31 +35,126 @@ pub const EVENTS_SUBJECTS: &str = crate::subjects::public::EVENTS_ALL;
 /// without JetStream.
 pub const ENSURE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a node asks again while the JetStream of its NATS cluster has no leader (a
+/// cluster elects one a few seconds after its servers start): past it, JetStream counts as
+/// unavailable.
+pub const FORMING_WAIT: Duration = Duration::from_secs(30);
+
+/// The pause between two such questions.
+const FORMING_PAUSE: Duration = Duration::from_millis(250);
+
+/// What JetStream answered none of: a server that answers nothing in time.
+const NO_ANSWER: &str = "no JetStream answer in time";
+
 /// Why a stream could not be ensured.
 #[derive(Debug, thiserror::Error)]
 pub enum EnsureError {
     /// The server (or this user's account) has no JetStream: the node goes on without it.
     #[error("the NATS server has no JetStream: {0}")]
     Unavailable(String),
-    /// JetStream refused the stream (for instance a limit the server does not allow).
+    /// JetStream refused the stream (for instance a limit the server does not allow, or
+    /// replicas on a server that is not in a cluster).
     #[error("cannot create or update the stream {stream}: {reason}")]
     Refused { stream: String, reason: String },
+    /// The NATS cluster's JetStream has no leader (forming, or without a majority): asked
+    /// again for up to [`FORMING_WAIT`], then [`EnsureError::Unavailable`].
+    #[error("the NATS cluster's JetStream has no leader: {0}")]
+    NoLeader(String),
 }
 
-/// Creates the stream of `config`, or updates the limits of the one of that name.
-pub async fn ensure(js: &Context, config: Config) -> Result<Info, EnsureError> {
-    let stream = config.name.clone();
-    let attempt = tokio::time::timeout(ENSURE_TIMEOUT, js.create_or_update_stream(config)).await;
-    match attempt {
-        Err(_) => Err(EnsureError::Unavailable(
-            "no JetStream answer in time".into(),
-        )),
-        Ok(Ok(info)) => Ok(info),
-        Ok(Err(err)) => Err(classify(&stream, &err)),
+impl EnsureError {
+    /// Whether asking again may help: JetStream has no leader yet, or, from a server in a
+    /// cluster, did not answer (a forming cluster's servers ignore JetStream requests).
+    fn leaderless(&self, clustered: bool) -> bool {
+        match self {
+            EnsureError::NoLeader(_) => true,
+            EnsureError::Unavailable(reason) => clustered && reason == NO_ANSWER,
+            EnsureError::Refused { .. } => false,
+        }
     }
 }
 
-/// A JetStream refusal, or a server (or account) without JetStream.
+/// Runs `attempt` again while JetStream has no leader ([`EnsureError::leaderless`]), for up to
+/// [`FORMING_WAIT`].
+async fn patiently<T, Fut>(
+    js: &Context,
+    stream: &str,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<T, EnsureError>
+where
+    Fut: Future<Output = Result<T, EnsureError>>,
+{
+    let clustered = js.client().server_info().cluster.is_some();
+    let deadline = Instant::now() + FORMING_WAIT;
+    let mut said = false;
+    loop {
+        match attempt().await {
+            Err(e) if e.leaderless(clustered) && Instant::now() < deadline => {
+                if !said {
+                    tracing::info!(stream, error = %e, "JetStream has no leader yet; asking again");
+                    said = true;
+                }
+                tokio::time::sleep(FORMING_PAUSE).await;
+            }
+            Err(EnsureError::NoLeader(reason)) => return Err(EnsureError::Unavailable(reason)),
+            other => return other,
+        }
+    }
+}
+
+fn unanswered() -> EnsureError {
+    EnsureError::Unavailable(NO_ANSWER.into())
+}
+
+/// Creates the stream of `config`, or updates the one of that name to it, except its
+/// replicas: a stream kept on more servers than `config` asks stays so (answered in
+/// [`Ensured::kept`]); one kept on fewer is raised ([`Ensured::raised`]).
+pub async fn ensure(js: &Context, config: Config) -> Result<Ensured, EnsureError> {
+    let stream = config.name.clone();
+    patiently(js, &stream, || ensure_once(js, &config)).await
+}
+
+async fn ensure_once(js: &Context, config: &Config) -> Result<Ensured, EnsureError> {
+    let stream = config.name.as_str();
+    let existing = match tokio::time::timeout(ENSURE_TIMEOUT, js.get_stream(stream)).await {
+        Err(_) => return Err(unanswered()),
+        Ok(Ok(found)) => Some(found.cached_info().config.num_replicas.max(1)),
+        // Not found, or no JetStream: the create says which.
+        Ok(Err(_)) => None,
+    };
+    let mut config = config.clone();
+    let (mut kept, mut raised) = (Vec::new(), Vec::new());
+    if let Some(existing) = existing {
+        let node = config.num_replicas.max(1);
+        let difference = Difference {
+            setting: "num_replicas",
+            stream: existing.to_string(),
+            node: node.to_string(),
+        };
+        match node.cmp(&existing) {
+            std::cmp::Ordering::Less => {
+                config.num_replicas = existing;
+                kept.push(difference);
+            }
+            std::cmp::Ordering::Greater => raised.push(difference),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+    let attempt = tokio::time::timeout(ENSURE_TIMEOUT, js.create_or_update_stream(config)).await;
+    match attempt {
+        Err(_) => Err(unanswered()),
+        Ok(Ok(info)) => Ok(Ensured {
+            info,
+            kept,
+            raised,
+            not_raised: None,
+        }),
+        Ok(Err(err)) => Err(classify(stream, &err)),
+    }
+}
+
+/// A JetStream refusal, a cluster without a leader, or a server (or account) without
+/// JetStream.
 fn classify(stream: &str, err: &CreateStreamError) -> EnsureError {
     match err.kind() {
         CreateStreamErrorKind::JetStreamUnavailable | CreateStreamErrorKind::TimedOut => {
@@ -63,6 +165,11 @@ fn classify(stream: &str, err: &CreateStreamError) -> EnsureError {
                 || inner.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
         {
             EnsureError::Unavailable(err.to_string())
+        }
+        CreateStreamErrorKind::JetStream(inner)
+            if inner.error_code() == ErrorCode::CLUSTER_NOT_AVAILABLE =>
+        {
+            EnsureError::NoLeader(err.to_string())
         }
         _ => EnsureError::Refused {
             stream: stream.to_owned(),
@@ -290,7 +397,11 @@ pub fn append_only_merge(
 /// raise is no error: the stream exists and runs as it is ([`Ensured::not_raised`]).
 pub async fn ensure_append_only(js: &Context, wanted: Config) -> Result<Ensured, EnsureError> {
     let name = wanted.name.clone();
-    let unanswered = || EnsureError::Unavailable("no JetStream answer in time".into());
+    patiently(js, &name, || ensure_append_only_once(js, &wanted)).await
+}
+
+async fn ensure_append_only_once(js: &Context, wanted: &Config) -> Result<Ensured, EnsureError> {
+    let name = wanted.name.clone();
     let mut last = None;
     // Two nodes starting at once may both find no stream: the second's create then finds
     // the first's stream, and it goes on from there.
@@ -320,7 +431,7 @@ pub async fn ensure_append_only(js: &Context, wanted: Config) -> Result<Ensured,
                 reason: e.to_string(),
             }),
         }?;
-        let (merged, raised, kept) = append_only_merge(&existing.config, &wanted);
+        let (merged, raised, kept) = append_only_merge(&existing.config, wanted);
         if raised.is_empty() {
             return Ok(Ensured {
                 info: existing,
@@ -330,15 +441,15 @@ pub async fn ensure_append_only(js: &Context, wanted: Config) -> Result<Ensured,
             });
         }
         let updated = tokio::time::timeout(ENSURE_TIMEOUT, js.update_stream(&merged)).await;
-        let unanswered = "no answer in time (is this NATS user allowed to update the stream?)";
+        let silent = "no answer in time (is this NATS user allowed to update the stream?)";
         let (info, not_raised) = match updated {
             Ok(Ok(info)) => (info, None),
             Ok(Err(e)) if has_code(&e, ErrorCode::STREAM_NOT_FOUND) => continue,
             Ok(Err(e)) if e.kind() == CreateStreamErrorKind::TimedOut => {
-                (existing, Some(unanswered.to_owned()))
+                (existing, Some(silent.to_owned()))
             }
             Ok(Err(e)) => (existing, Some(e.to_string())),
-            Err(_) => (existing, Some(unanswered.to_owned())),
+            Err(_) => (existing, Some(silent.to_owned())),
         };
         return Ok(Ensured {
             info,
@@ -354,13 +465,16 @@ fn is_not_found(e: &GetStreamError) -> bool {
     matches!(e.kind(), GetStreamErrorKind::JetStream(inner) if inner.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
-/// The limits of `TOOLMESH_EVENTS` (`TOOLMESH_EVENTS_MAX_AGE_S`, `TOOLMESH_EVENTS_MAX_BYTES`).
+/// The limits of `TOOLMESH_EVENTS` (`TOOLMESH_EVENTS_MAX_AGE_S`, `TOOLMESH_EVENTS_MAX_BYTES`)
+/// and its copies (`TOOLMESH_STREAM_REPLICAS`).
 #[derive(Debug, Clone)]
 pub struct EventsConfig {
     /// How long an event is kept.
     pub max_age: Duration,
     /// Bytes the stream keeps at most (the oldest go first); `None`: no size limit.
     pub max_bytes: Option<u64>,
+    /// Servers of a NATS cluster keeping a copy (1 on a single server).
+    pub replicas: usize,
     /// What the node found at start; read by `component_status`.
     pub durability: Arc<OnceLock<Durability>>,
 }
@@ -376,6 +490,7 @@ pub fn events_config(config: &EventsConfig) -> Config {
             .max_bytes
             .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
         description: Some("toolmesh RunEvents, replayable per invocation".to_owned()),
+        num_replicas: config.replicas,
         ..Default::default()
     }
 }
@@ -417,9 +532,25 @@ pub async fn ensure_events(
 ) -> Result<Durability, EnsureError> {
     let js = async_nats::jetstream::new(client.clone());
     let durability = match ensure(&js, events_config(config)).await {
-        Ok(info) => Durability::Durable {
-            stream: info.config.name,
-        },
+        Ok(ensured) => {
+            if !ensured.kept.is_empty() {
+                tracing::warn!(
+                    stream = EVENTS_STREAM,
+                    differences = describe(&ensured.kept),
+                    "the RunEvents stream is kept on more servers than TOOLMESH_STREAM_REPLICAS asks: a node never lowers it (an operator can, with `nats stream edit`)"
+                );
+            }
+            if !ensured.raised.is_empty() {
+                tracing::info!(
+                    stream = EVENTS_STREAM,
+                    differences = describe(&ensured.raised),
+                    "the RunEvents stream was raised to this node's TOOLMESH_STREAM_REPLICAS"
+                );
+            }
+            Durability::Durable {
+                stream: ensured.info.config.name,
+            }
+        }
         Err(EnsureError::Unavailable(reason)) => Durability::Live { reason },
         Err(other) => return Err(other),
     };
@@ -559,5 +690,57 @@ mod tests {
             describe(&kept),
             "max_age is 100 s on the stream, 1 s in this node's settings"
         );
+    }
+
+    fn events(replicas: usize) -> EventsConfig {
+        EventsConfig {
+            max_age: Duration::from_secs(60),
+            max_bytes: None,
+            replicas,
+            durability: Default::default(),
+        }
+    }
+
+    /// On a NATS cluster a node raises the RunEvents stream to its replicas and never lowers
+    /// them; a single server refuses replicas, and the node hears why.
+    #[tokio::test]
+    async fn the_events_stream_is_raised_to_its_replicas_and_never_lowered() {
+        let cluster = toolmesh_testkit::NatsCluster::start().await;
+        let client = crate::host::connect_client(&cluster.urls(), "streams-test")
+            .await
+            .unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        let one = ensure(&js, events_config(&events(1))).await.unwrap();
+        assert_eq!(one.info.config.num_replicas, 1);
+        assert!(one.kept.is_empty() && one.raised.is_empty());
+        let three = ensure(&js, events_config(&events(3))).await.unwrap();
+        assert_eq!(three.info.config.num_replicas, 3);
+        assert_eq!(
+            describe(&three.raised),
+            "num_replicas is 1 on the stream, 3 in this node's settings"
+        );
+        let again = ensure(&js, events_config(&events(1))).await.unwrap();
+        assert_eq!(again.info.config.num_replicas, 3);
+        assert_eq!(
+            describe(&again.kept),
+            "num_replicas is 3 on the stream, 1 in this node's settings"
+        );
+        let durable = ensure_events(&client, &events(1)).await.unwrap();
+        assert_eq!(
+            durable,
+            Durability::Durable {
+                stream: EVENTS_STREAM.into()
+            }
+        );
+
+        let single = toolmesh_testkit::NatsServer::start_jetstream();
+        let refused = ensure_events(&single.client().await, &events(3)).await;
+        match refused {
+            Err(EnsureError::Refused { stream, reason }) => {
+                assert_eq!(stream, EVENTS_STREAM);
+                assert!(reason.contains("replicas"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

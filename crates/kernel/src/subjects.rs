@@ -224,6 +224,11 @@ pub mod internal {
     /// provably never ran (no actor took the call). Same queue group as the gate.
     pub const APPROVAL_RELEASE: &str = "toolmesh.internal.v1.approval.release";
 
+    /// Approval withdrawal: the caller cancelled a call parked on the approval it made, so the
+    /// gateway asks for that still-pending approval to be rejected (reason `withdrawn`). Same
+    /// queue group as the gate.
+    pub const APPROVAL_WITHDRAW: &str = "toolmesh.internal.v1.approval.withdraw";
+
     /// Edits before approving: the approval actor asks any gateway whether a reviewer's
     /// arguments pass the checks a call with them would meet ([`crate::wire::ArgumentsCheck`]),
     /// queue group of the gateway role.
@@ -368,7 +373,11 @@ mod tests {
     fn approval_subjects_are_internal_and_distinct() {
         // Both are constants (the approval actor subscribes them by `&'static str`): check
         // they stay under the internal prefix and never collide.
-        for subject in [internal::APPROVAL_GATE, internal::APPROVAL_RELEASE] {
+        for subject in [
+            internal::APPROVAL_GATE,
+            internal::APPROVAL_RELEASE,
+            internal::APPROVAL_WITHDRAW,
+        ] {
             assert!(
                 subject.starts_with(internal::PREFIX) && subject.contains(".approval."),
                 "{subject}"
@@ -378,6 +387,11 @@ mod tests {
             internal::APPROVAL_RELEASE,
             "toolmesh.internal.v1.approval.release"
         );
+        assert_eq!(
+            internal::APPROVAL_WITHDRAW,
+            "toolmesh.internal.v1.approval.withdraw"
+        );
         assert_ne!(internal::APPROVAL_GATE, internal::APPROVAL_RELEASE);
+        assert_ne!(internal::APPROVAL_RELEASE, internal::APPROVAL_WITHDRAW);
     }
 }

@@ -8,7 +8,8 @@
 //! candidate is taken.
 
 //!
-//! The parts: `nats` ([`NatsServer`], [`AuthNats`]), `redis` ([`RedisServer`]), `node`
+//! The parts: `nats` ([`NatsServer`], [`AuthNats`]), `nats_cluster` ([`NatsCluster`]),
+//! `redis` ([`RedisServer`]), `node`
 //! ([`NodeSpec`], [`Node`]), `logs` ([`LogTap`], [`captured_logs`]), `client` ([`wait_until`],
 //! the request helpers), `net` ([`ClosedPort`], [`http_target`]), [`raw_http`], `egress_probe`
 //! ([`EGRESS_PROBE`]) and `process` (finding the programs).
@@ -17,17 +18,21 @@ mod client;
 mod egress_probe;
 mod logs;
 mod nats;
+mod nats_cluster;
 mod net;
 mod node;
 mod process;
 pub mod raw_http;
 mod redis;
+mod sentinel;
 
 pub use client::{request_json, request_json_within, request_raw, wait_until};
 pub use egress_probe::{egress_probe_command, EGRESS_PROBE};
 pub use logs::{captured_logs, LogTap};
 pub use nats::{AuthNats, NatsServer};
+pub use nats_cluster::{NatsCluster, CLUSTER_SIZE};
 pub use net::{http_target, ClosedPort};
 pub use node::{Listener, Node, NodeSpec};
 pub use process::venv_bin;
 pub use redis::RedisServer;
+pub use sentinel::{redis_cli, RedisSentinels, DOWN_AFTER_MS};

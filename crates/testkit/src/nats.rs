@@ -84,11 +84,13 @@ impl NatsServer {
                 .arg("-sd")
                 .arg(dir.path().join("jetstream"));
         }
-        let (child, port, monitor) = start_nats(command.current_dir(dir.path()));
+        let started = start_nats(command.current_dir(dir.path()));
         NatsServer {
-            child,
-            port,
-            monitor: monitor.expect("nats-server -m -1 says where it monitors"),
+            child: started.child,
+            port: started.port,
+            monitor: started
+                .monitor
+                .expect("nats-server -m -1 says where it monitors"),
             options,
             dir,
         }
@@ -113,27 +115,7 @@ impl NatsServer {
     /// subject) would reach now, as the server's monitoring endpoint (`/subsz`) counts them:
     /// to wait until another process has subscribed.
     pub async fn interest(&self, subject: &str) -> u64 {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.monitor))
-            .await
-            .expect("connect to the monitoring endpoint");
-        let request = format!(
-            "GET /subsz?subs=1&test={subject} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("ask /subsz");
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .await
-            .expect("read /subsz");
-        let (_, body) = response
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-        let subsz: serde_json::Value = serde_json::from_str(body)
-            .unwrap_or_else(|e| panic!("/subsz is not JSON ({e}): {body}"));
+        let subsz = monitor_json(self.monitor, &format!("/subsz?subs=1&test={subject}")).await;
         subsz["total"].as_u64().unwrap_or(0)
     }
 
@@ -150,23 +132,35 @@ impl Drop for NatsServer {
     }
 }
 
+/// A started nats-server: the process, its log, and the ports its log names.
+pub(crate) struct Started {
+    pub child: Child,
+    pub log: LogTap,
+    /// Where it listens for clients.
+    pub port: u16,
+    /// Its monitoring endpoint, if it has one (`-m`).
+    pub monitor: Option<u16>,
+}
+
+/// The port of `addr` in a log line holding `after` then `host:port`.
+pub(crate) fn port_after(line: &str, after: &str) -> Option<u16> {
+    let (_, addr) = line.split_once(after)?;
+    let addr: std::net::SocketAddr = addr.trim().parse().ok()?;
+    Some(addr.port())
+}
+
 /// Starts `command` (a nats-server that logs to stderr) and waits until it is ready: the child,
-/// the client port its log names and the monitoring port if it has one. Panics with the log
-/// when the server stops first (a port in use, a bad config).
-fn start_nats(command: &mut Command) -> (Child, u16, Option<u16>) {
+/// its log, the client port its log names and the monitoring port if it has one. Panics with
+/// the log when the server stops first (a port in use, a bad config).
+pub(crate) fn start_nats(command: &mut Command) -> Started {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("nats-server starts");
     let log = LogTap::start(child.stderr.take().expect("stderr"), |_| {});
-    let port_of = |line: &str, after: &str| {
-        let (_, addr) = line.split_once(after)?;
-        let addr: std::net::SocketAddr = addr.trim().parse().ok()?;
-        Some(addr.port())
-    };
     let port = log.find(SERVER_START, |l| {
-        port_of(l, "Listening for client connections on ")
+        port_after(l, "Listening for client connections on ")
     });
     let ready = log.find(SERVER_START, |l| {
         l.contains("Server is ready").then_some(())
@@ -176,8 +170,39 @@ fn start_nats(command: &mut Command) -> (Child, u16, Option<u16>) {
         let _ = child.wait();
         panic!("nats-server did not start:\n{}", log.text());
     };
-    let monitor = log.find(Duration::ZERO, |l| port_of(l, "Starting http monitor on "));
-    (child, port, monitor)
+    let monitor = log.find(Duration::ZERO, |l| {
+        port_after(l, "Starting http monitor on ")
+    });
+    Started {
+        child,
+        log,
+        port,
+        monitor,
+    }
+}
+
+/// `GET <path>` of a nats-server's monitoring endpoint on `port`, as JSON (`/subsz`, `/connz`,
+/// `/jsz`).
+pub(crate) async fn monitor_json(port: u16, path: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the monitoring endpoint");
+    // HTTP/1.0: the body ends with the connection, never chunked (a long `/connz` would be).
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("ask {path}: {e}"));
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{path} is not JSON ({e}): {body}"))
 }
 
 /// nats-server with the compose cluster's `docker/nats.conf`: its users, their permissions and
@@ -220,14 +245,14 @@ impl AuthNats {
         }
         let config = dir.path().join("nats.conf");
         std::fs::write(&config, text).expect("write the config");
-        let (child, port, _) = start_nats(
+        let started = start_nats(
             Command::new(find_binary("nats-server", "nats-server"))
                 .args(["-a", "127.0.0.1", "-p", "-1", "-c"])
                 .arg(&config),
         );
         AuthNats {
-            child,
-            port,
+            child: started.child,
+            port: started.port,
             _dir: dir,
         }
     }

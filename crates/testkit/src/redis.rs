@@ -20,6 +20,8 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    /// Arguments past the usual ones, kept for [`RedisServer::restart`].
+    args: Vec<String>,
 }
 
 /// How many taken candidate ports [`RedisServer::start`] tries past.
@@ -27,10 +29,23 @@ const REDIS_TRIES: usize = 50;
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// [`RedisServer::start`] with more arguments (`--replicaof 127.0.0.1 <port>`), kept for
+    /// restarts.
+    pub fn start_with(args: &[String]) -> RedisServer {
         let dir = temp_dir();
         for _ in 0..REDIS_TRIES {
-            match Self::spawn(candidate_port(), &dir) {
-                Ok((child, port)) => return RedisServer { child, port, dir },
+            match Self::spawn(candidate_port(), &dir, args) {
+                Ok((child, port)) => {
+                    return RedisServer {
+                        child,
+                        port,
+                        dir,
+                        args: args.to_vec(),
+                    }
+                }
                 Err(PortTaken) => continue,
             }
         }
@@ -39,7 +54,11 @@ impl RedisServer {
 
     /// Starts redis-server on `port`: `Err` when the port is taken; a panic with its log when
     /// it stops for another reason.
-    fn spawn(port: u16, dir: &tempfile::TempDir) -> Result<(Child, u16), PortTaken> {
+    fn spawn(
+        port: u16,
+        dir: &tempfile::TempDir,
+        args: &[String],
+    ) -> Result<(Child, u16), PortTaken> {
         let bin = find_binary("redis-server", "redis-server");
         let mut child = Command::new(bin)
             .args([
@@ -56,6 +75,7 @@ impl RedisServer {
                 "--dir",
             ])
             .arg(dir.path())
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -99,9 +119,10 @@ impl RedisServer {
     /// directory (clients expect it there: a port taken meanwhile is a panic).
     pub fn restart(&mut self) {
         self.kill();
-        let (child, _) = Self::spawn(self.port, &self.dir).unwrap_or_else(|PortTaken| {
-            panic!("port {} was taken while redis-server was down", self.port)
-        });
+        let (child, _) =
+            Self::spawn(self.port, &self.dir, &self.args).unwrap_or_else(|PortTaken| {
+                panic!("port {} was taken while redis-server was down", self.port)
+            });
         self.child = child;
     }
 }
@@ -114,11 +135,11 @@ impl Drop for RedisServer {
 
 /// redis-server reported its port in use.
 #[derive(Debug)]
-struct PortTaken;
+pub(crate) struct PortTaken;
 
 /// A random port below the kernel's ephemeral range (`ip_local_port_range`), where no port-0
 /// listener or outgoing connection of this machine lands; anything else there is a retry.
-fn candidate_port() -> u16 {
+pub(crate) fn candidate_port() -> u16 {
     use std::hash::BuildHasher as _;
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
@@ -156,7 +177,7 @@ mod tests {
         let dir = temp_dir();
         let first = RedisServer::start();
         assert!(matches!(
-            RedisServer::spawn(first.port(), &dir),
+            RedisServer::spawn(first.port(), &dir, &[]),
             Err(PortTaken)
         ));
     }

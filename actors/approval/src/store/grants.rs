@@ -15,7 +15,8 @@ use toolmesh_kernel::wire::Grant;
 use toolmesh_kernel::{Account, SessionId};
 
 use super::{
-    account_of, damaged, field, number, optional, session_of, ApprovalStore, Record, StoreError,
+    account_of, confirmed, damaged, field, number, optional, session_of, ApprovalStore, Record,
+    StoreError,
 };
 
 // `script!` is the store's: common.lua, then the script.
@@ -90,7 +91,9 @@ impl ApprovalStore {
             .arg(new.uses.map(|u| u.to_string()).unwrap_or_default())
             .arg(&new.approval_id)
             .arg(self.retention_ms);
-        let (_now, record): (u64, Record) = self.run(&invocation).await?;
+        let ((_now, record), replication): ((u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        confirmed(replication)?;
         view(&record)
     }
 
@@ -98,7 +101,12 @@ impl ApprovalStore {
     pub async fn use_grant(&self, account: &Account, id: &str) -> Result<Use, StoreError> {
         let mut invocation = SCRIPTS.use_one.prepare_invoke();
         invocation.key(grant_key(account.as_str(), id));
-        let (outcome, _now, record): (String, u64, Record) = self.run(&invocation).await?;
+        let ((outcome, _now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        if outcome == "used" {
+            // The use is spent on the primary; the call does not run (never overspent).
+            confirmed(replication)?;
+        }
         match outcome.as_str() {
             "used" => view(&record).map(|g| Use::Used(Box::new(g))),
             "gone" | "revoked" | "expired" | "spent" => Ok(Use::Lapsed),
@@ -115,7 +123,11 @@ impl ApprovalStore {
     ) -> Result<Option<Grant>, StoreError> {
         let mut invocation = SCRIPTS.revoke.prepare_invoke();
         invocation.key(grant_key(account.as_str(), id));
-        let (outcome, _now, record): (String, u64, Record) = self.run(&invocation).await?;
+        let ((outcome, _now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        if outcome == "revoked" {
+            confirmed(replication)?;
+        }
         match outcome.as_str() {
             "not_found" => Ok(None),
             "revoked" => view(&record).map(Some),

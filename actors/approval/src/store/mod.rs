@@ -2,6 +2,12 @@
 //! (`src/lua/`), atomic in Redis and timed by Redis `TIME`, so nodes never race each other
 //! through check-then-set and never disagree about expiry because of their clocks.
 //!
+//! The connection is the kernel's [`RedisLink`] (one server, or the primary Sentinel names);
+//! a write acknowledged to a caller (a new approval, a decision, a use, a release, a grant
+//! created, used or revoked) runs with `WAIT` behind it ([`ApprovalStore::run_replicated`]),
+//! and one that fewer replicas than `TOOLMESH_REDIS_WAIT_REPLICAS` confirmed in time is
+//! [`StoreError::Unconfirmed`].
+//!
 //! Layout (one Redis, or one primary; the scripts touch several keys, so Redis Cluster is not
 //! supported):
 //! * `toolmesh:approval:<account>:<id>`: hash, the record (`status`, `session_id`, …,
@@ -19,12 +25,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use toolmesh_kernel::redis_link::{RedisConn, RedisLink, Replication};
 use toolmesh_kernel::wire::{
     ApprovalRequest, ApprovalRoute, ApprovalStatus, MemberDecision, RiskLevel, SideEffect,
 };
@@ -32,14 +35,6 @@ use toolmesh_kernel::{Account, InvocationId, SessionId};
 
 use crate::config::ApprovalConfig;
 
-/// How long a request waits for the first Redis connection of a starting node before it
-/// answers `unavailable` (a request right after startup should not fail for a few ms).
-const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(1);
-/// Longest pause between two attempts of the first connection.
-const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Redis answers a local script in well under a millisecond; past this it is stuck or gone.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// Due members the sweeper takes per round; the rest wait for the next round.
 pub const SWEEP_BATCH: usize = 256;
 
@@ -58,14 +53,16 @@ pub enum StoreError {
     /// The account already has this many approvals pending: nothing was created.
     #[error("the account has {0} approvals pending already")]
     TooManyPending(u64),
+    /// The write is on the primary, but fewer replicas than asked had it when `WAIT` ran out:
+    /// not yet safe from a failover, so not acknowledged. Safe to retry.
+    #[error("{acked} of the {wanted} Redis replicas asked for confirmed the write in time")]
+    Unconfirmed { acked: u32, wanted: u32 },
 }
 
 impl From<RedisError> for StoreError {
     fn from(e: RedisError) -> Self {
         use redis::RetryMethod;
-        let transient = e.is_io_error()
-            || e.is_timeout()
-            || e.is_connection_dropped()
+        let transient = toolmesh_kernel::redis_link::primary_moved(&e)
             || matches!(
                 e.retry_method(),
                 RetryMethod::Reconnect
@@ -222,12 +219,25 @@ pub enum Released {
     GivenBack(ApprovalRequest),
 }
 
+/// The result of [`ApprovalStore::withdraw`]. Only `Rejected` changed anything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Withdrawn {
+    NotFound,
+    /// Made by another invocation than the one asking.
+    OtherCall(ApprovalRequest),
+    /// Decided, used or expired already: a withdrawal comes too late.
+    NotPending(ApprovalRequest),
+    /// Rejected now, with the reason `withdrawn`.
+    Rejected(ApprovalRequest),
+}
+
 /// The compiled scripts, shared by every clone of the store.
 struct Scripts {
     create: Script,
     decide: Script,
     redeem: Script,
     release: Script,
+    withdraw: Script,
     expire: Script,
     get: Script,
     pending_ids: Script,
@@ -254,6 +264,7 @@ impl Scripts {
             decide: script!("decide.lua"),
             redeem: script!("redeem.lua"),
             release: script!("release.lua"),
+            withdraw: script!("withdraw.lua"),
             expire: script!("expire.lua"),
             get: script!("get.lua"),
             pending_ids: script!("pending_ids.lua"),
@@ -266,7 +277,7 @@ impl Scripts {
 /// Approvals in Redis. Cheap to clone; every clone shares one connection.
 #[derive(Clone)]
 pub struct ApprovalStore {
-    connection: watch::Receiver<Option<ConnectionManager>>,
+    link: RedisLink,
     scripts: Arc<Scripts>,
     ttl_ms: u64,
     retention_ms: u64,
@@ -312,33 +323,29 @@ impl RecordKeys {
 type Record = HashMap<String, String>;
 
 impl ApprovalStore {
-    /// Builds the store and the connector that will connect it; only a malformed URL fails
-    /// here. Until the connector has connected, requests answer `unavailable`.
-    pub fn new(url: &str, config: &ApprovalConfig) -> Result<(Self, StoreConnector), RedisError> {
-        let client = redis::Client::open(url)?;
-        let (tx, rx) = watch::channel(None);
-        let store = Self {
-            connection: rx,
+    /// The store over `link`, which connects it (see [`RedisLink::connect`]). Until it has
+    /// connected, requests answer `unavailable`.
+    pub fn new(link: RedisLink, config: &ApprovalConfig) -> Self {
+        Self {
+            link,
             scripts: Arc::new(Scripts::new()),
             ttl_ms: config.ttl.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
             max_pending: config.max_pending,
-        };
-        Ok((store, StoreConnector { client, tx }))
+        }
     }
 
-    /// The connection, once there is one. After the first connection the manager reconnects by
-    /// itself; commands sent while it cannot fail with an I/O error (→ `Unavailable`).
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let mut rx = self.connection.clone();
-        if let Some(manager) = rx.borrow().clone() {
-            return Ok(manager);
-        }
-        let waited = tokio::time::timeout(FIRST_CONNECT_WAIT, rx.wait_for(Option::is_some)).await;
-        match waited {
-            Ok(Ok(manager)) => manager.clone().ok_or(StoreError::Unavailable),
-            _ => Err(StoreError::Unavailable),
-        }
+    /// Whether acknowledged writes wait for replicas (`TOOLMESH_REDIS_WAIT_REPLICAS` > 0), so
+    /// that one may be in Redis though its caller was told `unavailable`.
+    pub fn waits_for_replicas(&self) -> bool {
+        self.link.wait().replicas > 0
+    }
+
+    /// The connection to the primary, once there is one. After the first connection the link
+    /// reconnects by itself (and, through Sentinel, follows the primary); commands sent while it
+    /// cannot fail with an I/O error (→ `Unavailable`).
+    async fn connection(&self) -> Result<RedisConn, StoreError> {
+        Ok(self.link.connection().await?)
     }
 
     /// Runs a script, once more after a dropped connection: every script is idempotent under
@@ -354,6 +361,29 @@ impl ApprovalStore {
             Err(e) if e.is_connection_dropped() || e.is_io_error() => {
                 tracing::debug!(error = %e, "Redis connection dropped; retrying once");
                 Ok(invocation.invoke_async(&mut conn).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// [`ApprovalStore::run`] for a script whose write is acknowledged to a caller: with
+    /// `TOOLMESH_REDIS_WAIT_REPLICAS`, `WAIT` follows it in the same pipeline (so on the same
+    /// connection); the reply and what `WAIT` said, for [`confirmed`] once the caller knows
+    /// whether the script wrote anything. The retry after a dropped connection takes the link's
+    /// connection again (through Sentinel, maybe a new primary's) and repeats the same `op`, so
+    /// the script answers as the first time.
+    async fn run_replicated<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<(T, Replication), StoreError> {
+        let wait = self.link.wait();
+        let mut conn = self.connection().await?;
+        match conn.invoke_replicated(invocation, wait).await {
+            Ok(v) => Ok(v),
+            Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                tracing::debug!(error = %e, "Redis connection dropped; retrying once");
+                let mut conn = self.connection().await?;
+                Ok(conn.invoke_replicated(invocation, wait).await?)
             }
             Err(e) => Err(e.into()),
         }
@@ -426,10 +456,14 @@ impl ApprovalStore {
                     .arg(route.escalate_members.join(","));
             }
         }
-        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        let ((outcome, now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
         if outcome == "full" {
             return Err(StoreError::TooManyPending(self.max_pending));
         }
+        // Unconfirmed, the approval stays on the primary, pending and unannounced, until it
+        // expires; the caller's retry asks for a new one.
+        confirmed(replication)?;
         view(&record, now)
     }
 
@@ -554,7 +588,12 @@ impl ApprovalStore {
             None => invocation.arg("").arg("").arg(""),
         };
         invocation.arg(decision.grant_id.as_deref().unwrap_or(""));
-        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        let ((outcome, now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        if matches!(outcome.as_str(), "changed" | "counted") {
+            // The decision stands on the primary; a retry finds it and answers `Unchanged`.
+            confirmed(replication)?;
+        }
         if outcome == "not_found" {
             return Ok(Decided::NotFound);
         }
@@ -595,8 +634,26 @@ impl ApprovalStore {
             .arg(&keys.member)
             .arg(id)
             .arg(&call.decided_by);
-        let (outcome, now, changed, record, edited): (String, u64, String, Record, String) =
-            self.run(&invocation).await?;
+        let ((outcome, now, changed, record, edited), replication): (
+            (String, u64, String, Record, String),
+            _,
+        ) = self.run_replicated(&invocation).await?;
+        if changed == "1" {
+            if let Err(unconfirmed) = confirmed(replication) {
+                if outcome == "proceed" {
+                    // The call will not run: the use goes back, so that the call may present
+                    // the approval again (a failover may still lose the release and keep it
+                    // used; the record then says which invocation used it).
+                    match self.release(account, id, &call.invocation_id).await {
+                        Ok(_) | Err(StoreError::Unconfirmed { .. }) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, id, "an unconfirmed use of an approval was not given back")
+                        }
+                    }
+                }
+                return Err(unconfirmed);
+            }
+        }
         if outcome == "not_found" {
             return Ok(Redeemed::NotFound);
         }
@@ -632,7 +689,11 @@ impl ApprovalStore {
             .arg(op_token())
             .arg(&keys.member)
             .arg(id);
-        let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
+        let ((outcome, now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        if outcome == "released" {
+            confirmed(replication)?;
+        }
         if outcome == "not_found" {
             return Ok(Released::NotFound);
         }
@@ -643,6 +704,41 @@ impl ApprovalStore {
             "expired" => Released::Expired(approval),
             "released" => Released::GivenBack(approval),
             other => return Err(unexpected("release", other)),
+        })
+    }
+
+    /// Rejects approval `id`, by `decided_by` with the reason `withdrawn`, when `made_by` made
+    /// it and it is still pending (its caller cancelled the call waiting for it); anything else
+    /// changes nothing.
+    pub async fn withdraw(
+        &self,
+        account: &Account,
+        id: &str,
+        made_by: &InvocationId,
+        decided_by: &str,
+    ) -> Result<Withdrawn, StoreError> {
+        let keys = RecordKeys::new(account.as_str(), id);
+        let mut invocation = keys.invocation(&self.scripts.withdraw);
+        invocation
+            .arg(made_by.as_str())
+            .arg(op_token())
+            .arg(&keys.member)
+            .arg(id)
+            .arg(decided_by);
+        let ((outcome, now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(&invocation).await?;
+        if outcome == "withdrawn" {
+            confirmed(replication)?;
+        }
+        if outcome == "not_found" {
+            return Ok(Withdrawn::NotFound);
+        }
+        let approval = view(&record, now)?;
+        Ok(match outcome.as_str() {
+            "other_call" => Withdrawn::OtherCall(approval),
+            "not_pending" => Withdrawn::NotPending(approval),
+            "withdrawn" => Withdrawn::Rejected(approval),
+            other => return Err(unexpected("withdraw", other)),
         })
     }
 
@@ -687,48 +783,12 @@ impl ApprovalStore {
     }
 }
 
-/// Makes the first connection of an [`ApprovalStore`]; see [`StoreConnector::spawn`].
-pub struct StoreConnector {
-    client: redis::Client,
-    tx: watch::Sender<Option<ConnectionManager>>,
-}
-
-impl StoreConnector {
-    /// Connects in a background task: a Redis that is down now is retried until it is up or
-    /// `give_up` is cancelled. After that the connection manager reconnects by itself.
-    pub fn spawn(self, give_up: CancellationToken) {
-        let Self { client, tx } = self;
-        tokio::spawn(async move {
-            let manager_config = ConnectionManagerConfig::new()
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_secs(1))
-                .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT));
-            let mut backoff = Duration::from_millis(100);
-            loop {
-                let attempt =
-                    ConnectionManager::new_with_config(client.clone(), manager_config.clone());
-                let result = tokio::select! {
-                    result = attempt => result,
-                    _ = give_up.cancelled() => return,
-                };
-                match result {
-                    Ok(manager) => {
-                        tracing::info!("approval store connected to Redis");
-                        let _ = tx.send(Some(manager));
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, retry_in = ?backoff, "Redis is not reachable yet; approvals answer unavailable until it is");
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = give_up.cancelled() => return,
-                }
-                backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
-            }
-        });
+/// `Err(Unconfirmed)` when fewer replicas than asked confirmed a write: call it only for an
+/// outcome that wrote something (one that changed nothing need not wait for anyone).
+fn confirmed(replication: Replication) -> Result<(), StoreError> {
+    match replication {
+        Replication::Short { acked, wanted } => Err(StoreError::Unconfirmed { acked, wanted }),
+        Replication::NotAsked | Replication::Confirmed { .. } => Ok(()),
     }
 }
 

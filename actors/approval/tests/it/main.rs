@@ -11,3 +11,4 @@ mod list;
 mod races;
 mod release;
 mod support;
+mod withdraw;

@@ -43,7 +43,7 @@ impl Desk {
         let lifecycle = Lifecycle::new();
         let in_flight = InFlight::default();
         let settings = ApprovalSettings {
-            redis_url: redis_url.to_owned(),
+            redis: toolmesh_kernel::redis_link::RedisConfig::url(redis_url),
             config,
             metrics: Default::default(),
             audit: toolmesh_kernel::audit::AuditTrail::off("test", "approval tests keep no trail"),

@@ -1,6 +1,7 @@
 //! The approval gate: asks the approval actor, says `approval_required` (with in-band
-//! decisions when the role allows them), parks a call until its approval is decided, and gives
-//! back an approval a call used but never ran.
+//! decisions when the role allows them), parks a call until its approval is decided, withdraws
+//! the approval of a parked call its caller cancelled, and gives back an approval a call used
+//! but never ran.
 
 use std::time::Duration;
 
@@ -16,7 +17,8 @@ use toolmesh_kernel::tools::RegisteredTool;
 use toolmesh_kernel::trace;
 use toolmesh_kernel::wire::{
     self, ApprovalGrant, ApprovalRelease, ApprovalRequest, ApprovalRoute, ApprovalStatus,
-    GateOutcome, GateRequest, ReleaseAck, RiskLevel, RunEventKind, ToolRequest,
+    ApprovalWithdraw, GateOutcome, GateRequest, ReleaseAck, RiskLevel, RunEventKind, ToolRequest,
+    WithdrawAck,
 };
 use toolmesh_kernel::{Account, ErrorCode, Role, ToolError};
 
@@ -251,10 +253,13 @@ impl Call<'_> {
                         return Err(still_pending(&approval, "the gateway node is shutting down"))
                     }
                     _ = cancel.requested() => {
+                        // Nobody waits for the request any more: it is withdrawn (rejected).
+                        let withdrawn = self.withdraw(&approval.id).await;
                         return Err(ToolError::new(
                             ErrorCode::Cancelled,
                             "the call was cancelled while it waited for approval",
-                        ));
+                        )
+                        .with("approval_withdrawn", withdrawn));
                     }
                     event = decided.recv() => match event {
                         Ok(a) if a.id == approval.id => Some((*a).clone()),
@@ -330,6 +335,57 @@ impl Call<'_> {
         let mut error = ToolError::new(code, format!("{message}; {next}"));
         error.details = details;
         error.with("approval_released", released)
+    }
+
+    /// Asks the approval actor to withdraw approval `id`, which this call made and which its
+    /// caller no longer waits for: it is rejected (reason `withdrawn`) while still pending.
+    /// True only when the approval actor answered that it withdrew it; a failure is logged and
+    /// otherwise ignored (the approval then stays pending until decided or expired).
+    async fn withdraw(&mut self, id: &str) -> bool {
+        let withdraw = ApprovalWithdraw {
+            account: self.ctx.account.clone(),
+            approval_id: id.to_owned(),
+            invocation_id: self.ctx.invocation_id.clone(),
+        };
+        let Ok(body) = serde_json::to_vec(&withdraw) else {
+            return false;
+        };
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(body))
+            .timeout(Some(RELEASE_TIMEOUT));
+        let reply = self
+            .core
+            .client
+            .send_request(internal::APPROVAL_WITHDRAW, trace::request(request))
+            .await;
+        match reply.map(|r| serde_json::from_slice::<WithdrawAck>(&r.payload)) {
+            Ok(Ok(WithdrawAck {
+                withdrawn: true,
+                approval: Some(approval),
+                ..
+            })) => {
+                self.emit(RunEventKind::Rejected, approval_extra(&approval))
+                    .await;
+                true
+            }
+            Ok(Ok(ack)) => {
+                tracing::info!(
+                    approval_id = id,
+                    error_message = ack.error_message.as_deref(),
+                    status = ack.approval.as_ref().map(|a| a.status.as_str()),
+                    "the approval of a cancelled call was not withdrawn"
+                );
+                false
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, approval_id = id, "malformed withdraw reply from the approval actor");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, approval_id = id, "could not ask the approval actor to withdraw the approval of a cancelled call");
+                false
+            }
+        }
     }
 
     /// Sends the release; true only when the approval actor answered that it released it.

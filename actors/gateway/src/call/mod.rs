@@ -91,7 +91,7 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             core: &core,
             registry: &registry,
             reply_to: &reply_to,
-            events: RunEvents::new(core.client.clone(), &ctx),
+            events: RunEvents::new(core.client.clone(), &ctx, &core.config.node.events),
             tool_for_events: request.tool.clone(),
             ctx,
             started: None,

@@ -15,7 +15,7 @@ pub async fn start_workspace(data_dir: PathBuf) -> (NatsServer, RedisServer) {
     let redis = RedisServer::start();
     let settings = WorkspaceSettings {
         data_dir,
-        redis_url: redis.url(),
+        redis: toolmesh_kernel::redis_link::RedisConfig::url(redis.url()),
         budget_chars: 20_000,
     };
     spawn(

@@ -9,6 +9,24 @@
 //! first). The writer keeps one order without a central writer: it reads the subject's last
 //! entry, publishes with `Nats-Expected-Last-Subject-Sequence` set to that entry's stream
 //! sequence (0 when the subject is empty), and on "wrong last sequence" reads again and retries.
+//!
+//! A publish whose answer is lost (a timeout, the server gone, the stream electing a new
+//! leader) may have been stored. Each entry carries `Nats-Msg-Id` = its `sha256`, and the
+//! writer sends that very message again until JetStream answers: "duplicate" means the first
+//! was stored (JetStream checks the id before the expected sequence), "wrong last sequence"
+//! means it was not and another entry came first, so the writer reads the new head and seals
+//! again. An entry is never written twice nor lost between two tries, and the chain stays
+//! one line through a leader change of the stream. Only an append that gives up (no answer
+//! for [`APPEND_BUDGET`]) leaves its entry's fate open: a `started` entry so left shows as a
+//! gap in `verify`, which is what it is.
+//!
+//! On a NATS cluster the subject's expected sequence is not enough: nats-server 2.9 checks it
+//! against the messages stored, not against those a replicated stream is still agreeing on,
+//! so two writers that read the same head can both be stored (a fork). The stream-wide
+//! `Nats-Expected-Last-Sequence` it does check against those too. So where the node's server
+//! is in a cluster, every append also names the stream's last sequence, read before the head,
+//! and a node's appends take turns (all accounts together): an append then races only other
+//! nodes' appends, of any account.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,12 +51,20 @@ pub use verify::*;
 pub const STREAM: &str = "TOOLMESH_AUDIT";
 /// `TOOLMESH_AUDIT_MAX_AGE_S` when unset: 90 days.
 pub const DEFAULT_MAX_AGE_S: u64 = 90 * 24 * 3600;
-/// Attempts of one append before it counts as failed (each lost race is one).
+/// Races one append may lose to other writers before it counts as failed.
 pub const MAX_ATTEMPTS: u32 = 40;
-/// Longest pause between two attempts (the pause grows with the attempt, with jitter).
+/// How long one append keeps trying while the stream does not answer (no leader, the server
+/// gone): a replicated stream elects a new leader within about 10 s of losing one.
+pub const APPEND_BUDGET: Duration = Duration::from_secs(15);
+/// Longest pause between two attempts after a lost race (the pause grows with the attempt,
+/// with jitter).
 const MAX_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest pause between two attempts while the stream does not answer.
+const MAX_UNANSWERED_BACKOFF: Duration = Duration::from_millis(250);
 /// How long one JetStream request of the writer may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the writer waits for one publish's answer before it asks again.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Entries a query answers when it names no `limit`.
 pub const DEFAULT_QUERY_LIMIT: usize = 100;
 /// Entries a query answers at most.
@@ -51,12 +77,15 @@ const MAX_CACHED_HEADS: usize = 10_000;
 pub struct AuditConfig {
     /// `TOOLMESH_AUDIT_MAX_AGE_S`: entries older than this leave the stream.
     pub max_age: Duration,
+    /// `TOOLMESH_STREAM_REPLICAS`: servers of a NATS cluster keeping a copy.
+    pub replicas: usize,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
         Self {
             max_age: Duration::from_secs(DEFAULT_MAX_AGE_S),
+            replicas: crate::config::DEFAULT_STREAM_REPLICAS,
         }
     }
 }
@@ -70,6 +99,7 @@ impl AuditConfig {
         )?;
         Ok(Self {
             max_age: Duration::from_secs(max_age_s),
+            replicas: crate::config::stream_replicas(env)?,
         })
     }
 
@@ -90,6 +120,7 @@ impl AuditConfig {
             deny_delete: true,
             deny_purge: true,
             allow_rollup: false,
+            num_replicas: self.replicas,
             ..Default::default()
         }
     }
@@ -283,6 +314,9 @@ struct TrailState {
     /// Per account: the head this node last wrote or read, behind a lock so that this node's
     /// writers of one account take turns (races are then only between nodes).
     heads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Head>>>>>,
+    /// On a cluster: the stream's last sequence as this node last wrote or read it, behind the
+    /// lock that makes all of this node's appends take turns.
+    stream_last: tokio::sync::Mutex<Option<u64>>,
     written: AtomicU64,
     failed: AtomicU64,
     lost_races: AtomicU64,
@@ -317,6 +351,7 @@ impl AuditTrail {
             node_id: node_id.to_owned(),
             mode,
             heads: Mutex::new(HashMap::new()),
+            stream_last: tokio::sync::Mutex::new(None),
             written: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             lost_races: AtomicU64::new(0),
@@ -371,6 +406,7 @@ impl AuditTrail {
         tracing::info!(
             stream = STREAM,
             max_age_s = stream.max_age.as_secs(),
+            replicas = stream.num_replicas,
             deny_delete = stream.deny_delete,
             deny_purge = stream.deny_purge,
             "audit trail on"
@@ -428,84 +464,132 @@ impl AuditTrail {
     }
 
     /// Appends `entry` to its account's chain and answers its stream sequence; `Ok(None)`
-    /// when the trail is off. A failure after [`MAX_ATTEMPTS`] is logged and counted
-    /// ([`AuditTrail::failed`]) before it is returned: never a silent drop.
+    /// when the trail is off. A failure ([`MAX_ATTEMPTS`] lost races, or no answer from the
+    /// stream for [`APPEND_BUDGET`]) is logged and counted ([`AuditTrail::failed`]) before it
+    /// is returned: never a silent drop.
     pub async fn append(&self, mut entry: AuditEntry) -> Result<Option<u64>, AuditError> {
         let Mode::On { js } = &self.0.mode else {
             return Ok(None);
         };
         entry.node_id.clone_from(&self.0.node_id);
         let subject = public::audit(&entry.account);
+        // On a cluster, the stream-wide sequence too (see the module's notes); taken first, so
+        // this node's appends of every account take turns.
+        let clustered = js.client().server_info().cluster.is_some();
+        let mut stream_last = match clustered {
+            true => Some(self.0.stream_last.lock().await),
+            false => None,
+        };
         let cell = self.head_cell(&entry.account);
         let mut head = cell.lock().await;
+        let deadline = tokio::time::Instant::now() + APPEND_BUDGET;
         // The hashes this append published: one of them being the head means an earlier
         // attempt was stored although its answer was lost.
         let mut tried: Vec<String> = Vec::new();
+        // A publish whose fate is unknown (no answer): sent again as it was, so JetStream's
+        // `Nats-Msg-Id` check says whether it was stored.
+        let mut unsettled: Option<Sealed> = None;
+        let (mut races, mut unanswered) = (0u32, 0u32);
         let mut last = String::new();
-        for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 {
-                tokio::time::sleep(backoff(attempt)).await;
+        let gave_up = loop {
+            if races >= MAX_ATTEMPTS {
+                break AuditError::GaveUp {
+                    attempts: races,
+                    last,
+                };
             }
-            let current = match head.clone() {
-                Some(current) => current,
-                None => match read_head(js, &subject).await {
-                    Ok(current) => current,
-                    Err(e) => {
-                        last = e;
-                        continue;
+            if unanswered > 0 && tokio::time::Instant::now() >= deadline {
+                break AuditError::GaveUp {
+                    attempts: races + unanswered,
+                    last: format!("no answer from the audit stream for {APPEND_BUDGET:?}: {last}"),
+                };
+            }
+            let sealed = match unsettled.take() {
+                Some(sealed) => sealed,
+                None => {
+                    let cached = match stream_last.as_deref() {
+                        None => head.clone().map(|h| (h, None)),
+                        Some(cached) => head.clone().zip(*cached).map(|(h, l)| (h, Some(l))),
+                    };
+                    let (current, expected_stream) = match cached {
+                        Some(known) => known,
+                        None => match read_tail(js, &subject, clustered).await {
+                            Ok(known) => known,
+                            Err(e) => {
+                                unanswered += 1;
+                                last = e;
+                                tokio::time::sleep(unanswered_backoff(unanswered)).await;
+                                continue;
+                            }
+                        },
+                    };
+                    if let Some(sha) = &current.sha256 {
+                        if tried.contains(sha) {
+                            self.0.written.fetch_add(1, Ordering::Relaxed);
+                            *head = Some(current.clone());
+                            if let Some(cached) = stream_last.as_deref_mut() {
+                                *cached = expected_stream;
+                            }
+                            return Ok(Some(current.seq));
+                        }
                     }
-                },
-            };
-            if let Some(sha) = &current.sha256 {
-                if tried.contains(sha) {
-                    self.0.written.fetch_add(1, Ordering::Relaxed);
-                    *head = Some(current.clone());
-                    return Ok(Some(current.seq));
+                    let (object, sha) = seal(&entry, current.sha256.as_deref());
+                    let body =
+                        Bytes::from(serde_json::to_vec(&object).expect("an entry serializes"));
+                    tried.push(sha.clone());
+                    Sealed {
+                        body,
+                        sha,
+                        expected: current.seq,
+                        expected_stream,
+                    }
                 }
-            }
-            let (object, sha) = seal(&entry, current.sha256.as_deref());
-            let body = serde_json::to_vec(&object).expect("an entry serializes");
-            tried.push(sha.clone());
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(Bytes::from(body))
-                .expected_last_subject_sequence(current.seq)
-                .message_id(&sha);
-            let acked = match js.send_publish(subject.clone(), publish).await {
-                Ok(ack) => ack.await,
-                Err(e) => Err(e),
             };
-            match acked {
-                Ok(ack) => {
+            match publish(js, &subject, &sealed).await {
+                Published::Stored { seq, duplicate } => {
                     self.0.written.fetch_add(1, Ordering::Relaxed);
-                    *head = Some(Head {
-                        seq: ack.sequence,
-                        sha256: Some(sha),
+                    // A duplicate's answer is the entry's own sequence, not the head's (nor
+                    // the stream's last).
+                    *head = (!duplicate).then_some(Head {
+                        seq,
+                        sha256: Some(sealed.sha),
                     });
-                    return Ok(Some(ack.sequence));
+                    if let Some(cached) = stream_last.as_deref_mut() {
+                        *cached = (!duplicate).then_some(seq);
+                    }
+                    return Ok(Some(seq));
                 }
-                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Published::Raced(e) => {
+                    races += 1;
                     self.0.lost_races.fetch_add(1, Ordering::Relaxed);
                     *head = None;
-                    last = e.to_string();
+                    if let Some(cached) = stream_last.as_deref_mut() {
+                        *cached = None;
+                    }
+                    last = e;
+                    tokio::time::sleep(backoff(races)).await;
                 }
-                Err(e) => {
+                Published::Unknown(e) => {
+                    unanswered += 1;
                     *head = None;
-                    last = e.to_string();
+                    if let Some(cached) = stream_last.as_deref_mut() {
+                        *cached = None;
+                    }
+                    last = e;
+                    unsettled = Some(sealed);
+                    tokio::time::sleep(unanswered_backoff(unanswered)).await;
                 }
             }
-        }
+        };
         self.0.failed.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             account = %entry.account,
             invocation_id = entry.invocation_id.as_deref(),
             status = %entry.status,
-            error = %last,
+            error = %gave_up,
             "an audit entry could not be written"
         );
-        Err(AuditError::GaveUp {
-            attempts: MAX_ATTEMPTS,
-            last,
-        })
+        Err(gave_up)
     }
 
     /// Entries of `account` with a stream sequence above `after`, oldest first, at most
@@ -585,6 +669,58 @@ impl AuditTrail {
     }
 }
 
+/// An entry sealed on a head, ready to publish.
+struct Sealed {
+    body: Bytes,
+    sha: String,
+    /// The head's stream sequence (0: the subject was empty).
+    expected: u64,
+    /// On a cluster, the stream's last sequence when the head was read.
+    expected_stream: Option<u64>,
+}
+
+/// What became of one publish of a [`Sealed`] entry.
+enum Published {
+    /// Stored at `seq`; `duplicate` when an earlier publish of it was.
+    Stored { seq: u64, duplicate: bool },
+    /// Not stored: another entry became the head first.
+    Raced(String),
+    /// No answer that settles it: stored or not.
+    Unknown(String),
+}
+
+/// Publishes `sealed` on `subject` after its head, with its `sha256` as `Nats-Msg-Id`, and
+/// waits up to [`PUBLISH_TIMEOUT`] for JetStream's answer.
+async fn publish(js: &jetstream::Context, subject: &str, sealed: &Sealed) -> Published {
+    let mut message = jetstream::message::PublishMessage::build()
+        .payload(sealed.body.clone())
+        .expected_last_subject_sequence(sealed.expected)
+        .message_id(&sealed.sha);
+    if let Some(last) = sealed.expected_stream {
+        message = message.expected_last_sequence(last);
+    }
+    let acked = tokio::time::timeout(PUBLISH_TIMEOUT, async {
+        js.send_publish(subject.to_owned(), message).await?.await
+    })
+    .await;
+    match acked {
+        // A duplicate of a publish the stream has not stored yet (still being replicated)
+        // answers sequence 0: ask again until it is settled.
+        Ok(Ok(ack)) if ack.duplicate && ack.sequence == 0 => {
+            Published::Unknown("an earlier publish of the entry is still being stored".into())
+        }
+        Ok(Ok(ack)) => Published::Stored {
+            seq: ack.sequence,
+            duplicate: ack.duplicate,
+        },
+        Ok(Err(e)) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            Published::Raced(e.to_string())
+        }
+        Ok(Err(e)) => Published::Unknown(e.to_string()),
+        Err(_) => Published::Unknown(format!("no answer within {PUBLISH_TIMEOUT:?}")),
+    }
+}
+
 fn is_no_message(e: &stream::RawMessageError) -> bool {
     match e.kind() {
         stream::RawMessageErrorKind::NoMessageFound => true,
@@ -593,6 +729,23 @@ fn is_no_message(e: &stream::RawMessageError) -> bool {
         }
         _ => false,
     }
+}
+
+/// The subject's last entry and, on a cluster, the stream's last sequence, read first: a
+/// publish naming both is stored only if nothing was stored after either read.
+async fn read_tail(
+    js: &jetstream::Context,
+    subject: &str,
+    clustered: bool,
+) -> Result<(Head, Option<u64>), String> {
+    let stream_last = match clustered {
+        false => None,
+        true => {
+            let stream = js.get_stream(STREAM).await.map_err(|e| e.to_string())?;
+            Some(stream.cached_info().state.last_sequence)
+        }
+    };
+    Ok((read_head(js, subject).await?, stream_last))
 }
 
 /// The subject's last entry: its sequence and `sha256` (0 and none for an empty subject).
@@ -629,7 +782,18 @@ async fn read_head(js: &jetstream::Context, subject: &str) -> Result<Head, Strin
 /// A pause that grows with the attempt (1, 2, 4 … ms up to [`MAX_BACKOFF`]), each a random
 /// fraction of that, so racing writers spread out.
 fn backoff(attempt: u32) -> Duration {
-    let ceiling = Duration::from_millis(1u64 << attempt.min(6)).min(MAX_BACKOFF);
+    jittered(Duration::from_millis(1u64 << attempt.min(6)).min(MAX_BACKOFF))
+}
+
+/// The pause after the stream did not answer for the `attempt`th time: 10, 20, 40 … ms up to
+/// [`MAX_UNANSWERED_BACKOFF`], jittered as [`backoff`].
+fn unanswered_backoff(attempt: u32) -> Duration {
+    let ceiling = Duration::from_millis(10u64 << attempt.min(8)).min(MAX_UNANSWERED_BACKOFF);
+    jittered(ceiling)
+}
+
+/// A random fraction (one half to all) of `ceiling`.
+fn jittered(ceiling: Duration) -> Duration {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());

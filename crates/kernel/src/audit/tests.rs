@@ -353,8 +353,134 @@ async fn an_older_audit_stream_is_raised_and_jetstream_never_lowers_its_protecti
 
     let short = AuditConfig {
         max_age: Duration::from_secs(1),
+        ..AuditConfig::default()
     };
     let trail = AuditTrail::start(&client, "n-2", &short).await;
     assert!(trail.is_on());
     assert_eq!(config(&js).await, raised);
+}
+
+/// Two writers (two nodes' connections, each with every server's URL) racing on one account
+/// of a three-replica trail on a NATS cluster, while the stream's leader is killed: every
+/// append lands once, and the chain stays one whole line through the election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_writers_keep_one_linear_chain_through_a_leader_change() {
+    let mut cluster = toolmesh_testkit::NatsCluster::start().await;
+    let config = AuditConfig {
+        replicas: 3,
+        ..AuditConfig::default()
+    };
+    let connect = |name: &'static str| {
+        let urls = cluster.urls();
+        async move {
+            crate::host::connect_client(&urls, name)
+                .await
+                .expect("connect to the cluster")
+        }
+    };
+    let (client_a, client_b) = (connect("node-a").await, connect("node-b").await);
+    let a = AuditTrail::start(&client_a, "node-a", &config).await;
+    let b = AuditTrail::start(&client_b, "node-b", &config).await;
+    assert!(a.is_on() && b.is_on());
+    let js = jetstream::new(client_a.clone());
+    let info = js.get_stream(STREAM).await.unwrap().cached_info().clone();
+    assert_eq!(info.config.num_replicas, 3);
+    let leader = info.cluster.and_then(|c| c.leader).expect("a leader");
+
+    let appended = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..80 {
+        let trail = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let appended = appended.clone();
+        tasks.push(tokio::spawn(async move {
+            let seq = trail
+                .append(call(&format!("inv-{i}"), "finished"))
+                .await
+                .expect("appended through the election")
+                .expect("the trail is on");
+            appended.fetch_add(1, Ordering::Relaxed);
+            seq
+        }));
+    }
+    // The leader dies with appends on their way.
+    assert!(
+        toolmesh_testkit::wait_until(Duration::from_secs(10), || async {
+            appended.load(Ordering::Relaxed) >= 10
+        })
+        .await
+    );
+    cluster.kill(cluster.index_of(&leader).unwrap());
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // A read makes a consumer: it waits for the meta leader too, if that one died.
+    cluster.wait_for_jetstream().await;
+    let account = Account::parse("acme").unwrap();
+    let asked = std::time::Instant::now();
+    let page = loop {
+        match a.read(&account, 0, MAX_QUERY_LIMIT, usize::MAX).await {
+            Ok(page) => break page,
+            Err(e) => {
+                assert!(
+                    asked.elapsed() < Duration::from_secs(20),
+                    "the trail cannot be read after the election: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(page.entries.len(), 80, "each append once");
+    let report = verify(&account, &page.entries, SystemTime::now(), Duration::ZERO);
+    assert!(report.whole(), "{report:?}");
+    assert_eq!(report.taken_as_given, None);
+    let invocations: std::collections::HashSet<&str> = page
+        .entries
+        .iter()
+        .map(|e| e.entry["invocation_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(invocations.len(), 80);
+    assert_eq!(a.written() + b.written(), 80);
+    assert_eq!(a.failed() + b.failed(), 0);
+}
+
+/// A publish whose answer was lost is sent again as it was: JetStream answers "duplicate"
+/// for an entry it stored (it checks `Nats-Msg-Id` before the expected sequence), and "wrong
+/// last sequence" for one it did not. The writer's exactly-once rests on this order.
+#[tokio::test]
+async fn jetstream_checks_the_message_id_before_the_expected_sequence() {
+    let server = toolmesh_testkit::NatsServer::start_jetstream();
+    let client = server.client().await;
+    let trail = AuditTrail::start(&client, "n", &AuditConfig::default()).await;
+    let Mode::On { js } = &trail.0.mode else {
+        panic!("the trail is off");
+    };
+    let subject = "toolmesh.v1.audit.acme";
+    let sealed = |sha: &str, expected: u64| Sealed {
+        body: Bytes::from_static(b"{}"),
+        sha: sha.to_owned(),
+        expected,
+        expected_stream: None,
+    };
+    let stored = |p: Published| match p {
+        Published::Stored { seq, duplicate } => (seq, duplicate),
+        Published::Raced(e) | Published::Unknown(e) => panic!("not stored: {e}"),
+    };
+    assert_eq!(
+        stored(publish(js, subject, &sealed("x", 0)).await),
+        (1, false)
+    );
+    assert_eq!(
+        stored(publish(js, subject, &sealed("y", 1)).await),
+        (2, false)
+    );
+    // `x` again, as it was first sent: stored already, at 1.
+    assert_eq!(
+        stored(publish(js, subject, &sealed("x", 0)).await),
+        (1, true)
+    );
+    // Something never stored, on a stale head: refused.
+    assert!(matches!(
+        publish(js, subject, &sealed("z", 0)).await,
+        Published::Raced(_)
+    ));
 }

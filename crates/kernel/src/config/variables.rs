@@ -1,4 +1,5 @@
-//! The variables the kernel's config modules read ([`NodeConfig`](super::NodeConfig),
+//! The variables the kernel's config modules read ([`NodeConfig`](super::NodeConfig) with its
+//! [`RedisConfig`](crate::redis_link::RedisConfig),
 //! [`AuditConfig`](crate::audit::AuditConfig), [`HttpLimits`](crate::listener::HttpLimits),
 //! [`MetricsConfig`](crate::metrics::MetricsConfig)), for the configuration reference
 //! ([`crate::settings`]).
@@ -27,14 +28,44 @@ pub const VARIABLES: &[Variable] = &[
         "TOOLMESH_NATS_URL",
         Node,
         "`nats://127.0.0.1:4222`",
-        "NATS server(s) of the node and of every client command. A URL may hold a user and \
-         password: `toolmesh --help` never prints it.",
+        "NATS server(s) of the node and of every client command: one URL, or the servers of \
+         one cluster comma-separated (a lost server is replaced by another of the list within \
+         a few seconds). A URL may hold a user and password, the same for every URL that names \
+         one: `toolmesh --help` never prints it.",
     ),
     var(
         "TOOLMESH_REDIS_URL",
         Node,
         "`redis://127.0.0.1:6379`",
-        "Redis, where approvals, workspace read state and the sandbox registry live.",
+        "Redis, where approvals, workspace read state and the sandbox registry live. With \
+         `TOOLMESH_REDIS_SENTINELS`, only its user, password and database are used.",
+    ),
+    var(
+        "TOOLMESH_REDIS_SENTINELS",
+        Node,
+        "unset (Redis at `TOOLMESH_REDIS_URL`)",
+        "Redis Sentinels, comma-separated `host:port` (a `redis://` URL for one that needs a \
+         password). Redis is then the primary they name, found again after a failover.",
+    ),
+    var(
+        "TOOLMESH_REDIS_MASTER_NAME",
+        Node,
+        "`toolmesh`",
+        "The primary's name in the sentinels' configuration (with `TOOLMESH_REDIS_SENTINELS`).",
+    ),
+    var(
+        "TOOLMESH_REDIS_WAIT_REPLICAS",
+        Node,
+        "`0`; `1` with `TOOLMESH_REDIS_SENTINELS`",
+        "Replicas that must have a new approval, a decision, a use, a release or a grant \
+         change (`WAIT`) before it is acknowledged; fewer within `TOOLMESH_REDIS_WAIT_MS` \
+         answer `unavailable`. `0`: no wait.",
+    ),
+    var(
+        "TOOLMESH_REDIS_WAIT_MS",
+        Node,
+        "`1000`",
+        "How long such a write waits for its replicas (at least 1).",
     ),
     var(
         "TOOLMESH_NODE_ID",
@@ -97,6 +128,14 @@ pub const VARIABLES: &[Variable] = &[
         "Bytes `TOOLMESH_EVENTS` keeps at most, the oldest events dropped first; `0`: no limit.",
     ),
     var(
+        "TOOLMESH_STREAM_REPLICAS",
+        Events,
+        "`1`",
+        "Servers of a NATS cluster that keep a copy of `TOOLMESH_EVENTS` and `TOOLMESH_AUDIT` \
+         (1–5; 3 on a three-server cluster). A node raises a stream kept on fewer servers, and \
+         leaves one kept on more as it is (logged).",
+    ),
+    var(
         "TOOLMESH_AUDIT_MAX_AGE_S",
         Events,
         "`7776000` (90 days)",
@@ -125,6 +164,14 @@ mod tests {
             &[
                 ("TOOLMESH_NATS_URL", &DEFAULT_NATS_URL),
                 ("TOOLMESH_REDIS_URL", &DEFAULT_REDIS_URL),
+                (
+                    "TOOLMESH_REDIS_MASTER_NAME",
+                    &crate::redis_link::DEFAULT_MASTER_NAME,
+                ),
+                (
+                    "TOOLMESH_REDIS_WAIT_MS",
+                    &crate::redis_link::DEFAULT_WAIT_MS,
+                ),
                 ("TOOLMESH_DATA_DIR", &DEFAULT_DATA_DIR),
                 ("TOOLMESH_RESULT_BUDGET_CHARS", &DEFAULT_RESULT_BUDGET_CHARS),
                 (
@@ -142,6 +189,7 @@ mod tests {
                 ),
                 ("TOOLMESH_EVENTS_MAX_AGE_S", &DEFAULT_EVENTS_MAX_AGE_S),
                 ("TOOLMESH_EVENTS_MAX_BYTES", &DEFAULT_EVENTS_MAX_BYTES),
+                ("TOOLMESH_STREAM_REPLICAS", &DEFAULT_STREAM_REPLICAS),
                 ("TOOLMESH_AUDIT_MAX_AGE_S", &crate::audit::DEFAULT_MAX_AGE_S),
             ],
         );

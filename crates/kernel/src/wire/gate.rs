@@ -1,5 +1,5 @@
-//! Gateway ↔ approval actor: the approval gate of a call and the release of an approval a
-//! call never used.
+//! Gateway ↔ approval actor: the approval gate of a call, the release of an approval a call
+//! never used, and the withdrawal of an approval whose call its caller cancelled.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,6 +87,56 @@ pub struct ApprovalRelease {
     pub account: Account,
     pub approval_id: String,
     pub invocation_id: InvocationId,
+}
+
+/// Gateway → approval actor ([`crate::subjects::internal::APPROVAL_WITHDRAW`]): the caller
+/// cancelled the call `invocation_id` while it waited for approval `approval_id`, which that
+/// very call made, so the approval is withdrawn: rejected with the reason `withdrawn`. The
+/// approval actor only does so while the approval is still pending and was made by exactly
+/// this invocation in this account; anything else is answered `withdrawn: false` and changes
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalWithdraw {
+    pub account: Account,
+    pub approval_id: String,
+    pub invocation_id: InvocationId,
+}
+
+/// Approval actor → gateway, answering an [`ApprovalWithdraw`]: `withdrawn` when the approval
+/// is now rejected by this withdrawal (or this very withdrawal was retried after a lost
+/// reply); `approval` is the record as it is now, when it exists in that account. `error` is
+/// set only when the request could not be judged at all (malformed, store unreachable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WithdrawAck {
+    pub withdrawn: bool,
+    #[serde(default)]
+    pub approval: Option<ApprovalRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+}
+
+impl WithdrawAck {
+    /// Judged: withdrawn or not.
+    pub fn judged(withdrawn: bool, approval: Option<ApprovalRequest>) -> Self {
+        Self {
+            withdrawn,
+            approval,
+            error: None,
+            error_message: None,
+        }
+    }
+
+    /// Not judged: nothing was withdrawn because of `error`.
+    pub fn failed(error: ToolError) -> Self {
+        Self {
+            withdrawn: false,
+            approval: None,
+            error: Some(error.code),
+            error_message: Some(error.message),
+        }
+    }
 }
 
 /// Approval actor → gateway, answering an [`ApprovalRelease`].

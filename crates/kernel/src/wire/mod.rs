@@ -23,7 +23,10 @@ pub use approval::{
     ApprovalRequest, ApprovalRoute, ApprovalStatus, Grant, MemberDecision, RiskLevel, SideEffect,
     IN_BAND_DECIDER, MAX_CLIENT_NAME,
 };
-pub use gate::{ApprovalRelease, ArgumentsCheck, GateOutcome, GateRequest, ReleaseAck};
+pub use gate::{
+    ApprovalRelease, ApprovalWithdraw, ArgumentsCheck, GateOutcome, GateRequest, ReleaseAck,
+    WithdrawAck,
+};
 pub use reply::{error_body, ok_body, public_reply, reply_body, ReplyWriter};
 pub use request::{
     is_approval_id, json_kind, InvocationContext, RequestRefused, ToolRequest, MAX_PRINCIPAL_LEN,

@@ -1,0 +1,119 @@
+//! Approval withdrawal (`toolmesh.internal.v1.approval.withdraw`): an `ApprovalWithdraw` from
+//! the gateway, whose caller cancelled a call parked on the approval that call made, becomes a
+//! `WithdrawAck`. A withdrawn approval is rejected by [`WITHDRAWN_BY`] with the reason
+//! [`WITHDRAWN_REASON`], announced on `…decided` and audited like any rejection, so an approver
+//! no longer sees a request nobody waits for.
+
+use toolmesh_kernel::error::ToolError;
+use toolmesh_kernel::metrics::ApprovalOutcome;
+use toolmesh_kernel::wire::{is_approval_id, ApprovalWithdraw, InvocationContext, WithdrawAck};
+
+use crate::service::{store_error, ApprovalService};
+use crate::store::Withdrawn;
+
+/// The `decided_by` of a withdrawn approval: the caller itself, whose own call made it.
+pub const WITHDRAWN_BY: &str = "caller";
+/// The `reason` of a withdrawn approval.
+pub const WITHDRAWN_REASON: &str = "withdrawn";
+
+impl ApprovalService {
+    /// Answers one withdrawal. Never fails: every problem is a `withdrawn: false`.
+    #[tracing::instrument(skip_all)]
+    pub async fn withdraw(&self, body: &[u8]) -> WithdrawAck {
+        let request = match parse(body) {
+            Ok(request) => request,
+            Err(e) => return WithdrawAck::failed(e),
+        };
+        let ApprovalWithdraw {
+            account,
+            approval_id: id,
+            invocation_id,
+        } = &request;
+        let withdrawn = match self
+            .store
+            .withdraw(account, id, invocation_id, WITHDRAWN_BY)
+            .await
+        {
+            Ok(withdrawn) => withdrawn,
+            Err(e) => return WithdrawAck::failed(store_error(e)),
+        };
+        // A decision that came first is no bug (the cancel raced it): logged at info.
+        let refused = |why: &str| tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not withdrawn");
+        match withdrawn {
+            Withdrawn::Rejected(approval) => {
+                tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval withdrawn: its caller cancelled the call waiting for it");
+                self.metrics.approval_decided(ApprovalOutcome::Rejected);
+                let ctx = InvocationContext {
+                    account: account.clone(),
+                    invocation_id: invocation_id.clone(),
+                    session_id: approval.session_id.clone(),
+                    user_id: None,
+                    agent_id: None,
+                };
+                self.record(&approval, "rejected", Some(&ctx)).await;
+                self.announce_decided(&approval).await;
+                WithdrawAck::judged(true, Some(approval))
+            }
+            Withdrawn::NotFound => {
+                refused("no such approval in this account");
+                WithdrawAck::judged(false, None)
+            }
+            Withdrawn::OtherCall(approval) => {
+                refused("another invocation made it");
+                WithdrawAck::judged(false, Some(approval))
+            }
+            Withdrawn::NotPending(approval) => {
+                refused("it is no longer pending");
+                WithdrawAck::judged(false, Some(approval))
+            }
+        }
+    }
+}
+
+/// Parses and checks a withdrawal body; the kernel types already check account and invocation.
+fn parse(body: &[u8]) -> Result<ApprovalWithdraw, ToolError> {
+    let request: ApprovalWithdraw = serde_json::from_slice(body).map_err(|e| {
+        ToolError::invalid_request(format!(
+            "the withdrawal request is not an ApprovalWithdraw ({e})"
+        ))
+    })?;
+    // The id becomes part of a Redis key: only our own id syntax gets that far.
+    if !is_approval_id(&request.approval_id) {
+        return Err(ToolError::invalid_request(format!(
+            "approval_id {:?} is not an approval id",
+            request.approval_id.chars().take(70).collect::<String>()
+        )));
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(body: &str, valid: bool) {
+        assert_eq!(parse(body.as_bytes()).is_ok(), valid, "{body}");
+    }
+
+    #[test]
+    fn withdrawal_bodies() {
+        check(
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+            true,
+        );
+        check(
+            r#"{"account":"acme","approval_id":"appr:1","invocation_id":"inv-1"}"#,
+            false,
+        );
+        check(
+            r#"{"account":"a.b","approval_id":"appr_1","invocation_id":"inv-1"}"#,
+            false,
+        );
+        check(
+            r#"{"account":"acme","approval_id":"appr_1","invocation_id":""}"#,
+            false,
+        );
+        check(r#"{"account":"acme","invocation_id":"inv-1"}"#, false);
+        check("", false);
+    }
+}
