@@ -2,7 +2,9 @@
 //! gateway, whose call used an approval but never ran, becomes a `ReleaseAck`.
 
 use toolmesh_kernel::error::ToolError;
-use toolmesh_kernel::wire::{is_approval_id, ApprovalRelease, ReleaseAck};
+use toolmesh_kernel::wire::{
+    is_approval_id, ApprovalRelease, ApprovalRequest, CallApproval, InvocationContext, ReleaseAck,
+};
 
 use crate::service::{store_error, ApprovalService};
 use crate::store::Released;
@@ -11,7 +13,7 @@ impl ApprovalService {
     /// Answers one release request. Never fails: every problem is a `released: false`.
     #[tracing::instrument(skip_all)]
     pub async fn release(&self, body: &[u8]) -> ReleaseAck {
-        let request = match parse(body) {
+        let request = match parse(body, "release request") {
             Ok(request) => request,
             Err(e) => return ReleaseAck::failed(e),
         };
@@ -30,13 +32,7 @@ impl ApprovalService {
         match released {
             Released::GivenBack(approval) => {
                 tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval released: its call never ran");
-                let ctx = toolmesh_kernel::wire::InvocationContext {
-                    account: account.clone(),
-                    invocation_id: invocation_id.clone(),
-                    session_id: approval.session_id.clone(),
-                    user_id: None,
-                    agent_id: None,
-                };
+                let ctx = call_context(&request, &approval);
                 self.record(&approval, "released", Some(&ctx)).await;
                 // Parked calls and watchers learn that it is usable again.
                 self.announce_decided(&approval).await;
@@ -62,11 +58,12 @@ impl ApprovalService {
     }
 }
 
-/// Parses and checks a release body; the kernel types already check account and invocation.
-fn parse(body: &[u8]) -> Result<ApprovalRelease, ToolError> {
-    let request: ApprovalRelease = serde_json::from_slice(body).map_err(|e| {
+/// Parses and checks the body of a release or a withdrawal (`what`); the kernel types already
+/// check account and invocation.
+pub(crate) fn parse(body: &[u8], what: &str) -> Result<CallApproval, ToolError> {
+    let request: CallApproval = serde_json::from_slice(body).map_err(|e| {
         ToolError::invalid_request(format!(
-            "the release request is not an ApprovalRelease ({e})"
+            "the {what} does not name an account, approval_id and invocation_id ({e})"
         ))
     })?;
     // The id becomes part of a Redis key: only our own id syntax gets that far.
@@ -79,12 +76,26 @@ fn parse(body: &[u8]) -> Result<ApprovalRelease, ToolError> {
     Ok(request)
 }
 
+/// The call a release or a withdrawal concerns, as its audit entry names it.
+pub(crate) fn call_context(
+    request: &CallApproval,
+    approval: &ApprovalRequest,
+) -> InvocationContext {
+    InvocationContext {
+        account: request.account.clone(),
+        invocation_id: request.invocation_id.clone(),
+        session_id: approval.session_id.clone(),
+        user_id: None,
+        agent_id: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(body: &str, valid: bool) {
-        assert_eq!(parse(body.as_bytes()).is_ok(), valid, "{body}");
+        assert_eq!(parse(body.as_bytes(), "release").is_ok(), valid, "{body}");
     }
 
     #[test]

@@ -4,10 +4,10 @@
 //! [`WITHDRAWN_REASON`], announced on `…decided` and audited like any rejection, so an approver
 //! no longer sees a request nobody waits for.
 
-use toolmesh_kernel::error::ToolError;
 use toolmesh_kernel::metrics::ApprovalOutcome;
-use toolmesh_kernel::wire::{is_approval_id, ApprovalWithdraw, InvocationContext, WithdrawAck};
+use toolmesh_kernel::wire::{ApprovalWithdraw, WithdrawAck};
 
+use crate::release::{call_context, parse};
 use crate::service::{store_error, ApprovalService};
 use crate::store::Withdrawn;
 
@@ -20,7 +20,7 @@ impl ApprovalService {
     /// Answers one withdrawal. Never fails: every problem is a `withdrawn: false`.
     #[tracing::instrument(skip_all)]
     pub async fn withdraw(&self, body: &[u8]) -> WithdrawAck {
-        let request = match parse(body) {
+        let request = match parse(body, "withdrawal request") {
             Ok(request) => request,
             Err(e) => return WithdrawAck::failed(e),
         };
@@ -43,13 +43,7 @@ impl ApprovalService {
             Withdrawn::Rejected(approval) => {
                 tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval withdrawn: its caller cancelled the call waiting for it");
                 self.metrics.approval_decided(ApprovalOutcome::Rejected);
-                let ctx = InvocationContext {
-                    account: account.clone(),
-                    invocation_id: invocation_id.clone(),
-                    session_id: approval.session_id.clone(),
-                    user_id: None,
-                    agent_id: None,
-                };
+                let ctx = call_context(&request, &approval);
                 self.record(&approval, "rejected", Some(&ctx)).await;
                 self.announce_decided(&approval).await;
                 WithdrawAck::judged(true, Some(approval))
@@ -70,29 +64,16 @@ impl ApprovalService {
     }
 }
 
-/// Parses and checks a withdrawal body; the kernel types already check account and invocation.
-fn parse(body: &[u8]) -> Result<ApprovalWithdraw, ToolError> {
-    let request: ApprovalWithdraw = serde_json::from_slice(body).map_err(|e| {
-        ToolError::invalid_request(format!(
-            "the withdrawal request is not an ApprovalWithdraw ({e})"
-        ))
-    })?;
-    // The id becomes part of a Redis key: only our own id syntax gets that far.
-    if !is_approval_id(&request.approval_id) {
-        return Err(ToolError::invalid_request(format!(
-            "approval_id {:?} is not an approval id",
-            request.approval_id.chars().take(70).collect::<String>()
-        )));
-    }
-    Ok(request)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(body: &str, valid: bool) {
-        assert_eq!(parse(body.as_bytes()).is_ok(), valid, "{body}");
+        assert_eq!(
+            parse(body.as_bytes(), "withdrawal").is_ok(),
+            valid,
+            "{body}"
+        );
     }
 
     #[test]

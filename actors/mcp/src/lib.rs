@@ -22,6 +22,7 @@
 mod front;
 mod listing;
 pub mod origins;
+mod request;
 pub mod tasks;
 pub mod variables;
 
@@ -45,8 +46,9 @@ use toolmesh_kernel::listener::{listen_addr, serve, HttpLimits};
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::{Account, Role};
 
-pub use front::{mcp_tool, reply_result, Caller, Front, FrontSettings};
+pub use front::{Front, FrontSettings};
 pub use origins::{AllowedOrigins, ALLOWED_ORIGINS_VAR};
+pub use request::{mcp_tool, reply_result, Caller};
 
 /// `TOOLMESH_MCP_LISTEN`'s default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8931";

@@ -37,7 +37,7 @@ use rmcp::ErrorData as McpError;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::Caller;
+use crate::request::Caller;
 
 /// The most tasks one front node keeps (finished ones included, until their time-to-live ends).
 /// Past it a parked call is not made a task: the `tools/call` waits as for a client without

@@ -14,10 +14,8 @@ use redis::Script;
 use toolmesh_kernel::wire::Grant;
 use toolmesh_kernel::{Account, SessionId};
 
-use super::{
-    account_of, confirmed, damaged, field, number, optional, session_of, ApprovalStore, Record,
-    StoreError,
-};
+use super::record::{account_of, damaged, field, number, optional, session_of, Record};
+use super::{confirmed, ApprovalStore, StoreError};
 
 // `script!` is the store's: common.lua, then the script.
 struct GrantScripts {

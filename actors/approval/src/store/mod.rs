@@ -23,13 +23,12 @@
 //!   release (`released`: a used approval given back because its call never ran).
 //! * Grants: [`grants`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis::{RedisError, Script};
 use toolmesh_kernel::redis_link::{RedisConn, RedisLink, Replication};
 use toolmesh_kernel::wire::{
-    ApprovalRequest, ApprovalRoute, ApprovalStatus, MemberDecision, RiskLevel, SideEffect,
+    ApprovalRequest, ApprovalRoute, ApprovalStatus, RiskLevel, SideEffect,
 };
 use toolmesh_kernel::{Account, InvocationId, SessionId};
 
@@ -57,6 +56,12 @@ pub enum StoreError {
     /// not yet safe from a failover, so not acknowledged. Safe to retry.
     #[error("{acked} of the {wanted} Redis replicas asked for confirmed the write in time")]
     Unconfirmed { acked: u32, wanted: u32 },
+}
+
+impl From<Damaged> for StoreError {
+    fn from(damaged: Damaged) -> Self {
+        StoreError::Failed(damaged.to_string())
+    }
 }
 
 impl From<RedisError> for StoreError {
@@ -255,7 +260,10 @@ macro_rules! script {
 }
 
 mod grants;
+mod record;
+
 pub use grants::{NewGrant, Use};
+use record::{number, optional, view, Damaged, Record};
 
 impl Scripts {
     fn new() -> Self {
@@ -318,9 +326,6 @@ impl RecordKeys {
         invocation
     }
 }
-
-/// A record as the scripts return it (HGETALL).
-type Record = HashMap<String, String>;
 
 impl ApprovalStore {
     /// The store over `link`, which connects it (see [`RedisLink::connect`]). Until it has
@@ -464,7 +469,7 @@ impl ApprovalStore {
         // Unconfirmed, the approval stays on the primary, pending and unannounced, until it
         // expires; the caller's retry asks for a new one.
         confirmed(replication)?;
-        view(&record, now)
+        Ok(view(&record, now)?)
     }
 
     /// One approval of one account, any status, with who asked for it and its arguments
@@ -775,8 +780,8 @@ impl ApprovalStore {
         invocation.arg(member).arg(id).arg(self.retention_ms);
         let (outcome, now, record): (String, u64, Record) = self.run(&invocation).await?;
         match outcome.as_str() {
-            "expired" => view(&record, now).map(|a| Some(Lapsed::Expired(a))),
-            "escalated" => view(&record, now).map(|a| Some(Lapsed::Escalated(a))),
+            "expired" => Ok(Some(Lapsed::Expired(view(&record, now)?))),
+            "escalated" => Ok(Some(Lapsed::Escalated(view(&record, now)?))),
             "lost" | "gone" | "not_due" | "settled" => Ok(None),
             other => Err(unexpected("expire", other)),
         }
@@ -799,122 +804,6 @@ fn op_token() -> String {
 
 fn unexpected(script: &str, outcome: &str) -> StoreError {
     StoreError::Failed(format!("the {script} script answered {outcome:?}"))
-}
-
-fn field<'a>(record: &'a Record, name: &str) -> Result<&'a str, StoreError> {
-    record
-        .get(name)
-        .map(String::as_str)
-        .ok_or_else(|| StoreError::Failed(format!("an approval record has no {name}")))
-}
-
-fn number(record: &Record, name: &str) -> Result<u64, StoreError> {
-    field(record, name)?
-        .parse()
-        .map_err(|_| StoreError::Failed(format!("an approval record's {name} is not a number")))
-}
-
-/// An optional text field; absent or empty means none.
-fn optional(record: &Record, name: &str) -> Option<String> {
-    record.get(name).filter(|v| !v.is_empty()).cloned()
-}
-
-fn damaged(name: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Failed(format!("an approval record's {name} is damaged: {e}"))
-}
-
-/// A record's `account`.
-fn account_of(record: &Record) -> Result<Account, StoreError> {
-    Account::parse(field(record, "account")?).map_err(|e| damaged("account", e))
-}
-
-/// A record's `session_id` (empty: none).
-fn session_of(record: &Record) -> Result<Option<SessionId>, StoreError> {
-    optional(record, "session_id")
-        .map(SessionId::parse)
-        .transpose()
-        .map_err(|e| damaged("session_id", e))
-}
-
-/// The record as PROTOCOL.md's ApprovalRequest at Redis time `now_ms`.
-fn view(record: &Record, now_ms: u64) -> Result<ApprovalRequest, StoreError> {
-    let expires_at_ms = number(record, "expires_at_ms")?;
-    let stored: ApprovalStatus = serde_json::from_value(field(record, "status")?.into())
-        .map_err(|e| damaged("status", e))?;
-    // Mirrors `effective` in common.lua: what is not decided for good expires with its time.
-    let status = match stored {
-        ApprovalStatus::Pending | ApprovalStatus::Approved if now_ms >= expires_at_ms => {
-            ApprovalStatus::Expired
-        }
-        other => other,
-    };
-    Ok(ApprovalRequest {
-        id: field(record, "id")?.to_owned(),
-        account: account_of(record)?,
-        session_id: session_of(record)?,
-        invocation_id: InvocationId::parse(field(record, "invocation_id")?)
-            .map_err(|e| damaged("invocation_id", e))?,
-        tool_name: field(record, "tool_name")?.to_owned(),
-        risk_level: serde_json::from_value(field(record, "risk_level")?.into())
-            .map_err(|e| damaged("risk_level", e))?,
-        side_effects: serde_json::from_str(field(record, "side_effects")?)
-            .map_err(|e| damaged("side_effects", e))?,
-        arguments_sha256: field(record, "arguments_sha256")?.to_owned(),
-        arguments_preview: field(record, "arguments_preview")?.to_owned(),
-        status,
-        created_at: toolmesh_kernel::time::ms_to_rfc3339(number(record, "created_at_ms")?),
-        expires_at: toolmesh_kernel::time::ms_to_rfc3339(expires_at_ms),
-        decided_by: optional(record, "decided_by"),
-        decided_at: optional(record, "decided_at_ms")
-            .map(|ms| ms.parse().map(toolmesh_kernel::time::ms_to_rfc3339))
-            .transpose()
-            .map_err(|e| damaged("decided_at_ms", e))?,
-        reason: optional(record, "reason"),
-        rule_id: optional(record, "rule_id"),
-        policy_revision: optional(record, "policy_revision"),
-        reviewers: optional(record, "reviewers"),
-        quorum: optional(record, "quorum")
-            .map(|q| q.parse())
-            .transpose()
-            .map_err(|e| damaged("quorum", e))?
-            .unwrap_or(1),
-        decisions: match optional(record, "reviewers") {
-            None => None,
-            Some(_) => Some(decisions(record)?),
-        },
-        escalated: optional(record, "escalated").is_some(),
-        edited: optional(record, "edited").is_some(),
-        grant_id: optional(record, "grant_id"),
-        original_arguments_sha256: optional(record, "original_arguments_sha256"),
-        grantable: optional(record, "grantable").as_deref() != Some("0"),
-    })
-}
-
-/// The member decisions of a routed approval, as decide.lua keeps them (JSON, `at_ms` as
-/// text, `reason` empty for none).
-fn decisions(record: &Record) -> Result<Vec<MemberDecision>, StoreError> {
-    let Some(raw) = optional(record, "decisions") else {
-        return Ok(Vec::new());
-    };
-    let kept: serde_json::Value =
-        serde_json::from_str(&raw).map_err(|e| damaged("decisions", e))?;
-    // cjson writes an empty table as an object.
-    let Some(kept) = kept.as_array() else {
-        return Ok(Vec::new());
-    };
-    kept.iter()
-        .map(|d| {
-            let text = |name: &str| d[name].as_str().unwrap_or_default().to_owned();
-            let at: u64 = text("at_ms").parse().map_err(|e| damaged("decisions", e))?;
-            let reason = text("reason");
-            Ok(MemberDecision {
-                approver: text("approver"),
-                approved: d["approved"].as_bool().unwrap_or(false),
-                at: toolmesh_kernel::time::ms_to_rfc3339(at),
-                reason: Some(reason).filter(|r| !r.is_empty()),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

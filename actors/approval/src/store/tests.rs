@@ -76,11 +76,9 @@ fn a_damaged_record_is_an_error_not_a_panic() {
         ("side_effects", "nope"),
         ("decided_at_ms", "x"),
     ] {
+        let damaged = view(&record(&[(key, value)]), 0).unwrap_err();
         assert!(
-            matches!(
-                view(&record(&[(key, value)]), 0),
-                Err(StoreError::Failed(_))
-            ),
+            matches!(StoreError::from(damaged), StoreError::Failed(_)),
             "{key}={value}"
         );
     }

@@ -77,17 +77,21 @@ pub struct ArgumentsCheck {
     pub arguments: Value,
 }
 
+/// Gateway → approval actor: approval `approval_id` of `account` and the call
+/// `invocation_id` it concerns ([`ApprovalRelease`], [`ApprovalWithdraw`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallApproval {
+    pub account: Account,
+    pub approval_id: String,
+    pub invocation_id: InvocationId,
+}
+
 /// Gateway → approval actor: the call `invocation_id` consumed approval `approval_id` (a
 /// `Proceed`), but provably never ran (NATS had no responder for it), so give the approval
 /// back. The approval actor only does so while the approval is still `used` by exactly this
 /// invocation in this account and has not expired; anything else is answered `released: false`
 /// and changes nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalRelease {
-    pub account: Account,
-    pub approval_id: String,
-    pub invocation_id: InvocationId,
-}
+pub type ApprovalRelease = CallApproval;
 
 /// Gateway → approval actor ([`crate::subjects::internal::APPROVAL_WITHDRAW`]): the caller
 /// cancelled the call `invocation_id` while it waited for approval `approval_id`, which that
@@ -95,12 +99,7 @@ pub struct ApprovalRelease {
 /// approval actor only does so while the approval is still pending and was made by exactly
 /// this invocation in this account; anything else is answered `withdrawn: false` and changes
 /// nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalWithdraw {
-    pub account: Account,
-    pub approval_id: String,
-    pub invocation_id: InvocationId,
-}
+pub type ApprovalWithdraw = CallApproval;
 
 /// Approval actor → gateway, answering an [`ApprovalWithdraw`]: `withdrawn` when the approval
 /// is now rejected by this withdrawal (or this very withdrawal was retried after a lost

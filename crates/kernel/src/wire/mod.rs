@@ -24,8 +24,8 @@ pub use approval::{
     IN_BAND_DECIDER, MAX_CLIENT_NAME,
 };
 pub use gate::{
-    ApprovalRelease, ApprovalWithdraw, ArgumentsCheck, GateOutcome, GateRequest, ReleaseAck,
-    WithdrawAck,
+    ApprovalRelease, ApprovalWithdraw, ArgumentsCheck, CallApproval, GateOutcome, GateRequest,
+    ReleaseAck, WithdrawAck,
 };
 pub use reply::{error_body, ok_body, public_reply, reply_body, ReplyWriter};
 pub use request::{
