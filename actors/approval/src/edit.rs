@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use toolmesh_kernel::budget;
-use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256, inexact_number};
+use toolmesh_kernel::canonical::{arguments_preview, arguments_sha256, bindable};
 use toolmesh_kernel::error::{ErrorCode, ToolError};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, ArgumentsCheck};
@@ -21,9 +21,6 @@ use crate::store::Edit;
 
 /// How long a gateway may take to check edited arguments.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bytes an approval with its record leaves besides its arguments in a reply (as the
-/// gateway's `APPROVAL_GET_ROOM`): edited arguments must fit a reply with it.
-const RECORD_ROOM: usize = 8 * 1024;
 
 /// Why edited arguments could not be checked (not: why they are wrong).
 #[derive(Debug, thiserror::Error)]
@@ -69,15 +66,10 @@ impl ApprovalService {
         if approval.quorum > 1 {
             return Err(needs_one(approval));
         }
-        if let Some(pointer) = inexact_number(&arguments) {
-            return Err(ToolError::invalid_argument(
-                &pointer,
-                "an integer past ±2^53 cannot be bound to an approval exactly; send a smaller number or a string",
-            ));
-        }
+        bindable(&arguments)?;
         let text = serde_json::to_string(&arguments).map_err(CheckError::Encode)?;
         let limit = budget::reply_limit(self.nats.max_payload());
-        if text.len() + RECORD_ROOM > limit {
+        if text.len() + budget::APPROVAL_ROOM > limit {
             return Err(ToolError::new(
                 ErrorCode::LimitExceeded,
                 format!(

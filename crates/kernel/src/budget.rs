@@ -31,6 +31,11 @@ pub const ACTOR_ROOM: usize = 512;
 /// page's `more` or `truncated`, the braces).
 pub const ENVELOPE_ROOM: usize = 64;
 
+/// Bytes an approval's record takes in a reply beside its arguments (`approvals.<account>.get`,
+/// a gate's `Proceed` with edited arguments): arguments an approval is bound to leave this
+/// much below the reply limit, so they always travel with their approval in full.
+pub const APPROVAL_ROOM: usize = 8 * 1024;
+
 /// The largest body a reply to its final reader may have.
 pub fn reply_limit(max_payload: usize) -> usize {
     max_payload.saturating_sub(HEADER_ROOM)

@@ -24,6 +24,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Largest integer magnitude a JCS number (an IEEE double) holds exactly: 2^53.
 const EXACT_INTEGER_LIMIT: u64 = 1 << 53;
 
+/// `invalid_arguments` at the first number of `arguments` an approval cannot be bound to
+/// exactly ([`inexact_number`]): what a gated call and a reviewer's edited arguments meet.
+pub fn bindable(arguments: &Value) -> Result<(), crate::error::ToolError> {
+    match inexact_number(arguments) {
+        None => Ok(()),
+        Some(pointer) => Err(crate::error::ToolError::invalid_argument(
+            &pointer,
+            "an integer past ±2^53 cannot be bound to an approval exactly (its hash would be its neighbours'); send a smaller number or a string",
+        )),
+    }
+}
+
 /// The JSON pointer of the first number in `value` that JCS cannot represent exactly: an
 /// integer past ±2^53, which canonicalizes as the nearest double and so shares its hash with
 /// its neighbours. An approval bound to such arguments would let a different number through.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_nats::Message;
 use serde_json::Value;
 
-use toolmesh_kernel::canonical::inexact_number;
+use toolmesh_kernel::canonical::bindable;
 use toolmesh_kernel::host::respond;
 use toolmesh_kernel::policy::{Decision, Facts, Policy};
 use toolmesh_kernel::tools::RegisteredTool;
@@ -43,12 +43,7 @@ pub async fn handle_check(core: Arc<GatewayCore>, msg: Message) {
 /// exact numbers for the hash, and the policy's `deny` rules.
 fn admit(tool: &RegisteredTool, policy: &Policy, check: &ArgumentsCheck) -> Result<(), ToolError> {
     tool.validate(&check.arguments, "")?;
-    if let Some(pointer) = inexact_number(&check.arguments) {
-        return Err(ToolError::invalid_argument(
-            &pointer,
-            "an integer past ±2^53 cannot be bound to an approval exactly; send a smaller number or a string",
-        ));
-    }
+    bindable(&check.arguments)?;
     not_denied(
         policy,
         &Facts {

@@ -30,10 +30,6 @@ use super::Call;
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long giving back an unused approval may hold up the `unavailable` reply.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bytes a gated call leaves under the reply limit besides its gate request: what the
-/// `approvals.<account>.get` reply carries around the arguments (the approval with its
-/// `decided_by` and `reason`), so the approver can always get the arguments in full.
-pub const APPROVAL_GET_ROOM: usize = 8 * 1024;
 
 impl Call<'_> {
     /// How the approval an `ask` rule makes is routed: its rule and revision, the reviewer
@@ -70,12 +66,7 @@ impl Call<'_> {
         arguments: &Value,
         request: &ToolRequest,
     ) -> Result<Option<Value>, ToolError> {
-        if let Some(pointer) = toolmesh_kernel::canonical::inexact_number(arguments) {
-            return Err(ToolError::invalid_argument(
-                &pointer,
-                "an integer past ±2^53 cannot be bound to an approval exactly (its hash would be its neighbours'); send a smaller number or a string",
-            ));
-        }
+        toolmesh_kernel::canonical::bindable(arguments)?;
         let mut gate = GateRequest {
             invocation: self.ctx.clone(),
             tool_name: target.spec.name.to_string(),
@@ -95,7 +86,7 @@ impl Call<'_> {
         }
         let body = encode_gate(&gate)?;
         if !presents_id {
-            let size = body.len() + APPROVAL_GET_ROOM;
+            let size = body.len() + budget::APPROVAL_ROOM;
             let limit = budget::reply_limit(self.core.client.max_payload());
             if size > limit {
                 return Err(ToolError::new(
