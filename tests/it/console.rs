@@ -336,6 +336,26 @@ async fn a_bad_tokens_file_stops_the_node_naming_it() {
     assert!(stderr.contains("no.dots"), "{stderr}");
 }
 
+/// The browser script's last line is `done`, it exits 0, and it left its screenshot.
+async fn browser_done(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    child: &mut tokio::process::Child,
+    screenshot: &Path,
+) {
+    let done = next_line(lines).await;
+    assert_eq!(done["step"], "done", "{done}");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        screenshot.metadata().unwrap().len() > 1000,
+        "no screenshot at {}",
+        screenshot.display()
+    );
+}
+
 /// The browser script's next line of JSON (a `fatal` line fails the test).
 async fn next_line(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
@@ -422,16 +442,5 @@ async fn a_browser_sees_a_new_approval_live_and_approving_it_runs_the_parked_cal
         .await);
     assert!(read.to_string().contains("approved live"), "{read}");
 
-    let done = next_line(&mut lines).await;
-    assert_eq!(done["step"], "done", "{done}");
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status:?}");
-    assert!(
-        screenshot.metadata().unwrap().len() > 1000,
-        "no screenshot at {}",
-        screenshot.display()
-    );
+    browser_done(&mut lines, &mut child, &screenshot).await;
 }

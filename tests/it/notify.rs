@@ -251,32 +251,13 @@ async fn two_approval_nodes_post_each_event_once() {
     }
 }
 
-const DEADLINES: &str = r#"
-mode = "off"
-
-[reviewers.ops]
-members = ["alice"]
-
-[reviewers.leads]
-members = ["lee"]
-
-[[rules]]
-id = "escalating"
-tools = ["component_status"]
-accounts = ["acme"]
-decision = "ask"
-reviewers = "ops"
-expires_in_s = 1
-on_timeout = "escalate"
-escalate_to = "leads"
-"#;
-
 #[tokio::test]
 async fn slack_and_json_hear_an_escalation_then_the_expiry_with_the_consoles_link() {
     let hook = Webhook::start(0).await;
     let base = &hook.base;
+    let deadlines = crate::rules::DEADLINES;
     let policy = format!(
-        "{DEADLINES}
+        "{deadlines}
 [[notify]]
 url = \"{base}/slack\"
 format = \"slack\"

@@ -328,7 +328,9 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
     assert_eq!(rejected["approval"]["decided_by"], "carol", "{rejected}");
 }
 
-const DEADLINES: &str = r#"
+/// Escalation in acme (`ops` to `leads` after 1 s), plain expiry in globex (also
+/// `notify::slack_and_json_hear_an_escalation_then_the_expiry_with_the_consoles_link`).
+pub(crate) const DEADLINES: &str = r#"
 mode = "off"
 
 [reviewers.ops]

@@ -58,15 +58,21 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Value>,
 {
-    let deadline = Instant::now() + FAILOVER;
-    loop {
-        let reply = ask().await;
-        if reply["ok"] == true {
-            return reply;
+    let reply = std::cell::RefCell::new(Value::Null);
+    let answered = toolmesh_testkit::wait_until(FAILOVER, || {
+        let asked = ask();
+        let reply = &reply;
+        async move {
+            let answer = asked.await;
+            let ok = answer["ok"] == true;
+            *reply.borrow_mut() = answer;
+            ok
         }
-        assert!(Instant::now() < deadline, "never ok: {reply}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    let reply = reply.into_inner();
+    assert!(answered, "never ok: {reply}");
+    reply
 }
 
 /// Decides `id` until the node acknowledges it: a decision not acknowledged may or may not be

@@ -129,19 +129,16 @@ impl RedisSentinels {
     /// Waits until the sentinels name a primary other than the one on `old` and that server
     /// answers `ROLE` as a primary: its port, or `None` after `timeout`.
     pub async fn failed_over_from(&self, old: u16, timeout: Duration) -> Option<u16> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(port) = self.primary_port().filter(|p| *p != old) {
-                let role = cli(port, &["ROLE"]);
-                if role.is_some_and(|r| r.lines().next() == Some("master")) {
-                    return Some(port);
-                }
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut promoted = None;
+        crate::wait_until(timeout, || {
+            promoted = self.primary_port().filter(|port| {
+                *port != old
+                    && cli(*port, &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+            });
+            std::future::ready(promoted.is_some())
+        })
+        .await;
+        promoted
     }
 
     /// Whether the primary on `port` has `replicas` replicas in sync now.

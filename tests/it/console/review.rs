@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
-use super::{next_line, Console};
+use super::{browser_done, next_line, Console};
 use crate::support::{assert_holds, ok, policy_file};
 
 /// `write_workspace_file` goes to `ops` (alice), `component_status` to `legal` (carol);
@@ -452,16 +452,5 @@ async fn a_reviewer_edits_approves_and_remembers_then_revokes_the_grant_in_the_b
         .await;
     assert_eq!(again["error"], "approval_required", "{again}");
 
-    let done = next_line(&mut lines).await;
-    assert_eq!(done["step"], "done", "{done}");
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status:?}");
-    assert!(
-        screenshot.metadata().unwrap().len() > 1000,
-        "no screenshot at {}",
-        screenshot.display()
-    );
+    browser_done(&mut lines, &mut child, &screenshot).await;
 }
