@@ -83,6 +83,17 @@ fn row(name: &str, samples: &mut [Duration]) -> Duration {
     p50
 }
 
+/// `runc a/b, runsc a/b; runsc/runc <what> a/a` for the medians `(a, b)` of each runtime: how
+/// two measures compare on each, and how runsc's first compares to runc's.
+fn ratios(runc: (Duration, Duration), runsc: (Duration, Duration), what: &str) -> String {
+    format!(
+        "runc {:.2}, runsc {:.2}; runsc/runc {what} {:.2}",
+        ms(runc.0) / ms(runc.1),
+        ms(runsc.0) / ms(runsc.1),
+        ms(runsc.0) / ms(runc.0),
+    )
+}
+
 fn header() {
     println!(
         "  {:<44} {:>5} {:>9} {:>9} {:>9}",
@@ -163,10 +174,8 @@ async fn run() {
     let t_runsc = row("run_command true, runsc (docker exec)", tool_runsc);
     let r_runsc = row("raw docker exec true, runsc", raw_runsc);
     println!(
-        "  ratio tool/raw: runc {:.2}, runsc {:.2}; runsc/runc tool {:.2}; throughput (1/p50): runc {:.0}/s, runsc {:.0}/s",
-        ms(t_runc) / ms(r_runc),
-        ms(t_runsc) / ms(r_runsc),
-        ms(t_runsc) / ms(t_runc),
+        "  ratio tool/raw: {}; throughput (1/p50): runc {:.0}/s, runsc {:.0}/s",
+        ratios((t_runc, r_runc), (t_runsc, r_runsc), "tool"),
         1.0 / t_runc.as_secs_f64(),
         1.0 / t_runsc.as_secs_f64(),
     );
@@ -190,10 +199,8 @@ async fn run() {
     let n_runc = row("new session, runc", new_runc);
     let n_runsc = row("new session, runsc", new_runsc);
     println!(
-        "  ratio new/warm: runc {:.2}, runsc {:.2}; runsc/runc new {:.2}",
-        ms(n_runc) / ms(t_runc),
-        ms(n_runsc) / ms(t_runsc),
-        ms(n_runsc) / ms(n_runc),
+        "  ratio new/warm: {}",
+        ratios((n_runc, t_runc), (n_runsc, t_runsc), "new")
     );
     node.terminate();
     let mut node = node;

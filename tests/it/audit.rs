@@ -10,7 +10,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_testkit::request_json;
 
-use crate::support::{collect, fake_workspace, ok, temp_file, Cluster, Deployed, LoggedNode, BIN};
+use crate::support::{
+    collect, fake_workspace, ok, temp_file, toolmesh_cli, Cluster, Deployed, LoggedNode,
+};
 
 const STREAM: &str = "TOOLMESH_AUDIT";
 
@@ -28,9 +30,8 @@ async fn trail(c: &Cluster, account: &str) -> Vec<Value> {
 /// `toolmesh <args>` against `nats_url`: exit code, stdout as JSON (null when it is not),
 /// stderr.
 fn cli(nats_url: &str, args: &[&str]) -> (i32, Value, String) {
-    let output = std::process::Command::new(BIN)
+    let output = toolmesh_cli(nats_url)
         .args(args)
-        .env("TOOLMESH_NATS_URL", nats_url)
         .output()
         .expect("the cli runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -497,9 +498,8 @@ async fn a_node_with_a_shorter_max_age_leaves_the_audit_stream_as_it_is_and_says
 async fn a_head_kept_before_a_cut_tail_shows_the_cut_that_verify_alone_cannot() {
     let c = gateway_after_calls(0..3).await;
     let url = c.nats.url();
-    let head = std::process::Command::new(BIN)
+    let head = toolmesh_cli(&url)
         .args(["audit", "head", "--account", "acme"])
-        .env("TOOLMESH_NATS_URL", &url)
         .output()
         .expect("the cli runs");
     assert!(head.status.success(), "{head:?}");

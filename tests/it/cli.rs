@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{ok, policy_file, Cluster, BIN, GATED_STATUS};
+use crate::support::{ok, policy_file, toolmesh_cli, Cluster, BIN, GATED_STATUS};
 
 /// `toolmesh status | head -c 1`: the reader leaves before the reply is written. The command
 /// stops quietly instead of panicking on the broken pipe.
@@ -70,9 +70,8 @@ async fn the_approval_hint_says_who_decides_and_why_approve_did_nothing() {
     .await;
     // A user in the URL (the test server ignores it), as on the compose cluster.
     let url = c.nats.url().replace("nats://", "nats://acme:pw@");
-    let out = Command::new(BIN)
+    let out = toolmesh_cli(&url)
         .args(call_args("component_status", &["--approve"]))
-        .env("TOOLMESH_NATS_URL", &url)
         .env_remove("RUST_LOG")
         .output()
         .expect("toolmesh runs");
@@ -97,9 +96,8 @@ fn call_args<'a>(tool: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 fn cli(c: &Cluster, args: &[&str]) -> String {
-    let out = Command::new(BIN)
+    let out = toolmesh_cli(&c.nats.url())
         .args(args)
-        .env("TOOLMESH_NATS_URL", c.nats.url())
         .env_remove("RUST_LOG")
         .output()
         .expect("toolmesh runs");
@@ -114,13 +112,7 @@ fn cli(c: &Cluster, args: &[&str]) -> String {
 async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
     let c = Cluster::ungated("gateway,approval,workspace").await;
     let name = "rtl\u{202e}txt.exe";
-    ok(c.session_call(
-        "acme",
-        "s1",
-        "write_workspace_file",
-        json!({"path": name, "content": "hi"}),
-    )
-    .await);
+    ok(c.write_workspace_file("acme", "s1", name, "hi").await);
     // On the wire the result is exact.
     let listed = c
         .session_call("acme", "s1", "list_workspace_files", json!({}))
@@ -157,17 +149,11 @@ async fn names_are_exact_in_results_and_escaped_where_a_person_reads_them() {
 async fn approvals_get_shows_the_arguments_and_checks_their_hash() {
     let c = Cluster::start().await; // strict: writes need approval
     let reply = c
-        .session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": "a\u{202e}.txt", "content": "hi"}),
-        )
+        .write_workspace_file("acme", "s1", "a\u{202e}.txt", "hi")
         .await;
     let id = reply["approval_request"]["id"].as_str().unwrap();
-    let out = Command::new(BIN)
+    let out = toolmesh_cli(&c.nats.url())
         .args(["approvals", "get", id, "--account", "acme"])
-        .env("TOOLMESH_NATS_URL", c.nats.url())
         .env_remove("RUST_LOG")
         .output()
         .expect("toolmesh runs");
@@ -269,9 +255,8 @@ async fn call_wait_says_at_once_which_approval_it_waits_for_and_who_decides() {
         format!("approvals approve {id} --account acme"),
         "{command}"
     );
-    let decided = Command::new(BIN)
+    let decided = toolmesh_cli(&c.nats.url())
         .args(command.split_whitespace())
-        .env("TOOLMESH_NATS_URL", c.nats.url())
         .env_remove("RUST_LOG")
         .output()
         .expect("toolmesh runs");

@@ -117,6 +117,16 @@ impl Console {
     }
 }
 
+/// Asserts that a console API reply is refused with HTTP `status` and error `code`.
+#[track_caller]
+fn assert_refusal((got, body): &(u16, Value), status: u16, code: &str) {
+    assert_eq!(
+        (*got, body["error"].as_str()),
+        (status, Some(code)),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn the_api_needs_a_known_token_and_a_granted_account() {
     let con = Console::start().await;
@@ -225,18 +235,14 @@ async fn list_and_decide_record_the_approver() {
     assert_eq!(decided["approval"]["decided_by"], ALICE);
     assert_eq!(decided["approval"]["reason"], "looks right");
     // The contrary decision is a conflict the page shows.
-    let (status, body) = con
+    let body = con
         .decide(
             "acme",
             id,
             r#"{"approved": false, "reason": "changed my mind"}"#,
         )
         .await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (409, Some("conflict")),
-        "{body}"
-    );
+    assert_refusal(&body, 409, "conflict");
     let (_, listed) = con.get("/api/approvals/acme", Some("tok-acme")).await;
     assert_eq!(listed["approvals"], json!([]), "{listed}");
 

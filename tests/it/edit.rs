@@ -8,28 +8,14 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use toolmesh_kernel::canonical::arguments_sha256;
 
-use crate::support::{assert_error, ok, policy_file, Cluster};
+use crate::policies::{policy, NO_SECRETS, TWO_OF_OPS};
+use crate::support::{assert_error, ok, policy_file, trail_entry, Cluster};
 
-const POLICY: &str = r#"
-mode = "strict"
-
-[reviewers.ops]
-members = ["alice", "bob"]
-
-[[rules]]
-id = "no-secrets"
-tools = ["write_workspace_file"]
-decision = "deny"
-reason = "secrets stay where they are"
-when = { path = { glob = "secrets/**" } }
-
-[[rules]]
-id = "two-eyes"
-tools = ["component_status"]
-decision = "ask"
-reviewers = "ops"
-quorum = 2
-"#;
+/// Strict: writes ask anyone of the account, but not under `secrets/` ([`NO_SECRETS`]), and
+/// `component_status` needs two of `ops` ([`TWO_OF_OPS`]).
+fn policy_text() -> String {
+    policy("strict", &[NO_SECRETS, TWO_OF_OPS])
+}
 
 fn write(path: &str, content: &str) -> Value {
     json!({"path": path, "content": content})
@@ -51,7 +37,7 @@ async fn content(c: &Cluster, path: &str) -> String {
 
 #[tokio::test]
 async fn a_parked_call_runs_the_arguments_its_reviewer_approved_and_says_so() {
-    let (_dir, path) = policy_file(POLICY);
+    let (_dir, path) = policy_file(&policy_text());
     let mut c = Cluster::servers_with_jetstream().await;
     let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
     c.start_node("gateway,approval,workspace", &env).await;
@@ -108,29 +94,21 @@ async fn a_parked_call_runs_the_arguments_its_reviewer_approved_and_says_so() {
     assert_eq!(late["error"], "conflict", "{late}");
 
     // The trail says the call ran the edited arguments, and that the approval was edited.
-    let trail = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.acme.query",
-        json!({"limit": 100}),
-    )
-    .await);
-    let entries = trail["entries"].as_array().unwrap();
-    let started = entries
-        .iter()
-        .find(|e| e["invocation_id"] == "inv-edit" && e["status"] == "started")
-        .unwrap_or_else(|| panic!("no started entry: {trail}"));
+    let trail = c.audit_trail("acme", 100).await;
+    let started = trail_entry(&trail, |e| {
+        e["invocation_id"] == "inv-edit" && e["status"] == "started"
+    });
     assert_eq!(started["arguments_sha256"], arguments_sha256(&edited));
     assert_eq!(started["edited"], true, "{started}");
-    let approved = entries
-        .iter()
-        .find(|e| e["approval_id"] == id.as_str() && e["status"] == "approved")
-        .unwrap_or_else(|| panic!("no approved entry: {trail}"));
+    let approved = trail_entry(&trail, |e| {
+        e["approval_id"] == id.as_str() && e["status"] == "approved"
+    });
     assert_eq!(approved["edited"], true, "{approved}");
 }
 
 #[tokio::test]
 async fn a_repeated_call_with_the_original_arguments_runs_the_edited_ones() {
-    let (_dir, path) = policy_file(POLICY);
+    let (_dir, path) = policy_file(&policy_text());
     let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
     let c = Cluster::with_node("gateway,approval,workspace", &env).await;
     let original = write("notes.txt", "first\n");
@@ -158,7 +136,7 @@ async fn a_repeated_call_with_the_original_arguments_runs_the_edited_ones() {
 
 #[tokio::test]
 async fn an_approval_that_needs_several_reviewers_takes_no_edit() {
-    let (_dir, path) = policy_file(POLICY);
+    let (_dir, path) = policy_file(&policy_text());
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
     let required = c
         .call(

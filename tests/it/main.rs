@@ -22,6 +22,7 @@ mod node;
 mod notify;
 mod permissions;
 mod providers;
+mod policies;
 mod reply_size;
 mod review;
 mod rules;

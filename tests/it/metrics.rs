@@ -112,13 +112,10 @@ async fn calls_move_the_counters_and_the_histogram() {
     // Answered by the workspace actor straight to the caller (direct replies): the gateway
     // learns the outcome from the actor's notice.
     for i in 0..2 {
-        ok(c.session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": format!("f{i}.txt"), "content": "x"}),
-        )
-        .await);
+        ok(
+            c.write_workspace_file("acme", "s1", &format!("f{i}.txt"), "x")
+                .await,
+        );
     }
     let missing = c.read_workspace_file("acme", "s1", "missing.txt").await;
     assert_eq!(missing["error"], "not_found", "{missing}");

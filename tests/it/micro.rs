@@ -27,17 +27,33 @@ async fn gather(client: &async_nats::Client, subject: &str) -> Vec<Bytes> {
     out
 }
 
+/// The replies [`gather`] gets on `subject`, each parsed as a `T`.
+async fn gather_as<T: serde::de::DeserializeOwned>(
+    client: &async_nats::Client,
+    subject: &str,
+) -> Vec<T> {
+    let replies = gather(client, subject).await;
+    let parse = |b: &Bytes| {
+        serde_json::from_slice(b).unwrap_or_else(|e| panic!("a reply on {subject}: {e}"))
+    };
+    replies.iter().map(parse).collect()
+}
+
+/// The name, subject and queue group of each of a service's endpoints.
+fn endpoints(info: &Info) -> Vec<(&str, &str, &str)> {
+    let endpoints = info.endpoints.iter();
+    endpoints
+        .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
+        .collect()
+}
+
 #[tokio::test]
 async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
     let mut cluster = Cluster::with_env(&[]).await; // test-node-1: gateway, approval
     cluster.start_node("workspace", &[]).await; // test-node-2
     let client = cluster.client.clone();
 
-    let pings: Vec<PingResponse> = gather(&client, "$SRV.PING")
-        .await
-        .iter()
-        .map(|b| serde_json::from_slice(b).expect("a ping_response"))
-        .collect();
+    let pings: Vec<PingResponse> = gather_as(&client, "$SRV.PING").await;
     let mut seen: Vec<(String, String)> = pings
         .iter()
         .map(|p| (p.name.clone(), p.id.clone()))
@@ -60,21 +76,12 @@ async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
     assert_eq!(pings[0].metadata["node_id"], pings[0].id);
 
     // By name: only that service's instances answer.
-    let infos: Vec<Info> = gather(&client, "$SRV.INFO.toolmesh-gateway")
-        .await
-        .iter()
-        .map(|b| serde_json::from_slice(b).expect("an info_response"))
-        .collect();
+    let infos: Vec<Info> = gather_as(&client, "$SRV.INFO.toolmesh-gateway").await;
     assert_eq!(infos.len(), 1);
     let info = &infos[0];
     assert_eq!(info.kind, "io.nats.micro.v1.info_response");
-    let endpoints: Vec<(&str, &str, &str)> = info
-        .endpoints
-        .iter()
-        .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
-        .collect();
     assert_eq!(
-        endpoints,
+        endpoints(info),
         [
             ("call", "toolmesh.v1.call.>", "toolmesh.gateway"),
             ("cancel", "toolmesh.v1.cancel.>", "toolmesh.gateway"),
@@ -87,19 +94,10 @@ async fn every_node_answers_srv_ping_info_and_stats_for_its_actors() {
     );
 
     // The approval actor's endpoints: the public subjects, then the gateway's internal ones.
-    let infos: Vec<Info> = gather(&client, "$SRV.INFO.toolmesh-approval")
-        .await
-        .iter()
-        .map(|b| serde_json::from_slice(b).expect("an info_response"))
-        .collect();
+    let infos: Vec<Info> = gather_as(&client, "$SRV.INFO.toolmesh-approval").await;
     assert_eq!(infos.len(), 1);
-    let endpoints: Vec<(&str, &str, &str)> = infos[0]
-        .endpoints
-        .iter()
-        .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
-        .collect();
     assert_eq!(
-        endpoints,
+        endpoints(&infos[0]),
         [
             ("approvals", "toolmesh.v1.approvals.>", "toolmesh.approval"),
             (

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use toolmesh_testkit::wait_until;
 
-use crate::support::{ok, policy_file, Aborting, Cluster, GATED_STATUS};
+use crate::support::{ok, policy_file, Cluster, Recorder, GATED_STATUS};
 
 /// Deliveries take milliseconds, or a few seconds with retries; this only bounds a failing test.
 const WITHIN: Duration = Duration::from_secs(20);
@@ -58,40 +58,23 @@ struct Receiver {
 }
 
 /// Webhooks on 127.0.0.1, any path.
-struct Webhook {
-    base: String,
-    receiver: Receiver,
-    _task: Aborting,
-}
+type Webhook = Recorder<Post>;
 
 impl Webhook {
     async fn start(failures: usize) -> Webhook {
-        let receiver = Receiver {
-            posts: Arc::default(),
-            failures_left: Arc::new(AtomicUsize::new(failures)),
-        };
-        let app = axum::Router::new()
-            .fallback(receive)
-            .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Webhook {
-            base,
-            receiver,
-            _task: Aborting(task),
-        }
-    }
-
-    fn posts(&self) -> Vec<Post> {
-        self.receiver.posts.lock().unwrap().clone()
+        Recorder::serve(|posts| {
+            let receiver = Receiver {
+                posts,
+                failures_left: Arc::new(AtomicUsize::new(failures)),
+            };
+            axum::Router::new().fallback(receive).with_state(receiver)
+        })
+        .await
     }
 
     /// The posts to `path` answered 200.
     fn delivered(&self, path: &str) -> Vec<Post> {
-        let posts = self.posts().into_iter();
+        let posts = self.records().into_iter();
         posts
             .filter(|p| p.path == path && p.answered == StatusCode::OK)
             .collect()
@@ -100,7 +83,7 @@ impl Webhook {
     /// The posts to `path` answered 200, once `done` says they are all there.
     async fn wait_for(&self, path: &str, done: impl Fn(&[Post]) -> bool) -> Vec<Post> {
         let came = wait_until(WITHIN, || async { done(&self.delivered(path)) }).await;
-        assert!(came, "not delivered to {path}: {:#?}", self.posts());
+        assert!(came, "not delivered to {path}: {:#?}", self.records());
         self.delivered(path)
     }
 
@@ -136,6 +119,12 @@ async fn receive(
     answered
 }
 
+/// The environment of a node under the policy file `path` that may post to webhooks on
+/// loopback, and `more`.
+fn notifying<'a>(path: &'a str, more: (&'a str, &'a str)) -> [(&'a str, &'a str); 3] {
+    [("TOOLMESH_POLICY_FILE", path), LOOPBACK, more]
+}
+
 /// A call of `component_status` in `session` that needs an approval: its id.
 async fn required(c: &Cluster, session: &str) -> String {
     let reply = c
@@ -162,18 +151,14 @@ secret_env = \"NOTIFY_SECRET_UNSET\"
 "
     );
     let (_dir, path) = policy_file(&policy);
-    let env = [
-        ("TOOLMESH_POLICY_FILE", path.as_str()),
-        LOOPBACK,
-        ("NOTIFY_SECRET", SECRET),
-    ];
+    let env = notifying(&path, ("NOTIFY_SECRET", SECRET));
     let c = Cluster::with_env(&env).await;
     let id = required(&c, "s1").await;
 
     // 500, 500, then 200: the third attempt delivers, 1 s and 2 s after the first failures.
     let requested = hook.wait_event("/flaky", "requested", &id).await;
     let attempts: Vec<Post> = hook
-        .posts()
+        .records()
         .into_iter()
         .filter(|p| p.path == "/flaky")
         .collect();
@@ -203,7 +188,7 @@ secret_env = \"NOTIFY_SECRET_UNSET\"
         c.nodes[0].logs("NOTIFY_SECRET_UNSET", WITHIN),
         "the missing secret is logged"
     );
-    let unsigned = hook.posts().into_iter().filter(|p| p.path == "/unsigned");
+    let unsigned = hook.records().into_iter().filter(|p| p.path == "/unsigned");
     assert_eq!(unsigned.count(), 0);
 }
 
@@ -213,11 +198,7 @@ async fn two_approval_nodes_post_each_event_once() {
     let hook = Webhook::start(0).await;
     let policy = format!("{GATED_STATUS}\n[[notify]]\nurl = \"{}/all\"\n", hook.base);
     let (_dir, path) = policy_file(&policy);
-    let env = [
-        ("TOOLMESH_POLICY_FILE", path.as_str()),
-        LOOPBACK,
-        ("RUST_LOG", "warn,toolmesh_approval::notify=info"),
-    ];
+    let env = notifying(&path, ("RUST_LOG", "warn,toolmesh_approval::notify=info"));
     let mut c = Cluster::with_env(&env).await;
     c.start_node("approval", &env).await;
     for i in 0..APPROVALS {
@@ -255,7 +236,7 @@ async fn two_approval_nodes_post_each_event_once() {
 async fn slack_and_json_hear_an_escalation_then_the_expiry_with_the_consoles_link() {
     let hook = Webhook::start(0).await;
     let base = &hook.base;
-    let deadlines = crate::rules::DEADLINES;
+    let deadlines = crate::rules::deadlines();
     let policy = format!(
         "{deadlines}
 [[notify]]
@@ -270,11 +251,7 @@ events = [\"escalated\", \"expired\"]
     );
     let (_dir, path) = policy_file(&policy);
     let console = "https://approvals.example/console/";
-    let env = [
-        ("TOOLMESH_POLICY_FILE", path.as_str()),
-        LOOPBACK,
-        ("TOOLMESH_CONSOLE_URL", console),
-    ];
+    let env = notifying(&path, ("TOOLMESH_CONSOLE_URL", console));
     let c = Cluster::with_env(&env).await;
     let id = required(&c, "s1").await;
 
@@ -340,18 +317,14 @@ async fn a_webhook_the_egress_policy_refuses_gets_nothing() {
         c.nodes[0].logs("event=\"decided\"", WITHIN),
         "the decision's refusal is logged"
     );
-    assert!(hook.posts().is_empty(), "{:#?}", hook.posts());
+    assert!(hook.records().is_empty(), "{:#?}", hook.records());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_added_by_sighup_gets_the_next_event() {
     let hook = Webhook::start(0).await;
     let (_dir, path) = policy_file(GATED_STATUS);
-    let env = [
-        ("TOOLMESH_POLICY_FILE", path.as_str()),
-        LOOPBACK,
-        ("RUST_LOG", "warn,toolmesh::node=info"),
-    ];
+    let env = notifying(&path, ("RUST_LOG", "warn,toolmesh::node=info"));
     let c = Cluster::with_env(&env).await;
     let before = required(&c, "s1").await;
     let added = format!("{GATED_STATUS}\n[[notify]]\nurl = \"{}/late\"\n", hook.base);
@@ -364,7 +337,7 @@ async fn a_webhook_added_by_sighup_gets_the_next_event() {
     let after = required(&c, "s2").await;
     hook.wait_event("/late", "requested", &after).await;
     let ids: Vec<Value> = hook
-        .posts()
+        .records()
         .iter()
         .map(|p| p.body()["id"].clone())
         .collect();

@@ -3,13 +3,16 @@
 //! `reviewed_by: "review"`) or `ask` (people decide); anything else is `ask`, so a broken
 //! reviewer never lets a call through.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use toolmesh_kernel::canonical::{arguments_sha256, sha256_hex};
 
-use crate::support::{assert_error, events_until_finished, ok, policy_file, Cluster};
+use crate::policies::{policy, NOTES, NO_SECRETS};
+use crate::support::{
+    assert_error, assert_policy_denied, events_until_finished, ok, policy_file, trail_entries,
+    Cluster, Recorder,
+};
 
 /// The test's reviewer: it appends each request to `requests.jsonl` beside it and decides by
 /// the first folder of the `path` it is asked about; anything else it allows.
@@ -32,30 +35,11 @@ fn reviewer_policy() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let script = dir.path().join("review.sh");
     std::fs::write(&script, REVIEWER).unwrap();
-    let policy = format!(
-        r#"
-mode = "strict"
-
-[review]
-command = "sh {}"
-timeout_s = 1
-
-[[rules]]
-id = "no-secrets"
-tools = ["*_workspace_*"]
-decision = "deny"
-reason = "secrets stay where they are"
-when = {{ path = {{ glob = "secrets/**" }} }}
-
-[[rules]]
-id = "notes"
-tools = ["write_workspace_file"]
-decision = "allow"
-when = {{ path = {{ prefix = "notes/" }} }}
-"#,
+    let review = format!(
+        "\n[review]\ncommand = \"sh {}\"\ntimeout_s = 1\n",
         script.display()
     );
-    (dir, policy)
+    (dir, policy("strict", &[&review, NO_SECRETS, NOTES]))
 }
 
 /// The requests the reviewer was shown, oldest first.
@@ -141,10 +125,8 @@ async fn a_reviewer_command_allows_denies_or_asks_and_a_broken_one_asks() {
     let denied = c
         .session_call("acme", "s1", "write_workspace_file", write("deny/b.txt"))
         .await;
-    assert_error(&denied, "policy_denied", "not in deny/");
+    assert_policy_denied(&denied, "not in deny/", "not in deny/", &revision);
     assert_eq!(denied["reviewed_by"], "review", "{denied}");
-    assert_eq!(denied["reason"], "not in deny/", "{denied}");
-    assert_eq!(denied["policy_revision"], revision.as_str(), "{denied}");
     let missing = c.read_workspace_file("acme", "s1", "deny/b.txt").await;
     assert_eq!(missing["error"], "not_found", "nothing ran: {missing}");
 
@@ -201,15 +183,8 @@ async fn a_reviewer_command_allows_denies_or_asks_and_a_broken_one_asks() {
     );
 
     // The audit trail names the reviewer for the call it let run and the one it refused.
-    let trail = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.acme.query",
-        json!({"limit": 1000}),
-    )
-    .await);
-    let calls: Vec<&Value> = trail["entries"]
-        .as_array()
-        .unwrap()
+    let trail = c.audit_trail("acme", 1000).await;
+    let calls: Vec<&Value> = trail_entries(&trail)
         .iter()
         .filter(|e| e["kind"] == "call" && e["decided_by"] == "review")
         .collect();
@@ -234,54 +209,27 @@ async fn a_reviewer_command_allows_denies_or_asks_and_a_broken_one_asks() {
     );
 }
 
-/// A reviewer URL on loopback: the bodies it was POSTed, and its address.
-struct ReviewServer {
-    url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ReviewServer {
-    async fn start() -> ReviewServer {
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
-        let app = axum::Router::new().route(
+/// A reviewer URL on loopback (`<base>/review`): the bodies it was POSTed.
+async fn review_server() -> Recorder<Value> {
+    Recorder::serve(|seen| {
+        axum::Router::new().route(
             "/review",
             axum::routing::post(move |body: axum::body::Bytes| async move {
                 let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 seen.lock().unwrap().push(request);
                 r#"{"decision": "allow", "reason": "the URL says yes"}"#
             }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/review", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        ReviewServer {
-            url,
-            requests,
-            task,
-        }
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for ReviewServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+        )
+    })
+    .await
 }
 
 #[tokio::test]
 async fn a_reviewer_url_is_posted_through_the_web_egress_policy() {
-    let server = ReviewServer::start().await;
+    let server = review_server().await;
     let policy = format!(
-        "[tools.component_status]\nrisk_level = \"high\"\n\n[review]\nurl = \"{}\"\n",
-        server.url
+        "[tools.component_status]\nrisk_level = \"high\"\n\n[review]\nurl = \"{}/review\"\n",
+        server.base
     );
     let (_dir, path) = policy_file(&policy);
 
@@ -295,7 +243,7 @@ async fn a_reviewer_url_is_posted_through_the_web_egress_policy() {
     let allowed = ok(c.tool_call("acme", "component_status", json!({})).await);
     assert_eq!(allowed["decided_by"], "review", "{allowed}");
     assert_eq!(allowed["review_reason"], "the URL says yes", "{allowed}");
-    let posted = server.requests();
+    let posted = server.records();
     assert_eq!(posted.len(), 1, "{posted:?}");
     assert_eq!(posted[0]["approval"]["tool_name"], "component_status");
     assert_eq!(posted[0]["approval"]["risk_level"], "high");
@@ -307,7 +255,7 @@ async fn a_reviewer_url_is_posted_through_the_web_egress_policy() {
     let node = c.start_node("gateway,approval", &closed).await;
     let asked = c.tool_call("acme", "component_status", json!({})).await;
     assert_eq!(asked["error"], "approval_required", "{asked}");
-    assert_eq!(server.requests().len(), 1, "nothing more was posted");
+    assert_eq!(server.records().len(), 1, "nothing more was posted");
     assert!(
         c.nodes[node].logs("refuses the reviewer's URL", Duration::from_secs(5)),
         "the gateway logs why the reviewer gave no answer"

@@ -8,30 +8,24 @@ use serde_json::{json, Value};
 use toolmesh_kernel::canonical::sha256_hex;
 use toolmesh_testkit::wait_until;
 
-use crate::support::{assert_error, ok, policy_file, Cluster};
+use crate::policies::{policy, NOTES, NO_SECRETS, ONE_MEMBER_GROUPS, TWO_OF_OPS};
+use crate::support::{
+    assert_error, assert_policy_denied, ok, policy_file, trail_entries, trail_entry, Cluster,
+};
 
-const RULES: &str = r#"
-mode = "strict"
-
-[[rules]]
-id = "no-secrets"
-tools = ["*_workspace_*"]
-decision = "deny"
-reason = "secrets stay where they are"
-when = { path = { glob = "secrets/**" } }
-
-[[rules]]
-id = "notes"
-tools = ["write_workspace_file"]
-decision = "allow"
-when = { path = { prefix = "notes/" } }
-
+/// `ask-status`: `component_status` of acme asks.
+const ASK_STATUS: &str = r#"
 [[rules]]
 id = "ask-status"
 tools = ["component_status"]
 accounts = ["acme"]
 decision = "ask"
 "#;
+
+/// Strict, with [`NO_SECRETS`], [`NOTES`] and [`ASK_STATUS`].
+fn rules() -> String {
+    policy("strict", &[NO_SECRETS, NOTES, ASK_STATUS])
+}
 
 fn write(path: &str) -> Value {
     json!({"path": path, "content": "hello\n"})
@@ -45,8 +39,9 @@ async fn approval_status(c: &Cluster, account: &str) -> Value {
 
 #[tokio::test]
 async fn rules_deny_allow_and_ask_before_the_mode_and_name_themselves() {
-    let (_dir, path) = policy_file(RULES);
-    let revision = sha256_hex(RULES.as_bytes());
+    let rules = rules();
+    let (_dir, path) = policy_file(&rules);
+    let revision = sha256_hex(rules.as_bytes());
     let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
     let c = Cluster::with_node("gateway,approval,workspace", &env).await;
 
@@ -70,10 +65,9 @@ async fn rules_deny_allow_and_ask_before_the_mode_and_name_themselves() {
     let denied = c
         .session_call("acme", "s1", "write_workspace_file", write("secrets/key"))
         .await;
-    assert_error(&denied, "policy_denied", "no-secrets");
+    let reason = "secrets stay where they are";
+    assert_policy_denied(&denied, "no-secrets", reason, &revision);
     assert_eq!(denied["rule_id"], "no-secrets", "{denied}");
-    assert_eq!(denied["reason"], "secrets stay where they are", "{denied}");
-    assert_eq!(denied["policy_revision"], revision.as_str(), "{denied}");
     // Through the dispatcher the rule sees the inner tool and arguments.
     let dispatched = json!({"tool": "tool_dispatcher", "session_id": "s1", "arguments": {
         "action": "call", "tool_name": "write_workspace_file", "arguments": write("secrets/key")}});
@@ -179,8 +173,9 @@ async fn a_bad_rule_stops_the_node_naming_the_rule_and_field() {
 
 #[tokio::test]
 async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
-    let (_dir, path) = policy_file(RULES);
-    let revision = sha256_hex(RULES.as_bytes());
+    let rules = rules();
+    let (_dir, path) = policy_file(&rules);
+    let revision = sha256_hex(rules.as_bytes());
     let mut c = Cluster::servers_with_jetstream().await;
     let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
     c.start_node("gateway,approval,workspace", &env).await;
@@ -188,13 +183,8 @@ async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
         c.session_call("acme", "s1", "write_workspace_file", write("notes/b.txt"))
             .await,
     );
-    let reply = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.acme.query",
-        json!({"limit": 100}),
-    )
-    .await);
-    let entries = reply["entries"].as_array().unwrap();
+    let reply = c.audit_trail("acme", 100).await;
+    let entries = trail_entries(&reply);
     let statuses: Vec<_> = entries
         .iter()
         .map(|e| (e["status"].as_str(), e["rule_id"].as_str()))
@@ -212,12 +202,7 @@ async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
         .all(|e| e["policy_revision"] == revision.as_str()));
     // A call no rule decided records nulls.
     ok(c.tool_call("globex", "component_status", json!({})).await);
-    let other = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.globex.query",
-        json!({"limit": 100}),
-    )
-    .await);
+    let other = c.audit_trail("globex", 100).await;
     let entry = &other["entries"][0];
     assert!(
         entry["rule_id"].is_null() && entry["policy_revision"].is_null(),
@@ -225,19 +210,10 @@ async fn a_call_a_rule_let_through_names_the_rule_in_the_audit_trail() {
     );
 }
 
-const REVIEWED: &str = r#"
-mode = "off"
-
-[reviewers.ops]
-members = ["alice", "bob", "carol"]
-
-[[rules]]
-id = "ask-ops"
-tools = ["component_status"]
-decision = "ask"
-reviewers = "ops"
-quorum = 2
-"#;
+/// Off, but `component_status` needs two of `ops` ([`TWO_OF_OPS`]).
+fn reviewed() -> String {
+    policy("off", &[TWO_OF_OPS])
+}
 
 /// `component_status` of acme in `session`, presenting approval `approval` when given.
 async fn status(c: &Cluster, session: &str, approval: Option<&str>) -> Value {
@@ -260,8 +236,9 @@ async fn decide_as(c: &Cluster, approver: Option<&str>, id: &str, approved: bool
 
 #[tokio::test]
 async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named_by_subject() {
-    let (_dir, path) = policy_file(REVIEWED);
-    let revision = sha256_hex(REVIEWED.as_bytes());
+    let reviewed = reviewed();
+    let (_dir, path) = policy_file(&reviewed);
+    let revision = sha256_hex(reviewed.as_bytes());
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
     let required = status(&c, "s1", None).await;
     assert_eq!(required["error"], "approval_required", "{required}");
@@ -330,15 +307,8 @@ async fn an_approval_routed_to_reviewers_is_decided_by_a_quorum_of_members_named
 
 /// Escalation in acme (`ops` to `leads` after 1 s), plain expiry in globex (also
 /// `notify::slack_and_json_hear_an_escalation_then_the_expiry_with_the_consoles_link`).
-pub(crate) const DEADLINES: &str = r#"
-mode = "off"
-
-[reviewers.ops]
-members = ["alice"]
-
-[reviewers.leads]
-members = ["lee"]
-
+pub(crate) fn deadlines() -> String {
+    let rules = r#"
 [[rules]]
 id = "escalating"
 tools = ["component_status"]
@@ -356,10 +326,12 @@ accounts = ["globex"]
 decision = "ask"
 expires_in_s = 1
 "#;
+    policy("off", &[ONE_MEMBER_GROUPS, rules])
+}
 
 #[tokio::test]
 async fn a_deadline_escalates_once_to_another_group_or_expires_the_approval() {
-    let (_dir, path) = policy_file(DEADLINES);
+    let (_dir, path) = policy_file(&deadlines());
     let c = Cluster::with_env(&[("TOOLMESH_POLICY_FILE", path.as_str())]).await;
     let mut requested = c.watch("toolmesh.v1.approvals.acme.requested").await;
     // A call parked on its approval keeps waiting across the escalation.
@@ -454,19 +426,10 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
         grant_id.as_str(),
         "{decided}"
     );
-    let trail = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.acme.query",
-        json!({"limit": 100}),
-    )
-    .await);
-    let approved = trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["approval_id"] == id.as_str() && e["status"] == "approved")
-        .cloned()
-        .unwrap_or_else(|| panic!("no approved entry: {trail}"));
+    let trail = c.audit_trail("acme", 100).await;
+    let approved = trail_entry(&trail, |e| {
+        e["approval_id"] == id.as_str() && e["status"] == "approved"
+    });
     assert_eq!(approved["grant_id"], grant_id.as_str(), "{approved}");
 
     // Two later calls of the session run without an approval, each naming the grant.
@@ -488,23 +451,11 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
     // Its uses are spent: the next call asks again.
     let spent = status(&c, "s1", None).await;
     assert_eq!(spent["error"], "approval_required", "{spent}");
-    let listed = ok(c
-        .client
-        .request("toolmesh.v1.grants.acme.list", "{}".into())
-        .await
-        .map(|m| serde_json::from_slice::<Value>(&m.payload).unwrap())
-        .unwrap());
+    let listed = c.grants("acme", "list", json!({})).await;
     assert_eq!(listed["grants"][0]["uses_left"], 0, "{listed}");
     // The audit trail names the grant on the calls it covered.
-    let trail = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.audit.acme.query",
-        json!({"limit": 100}),
-    )
-    .await);
-    let named = trail["entries"]
-        .as_array()
-        .unwrap()
+    let trail = c.audit_trail("acme", 100).await;
+    let named = trail_entries(&trail)
         .iter()
         .filter(|e| e["grant_id"] == grant_id.as_str() && e["status"] == "finished")
         .count();
@@ -517,21 +468,14 @@ async fn a_grant_remembers_a_decision_for_its_scope_uses_and_expiry_until_revoke
     let account_grant = decided["grant"]["id"].as_str().unwrap().to_owned();
     assert!(decided["grant"]["session_id"].is_null(), "{decided}");
     ok(status(&c, "s9", None).await);
-    let revoked = ok(toolmesh_testkit::request_json(
-        &c.client,
-        "toolmesh.v1.grants.acme.revoke",
-        json!({"id": account_grant}),
-    )
-    .await);
+    let revoked = c
+        .grants("acme", "revoke", json!({ "id": account_grant }))
+        .await;
     assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
     let after = status(&c, "s9", None).await;
     assert_eq!(after["error"], "approval_required", "{after}");
     // Another account sees none of them.
-    let theirs =
-        ok(
-            toolmesh_testkit::request_json(&c.client, "toolmesh.v1.grants.globex.list", json!({}))
-                .await,
-        );
+    let theirs = c.grants("globex", "list", json!({})).await;
     assert_eq!(theirs["grants"], json!([]), "{theirs}");
 }
 
@@ -591,7 +535,7 @@ async fn grants_are_refused_where_the_policy_forbids_them_and_never_overspent() 
 
 #[tokio::test]
 async fn racing_decisions_through_two_approval_nodes_count_each_member_once() {
-    let (_dir, path) = policy_file(REVIEWED);
+    let (_dir, path) = policy_file(&reviewed());
     let env = [("TOOLMESH_POLICY_FILE", path.as_str())];
     let mut c = Cluster::with_env(&env).await;
     c.start_node("gateway,approval", &env).await;

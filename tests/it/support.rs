@@ -16,6 +16,13 @@ use toolmesh_testkit::{
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolmesh");
 
+/// The command line `toolmesh`, against the NATS at `nats_url`: add the arguments and run it.
+pub fn toolmesh_cli(nats_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(BIN);
+    command.env("TOOLMESH_NATS_URL", nats_url);
+    command
+}
+
 /// Runs `tests/python/<script>` with the venv's python and `spec` as its one argument: its
 /// stdout piped for the test to read (a JSON line per step), its stderr the test's own.
 pub fn python_script(script: &str, spec: &Value) -> tokio::process::Child {
@@ -175,6 +182,19 @@ impl Cluster {
             .await
     }
 
+    /// `write_workspace_file` of `content` to `path` in `session` of `account`.
+    pub async fn write_workspace_file(
+        &self,
+        account: &str,
+        session: &str,
+        path: &str,
+        content: &str,
+    ) -> Value {
+        let arguments = json!({"path": path, "content": content});
+        self.session_call(account, session, "write_workspace_file", arguments)
+            .await
+    }
+
     /// `path` in session `s1` of acme, read whole as a persisted output is: without
     /// line numbers, up to 100,000 characters.
     pub async fn read_persisted(&self, path: &str) -> Value {
@@ -218,6 +238,19 @@ impl Cluster {
         got["approval"]["status"].clone()
     }
 
+    /// Up to `limit` entries of `account`'s audit trail: the query's reply, which must be ok.
+    pub async fn audit_trail(&self, account: &str, limit: u64) -> Value {
+        let subject = format!("toolmesh.v1.audit.{account}.query");
+        ok(request_json(&self.client, subject, json!({ "limit": limit })).await)
+    }
+
+    /// Request `verb` (`list`, `revoke`) of `account`'s grants with `body`: its reply, which
+    /// must be ok.
+    pub async fn grants(&self, account: &str, verb: &str, body: Value) -> Value {
+        let subject = format!("toolmesh.v1.grants.{account}.{verb}");
+        ok(request_json(&self.client, subject, body).await)
+    }
+
     pub async fn decide(&self, account: &str, id: &str, approved: bool) -> Value {
         self.approvals(
             account,
@@ -252,8 +285,13 @@ pub struct Deployed {
 
 impl Deployed {
     pub fn start() -> Deployed {
+        Self::on(AuthNats::start())
+    }
+
+    /// On `nats`, a server of the deployment's users (say, a hub taking leaf nodes).
+    pub fn on(nats: AuthNats) -> Deployed {
         Deployed {
-            nats: AuthNats::start(),
+            nats,
             redis: RedisServer::start(),
             data: tempfile::tempdir().expect("temp dir"),
         }
@@ -292,6 +330,52 @@ impl Drop for Aborting {
     }
 }
 
+/// A test's own HTTP server on loopback (a webhook, a reviewer URL, a trace collector), served
+/// until dropped, and what its handlers recorded of the requests it was sent.
+pub struct Recorder<T> {
+    /// `http://127.0.0.1:<port>`, no trailing slash.
+    pub base: String,
+    records: Arc<Mutex<Vec<T>>>,
+    _task: Aborting,
+}
+
+impl<T: Clone> Recorder<T> {
+    /// Serves the app `app` makes of the records its handlers push to, on a free port.
+    pub async fn serve(app: impl FnOnce(Arc<Mutex<Vec<T>>>) -> axum::Router) -> Recorder<T> {
+        let records = Arc::default();
+        let app = app(Arc::clone(&records));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Recorder {
+            base,
+            records,
+            _task: Aborting(task),
+        }
+    }
+
+    /// What was recorded so far, oldest first.
+    pub fn records(&self) -> Vec<T> {
+        self.records.lock().unwrap().clone()
+    }
+}
+
+/// The entries of `trail`, an audit query's reply.
+pub fn trail_entries(trail: &Value) -> &[Value] {
+    trail["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries: {trail}"))
+}
+
+/// The first entry of `trail` (an audit query's reply) that `matches`; it must have one.
+#[track_caller]
+pub fn trail_entry(trail: &Value, matches: impl Fn(&Value) -> bool) -> &Value {
+    let found = trail_entries(trail).iter().find(|e| matches(e));
+    found.unwrap_or_else(|| panic!("no such entry: {trail}"))
+}
+
 /// The string `field` of each member of array `list` of `value` (which must have the array).
 pub fn strings(value: &Value, list: &str, field: &str) -> Vec<String> {
     value[list]
@@ -326,6 +410,15 @@ pub fn assert_error(reply: &Value, code: &str, says: &str) {
     assert_eq!(reply["error"], code, "{reply}");
     let message = reply["error_message"].as_str().unwrap_or_default();
     assert!(message.contains(says), "{reply}");
+}
+
+/// Asserts that a reply is `policy_denied`, its message saying `says`, for `reason` under
+/// policy `revision` (printing the reply when not, at the caller's line).
+#[track_caller]
+pub fn assert_policy_denied(reply: &Value, says: &str, reason: &str, revision: &str) {
+    assert_error(reply, "policy_denied", says);
+    assert_eq!(reply["reason"], reason, "{reply}");
+    assert_eq!(reply["policy_revision"], revision, "{reply}");
 }
 
 /// Collects messages of a subscription until `count` arrived or `timeout` passed.

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use toolmesh_testkit::wait_until;
 
-use crate::support::{node_refusal, ok, tokens_file, Aborting, Cluster};
+use crate::support::{node_refusal, ok, tokens_file, Cluster, Recorder};
 
 /// How long the collector waits for spans to come.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -54,47 +54,27 @@ impl Received {
 }
 
 /// An OTLP/HTTP trace collector on loopback: `POST /v1/traces`, protobuf.
-struct Collector {
-    endpoint: String,
-    spans: Arc<Mutex<Vec<Received>>>,
-    _task: Aborting,
-}
+type Collector = Recorder<Received>;
 
 impl Collector {
     async fn start() -> Collector {
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let app = axum::Router::new()
-            .route("/v1/traces", axum::routing::post(export))
-            .with_state(spans.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Collector {
-            endpoint,
-            spans,
-            _task: Aborting(task),
-        }
+        Recorder::serve(|spans| {
+            axum::Router::new()
+                .route("/v1/traces", axum::routing::post(export))
+                .with_state(spans)
+        })
+        .await
     }
 
     fn spans_of(&self, trace_id: &str) -> Vec<Received> {
-        let spans = self.spans.lock().unwrap();
-        spans
-            .iter()
-            .filter(|s| s.trace_id == trace_id)
-            .cloned()
-            .collect()
+        let spans = self.records().into_iter();
+        spans.filter(|s| s.trace_id == trace_id).collect()
     }
 
     /// The gateway's `call` span of `invocation_id`, if it came.
     fn call_of(&self, invocation_id: &str) -> Option<Received> {
-        self.spans
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|s| s.name == "call" && s.attribute("invocation_id") == Some(invocation_id))
-            .cloned()
+        let mut spans = self.records().into_iter();
+        spans.find(|s| s.name == "call" && s.attribute("invocation_id") == Some(invocation_id))
     }
 
     /// The spans of `trace_id` once every name in `names` is among them (10 s at most).
@@ -107,7 +87,7 @@ impl Collector {
         assert!(
             came,
             "spans {names:?} of trace {trace_id} never came; received: {:#?}",
-            self.spans.lock().unwrap()
+            self.records()
         );
         self.spans_of(trace_id)
     }
@@ -123,7 +103,7 @@ impl Collector {
     /// encoded as `protocol` (`http/protobuf` or `http/json`).
     fn env(&self, delay_ms: &str, protocol: &str) -> Vec<(&str, String)> {
         vec![
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.base.clone()),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_owned()),
             ("OTEL_BSP_SCHEDULE_DELAY", delay_ms.to_owned()),
         ]
@@ -329,7 +309,7 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
     // The test's subject: nothing arrives within a while (here 300 ms), not a wait.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        collector.spans.lock().unwrap().is_empty(),
+        collector.records().is_empty(),
         "nothing is sent before a batch is due"
     );
 
@@ -340,7 +320,7 @@ async fn a_call_without_a_trace_starts_one_and_a_stopping_node_sends_its_last_sp
             "the node stops"
         );
     }
-    let received = || format!("{:#?}", collector.spans.lock().unwrap());
+    let received = || format!("{:#?}", collector.records());
     let root = collector
         .call_of("inv-root")
         .unwrap_or_else(|| panic!("the listing's call span: {}", received()));

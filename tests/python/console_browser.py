@@ -9,6 +9,7 @@ or {"fatal": "..."} on failure. Between "ready" and "approved" the Rust side mak
 call that parks; the script only watches the page.
 """
 
+import contextlib
 import json
 import shutil
 import sys
@@ -36,13 +37,33 @@ def browser():
     return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
 
 
-def main(spec):
+@contextlib.contextmanager
+def console(spec):
+    """A browser on the console at spec["url"], its token field shown: the driver, a 60 s
+    wait and the token field. The browser quits after."""
     driver = browser()
     try:
         wait = WebDriverWait(driver, 60)
         driver.get(spec["url"] + "/")
-        # Keyboard only: the token field has the focus, Enter submits.
         token = wait.until(EC.presence_of_element_located((By.ID, "token")))
+        yield driver, wait, token
+    finally:
+        driver.quit()
+
+
+def run(main):
+    """Runs main with the JSON spec of the command line; any failure is reported to the Rust
+    side as a "fatal" line."""
+    try:
+        main(json.loads(sys.argv[1]))
+    except Exception:  # noqa: BLE001 - any failure is reported to the Rust side
+        say(fatal=traceback.format_exc())
+        sys.exit(1)
+
+
+def main(spec):
+    with console(spec) as (driver, wait, token):
+        # Keyboard only: the token field has the focus, Enter submits.
         assert driver.switch_to.active_element == token, "the token field is not focused"
         label = driver.find_element(By.CSS_SELECTOR, "label[for=token]")
         assert label.text.strip(), "the token field has no label"
@@ -96,13 +117,7 @@ def main(spec):
             navigations=navigations_after, announced=live, injected=injected,
             stray=stray)
         say(step="done")
-    finally:
-        driver.quit()
 
 
 if __name__ == "__main__":
-    try:
-        main(json.loads(sys.argv[1]))
-    except Exception:  # noqa: BLE001 - any failure is reported to the Rust side
-        say(fatal=traceback.format_exc())
-        sys.exit(1)
+    run(main)

@@ -15,14 +15,13 @@ the grant once, then writes a line to stdin.
 
 import json
 import sys
-import traceback
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from console_browser import browser, say
+from console_browser import console, run, say
 
 MINE = "#pending > li[data-route=mine]"
 OTHERS = "#pending > li[data-route=others]"
@@ -56,11 +55,7 @@ def replace_text(field, text):
 
 
 def main(spec):
-    driver = browser()
-    try:
-        wait = WebDriverWait(driver, 60)
-        driver.get(spec["url"] + "/")
-        token = wait.until(EC.presence_of_element_located((By.ID, "token")))
+    with console(spec) as (driver, wait, token):
         token.send_keys(spec["token"], Keys.ENTER)
         wait.until(lambda d: "Live" in d.find_element(By.ID, "connection").text)
         say(step="ready", groups=driver.find_element(By.ID, "groups").text)
@@ -154,13 +149,7 @@ def main(spec):
         driver.save_screenshot(spec["screenshot"])
         say(step="revoked", uses_before=uses_before, status=status)
         say(step="done")
-    finally:
-        driver.quit()
 
 
 if __name__ == "__main__":
-    try:
-        main(json.loads(sys.argv[1]))
-    except Exception:  # noqa: BLE001 - any failure is reported to the Rust side
-        say(fatal=traceback.format_exc())
-        sys.exit(1)
+    run(main)

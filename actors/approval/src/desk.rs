@@ -213,95 +213,89 @@ impl Actor for ApprovalDesk {
     }
 }
 
-impl StreamHandler<ApprovalsRequest> for ApprovalDesk {
-    fn handle(&mut self, ApprovalsRequest(message): ApprovalsRequest, _: &mut Context<Self>) {
-        self.answer(
-            message,
-            "approvals",
+/// Each stream of the desk is answered by [`ApprovalDesk::answer`] in the same way: `work`
+/// makes the reply body, `on_panic` the one sent should it panic. A release or a withdrawal
+/// names the service's method and the ack's field that says whether it was done.
+macro_rules! answered {
+    ($request:ident, $kind:expr, $work:expr, $on_panic:expr) => {
+        impl StreamHandler<$request> for ApprovalDesk {
+            fn handle(&mut self, $request(message): $request, _: &mut Context<Self>) {
+                self.answer(message, $kind, $work, $on_panic);
+            }
+
+            fn finished(&mut self, ctx: &mut Context<Self>) {
+                self.stream_finished(ctx);
+            }
+        }
+    };
+    ($request:ident, $method:ident, $ack:ident.$field:ident) => {
+        answered!(
+            $request,
+            stringify!($method),
             |service, message| async move {
-                service
-                    .answer(message.subject.as_str(), &message.payload)
-                    .await
+                let ack = service.$method(&message.payload).await;
+                ack_body(
+                    serde_json::to_vec(&ack),
+                    stringify!($method),
+                    stringify!($field),
+                )
             },
-            || error_body(panicked()),
-        );
-    }
-
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        self.stream_finished(ctx);
-    }
-}
-
-impl StreamHandler<GateCall> for ApprovalDesk {
-    fn handle(&mut self, GateCall(message): GateCall, _: &mut Context<Self>) {
-        self.answer(
-            message,
-            "gate",
-            |service, message| async move { gate_body(&service.pass_gate(&message.payload).await) },
             || {
-                let error = panicked();
-                gate_body(&GateOutcome::Refused {
-                    error: error.code,
-                    error_message: error.message,
-                    approval: None,
-                })
-            },
+                let ack = $ack::failed(panicked());
+                ack_body(
+                    serde_json::to_vec(&ack),
+                    stringify!($method),
+                    stringify!($field),
+                )
+            }
         );
-    }
-
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        self.stream_finished(ctx);
-    }
+    };
 }
 
-impl StreamHandler<ReleaseCall> for ApprovalDesk {
-    fn handle(&mut self, ReleaseCall(message): ReleaseCall, _: &mut Context<Self>) {
-        self.answer(
-            message,
-            "release",
-            |service, message| async move { release_body(&service.release(&message.payload).await) },
-            || release_body(&ReleaseAck::failed(panicked())),
-        );
+answered!(
+    ApprovalsRequest,
+    "approvals",
+    |service, message| async move {
+        service
+            .answer(message.subject.as_str(), &message.payload)
+            .await
+    },
+    || error_body(panicked())
+);
+
+answered!(
+    GateCall,
+    "gate",
+    |service, message| async move { gate_body(&service.pass_gate(&message.payload).await) },
+    || {
+        let error = panicked();
+        gate_body(&GateOutcome::Refused {
+            error: error.code,
+            error_message: error.message,
+            approval: None,
+        })
     }
+);
 
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        self.stream_finished(ctx);
-    }
-}
+answered!(ReleaseCall, release, ReleaseAck.released);
+answered!(WithdrawCall, withdraw, WithdrawAck.withdrawn);
 
-impl StreamHandler<WithdrawCall> for ApprovalDesk {
-    fn handle(&mut self, WithdrawCall(message): WithdrawCall, _: &mut Context<Self>) {
-        self.answer(
-            message,
-            "withdraw",
-            |service, message| async move { withdraw_body(&service.withdraw(&message.payload).await) },
-            || withdraw_body(&WithdrawAck::failed(panicked())),
-        );
-    }
+/// Says that an answer could not be encoded, in place of that answer.
+const ENCODE_FAILED: &str = "the approval actor could not encode its answer; see its logs";
 
-    fn finished(&mut self, ctx: &mut Context<Self>) {
-        self.stream_finished(ctx);
-    }
-}
-
-fn withdraw_body(ack: &WithdrawAck) -> Vec<u8> {
-    serde_json::to_vec(ack).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "a withdraw ack does not serialize");
-        br#"{"withdrawn":false,"approval":null,"error":"internal","error_message":"the approval actor could not encode its answer; see its logs"}"#.to_vec()
-    })
-}
-
-fn release_body(ack: &ReleaseAck) -> Vec<u8> {
-    serde_json::to_vec(ack).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "a release ack does not serialize");
-        br#"{"released":false,"approval":null,"error":"internal","error_message":"the approval actor could not encode its answer; see its logs"}"#.to_vec()
+/// A release or withdraw ack (`what`) as `encoded` JSON; should it not have serialized, an
+/// internal error whose `field` (`released`, `withdrawn`) is false.
+fn ack_body(encoded: serde_json::Result<Vec<u8>>, what: &str, field: &str) -> Vec<u8> {
+    encoded.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a {what} ack does not serialize");
+        format!(r#"{{"{field}":false,"approval":null,"error":"internal","error_message":"{ENCODE_FAILED}"}}"#).into_bytes()
     })
 }
 
 fn gate_body(outcome: &GateOutcome) -> Vec<u8> {
     serde_json::to_vec(outcome).unwrap_or_else(|e| {
         tracing::error!(error = %e, "a gate outcome does not serialize");
-        br#"{"outcome":"refused","error":"internal","error_message":"the approval actor could not encode its answer; see its logs","approval":null}"#.to_vec()
+        format!(r#"{{"outcome":"refused","error":"internal","error_message":"{ENCODE_FAILED}","approval":null}}"#).into_bytes()
     })
 }
 

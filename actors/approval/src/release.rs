@@ -26,35 +26,24 @@ impl ApprovalService {
             Ok(released) => released,
             Err(e) => return ReleaseAck::failed(store_error(e)),
         };
-        // Every refusal is logged: only the gateway asks, and only after its own `Proceed`, so
-        // a refusal means a race (expiry) or a bug worth seeing.
-        let refused = |why: &str| tracing::warn!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not released");
-        match released {
+        let (why, approval) = match released {
             Released::GivenBack(approval) => {
                 tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval released: its call never ran");
                 let ctx = call_context(&request, &approval);
                 self.record(&approval, "released", Some(&ctx)).await;
                 // Parked calls and watchers learn that it is usable again.
                 self.announce_decided(&approval).await;
-                ReleaseAck::judged(true, Some(approval))
+                return ReleaseAck::judged(true, Some(approval));
             }
-            Released::NotFound => {
-                refused("no such approval in this account");
-                ReleaseAck::judged(false, None)
-            }
-            Released::NotUsed(approval) => {
-                refused("it is not used");
-                ReleaseAck::judged(false, Some(approval))
-            }
-            Released::OtherCall(approval) => {
-                refused("another invocation used it");
-                ReleaseAck::judged(false, Some(approval))
-            }
-            Released::Expired(approval) => {
-                refused("it has expired");
-                ReleaseAck::judged(false, Some(approval))
-            }
-        }
+            Released::NotFound => ("no such approval in this account", None),
+            Released::NotUsed(approval) => ("it is not used", Some(approval)),
+            Released::OtherCall(approval) => ("another invocation used it", Some(approval)),
+            Released::Expired(approval) => ("it has expired", Some(approval)),
+        };
+        // Every refusal is logged: only the gateway asks, and only after its own `Proceed`, so
+        // a refusal means a race (expiry) or a bug worth seeing.
+        tracing::warn!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not released");
+        ReleaseAck::judged(false, approval)
     }
 }
 
@@ -94,12 +83,19 @@ pub(crate) fn call_context(
 mod tests {
     use super::*;
 
+    /// Releases and withdrawals share their request and its parser.
     fn check(body: &str, valid: bool) {
-        assert_eq!(parse(body.as_bytes(), "release").is_ok(), valid, "{body}");
+        for what in ["release", "withdrawal"] {
+            assert_eq!(
+                parse(body.as_bytes(), what).is_ok(),
+                valid,
+                "{what}: {body}"
+            );
+        }
     }
 
     #[test]
-    fn release_bodies() {
+    fn release_and_withdrawal_bodies() {
         check(
             r#"{"account":"acme","approval_id":"appr_1","invocation_id":"inv-1"}"#,
             true,
@@ -121,6 +117,7 @@ mod tests {
             false,
         );
         check(r#"{"account":"acme","approval_id":"appr_1"}"#, false);
+        check(r#"{"account":"acme","invocation_id":"inv-1"}"#, false);
         check("", false);
         check("[]", false);
     }

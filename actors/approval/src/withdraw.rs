@@ -37,64 +37,21 @@ impl ApprovalService {
             Ok(withdrawn) => withdrawn,
             Err(e) => return WithdrawAck::failed(store_error(e)),
         };
-        // A decision that came first is no bug (the cancel raced it): logged at info.
-        let refused = |why: &str| tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not withdrawn");
-        match withdrawn {
+        let (why, approval) = match withdrawn {
             Withdrawn::Rejected(approval) => {
                 tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, "approval withdrawn: its caller cancelled the call waiting for it");
                 self.metrics.approval_decided(ApprovalOutcome::Rejected);
                 let ctx = call_context(&request, &approval);
                 self.record(&approval, "rejected", Some(&ctx)).await;
                 self.announce_decided(&approval).await;
-                WithdrawAck::judged(true, Some(approval))
+                return WithdrawAck::judged(true, Some(approval));
             }
-            Withdrawn::NotFound => {
-                refused("no such approval in this account");
-                WithdrawAck::judged(false, None)
-            }
-            Withdrawn::OtherCall(approval) => {
-                refused("another invocation made it");
-                WithdrawAck::judged(false, Some(approval))
-            }
-            Withdrawn::NotPending(approval) => {
-                refused("it is no longer pending");
-                WithdrawAck::judged(false, Some(approval))
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(body: &str, valid: bool) {
-        assert_eq!(
-            parse(body.as_bytes(), "withdrawal").is_ok(),
-            valid,
-            "{body}"
-        );
-    }
-
-    #[test]
-    fn withdrawal_bodies() {
-        check(
-            r#"{"account":"acme","approval_id":"appr_1","invocation_id":"inv-1"}"#,
-            true,
-        );
-        check(
-            r#"{"account":"acme","approval_id":"appr:1","invocation_id":"inv-1"}"#,
-            false,
-        );
-        check(
-            r#"{"account":"a.b","approval_id":"appr_1","invocation_id":"inv-1"}"#,
-            false,
-        );
-        check(
-            r#"{"account":"acme","approval_id":"appr_1","invocation_id":""}"#,
-            false,
-        );
-        check(r#"{"account":"acme","invocation_id":"inv-1"}"#, false);
-        check("", false);
+            Withdrawn::NotFound => ("no such approval in this account", None),
+            Withdrawn::OtherCall(approval) => ("another invocation made it", Some(approval)),
+            Withdrawn::NotPending(approval) => ("it is no longer pending", Some(approval)),
+        };
+        // A decision that came first is no bug (the cancel raced it): logged at info.
+        tracing::info!(id = %id, account = %account, invocation_id = %invocation_id, why, "approval not withdrawn");
+        WithdrawAck::judged(false, approval)
     }
 }

@@ -201,6 +201,17 @@ fn account(grant: &Grant, raw: &str) -> Result<Account, Refusal> {
     Ok(account)
 }
 
+/// The token's grant ([`grant`]) and the path's account, when it grants it ([`account`]).
+fn granted(
+    console: &Console,
+    headers: &HeaderMap,
+    raw: &str,
+) -> Result<(Arc<Grant>, Account), Refusal> {
+    let grant = grant(console, headers)?;
+    let account = account(&grant, raw)?;
+    Ok((grant, account))
+}
+
 /// `GET /api/me`: the approver's name, accounts (`"*"` for every account), whether the name
 /// can decide routed approvals (`reviewer`) and the reviewer groups it is a member of.
 async fn me(State(console): Shared, headers: HeaderMap) -> Response {
@@ -224,8 +235,8 @@ async fn me(State(console): Shared, headers: HeaderMap) -> Response {
 
 /// `GET /api/approvals/<account>`: the pending approvals, each with its details.
 async fn list(State(console): Shared, headers: HeaderMap, Path(raw): Path<String>) -> Response {
-    let account = match grant(&console, &headers).and_then(|g| account(&g, &raw)) {
-        Ok(a) => a,
+    let (_, account) = match granted(&console, &headers, &raw) {
+        Ok(granted) => granted,
         Err(r) => return r.into_response(),
     };
     match mesh::pending(&console.nats, &console.tools, &account).await {
@@ -240,8 +251,8 @@ async fn one(
     headers: HeaderMap,
     Path((raw, id)): Path<(String, String)>,
 ) -> Response {
-    let account = match grant(&console, &headers).and_then(|g| account(&g, &raw)) {
-        Ok(a) => a,
+    let (_, account) = match granted(&console, &headers, &raw) {
+        Ok(granted) => granted,
         Err(r) => return r.into_response(),
     };
     let got = mesh::approvals(

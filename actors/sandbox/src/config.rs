@@ -39,6 +39,26 @@ pub const DEFAULT_SANDBOX_SESSION_OUTPUT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 /// Unread background-task output one worker keeps on its disk, all sessions together.
 pub const DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
+/// `FromStr` for a setting naming one of two choices; anything else is refused, naming
+/// `what` is chosen and both names.
+macro_rules! two_choices {
+    ($type:ident, $what:literal: $a:literal => $x:ident, $b:literal => $y:ident) => {
+        impl std::str::FromStr for $type {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $a => Ok(Self::$x),
+                    $b => Ok(Self::$y),
+                    other => Err(format!(
+                        concat!("unknown ", $what, " {:?}; use ", $a, " or ", $b),
+                        other
+                    )),
+                }
+            }
+        }
+    };
+}
+
 /// The sandbox backends of PROTOCOL.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxBackend {
@@ -56,18 +76,7 @@ impl SandboxBackend {
     }
 }
 
-impl std::str::FromStr for SandboxBackend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "docker" => Ok(SandboxBackend::Docker),
-            "process" => Ok(SandboxBackend::Process),
-            other => Err(format!(
-                "unknown sandbox backend {other:?}; use docker or process"
-            )),
-        }
-    }
-}
+two_choices!(SandboxBackend, "sandbox backend": "docker" => Docker, "process" => Process);
 
 /// How the Docker backend runs a command in a session's container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,18 +88,7 @@ pub enum DockerCommands {
     Exec,
 }
 
-impl std::str::FromStr for DockerCommands {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "spawner" => Ok(DockerCommands::Spawner),
-            "exec" => Ok(DockerCommands::Exec),
-            other => Err(format!(
-                "unknown way to run Docker commands {other:?}; use spawner or exec"
-            )),
-        }
-    }
-}
+two_choices!(DockerCommands, "way to run Docker commands": "spawner" => Spawner, "exec" => Exec);
 
 /// Sandbox settings.
 #[derive(Debug, Clone)]
@@ -261,6 +259,7 @@ fn sessions_per_account(env: &RawEnv) -> Result<usize, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmesh_kernel::config::assert_bad_values_named;
 
     fn config(pairs: &[(&str, &str)]) -> Result<SandboxConfig, ConfigError> {
         SandboxConfig::from_env(
@@ -282,17 +281,17 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_variable() {
-        for (key, value) in [
+        let cases = [
             ("TOOLMESH_SANDBOX_BACKEND", "vm"),
             ("TOOLMESH_SANDBOX_DOCKER_COMMANDS", "ssh"),
             ("TOOLMESH_SANDBOX_DISK_REQUIRED", "maybe"),
             ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "0"),
             ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "half"),
             ("TOOLMESH_SANDBOX_MAX_SESSIONS_PER_ACCOUNT", "-1"),
-        ] {
-            let err = config(&[(key, value)]).unwrap_err();
-            assert!(err.to_string().contains(key), "{err}");
-        }
+        ];
+        assert_bad_values_named(&cases, |env| {
+            SandboxConfig::from_env(env, Path::new("./data"))
+        });
     }
 
     #[test]

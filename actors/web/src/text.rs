@@ -88,7 +88,7 @@ pub fn decode(body: &[u8], charset: Option<&str>, cut_short: bool) -> String {
 /// Elements whose content is never text a reader sees.
 const SKIPPED: &[&str] = &["script", "style", "noscript", "template"];
 
-/// Elements that stand on lines of their own.
+/// Elements that stand on lines of their own (and [`HEADINGS`]).
 const BLOCKS: &[&str] = &[
     "address",
     "article",
@@ -107,12 +107,6 @@ const BLOCKS: &[&str] = &[
     "figure",
     "footer",
     "form",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
     "header",
     "hr",
     "li",
@@ -132,22 +126,16 @@ const BLOCKS: &[&str] = &[
     "ul",
 ];
 
-/// Elements followed by a blank line.
-const PARAGRAPHS: &[&str] = &[
-    "p",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "pre",
-    "blockquote",
-    "table",
-    "title",
-    "ul",
-    "ol",
-];
+/// Headings: blocks followed by a blank line, as [`PARAGRAPHS`] are.
+const HEADINGS: &[&str] = &["h1", "h2", "h3", "h4", "h5", "h6"];
+
+/// Elements followed by a blank line (and [`HEADINGS`]).
+const PARAGRAPHS: &[&str] = &["p", "pre", "blockquote", "table", "title", "ul", "ol"];
+
+/// Whether `name` starts and ends a line: [`BLOCKS`] and [`HEADINGS`].
+fn is_block(name: &str) -> bool {
+    BLOCKS.contains(&name) || HEADINGS.contains(&name)
+}
 
 /// Builds text: inline whitespace collapsed to one space, lines trimmed, at most one blank
 /// line in a row.
@@ -245,7 +233,7 @@ pub fn html_to_text(html: &str) -> String {
                         match name {
                             "br" => builder.line_break(),
                             "td" | "th" => builder.space = true,
-                            _ if BLOCKS.contains(&name) => builder.end_line(),
+                            _ if is_block(name) => builder.end_line(),
                             _ => {}
                         }
                         if name == "pre" {
@@ -271,9 +259,9 @@ pub fn html_to_text(html: &str) -> String {
                         if name == "pre" {
                             pre = pre.saturating_sub(1);
                         }
-                        if PARAGRAPHS.contains(&name) {
+                        if PARAGRAPHS.contains(&name) || HEADINGS.contains(&name) {
                             builder.blank_line();
-                        } else if BLOCKS.contains(&name) {
+                        } else if is_block(name) {
                             builder.end_line();
                         } else if matches!(name, "td" | "th") {
                             builder.space = true;

@@ -21,6 +21,13 @@ impl Fixture {
         Fixture { _data: data, ws }
     }
 
+    /// A workspace holding one file, `rel` with `content`.
+    fn with(rel: &str, content: &str) -> Fixture {
+        let f = Fixture::new();
+        f.write(rel, content);
+        f
+    }
+
     fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
         let path = self.ws.root().join(rel);
         fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -68,8 +75,7 @@ fn place(path: &str, line: u64) -> (String, u64) {
 
 #[test]
 fn literal_query_matches_regex_metacharacters_literally() {
-    let f = Fixture::new();
-    f.write("a.txt", "call foo(1)\ncall foo1\nfoo.*\n");
+    let f = Fixture::with("a.txt", "call foo(1)\ncall foo1\nfoo.*\n");
     let out = f.search(args("foo("));
     assert_eq!(places(&out), vec![place("a.txt", 1)]);
     assert_eq!(out.results[0].text, "call foo(1)");
@@ -83,8 +89,7 @@ fn literal_query_matches_regex_metacharacters_literally() {
 
 #[test]
 fn regex_query_and_line_anchors() {
-    let f = Fixture::new();
-    f.write("a.rs", "fn alpha() {}\nlet x = alpha();\n  fn beta() {}\n");
+    let f = Fixture::with("a.rs", "fn alpha() {}\nlet x = alpha();\n  fn beta() {}\n");
     let mut a = args(r"^\s*fn\s+(\w+)\(");
     a.is_regex = true;
     let out = f.search(a);
@@ -96,8 +101,7 @@ fn regex_query_and_line_anchors() {
 
 #[test]
 fn case_insensitive_unless_asked() {
-    let f = Fixture::new();
-    f.write("a.txt", "Hello\nhello\nHELLO\n");
+    let f = Fixture::with("a.txt", "Hello\nhello\nHELLO\n");
     assert_eq!(f.search(args("hello")).match_count, 3);
     let mut a = args("hello");
     a.case_sensitive = true;
@@ -188,8 +192,7 @@ fn glob_is_relative_to_the_searched_dir_and_double_star_crosses_dirs() {
 
 #[test]
 fn gitignore_and_ignore_files_are_respected_without_a_repository() {
-    let f = Fixture::new();
-    f.write(".gitignore", "build/\n*.log\n");
+    let f = Fixture::with(".gitignore", "build/\n*.log\n");
     f.write("sub/.ignore", "secret.txt\n");
     f.needles(&[
         "keep.txt",
@@ -282,8 +285,7 @@ fn max_results_stops_and_truncates() {
 
 #[test]
 fn truncation_keeps_the_context_of_returned_hits_whole() {
-    let f = Fixture::new();
-    f.write("a.txt", "before\nneedle 1\nneedle 2\nafter 1\nafter 2\n");
+    let f = Fixture::with("a.txt", "before\nneedle 1\nneedle 2\nafter 1\nafter 2\n");
     let mut a = args("needle");
     a.max_results = 1;
     a.context_lines = 2;
@@ -332,8 +334,7 @@ fn symlinks_pointing_outside_are_never_read() {
 #[cfg(unix)]
 #[test]
 fn a_start_path_that_is_a_symlink_inside_is_searched_at_its_target() {
-    let f = Fixture::new();
-    f.write("real/a.txt", "needle\n");
+    let f = Fixture::with("real/a.txt", "needle\n");
     std::os::unix::fs::symlink("real", f.ws.root().join("alias")).unwrap();
     let out = f.search_in("alias", args("needle")).unwrap();
     assert_eq!(places(&out), vec![place("real/a.txt", 1)]);
@@ -368,8 +369,7 @@ fn invalid_regex_is_invalid_arguments_on_query() {
 
 #[test]
 fn crlf_lines_are_returned_without_the_carriage_return() {
-    let f = Fixture::new();
-    f.write("dos.txt", "first\r\nneedle end;\r\nlast\r\n");
+    let f = Fixture::with("dos.txt", "first\r\nneedle end;\r\nlast\r\n");
     let mut a = args("needle");
     a.context_lines = 1;
     let out = f.search(a);

@@ -211,6 +211,20 @@ impl SandboxState {
     }
 }
 
+/// Registers each family `field` of `families` under its field's name, with its help text and,
+/// when given, its unit.
+macro_rules! register {
+    ($registry:ident, $families:ident; $($field:ident $(($unit:expr))?: $help:literal,)+) => {
+        $(register!(@one $registry, $families.$field, $help $(, $unit)?);)+
+    };
+    (@one $registry:ident, $families:ident.$field:ident, $help:literal) => {
+        $registry.register(stringify!($field), $help, $families.$field.clone())
+    };
+    (@one $registry:ident, $families:ident.$field:ident, $help:literal, $unit:expr) => {
+        $registry.register_with_unit(stringify!($field), $help, $unit, $families.$field.clone())
+    };
+}
+
 type HistogramFamily = Family<ToolLabels, Histogram, fn() -> Histogram>;
 type Refresher = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -272,51 +286,17 @@ impl Metrics {
         };
         let mut registry = Registry::with_prefix("toolmesh");
         let f = &families;
-        registry.register(
-            "calls",
-            "Tool calls answered by this node's gateway, by tool and outcome (ok or the error code)",
-            f.calls.clone(),
-        );
-        registry.register_with_unit(
-            "call_duration",
-            "Time from the gateway receiving a call to its answer, by tool",
-            Unit::Seconds,
-            f.call_duration.clone(),
-        );
-        registry.register(
-            "in_flight",
-            "Work this node holds right now (calls, requests), by role",
-            f.in_flight.clone(),
-        );
-        registry.register(
-            "approvals_pending",
-            "Undecided, unexpired approvals in the approval store, by account (every approval node reports the same store: aggregate with max)",
-            f.approvals_pending.clone(),
-        );
-        registry.register(
-            "approvals_decided",
-            "Approvals this node settled, by outcome (approved, rejected, expired)",
-            f.approvals_decided.clone(),
-        );
-        registry.register(
-            "sandboxes",
-            "This worker's sandboxes, by template and state (warm: ready for a session; in_use: held by a session)",
-            f.sandboxes.clone(),
-        );
-        registry.register(
-            "sandbox_capacity",
-            "Sessions this worker holds at most (TOOLMESH_SANDBOX_MAX_SESSIONS)",
-            f.sandbox_capacity.clone(),
-        );
-        registry.register(
-            "provider_instances",
-            "Live instances of each tool provider service this gateway routes to (0: the provider's tools answer unavailable)",
-            f.provider_instances.clone(),
-        );
-        registry.register(
-            "egress_decisions",
-            "Outbound requests decided on by an egress policy, by source (sandbox, web) and whether they were allowed",
-            f.egress_decisions.clone(),
+        // Each family is named after its field; `(unit)` when it has one.
+        register!(registry, f;
+            calls: "Tool calls answered by this node's gateway, by tool and outcome (ok or the error code)",
+            call_duration (Unit::Seconds): "Time from the gateway receiving a call to its answer, by tool",
+            in_flight: "Work this node holds right now (calls, requests), by role",
+            approvals_pending: "Undecided, unexpired approvals in the approval store, by account (every approval node reports the same store: aggregate with max)",
+            approvals_decided: "Approvals this node settled, by outcome (approved, rejected, expired)",
+            sandboxes: "This worker's sandboxes, by template and state (warm: ready for a session; in_use: held by a session)",
+            sandbox_capacity: "Sessions this worker holds at most (TOOLMESH_SANDBOX_MAX_SESSIONS)",
+            provider_instances: "Live instances of each tool provider service this gateway routes to (0: the provider's tools answer unavailable)",
+            egress_decisions: "Outbound requests decided on by an egress policy, by source (sandbox, web) and whether they were allowed",
         );
         Metrics(Arc::new(Inner {
             registry,

@@ -257,20 +257,30 @@ impl SkillBundles {
     /// The heads of the named skills (what they are, which sandbox template they need), without
     /// their files: one request.
     pub async fn heads(client: &Client, names: &[String]) -> Result<Vec<SkillHead>, ToolError> {
-        let body = serde_json::to_vec(&BundleRequest {
+        let request = BundleRequest {
             names: names.to_vec(),
             continue_from: None,
             heads_only: true,
-        })
-        .expect("a bundle request serializes");
+        };
+        let page = Self::page(client, &request, DEFAULT_BUNDLE_TIMEOUT).await?;
+        Ok(page.skills)
+    }
+
+    /// One page of a bundle request: one round trip, `timeout` for its reply.
+    async fn page(
+        client: &Client,
+        request: &BundleRequest,
+        timeout: Duration,
+    ) -> Result<BundlePage, ToolError> {
+        let body = serde_json::to_vec(request).expect("a bundle request serializes");
         let request = Request::new()
             .payload(Bytes::from(body))
-            .timeout(Some(DEFAULT_BUNDLE_TIMEOUT));
+            .timeout(Some(timeout));
         let reply = client
             .send_request(BUNDLE_SUBJECT.to_owned(), request)
             .await
             .map_err(|e| request_failed(&e))?;
-        Ok(decode_page(&reply.payload)?.skills)
+        decode_page(&reply.payload)
     }
 
     /// `None` when a fingerprint changed between pages.
@@ -285,20 +295,12 @@ impl SkillBundles {
         // Files being assembled: (skill index, path) → content so far.
         let mut open: Option<(usize, SkillFile, u64)> = None;
         loop {
-            let body = serde_json::to_vec(&BundleRequest {
+            let request = BundleRequest {
                 names: names.to_vec(),
                 continue_from: cursor,
                 heads_only: false,
-            })
-            .expect("a bundle request serializes");
-            let request = Request::new()
-                .payload(Bytes::from(body))
-                .timeout(Some(timeout));
-            let reply = client
-                .send_request(BUNDLE_SUBJECT.to_owned(), request)
-                .await
-                .map_err(|e| request_failed(&e))?;
-            let page = decode_page(&reply.payload)?;
+            };
+            let page = Self::page(client, &request, timeout).await?;
             match &heads {
                 None => {
                     bundles = page

@@ -260,8 +260,7 @@ impl NatsCluster {
 impl Member {
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            crate::process::stop(&mut child);
         }
     }
 }

@@ -177,8 +177,7 @@ impl Node {
 
     /// SIGKILL: the node dies without draining.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::process::stop(&mut self.child);
     }
 
     /// Sends SIGHUP (a gateway reads its policy file again).

@@ -37,6 +37,13 @@ pub fn venv_bin(name: &str) -> PathBuf {
 }
 
 /// How long a server gets to say it listens.
+/// Kills `child` now (a crash, not a shutdown) and reaps it; one that has exited already is
+/// just reaped.
+pub(crate) fn stop(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 pub(crate) const SERVER_START: Duration = Duration::from_secs(10);
 
 pub(crate) fn temp_dir() -> tempfile::TempDir {

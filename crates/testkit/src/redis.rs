@@ -24,7 +24,7 @@ pub struct RedisServer {
     args: Vec<String>,
 }
 
-/// How many taken candidate ports [`RedisServer::start`] tries past.
+/// How many taken candidate ports [`on_a_candidate_port`] tries past.
 const REDIS_TRIES: usize = 50;
 
 impl RedisServer {
@@ -36,20 +36,14 @@ impl RedisServer {
     /// restarts.
     pub fn start_with(args: &[String]) -> RedisServer {
         let dir = temp_dir();
-        for _ in 0..REDIS_TRIES {
-            match Self::spawn(candidate_port(), &dir, args) {
-                Ok((child, port)) => {
-                    return RedisServer {
-                        child,
-                        port,
-                        dir,
-                        args: args.to_vec(),
-                    }
-                }
-                Err(PortTaken) => continue,
-            }
+        let (child, port) =
+            on_a_candidate_port("redis-server", |port| Self::spawn(port, &dir, args));
+        RedisServer {
+            child,
+            port,
+            dir,
+            args: args.to_vec(),
         }
-        panic!("redis-server found no free port in {REDIS_TRIES} tries");
     }
 
     /// Starts redis-server on `port`: `Err` when the port is taken; a panic with its log when
@@ -59,8 +53,8 @@ impl RedisServer {
         dir: &tempfile::TempDir,
         args: &[String],
     ) -> Result<(Child, u16), PortTaken> {
-        let bin = find_binary("redis-server", "redis-server");
-        let mut child = Command::new(bin)
+        let mut command = Command::new(find_binary("redis-server", "redis-server"));
+        command
             .args([
                 "--port",
                 &port.to_string(),
@@ -75,26 +69,11 @@ impl RedisServer {
                 "--dir",
             ])
             .arg(dir.path())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        // It logs to stdout; "Ready" comes once it listens and has loaded its AOF.
-        let log = LogTap::start(child.stdout.take().expect("stdout"), |_| {});
-        let ready = log.find(SERVER_START, |l| {
-            l.contains("Ready to accept connections").then_some(())
-        });
-        if ready.is_some() {
-            return Ok((child, port));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        let text = log.text();
-        if text.contains("Address already in use") {
-            return Err(PortTaken);
-        }
-        panic!("redis-server did not start on port {port}:\n{text}");
+            .args(args);
+        // "Ready" comes once it listens and has loaded its AOF.
+        let ready = "Ready to accept connections";
+        let (child, _log) = spawn_until(command, "redis-server", port, ready)?;
+        Ok((child, port))
     }
 
     pub fn port(&self) -> u16 {
@@ -111,8 +90,7 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL); `restart` brings it back with its data, on its port.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::process::stop(&mut self.child);
     }
 
     /// Kills the server (SIGKILL) if it runs and starts it again on the same port and data
@@ -136,6 +114,50 @@ impl Drop for RedisServer {
 /// redis-server reported its port in use.
 #[derive(Debug)]
 pub(crate) struct PortTaken;
+
+/// What `spawn` started on the first random [`candidate_port`] that was not taken; `what` names
+/// the server in the panic when [`REDIS_TRIES`] ports in a row were.
+pub(crate) fn on_a_candidate_port<T>(
+    what: &str,
+    mut spawn: impl FnMut(u16) -> Result<T, PortTaken>,
+) -> T {
+    for _ in 0..REDIS_TRIES {
+        match spawn(candidate_port()) {
+            Ok(started) => return started,
+            Err(PortTaken) => continue,
+        }
+    }
+    panic!("{what} found no free port in {REDIS_TRIES} tries");
+}
+
+/// Starts `command`, a redis-server (`what`) on `port` that logs to stdout, and waits for a
+/// line holding `ready`: the child and its log. `Err` when the port is taken; a panic with its
+/// log when it stops for another reason.
+pub(crate) fn spawn_until(
+    mut command: Command,
+    what: &str,
+    port: u16,
+    ready: &str,
+) -> Result<(Child, LogTap), PortTaken> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let log = LogTap::start(child.stdout.take().expect("stdout"), |_| {});
+    if log
+        .find(SERVER_START, |l| l.contains(ready).then_some(()))
+        .is_some()
+    {
+        return Ok((child, log));
+    }
+    crate::process::stop(&mut child);
+    let text = log.text();
+    if text.contains("Address already in use") {
+        return Err(PortTaken);
+    }
+    panic!("{what} did not start on port {port}:\n{text}");
+}
 
 /// A random port below the kernel's ephemeral range (`ip_local_port_range`), where no port-0
 /// listener or outgoing connection of this machine lands; anything else there is a retry.

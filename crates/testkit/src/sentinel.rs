@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::logs::LogTap;
-use crate::process::{find_binary, temp_dir, SERVER_START};
-use crate::redis::{candidate_port, PortTaken, RedisServer};
+use crate::process::{find_binary, temp_dir};
+use crate::redis::{on_a_candidate_port, spawn_until, PortTaken, RedisServer};
 
 /// How long a sentinel waits for a silent primary before it calls it down.
 pub const DOWN_AFTER_MS: u64 = 1000;
@@ -19,7 +19,6 @@ const FAILOVER_TIMEOUT_MS: u64 = 5000;
 /// How long [`RedisSentinels::start`] gives the set to see itself whole.
 const SETTLE: Duration = Duration::from_secs(30);
 const SENTINELS: usize = 3;
-const TRIES: usize = 50;
 
 /// A Redis primary, `replicas` replicas and three sentinels (quorum 2) that watch them under
 /// [`RedisSentinels::MASTER_NAME`].
@@ -155,24 +154,19 @@ impl RedisSentinels {
 
 impl Sentinel {
     fn start(primary_port: u16) -> Sentinel {
-        for _ in 0..TRIES {
+        on_a_candidate_port("redis-server --sentinel", |port| {
             let dir = temp_dir();
-            match Self::spawn(candidate_port(), primary_port, dir.path()) {
-                Ok((child, port, log)) => {
-                    return Sentinel {
-                        child,
-                        port,
-                        _dir: dir,
-                        _log: log,
-                    }
-                }
-                Err(PortTaken) => continue,
-            }
-        }
-        panic!("redis-server --sentinel found no free port in {TRIES} tries");
+            let (child, log) = Self::spawn(port, primary_port, dir.path())?;
+            Ok(Sentinel {
+                child,
+                port,
+                _dir: dir,
+                _log: log,
+            })
+        })
     }
 
-    fn spawn(port: u16, primary_port: u16, dir: &Path) -> Result<(Child, u16, LogTap), PortTaken> {
+    fn spawn(port: u16, primary_port: u16, dir: &Path) -> Result<(Child, LogTap), PortTaken> {
         let name = RedisSentinels::MASTER_NAME;
         let conf = dir.join("sentinel.conf");
         let text = format!(
@@ -186,34 +180,15 @@ impl Sentinel {
             dir = dir.display(),
         );
         std::fs::write(&conf, text).expect("write a sentinel's config");
-        let mut child = Command::new(find_binary("redis-server", "redis-server"))
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server --sentinel starts");
-        let log = LogTap::start(child.stdout.take().expect("stdout"), |_| {});
-        let ready = log.find(SERVER_START, |l| {
-            l.contains("+monitor master").then_some(())
-        });
-        if ready.is_some() {
-            return Ok((child, port, log));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        let text = log.text();
-        if text.contains("Address already in use") {
-            return Err(PortTaken);
-        }
-        panic!("redis-server --sentinel did not start on port {port}:\n{text}");
+        let mut command = Command::new(find_binary("redis-server", "redis-server"));
+        command.arg(&conf).arg("--sentinel");
+        spawn_until(command, "redis-server --sentinel", port, "+monitor master")
     }
 }
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::process::stop(&mut self.child);
     }
 }
 

@@ -11,20 +11,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
-use super::{browser_done, next_line, Console};
+use super::{assert_refusal, browser_done, next_line, Console};
+use crate::policies::{policy, ONE_MEMBER_GROUPS};
 use crate::support::{assert_holds, ok, policy_file};
 
 /// `write_workspace_file` goes to `ops` (alice), `component_status` to `legal` (carol);
 /// `delete_workspace_file` (high risk) needs an approval anyone of the account may decide.
-const POLICY: &str = r#"
-mode = "strict"
-
-[reviewers.ops]
-members = ["alice"]
-
-[reviewers.legal]
-members = ["carol"]
-
+fn policy_text() -> String {
+    let rules = r#"
 [[rules]]
 id = "ops-writes"
 tools = ["write_workspace_file"]
@@ -37,12 +31,14 @@ tools = ["component_status"]
 decision = "ask"
 reviewers = "legal"
 "#;
+    policy("strict", &[ONE_MEMBER_GROUPS, rules])
+}
 
-/// The console with [`POLICY`] and its tokens: `tok-alice` (alice, a member of ops),
+/// The console with [`policy_text`] and its tokens: `tok-alice` (alice, a member of ops),
 /// `tok-bob` (bob, a member of nothing), `tok-named` (a name no subject can carry) for acme,
 /// and `tok-globex` (alice for globex only).
 async fn reviewed() -> (Console, tempfile::TempDir) {
-    let (dir, path) = policy_file(POLICY);
+    let (dir, path) = policy_file(&policy_text());
     let con = Console::start_with(
         &json!({
             "tok-alice": {"approver": "alice", "accounts": ["acme"]},
@@ -62,6 +58,29 @@ impl Console {
         let path = format!("/api/approvals/acme/{id}/decide");
         self.api("POST", &path, Some(token), Some(&body.to_string()))
             .await
+    }
+
+    /// A write of `content` to `path` in session `s1` of acme (no approval given).
+    async fn write_in_s1(&self, path: &str, content: &str) -> Value {
+        self.c
+            .write_workspace_file("acme", "s1", path, content)
+            .await
+    }
+
+    /// A decision of approval `id` of acme with `body`, as `token`, that must be taken: the
+    /// reply's body.
+    async fn decided_as(&self, token: &str, id: &str, body: Value) -> Value {
+        let (status, decided) = self.decide_as(token, id, body).await;
+        assert_eq!(status, 200, "{decided}");
+        decided
+    }
+
+    /// Asserts that a decision of approval `id` with `body` as `token` is refused with the
+    /// HTTP status and error `refusal`, and that the approval is still pending.
+    async fn assert_undecided(&self, token: &str, id: &str, body: Value, refusal: (u16, &str)) {
+        let refused = self.decide_as(token, id, body).await;
+        assert_refusal(&refused, refusal.0, refusal.1);
+        assert_eq!(self.status_of(id).await, "pending");
     }
 
     async fn status_of(&self, id: &str) -> Value {
@@ -105,33 +124,22 @@ async fn a_routed_approval_is_decided_as_the_tokens_reviewer_and_only_by_a_membe
     );
 
     // Neither a non-member nor a name no subject can carry decides it.
-    let (status, refused) = con
+    let refused = con
         .decide_as("tok-bob", &id, json!({"approved": true}))
         .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (403, Some("forbidden")),
-        "{refused}"
-    );
-    assert_holds(&refused, "error_message", "bob");
-    let (status, refused) = con
-        .decide_as("tok-named", &id, json!({"approved": false}))
+    assert_refusal(&refused, 403, "forbidden");
+    assert_holds(&refused.1, "error_message", "bob");
+    let named = json!({"approved": false});
+    con.assert_undecided("tok-named", &id, named, (403, "forbidden"))
         .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (403, Some("forbidden")),
-        "{refused}"
-    );
-    assert_eq!(con.status_of(&id).await, "pending");
 
-    let (status, decided) = con
-        .decide_as(
+    let decided = con
+        .decided_as(
             "tok-alice",
             &id,
             json!({"approved": true, "reason": "ops looked"}),
         )
         .await;
-    assert_eq!(status, 200, "{decided}");
     let approval = &decided["approval"];
     assert_eq!(
         (&approval["status"], &approval["decided_by"]),
@@ -155,10 +163,9 @@ async fn a_routed_approval_is_decided_as_the_tokens_reviewer_and_only_by_a_membe
         .await;
     let open_id = id_of(&open["approval_request"]);
     assert!(open["approval_request"]["reviewers"].is_null(), "{open}");
-    let (status, decided) = con
-        .decide_as("tok-bob", &open_id, json!({"approved": false}))
+    let decided = con
+        .decided_as("tok-bob", &open_id, json!({"approved": false}))
         .await;
-    assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["approval"]["decided_by"], "bob", "{decided}");
 }
 
@@ -183,29 +190,18 @@ async fn approve_and_remember_makes_a_grant_the_console_lists_and_revokes() {
         );
     }
     // A grant the approval actor refuses leaves the approval pending.
-    let (status, body) = con
-        .decide_as(
-            "tok-alice",
-            &id,
-            json!({"approved": true, "grant": {"scope": "forever"}}),
-        )
+    let forever = json!({"approved": true, "grant": {"scope": "forever"}});
+    con.assert_undecided("tok-alice", &id, forever, (400, "invalid_request"))
         .await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (400, Some("invalid_request")),
-        "{body}"
-    );
-    assert_eq!(con.status_of(&id).await, "pending");
 
-    let (status, decided) = con
-        .decide_as(
+    let decided = con
+        .decided_as(
             "tok-alice",
             &id,
             json!({"approved": true, "reason": "fine for this session",
                    "grant": {"scope": "session", "expires_in_s": 600, "uses": 3}}),
         )
         .await;
-    assert_eq!(status, 200, "{decided}");
     let grant = &decided["grant"];
     let grant_id = grant["id"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -233,21 +229,13 @@ async fn approve_and_remember_makes_a_grant_the_console_lists_and_revokes() {
     assert_eq!(con.get("/api/grants/acme", None).await.0, 401);
 
     // The grant covers a later write of the session.
-    let covered = ok(con
-        .c
-        .session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": "two.txt", "content": "2\n"}),
-        )
-        .await);
+    let covered = ok(con.write_in_s1("two.txt", "2\n").await);
     assert_eq!(covered["grant_id"], grant_id.as_str(), "{covered}");
 
     let (status, revoked) = con.api("POST", &revoke, Some("tok-alice"), None).await;
     assert_eq!(status, 200, "{revoked}");
     assert!(revoked["grant"]["revoked_at"].is_string(), "{revoked}");
-    let (status, unknown) = con
+    let unknown = con
         .api(
             "POST",
             "/api/grants/acme/grant_0000/revoke",
@@ -255,20 +243,8 @@ async fn approve_and_remember_makes_a_grant_the_console_lists_and_revokes() {
             None,
         )
         .await;
-    assert_eq!(
-        (status, unknown["error"].as_str()),
-        (404, Some("not_found")),
-        "{unknown}"
-    );
-    let again = con
-        .c
-        .session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": "three.txt", "content": "3\n"}),
-        )
-        .await;
+    assert_refusal(&unknown, 404, "not_found");
+    let again = con.write_in_s1("three.txt", "3\n").await;
     assert_eq!(again["error"], "approval_required", "{again}");
     let (_, listed) = con.get("/api/grants/acme", Some("tok-alice")).await;
     assert_eq!(listed["grants"][0]["uses_left"], 2, "{listed}");
@@ -295,29 +271,18 @@ async fn an_edit_is_checked_before_it_is_approved_and_the_parked_call_runs_it() 
     let id = id_of(&approval);
 
     // Arguments the tool's schema refuses: the error, and nothing decided.
-    let (status, refused) = con
-        .decide_as(
-            "tok-alice",
-            &id,
-            json!({"approved": true, "arguments": {"path": 7, "content": "x"}}),
-        )
+    let invalid = json!({"approved": true, "arguments": {"path": 7, "content": "x"}});
+    con.assert_undecided("tok-alice", &id, invalid, (422, "invalid_arguments"))
         .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (422, Some("invalid_arguments")),
-        "{refused}"
-    );
-    assert_eq!(con.status_of(&id).await, "pending");
 
     let edited = json!({"path": "edited.txt", "content": "as the reviewer wrote\n"});
-    let (status, decided) = con
-        .decide_as(
+    let decided = con
+        .decided_as(
             "tok-alice",
             &id,
             json!({"approved": true, "arguments": edited}),
         )
         .await;
-    assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["approval"]["edited"], true, "{decided}");
     assert_eq!(decided["approval"]["decided_by"], "alice", "{decided}");
     assert!(
@@ -415,15 +380,7 @@ async fn a_reviewer_edits_approves_and_remembers_then_revokes_the_grant_in_the_b
     assert_holds(&read, "content", "edited in the browser");
     let grant_id = remembered["grant_id"].as_str().unwrap().to_owned();
     // The grant covers one more write of the session; the page then shows one use left.
-    let covered = ok(con
-        .c
-        .session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": "covered.txt", "content": "covered\n"}),
-        )
-        .await);
+    let covered = ok(con.write_in_s1("covered.txt", "covered\n").await);
     assert_eq!(covered["grant_id"], grant_id.as_str(), "{covered}");
     stdin.write_all(b"go\n").await.unwrap();
     stdin.flush().await.unwrap();
@@ -432,24 +389,10 @@ async fn a_reviewer_edits_approves_and_remembers_then_revokes_the_grant_in_the_b
     assert_eq!(revoked["step"], "revoked", "{revoked}");
     assert_eq!(revoked["uses_before"], "1", "{revoked}");
     assert_holds(&revoked, "status", "revoked at");
-    let listed = ok(con
-        .c
-        .client
-        .request("toolmesh.v1.grants.acme.list", "{}".into())
-        .await
-        .map(|m| serde_json::from_slice::<Value>(&m.payload).unwrap())
-        .unwrap());
+    let listed = con.c.grants("acme", "list", json!({})).await;
     assert_eq!(listed["grants"][0]["id"], grant_id.as_str(), "{listed}");
     assert!(listed["grants"][0]["revoked_at"].is_string(), "{listed}");
-    let again = con
-        .c
-        .session_call(
-            "acme",
-            "s1",
-            "write_workspace_file",
-            json!({"path": "again.txt", "content": "again\n"}),
-        )
-        .await;
+    let again = con.write_in_s1("again.txt", "again\n").await;
     assert_eq!(again["error"], "approval_required", "{again}");
 
     browser_done(&mut lines, &mut child, &screenshot).await;

@@ -99,12 +99,9 @@ impl ApprovalStore {
     pub async fn use_grant(&self, account: &Account, id: &str) -> Result<Use, StoreError> {
         let mut invocation = SCRIPTS.use_one.prepare_invoke();
         invocation.key(grant_key(account.as_str(), id));
-        let ((outcome, _now, record), replication): ((String, u64, Record), _) =
-            self.run_replicated(&invocation).await?;
-        if outcome == "used" {
-            // The use is spent on the primary; the call does not run (never overspent).
-            confirmed(replication)?;
-        }
+        // A use spent stays spent on the primary, unconfirmed or not; the call does not run
+        // then (never overspent).
+        let (outcome, _now, record) = self.run_outcome(&invocation, &["used"]).await?;
         match outcome.as_str() {
             "used" => view(&record).map(|g| Use::Used(Box::new(g))),
             "gone" | "revoked" | "expired" | "spent" => Ok(Use::Lapsed),
@@ -121,11 +118,7 @@ impl ApprovalStore {
     ) -> Result<Option<Grant>, StoreError> {
         let mut invocation = SCRIPTS.revoke.prepare_invoke();
         invocation.key(grant_key(account.as_str(), id));
-        let ((outcome, _now, record), replication): ((String, u64, Record), _) =
-            self.run_replicated(&invocation).await?;
-        if outcome == "revoked" {
-            confirmed(replication)?;
-        }
+        let (outcome, _now, record) = self.run_outcome(&invocation, &["revoked"]).await?;
         match outcome.as_str() {
             "not_found" => Ok(None),
             "revoked" => view(&record).map(Some),

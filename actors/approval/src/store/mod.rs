@@ -394,6 +394,37 @@ impl ApprovalStore {
         }
     }
 
+    /// [`ApprovalStore::run_replicated`] for a script answering `(outcome, now, record)`: waits
+    /// for the replicas ([`confirmed`]) only when the outcome is one of `wrote`, the ones that
+    /// changed something (one that changed nothing need not wait for anyone).
+    async fn run_outcome(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        wrote: &[&str],
+    ) -> Result<(String, u64, Record), StoreError> {
+        let ((outcome, now, record), replication): ((String, u64, Record), _) =
+            self.run_replicated(invocation).await?;
+        if wrote.contains(&outcome.as_str()) {
+            confirmed(replication)?;
+        }
+        Ok((outcome, now, record))
+    }
+
+    /// [`ApprovalStore::run_outcome`] for a script on one approval: `None` when there is no such
+    /// approval (`not_found`), else the outcome and the approval as it is now.
+    async fn run_on_approval(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        wrote: &[&str],
+    ) -> Result<Option<(String, ApprovalRequest)>, StoreError> {
+        let (outcome, now, record) = self.run_outcome(invocation, wrote).await?;
+        if outcome == "not_found" {
+            return Ok(None);
+        }
+        let approval = view(&record, now)?;
+        Ok(Some((outcome, approval)))
+    }
+
     /// Stores a new approval and returns it as stored.
     pub async fn create(
         &self,
@@ -593,16 +624,12 @@ impl ApprovalStore {
             None => invocation.arg("").arg("").arg(""),
         };
         invocation.arg(decision.grant_id.as_deref().unwrap_or(""));
-        let ((outcome, now, record), replication): ((String, u64, Record), _) =
-            self.run_replicated(&invocation).await?;
-        if matches!(outcome.as_str(), "changed" | "counted") {
-            // The decision stands on the primary; a retry finds it and answers `Unchanged`.
-            confirmed(replication)?;
-        }
-        if outcome == "not_found" {
+        // A decision changed or counted stands on the primary, unconfirmed or not; a retry finds
+        // it and answers `Unchanged`.
+        let wrote = ["changed", "counted"];
+        let Some((outcome, approval)) = self.run_on_approval(&invocation, &wrote).await? else {
             return Ok(Decided::NotFound);
-        }
-        let approval = view(&record, now)?;
+        };
         Ok(match outcome.as_str() {
             "forbidden" => Decided::Forbidden(approval),
             "counted" => Decided::Counted(approval),
@@ -694,15 +721,10 @@ impl ApprovalStore {
             .arg(op_token())
             .arg(&keys.member)
             .arg(id);
-        let ((outcome, now, record), replication): ((String, u64, Record), _) =
-            self.run_replicated(&invocation).await?;
-        if outcome == "released" {
-            confirmed(replication)?;
-        }
-        if outcome == "not_found" {
+        let Some((outcome, approval)) = self.run_on_approval(&invocation, &["released"]).await?
+        else {
             return Ok(Released::NotFound);
-        }
-        let approval = view(&record, now)?;
+        };
         Ok(match outcome.as_str() {
             "not_used" => Released::NotUsed(approval),
             "other_call" => Released::OtherCall(approval),
@@ -730,15 +752,10 @@ impl ApprovalStore {
             .arg(&keys.member)
             .arg(id)
             .arg(decided_by);
-        let ((outcome, now, record), replication): ((String, u64, Record), _) =
-            self.run_replicated(&invocation).await?;
-        if outcome == "withdrawn" {
-            confirmed(replication)?;
-        }
-        if outcome == "not_found" {
+        let Some((outcome, approval)) = self.run_on_approval(&invocation, &["withdrawn"]).await?
+        else {
             return Ok(Withdrawn::NotFound);
-        }
-        let approval = view(&record, now)?;
+        };
         Ok(match outcome.as_str() {
             "other_call" => Withdrawn::OtherCall(approval),
             "not_pending" => Withdrawn::NotPending(approval),

@@ -35,9 +35,8 @@ async fn another_account_cannot_see_decide_list_or_use_an_approval() {
 
     let mut foreign_call = call.deciding(&created.id, true);
     foreign_call.account = "globex".into();
-    let (code, _, approval) = refusal(rig.gate(&foreign_call).await);
-    assert_eq!(code, "not_found");
-    assert_eq!(approval, None);
+    let refused = refused_status(rig.gate(&foreign_call).await);
+    assert_eq!(refused, ("not_found".into(), None));
 
     assert_eq!(
         rig.status("acme", &created.id).await,

@@ -143,9 +143,11 @@ async fn a_rejection_refuses_and_the_first_decision_wins() {
     assert_eq!(rejected.status, ApprovalStatus::Rejected);
     assert_eq!(rejected.decided_by.as_deref(), Some("anonymous"));
 
-    let (code, _, approval) = refusal(rig.gate(&call.presenting(&created.id)).await);
-    assert_eq!(code, "approval_rejected");
-    assert_eq!(approval.map(|a| a.status), Some(ApprovalStatus::Rejected));
+    let refused = refused_status(rig.gate(&call.presenting(&created.id)).await);
+    assert_eq!(
+        refused,
+        ("approval_rejected".into(), Some(ApprovalStatus::Rejected))
+    );
 
     let again = rig.decide("acme", &created.id, false, Some("bob")).await;
     assert_eq!(
@@ -226,13 +228,9 @@ async fn unknown_ids_are_not_found_everywhere() {
     let rig = Rig::start().await;
     let id = "appr_00000000000000000000000000000000";
     assert_eq!(error_of(&rig.get("acme", id).await), "not_found");
-    assert_eq!(
-        rig.decision("acme", id, true).await,
-        Err("not_found".into())
-    );
-    let (code, _, approval) = refusal(rig.gate(&Call::new("acme").presenting(id)).await);
-    assert_eq!(code, "not_found");
-    assert_eq!(approval, None);
+    assert_eq!(rig.approving_refused(id).await, "not_found");
+    let refused = refused_status(rig.gate(&Call::new("acme").presenting(id)).await);
+    assert_eq!(refused, ("not_found".into(), None));
     assert_eq!(
         rig.refused(&Call::new("acme").deciding(id, true)).await,
         "not_found"

@@ -6,19 +6,14 @@ use futures::future::join_all;
 use serde_json::{json, Value};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ApprovalRequest, ApprovalStatus, ReleaseAck};
-use toolmesh_testkit::{request_json, request_raw};
+use toolmesh_testkit::request_raw;
 
 use crate::support::*;
 
 /// Asks the approval actor to release `id` on behalf of `invocation` in `account`.
 async fn release(rig: &Rig, account: &str, id: &str, invocation: &str) -> ReleaseAck {
-    let body = json!({"account": account, "approval_id": id, "invocation_id": invocation});
-    ack(request_json(&rig.client, internal::APPROVAL_RELEASE, body).await)
-}
-
-fn ack(reply: Value) -> ReleaseAck {
-    serde_json::from_value(reply.clone())
-        .unwrap_or_else(|e| panic!("not a ReleaseAck ({e}): {reply}"))
+    let reply = rig.on_behalf(internal::APPROVAL_RELEASE, account, id, invocation);
+    wire(reply.await, serde_json::from_value)
 }
 
 /// A new approval for `call`, approved by alice, then used by the repeated call (a new
@@ -74,16 +69,8 @@ async fn a_used_approval_released_by_its_call_is_approved_and_usable_again() {
         (released.decided_at.clone(), released.expires_at.clone()),
         (used.decided_at.clone(), used.expires_at.clone())
     );
-    assert_eq!(
-        next_event(&mut events).await,
-        ("decided".into(), released.clone()),
-        "parked calls and watchers learn it is usable again"
-    );
-    assert_eq!(approval_of(&rig.get("acme", &used.id).await), released);
-    assert!(
-        ids_of(&rig.list("acme").await).is_empty(),
-        "it was decided: it is not pending again"
-    );
+    let why = "parked calls and watchers learn it is usable again";
+    rig.assert_decided_as(&mut events, &released, why).await;
 
     // Released once: a second release by the same call finds it approved and changes nothing.
     let again = release(&rig, "acme", &used.id, &call.invocation_id).await;
@@ -287,7 +274,8 @@ async fn malformed_releases_are_refused_with_a_reason() {
         br#"{"account":"acme","approval_id":"appr:1","invocation_id":"inv-1"}"#,
         br#"{"account":"acme","approval_id":"appr_1","invocation_id":"a b"}"#,
     ] {
-        let ack = ack(request_raw(&rig.client, internal::APPROVAL_RELEASE, body.to_vec()).await);
+        let reply = request_raw(&rig.client, internal::APPROVAL_RELEASE, body.to_vec()).await;
+        let ack: ReleaseAck = wire(reply, serde_json::from_value);
         assert!(!ack.released);
         assert_eq!(
             ack.error.map(|c| c.as_str()),

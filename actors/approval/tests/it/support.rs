@@ -161,6 +161,13 @@ impl Rig {
         }
     }
 
+    /// The error code an out-of-band approval of approval `id` of acme is refused with (it
+    /// must be refused).
+    pub async fn approving_refused(&self, id: &str) -> String {
+        let decided = self.decision("acme", id, true).await;
+        decided.expect_err("approving it is refused")
+    }
+
     /// The status approval `id` of `account` shows.
     pub async fn status(&self, account: &str, id: &str) -> ApprovalStatus {
         status_of(&self.get(account, id).await)
@@ -237,6 +244,38 @@ impl Rig {
     }
 
     /// A subscription to `…requested` and `…decided` of `account`, live on the server.
+    /// An internal request on `subject` (release, withdraw) about approval `id` of `account`,
+    /// made on behalf of the call `invocation`: the reply.
+    pub async fn on_behalf(
+        &self,
+        subject: &str,
+        account: &str,
+        id: &str,
+        invocation: &str,
+    ) -> Value {
+        let body = json!({"account": account, "approval_id": id, "invocation_id": invocation});
+        request_json(&self.client, subject, body).await
+    }
+
+    /// Asserts that `approval` was just decided as it is: the next event on `events` announces
+    /// it (`why` says to whom), `get` shows it, and its account has nothing pending.
+    pub async fn assert_decided_as(
+        &self,
+        events: &mut Subscriber,
+        approval: &ApprovalRequest,
+        why: &str,
+    ) {
+        let announced = next_event(events).await;
+        assert_eq!(announced, ("decided".into(), approval.clone()), "{why}");
+        let account = approval.account.as_str();
+        assert_eq!(
+            approval_of(&self.get(account, &approval.id).await),
+            *approval
+        );
+        let pending = ids_of(&self.list(account).await);
+        assert!(pending.is_empty(), "decided, so not pending: {pending:?}");
+    }
+
     pub async fn events(&self, account: &str) -> Subscriber {
         let account = Account::parse(account).expect("test account");
         let sub = self
@@ -269,8 +308,14 @@ pub async fn next_event(sub: &mut Subscriber) -> (String, ApprovalRequest) {
 }
 
 fn gate_outcome(reply: Value) -> GateOutcome {
-    serde_json::from_value(reply.clone())
-        .unwrap_or_else(|e| panic!("not a GateOutcome ({e}): {reply}"))
+    wire(reply, serde_json::from_value)
+}
+
+/// `reply` as the wire type `T`, read by `parse` (`serde_json::from_value`); a panic showing
+/// the reply when it is not one.
+pub fn wire<T>(reply: Value, parse: impl FnOnce(Value) -> serde_json::Result<T>) -> T {
+    let name = std::any::type_name::<T>();
+    parse(reply.clone()).unwrap_or_else(|e| panic!("not a {name} ({e}): {reply}"))
 }
 
 /// The approval in an ok reply of get/decide.
@@ -315,6 +360,12 @@ pub fn refusal(outcome: GateOutcome) -> (String, String, Option<ApprovalRequest>
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// The code of a refusal and the status of the approval it names, if any.
+pub fn refused_status(outcome: GateOutcome) -> (String, Option<ApprovalStatus>) {
+    let (code, _, approval) = refusal(outcome);
+    (code, approval.map(|a| a.status))
 }
 
 /// The approval of a `Proceed`; panics on anything else.

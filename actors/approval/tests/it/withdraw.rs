@@ -2,7 +2,7 @@
 //! (`toolmesh.internal.v1.approval.withdraw`): only the invocation that made it, only while it
 //! is pending; every other withdrawal changes nothing.
 
-use serde_json::{json, Value};
+use serde_json::json;
 use toolmesh_approval::{WITHDRAWN_BY, WITHDRAWN_REASON};
 use toolmesh_kernel::subjects::internal;
 use toolmesh_kernel::wire::{ApprovalStatus, WithdrawAck};
@@ -12,13 +12,8 @@ use crate::support::*;
 
 /// Asks the approval actor to withdraw `id` on behalf of `invocation` in `account`.
 async fn withdraw(rig: &Rig, account: &str, id: &str, invocation: &str) -> WithdrawAck {
-    let body = json!({"account": account, "approval_id": id, "invocation_id": invocation});
-    ack(request_json(&rig.client, internal::APPROVAL_WITHDRAW, body).await)
-}
-
-fn ack(reply: Value) -> WithdrawAck {
-    serde_json::from_value(reply.clone())
-        .unwrap_or_else(|e| panic!("not a WithdrawAck ({e}): {reply}"))
+    let reply = rig.on_behalf(internal::APPROVAL_WITHDRAW, account, id, invocation);
+    wire(reply.await, serde_json::from_value)
 }
 
 #[actix_rt::test]
@@ -50,21 +45,10 @@ async fn a_pending_approval_withdrawn_by_the_call_that_made_it_is_rejected_and_a
     assert_eq!(withdrawn.status, ApprovalStatus::Rejected);
     assert_eq!(withdrawn.decided_by.as_deref(), Some(WITHDRAWN_BY));
     assert_eq!(withdrawn.reason.as_deref(), Some(WITHDRAWN_REASON));
-    assert_eq!(
-        next_event(&mut events).await,
-        ("decided".into(), withdrawn.clone()),
-        "approvers and watchers learn it is gone"
-    );
-    assert_eq!(approval_of(&rig.get("acme", &created.id).await), withdrawn);
-    assert!(
-        ids_of(&rig.list("acme").await).is_empty(),
-        "no longer pending"
-    );
+    let why = "approvers and watchers learn it is gone";
+    rig.assert_decided_as(&mut events, &withdrawn, why).await;
     // Decided now: approving it later is a conflict, and a call presenting it is rejected.
-    assert_eq!(
-        rig.decision("acme", &created.id, true).await,
-        Err("conflict".to_owned())
-    );
+    assert_eq!(rig.approving_refused(&created.id).await, "conflict");
     assert_eq!(
         rig.refused(&call.presenting(&created.id)).await,
         "approval_rejected"
@@ -103,7 +87,8 @@ async fn malformed_withdrawals_are_refused_without_a_change() {
         json!({"account": "a.b", "approval_id": created.id, "invocation_id": call.invocation_id}),
         json!({"account": "acme", "approval_id": created.id}),
     ] {
-        let refused = ack(request_json(&rig.client, internal::APPROVAL_WITHDRAW, body).await);
+        let reply = request_json(&rig.client, internal::APPROVAL_WITHDRAW, body).await;
+        let refused: WithdrawAck = wire(reply, serde_json::from_value);
         assert_eq!((refused.withdrawn, refused.approval), (false, None));
         assert_eq!(
             refused.error.map(|c| c.as_str()),
@@ -112,7 +97,8 @@ async fn malformed_withdrawals_are_refused_without_a_change() {
             refused.error_message
         );
     }
-    let refused = ack(request_raw(&rig.client, internal::APPROVAL_WITHDRAW, b"[]".to_vec()).await);
+    let reply = request_raw(&rig.client, internal::APPROVAL_WITHDRAW, b"[]".to_vec()).await;
+    let refused: WithdrawAck = wire(reply, serde_json::from_value);
     assert!(!refused.withdrawn);
     assert_eq!(
         rig.status("acme", &created.id).await,

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use toolmesh_kernel::error::ErrorCode;
 use toolmesh_kernel::subjects::public::{self, ApprovalVerb};
 
-use super::{account, grant, reply, Shared};
+use super::{granted, reply, Shared};
 use crate::mesh::{self, failure, is_ok, GrantVerb};
 
 /// The longest `reason` the console sends on (the approval actor has its own limit too).
@@ -56,12 +56,8 @@ pub(super) async fn decide(
     Path((raw, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let grant = match grant(&console, &headers) {
-        Ok(g) => g,
-        Err(r) => return r.into_response(),
-    };
-    let account = match account(&grant, &raw) {
-        Ok(a) => a,
+    let (grant, account) = match granted(&console, &headers, &raw) {
+        Ok(granted) => granted,
         Err(r) => return r.into_response(),
     };
     let body: DecideBody = match serde_json::from_slice(&body) {
@@ -133,8 +129,8 @@ pub(super) async fn grants(
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Response {
-    let account = match grant(&console, &headers).and_then(|g| account(&g, &raw)) {
-        Ok(a) => a,
+    let (_, account) = match granted(&console, &headers, &raw) {
+        Ok(granted) => granted,
         Err(r) => return r.into_response(),
     };
     reply(mesh::grants(&console.nats, &account, GrantVerb::List, json!({})).await)
@@ -146,12 +142,8 @@ pub(super) async fn revoke(
     headers: HeaderMap,
     Path((raw, id)): Path<(String, String)>,
 ) -> Response {
-    let grant = match grant(&console, &headers) {
-        Ok(g) => g,
-        Err(r) => return r.into_response(),
-    };
-    let account = match account(&grant, &raw) {
-        Ok(a) => a,
+    let (grant, account) = match granted(&console, &headers, &raw) {
+        Ok(granted) => granted,
         Err(r) => return r.into_response(),
     };
     let revoked = mesh::grants(

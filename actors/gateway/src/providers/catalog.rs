@@ -353,6 +353,17 @@ mod tests {
             .collect()
     }
 
+    /// A catalog that saw provider `a` at `t0` on two instances, `1` and `2`, each with `echo`.
+    fn two_instances_of_a(t0: Instant) -> Catalog {
+        let mut c = Catalog::default();
+        c.observe(
+            vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])],
+            t0,
+            0,
+        );
+        c
+    }
+
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -400,12 +411,7 @@ mod tests {
     #[test]
     fn a_provider_goes_with_its_last_instance_and_frees_its_names() {
         let t0 = Instant::now();
-        let mut c = Catalog::default();
-        c.observe(
-            vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])],
-            t0,
-            0,
-        );
+        let mut c = two_instances_of_a(t0);
         c.observe(vec![info("b", "1", &["echo"])], t0, 0);
         let built = c.build(&builtin());
         assert_eq!(built.status[0].instances, 2);
@@ -430,12 +436,7 @@ mod tests {
     #[test]
     fn a_forgotten_instance_stays_gone_until_its_expiry() {
         let t0 = Instant::now();
-        let mut c = Catalog::default();
-        c.observe(
-            vec![info("a", "1", &["echo"]), info("a", "2", &["echo"])],
-            t0,
-            0,
-        );
+        let mut c = two_instances_of_a(t0);
         c.forget("a", "1", t0);
         assert_eq!(c.instances_of("a"), ["2"]);
         // A late reply of 1 (sent before it went) does not bring it back.

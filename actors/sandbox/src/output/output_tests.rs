@@ -19,6 +19,15 @@ fn settings(dir: &Path, preview_chars: usize, max_bytes: u64) -> SpoolSettings {
     }
 }
 
+/// What a spool with `settings`, for stream `name`, captured of `pieces` pushed in turn.
+async fn capture(settings: SpoolSettings, name: &str, pieces: &[&str]) -> Captured {
+    let mut spool = Spool::new(settings, name);
+    for piece in pieces {
+        spool.push(piece).await;
+    }
+    spool.finish().await
+}
+
 fn file_text(captured: &Captured) -> String {
     std::fs::read_to_string(&captured.file.as_ref().expect("a spool file").path)
         .expect("spool file")
@@ -44,10 +53,7 @@ fn pieces_decode_as_the_whole_stream_would() {
 #[tokio::test]
 async fn short_text_stays_in_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spool = Spool::new(settings(dir.path(), 10, 1000), "s");
-    spool.push("héllo").await;
-    spool.push("wörld").await;
-    let captured = spool.finish().await;
+    let captured = capture(settings(dir.path(), 10, 1000), "s", &["héllo", "wörld"]).await;
     assert_eq!(captured.preview, "héllowörld");
     assert_eq!((captured.chars, captured.truncated), (10, false));
     assert!(captured.file.is_none());
@@ -68,11 +74,7 @@ async fn gone(path: &Path) -> bool {
 #[tokio::test]
 async fn long_text_is_spooled_whole_and_counted_in_characters() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spool = Spool::new(settings(dir.path(), 4, 1000), "s");
-    spool.push("ab").await;
-    spool.push("cdé€f").await;
-    spool.push("g").await;
-    let captured = spool.finish().await;
+    let captured = capture(settings(dir.path(), 4, 1000), "s", &["ab", "cdé€f", "g"]).await;
     assert_eq!(captured.preview, "abcd");
     assert_eq!((captured.chars, captured.truncated), (8, true));
     assert_eq!(file_text(&captured), "abcdé€fg");
@@ -87,10 +89,8 @@ async fn long_text_is_spooled_whole_and_counted_in_characters() {
 #[tokio::test]
 async fn past_the_cap_text_is_counted_not_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spool = Spool::new(settings(dir.path(), 2, 5), "s");
-    spool.push("abc€€").await; // 3 + 6 bytes; the cap cuts inside the first €
-    spool.push("xyz").await;
-    let captured = spool.finish().await;
+    // "abc€€" is 3 + 6 bytes: the cap cuts inside the first €.
+    let captured = capture(settings(dir.path(), 2, 5), "s", &["abc€€", "xyz"]).await;
     assert_eq!(captured.chars, 8);
     assert_eq!(file_text(&captured), "abc");
     let file = captured.file.as_ref().unwrap();
@@ -166,24 +166,18 @@ async fn shared_caps_keep_what_they_have_room_for_and_give_it_back() {
         ..settings(dir.path(), 2, 1000)
     };
     // The first stream takes 6 of the session's 10 bytes …
-    let mut first = Spool::new(with_quotas.clone(), "a");
-    first.push("abcdef").await;
-    let first = first.finish().await;
+    let first = capture(with_quotas.clone(), "a", &["abcdef"]).await;
     assert_eq!((first.file.as_ref().unwrap().bytes, first.cap), (6, None));
     assert_eq!((session.used(), worker.used()), (6, 6));
     // … the second gets the 4 left, the rest is counted, not kept …
-    let mut second = Spool::new(with_quotas.clone(), "b");
-    second.push("0123456789").await;
-    let second = second.finish().await;
+    let second = capture(with_quotas.clone(), "b", &["0123456789"]).await;
     assert_eq!(second.chars, 10);
     assert_eq!(file_text(&second), "0123");
     assert_eq!(second.cap, Some(Cap::Session));
     assert_eq!(second.dropped_bytes(), 6);
     assert_eq!((session.used(), worker.used()), (10, 10));
     // … a third finds the session full and keeps its preview only …
-    let mut third = Spool::new(with_quotas.clone(), "c");
-    third.push("xyz").await;
-    let third = third.finish().await;
+    let third = capture(with_quotas.clone(), "c", &["xyz"]).await;
     assert!(third.file.is_none());
     assert_eq!(third.cap, Some(Cap::Session));
     assert_eq!(third.preview, "xy");
@@ -197,9 +191,7 @@ async fn shared_caps_keep_what_they_have_room_for_and_give_it_back() {
         quotas: vec![Quota::new(Cap::Session, 100), small_worker.clone()],
         ..settings(dir.path(), 2, 1000)
     };
-    let mut spool = Spool::new(other, "d");
-    spool.push("abcdefgh").await;
-    let captured = spool.finish().await;
+    let captured = capture(other, "d", &["abcdefgh"]).await;
     assert_eq!(file_text(&captured), "abcde");
     assert_eq!(captured.cap, Some(Cap::Worker));
 }

@@ -451,13 +451,9 @@ impl Spool {
                 tail_at: self.base,
             },
             None => {
-                let at = usize::try_from(from)
-                    .unwrap_or(usize::MAX)
-                    .min(self.head.len());
-                let mut at = at;
-                while !self.head.is_char_boundary(at) {
-                    at -= 1;
-                }
+                // From the character boundary at or before `from`.
+                let at =
+                    prefix_bytes(&self.head, usize::try_from(from).unwrap_or(usize::MAX)).len();
                 Kept {
                     part: None,
                     file: None,
@@ -469,13 +465,8 @@ impl Spool {
             }
             Some(spool) => {
                 let on_disk = self.base + self.written;
-                let skip = usize::try_from(from.saturating_sub(on_disk))
-                    .unwrap_or(usize::MAX)
-                    .min(self.pending.len());
-                let mut skip = skip;
-                while !self.pending.is_char_boundary(skip) {
-                    skip -= 1;
-                }
+                let skip = usize::try_from(from.saturating_sub(on_disk)).unwrap_or(usize::MAX);
+                let skip = prefix_bytes(&self.pending, skip).len();
                 Kept {
                     part,
                     file: Some(spool.file.clone()),

@@ -34,6 +34,12 @@ fn write_err(ws: &Workspace, path: &str, content: &[u8], overwrite: bool) -> Too
         .wire()
 }
 
+/// Asserts that the workspace holds exactly `names` (see [`tree`]).
+#[track_caller]
+fn assert_tree(ws: &Workspace, names: &[&str], why: &str) {
+    assert_eq!(tree(ws.root()), names, "{why}");
+}
+
 /// Asserts an error's code and that its message holds each of `words`.
 fn assert_refused(err: &ToolError, code: ErrorCode, words: &[&str]) {
     assert_eq!(err.code, code, "{err:?}");
@@ -59,6 +65,14 @@ fn set_mtime(ws: &Workspace, rel: &str, secs: u64) {
         .unwrap();
     file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
         .unwrap();
+}
+
+/// [`list_args`], recursive.
+fn recursive(path: &str) -> ListOptions {
+    ListOptions {
+        recursive: true,
+        ..list_args(path)
+    }
 }
 
 fn list_args(path: &str) -> ListOptions {
@@ -225,14 +239,10 @@ fn a_fifo_is_refused_without_blocking() {
 fn read_prefix_caps_instead_of_refusing() {
     let (_tmp, ws) = workspace();
     put(&ws, "big.txt", "0123456789");
-    assert_eq!(
-        confine::read_prefix(&ws, &p("big.txt"), 4).unwrap(),
-        b"0123"
-    );
-    assert_eq!(
-        confine::read_prefix(&ws, &p("big.txt"), 100).unwrap(),
-        b"0123456789"
-    );
+    for (limit, prefix) in [(4, &b"0123"[..]), (100, b"0123456789")] {
+        let read = confine::read_prefix(&ws, &p("big.txt"), limit).unwrap();
+        assert_eq!(read, prefix, "{limit}");
+    }
 }
 
 #[test]
@@ -304,11 +314,8 @@ fn write_creates_parents_then_replaces() {
         assert_eq!(outcome.bytes, content.len() as u64, "{path} <- {content:?}");
         assert_eq!(bytes_at(&ws, path), content);
     }
-    assert_eq!(
-        tree(ws.root()),
-        ["a", "a/b", "a/b/c.txt", "empty"],
-        "no temp file left behind"
-    );
+    let written = ["a", "a/b", "a/b/c.txt", "empty"];
+    assert_tree(&ws, &written, "no temp file left behind");
 }
 
 #[test]
@@ -327,11 +334,7 @@ fn write_without_overwrite() {
         ErrorCode::AlreadyExists,
         "a link counts as existing"
     );
-    assert_eq!(
-        tree(ws.root()),
-        ["link", "new.txt"],
-        "no temp file left behind"
-    );
+    assert_tree(&ws, &["link", "new.txt"], "no temp file left behind");
 }
 
 #[test]
@@ -356,11 +359,11 @@ fn write_refusals() {
         err.message
     );
 
+    // Links a write does not go through: to a missing file, to a directory.
     symlink("missing-target", ws.root().join("dangling")).unwrap();
+    symlink("dir", ws.root().join("dirlink")).unwrap();
     let err = write_err(&ws, "dangling", b"x", true);
     assert_refused(&err, ErrorCode::InvalidArguments, &["missing file"]);
-
-    symlink("dir", ws.root().join("dirlink")).unwrap();
     let err = write_err(&ws, "dirlink", b"x", true);
     assert_eq!(
         err.code,
@@ -369,11 +372,8 @@ fn write_refusals() {
     );
 
     assert_eq!(bytes_at(&ws, "dir/file.txt"), b"content");
-    assert_eq!(
-        tree(ws.root()),
-        ["dangling", "dir", "dir/file.txt", "dirlink"],
-        "nothing created"
-    );
+    let unchanged = ["dangling", "dir", "dir/file.txt", "dirlink"];
+    assert_tree(&ws, &unchanged, "nothing created");
 }
 
 #[test]
@@ -534,11 +534,7 @@ fn delete_files_dirs_and_links() {
     ] {
         assert_eq!(confine::delete(&ws, &p(path)).unwrap().kind, kind, "{path}");
     }
-    assert_eq!(
-        tree(ws.root()),
-        ["full", "full/inner.txt"],
-        "link targets stay"
-    );
+    assert_tree(&ws, &["full", "full/inner.txt"], "link targets stay");
     assert_eq!(
         serde_json::to_value(confine::delete(&ws, &p("full/inner.txt")).unwrap()).unwrap(),
         serde_json::json!({"kind": "file"})
@@ -612,14 +608,7 @@ fn list_recursion_dirs_and_dot_toolmesh() {
     let top = listing::list(&ws, &list_args(".")).unwrap();
     assert_eq!(paths(&top), [".toolmesh", "a.txt", "b.py", "empty", "src"]);
 
-    let all = listing::list(
-        &ws,
-        &ListOptions {
-            recursive: true,
-            ..list_args(".")
-        },
-    )
-    .unwrap();
+    let all = listing::list(&ws, &recursive(".")).unwrap();
     assert_eq!(
         paths(&all),
         [
@@ -640,9 +629,8 @@ fn list_recursion_dirs_and_dot_toolmesh() {
     let files = listing::list(
         &ws,
         &ListOptions {
-            recursive: true,
             include_dirs: false,
-            ..list_args(".")
+            ..recursive(".")
         },
     )
     .unwrap();
@@ -658,14 +646,7 @@ fn list_recursion_dirs_and_dot_toolmesh() {
         ]
     );
 
-    let sub = listing::list(
-        &ws,
-        &ListOptions {
-            recursive: true,
-            ..list_args("src/")
-        },
-    )
-    .unwrap();
+    let sub = listing::list(&ws, &recursive("src/")).unwrap();
     assert_eq!(
         paths(&sub),
         ["src/deep", "src/deep/x.py", "src/lib.rs", "src/main.rs"]
@@ -837,14 +818,7 @@ fn list_never_descends_symlinked_dirs_but_lists_through_a_named_one() {
     let (_tmp, ws) = workspace();
     put(&ws, "real/x.txt", "x");
     symlink("real", ws.root().join("alias")).unwrap();
-    let all = listing::list(
-        &ws,
-        &ListOptions {
-            recursive: true,
-            ..list_args(".")
-        },
-    )
-    .unwrap();
+    let all = listing::list(&ws, &recursive(".")).unwrap();
     assert_eq!(paths(&all), ["alias", "real", "real/x.txt"]);
     // Naming an inside link as the listed path resolves it beneath the root.
     let through = listing::list(&ws, &list_args("alias")).unwrap();

@@ -101,78 +101,62 @@ pub type ApprovalRelease = CallApproval;
 /// nothing.
 pub type ApprovalWithdraw = CallApproval;
 
-/// Approval actor → gateway, answering an [`ApprovalWithdraw`]: `withdrawn` when the approval
-/// is now rejected by this withdrawal (or this very withdrawal was retried after a lost
-/// reply); `approval` is the record as it is now, when it exists in that account. `error` is
-/// set only when the request could not be judged at all (malformed, store unreachable).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WithdrawAck {
-    pub withdrawn: bool,
-    #[serde(default)]
-    pub approval: Option<ApprovalRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorCode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
+/// An answer of the approval actor to a [`CallApproval`], whose `$field` (`released`,
+/// `withdrawn`) says whether it did what was asked; the two answers differ only by that name.
+macro_rules! call_ack {
+    ($(#[$doc:meta])* $name:ident { $field:ident }, $done:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            pub $field: bool,
+            #[serde(default)]
+            pub approval: Option<ApprovalRequest>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub error: Option<ErrorCode>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub error_message: Option<String>,
+        }
+
+        impl $name {
+            #[doc = concat!("Judged: ", $done, " or not.")]
+            pub fn judged($field: bool, approval: Option<ApprovalRequest>) -> Self {
+                Self {
+                    $field,
+                    approval,
+                    error: None,
+                    error_message: None,
+                }
+            }
+
+            #[doc = concat!("Not judged: nothing was ", $done, " because of `error`.")]
+            pub fn failed(error: ToolError) -> Self {
+                Self {
+                    $field: false,
+                    approval: None,
+                    error: Some(error.code),
+                    error_message: Some(error.message),
+                }
+            }
+        }
+    };
 }
 
-impl WithdrawAck {
-    /// Judged: withdrawn or not.
-    pub fn judged(withdrawn: bool, approval: Option<ApprovalRequest>) -> Self {
-        Self {
-            withdrawn,
-            approval,
-            error: None,
-            error_message: None,
-        }
-    }
-
-    /// Not judged: nothing was withdrawn because of `error`.
-    pub fn failed(error: ToolError) -> Self {
-        Self {
-            withdrawn: false,
-            approval: None,
-            error: Some(error.code),
-            error_message: Some(error.message),
-        }
-    }
+call_ack! {
+    /// Approval actor → gateway, answering an [`ApprovalWithdraw`]: `withdrawn` when the approval
+    /// is now rejected by this withdrawal (or this very withdrawal was retried after a lost
+    /// reply); `approval` is the record as it is now, when it exists in that account. `error` is
+    /// set only when the request could not be judged at all (malformed, store unreachable).
+    WithdrawAck { withdrawn },
+    "withdrawn"
 }
 
-/// Approval actor → gateway, answering an [`ApprovalRelease`].
-///
-/// `released` is true when the approval is `approved` again (or this very release was retried
-/// after a lost reply); `approval` is the record as it is now, when it exists in that account.
-/// `error` is set only when the request could not be judged at all (malformed, store
-/// unreachable): a plain "not yours to release" is `released: false` without an error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReleaseAck {
-    pub released: bool,
-    #[serde(default)]
-    pub approval: Option<ApprovalRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorCode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-}
-
-impl ReleaseAck {
-    /// Judged and not released (or released, with `released: true`).
-    pub fn judged(released: bool, approval: Option<ApprovalRequest>) -> Self {
-        Self {
-            released,
-            approval,
-            error: None,
-            error_message: None,
-        }
-    }
-
-    /// Not judged: nothing was released because of `error`.
-    pub fn failed(error: ToolError) -> Self {
-        Self {
-            released: false,
-            approval: None,
-            error: Some(error.code),
-            error_message: Some(error.message),
-        }
-    }
+call_ack! {
+    /// Approval actor → gateway, answering an [`ApprovalRelease`].
+    ///
+    /// `released` is true when the approval is `approved` again (or this very release was retried
+    /// after a lost reply); `approval` is the record as it is now, when it exists in that account.
+    /// `error` is set only when the request could not be judged at all (malformed, store
+    /// unreachable): a plain "not yours to release" is `released: false` without an error.
+    ReleaseAck { released },
+    "released"
 }
