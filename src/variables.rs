@@ -240,6 +240,10 @@ mod tests {
         ("TOOLMESH_AUDIT", "the audit trail's JetStream stream"),
         ("TOOLMESH_EVENTS", "the RunEvents' JetStream stream"),
         (
+            "TOOLMESH_SANDBOX_SESSIONS",
+            "the sandbox registry's JetStream key-value bucket",
+        ),
+        (
             "TOOLMESH_EXEC_",
             "the prefix a sandboxed command's `env` may not use",
         ),

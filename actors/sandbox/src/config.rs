@@ -155,6 +155,12 @@ pub struct SandboxConfig {
     pub worker_output_max_bytes: u64,
     /// What `execute_skills` runs (`sh -c`), if anything (`TOOLMESH_SKILL_RUNNER_COMMAND`).
     pub skill_runner: Option<String>,
+    /// Where the session registry lives (`TOOLMESH_SANDBOX_REGISTRY`).
+    pub registry: crate::registry::RegistryStore,
+    /// Copies of the registry bucket a NATS cluster keeps (`TOOLMESH_STREAM_REPLICAS`).
+    pub registry_replicas: usize,
+    /// The JetStream domain of the registry bucket (`TOOLMESH_JETSTREAM_DOMAIN`).
+    pub registry_domain: Option<String>,
 }
 
 impl SandboxConfig {
@@ -234,6 +240,12 @@ impl SandboxConfig {
                 DEFAULT_SANDBOX_WORKER_OUTPUT_MAX_BYTES,
             )?,
             skill_runner: env.get("TOOLMESH_SKILL_RUNNER_COMMAND").map(str::to_owned),
+            registry: env.parse(
+                "TOOLMESH_SANDBOX_REGISTRY",
+                crate::registry::RegistryStore::Redis,
+            )?,
+            registry_replicas: toolmesh_kernel::config::stream_replicas(env)?,
+            registry_domain: toolmesh_kernel::config::jetstream_domain(env)?,
         })
     }
 }

@@ -54,7 +54,7 @@ use crate::templates::Templates;
 pub struct SandboxSettings {
     pub node: NodeId,
     pub config: SandboxConfig,
-    /// `TOOLMESH_REDIS_*`: the session registry.
+    /// `TOOLMESH_REDIS_*`: the session registry, when it is in Redis.
     pub redis: toolmesh_kernel::redis_link::RedisConfig,
     /// `TOOLMESH_RESULT_BUDGET_CHARS`.
     pub budget_chars: usize,
@@ -68,6 +68,10 @@ pub struct SandboxSettings {
 pub enum SandboxStartError {
     #[error("TOOLMESH_REDIS_URL is not a valid Redis URL: {0}")]
     RedisUrl(#[source] redis::RedisError),
+    /// `TOOLMESH_SANDBOX_REGISTRY=jetstream` on a NATS without JetStream, or one that refused
+    /// the bucket.
+    #[error("the sandbox role cannot start: {0}")]
+    Registry(#[source] registry::kv::KvStartError),
     #[error("the sandbox backend cannot start: {0}")]
     Backend(#[source] backend::BackendError),
     /// `TOOLMESH_SANDBOX_DISK_MB` asks for a disk per sandbox that this worker cannot make.
@@ -200,8 +204,7 @@ pub async fn spawn(
     }
     let templates = checked_templates(&settings)?;
     let backend = make_backend(config, &templates, project.clone()).await?;
-    let registry = registry::SessionRegistry::new(&settings.redis, config.idle_ttl * 2)
-        .map_err(SandboxStartError::RedisUrl)?;
+    let registry = open_registry(&client, &settings).await?;
     let pool = Arc::new(Pool::new(
         backend.clone(),
         PoolSettings {
@@ -301,6 +304,30 @@ pub async fn spawn(
     };
     let handle = toolmesh_actix_host::start(Role::Sandbox, "sandbox", worker, calls, in_flight);
     Ok((handle, CapacityProbe(pool)))
+}
+
+/// The session registry in the store the worker's config names; its lease is twice the idle
+/// TTL.
+async fn open_registry(
+    client: &async_nats::Client,
+    settings: &SandboxSettings,
+) -> Result<registry::SessionRegistry, SandboxStartError> {
+    let (config, ttl) = (&settings.config, settings.config.idle_ttl * 2);
+    Ok(match config.registry {
+        registry::RegistryStore::Redis => registry::SessionRegistry::Redis(
+            registry::RedisRegistry::new(&settings.redis, ttl)
+                .map_err(SandboxStartError::RedisUrl)?,
+        ),
+        registry::RegistryStore::JetStream => {
+            let js = toolmesh_kernel::streams::context(client, config.registry_domain.as_deref());
+            registry::SessionRegistry::JetStream(
+                registry::KvRegistry::start(&js, ttl, config.registry_replicas)
+                    .await
+                    .map_err(SandboxStartError::Registry)?
+                    .into(),
+            )
+        }
+    })
 }
 
 /// The worker's templates, checked against its backend: each one's network can be given

@@ -98,6 +98,15 @@ pub const VARIABLES: &[Variable] = &[
         description: "A session's sandbox is removed after this many seconds unused.",
     },
     Variable {
+        name: "TOOLMESH_SANDBOX_REGISTRY",
+        component: Component::Sandbox,
+        default: "`redis`",
+        description: "Where the workers keep which worker holds each session: `redis`, or \
+                      `jetstream` (the key-value bucket `TOOLMESH_SANDBOX_SESSIONS`, so a worker \
+                      needs only NATS, as at a site behind a leaf node). The same on every \
+                      worker of a cluster.",
+    },
+    Variable {
         name: "TOOLMESH_SANDBOX_WARM",
         component: Component::Sandbox,
         default: "`2`",

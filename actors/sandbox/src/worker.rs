@@ -209,11 +209,14 @@ impl SandboxWorker {
         }
     }
 
+    /// Whether the sandbox worker `node` holds its sessions still: live, or not heard of yet
+    /// by this worker's young view ([`ClusterView::gone`]). A holder taken for live that is
+    /// gone after all answers nothing: the call handed to it is `unavailable` at once.
     fn live_sandbox_node(&self, node: &NodeId) -> bool {
-        self.cluster
-            .live()
-            .iter()
-            .any(|n| &n.node_id == node && n.roles.contains(&Role::Sandbox))
+        match self.cluster.live().into_iter().find(|n| &n.node_id == node) {
+            Some(status) => status.roles.contains(&Role::Sandbox),
+            None => !self.cluster.gone(node),
+        }
     }
 
     /// Where the call runs; `Err` when it cannot run here, a claim refused among them (see
@@ -245,7 +248,7 @@ impl SandboxWorker {
             }
         }
         if !placement.creates_sandbox {
-            if let Some(holder) = pool.registry().lookup(&key.0, &key.1).await? {
+            if let Some(holder) = pool.registry().lookup(&key).await? {
                 if holder.node != self.node && !forwarded && self.live_sandbox_node(&holder.node) {
                     return Ok(Target::On(holder.node));
                 }

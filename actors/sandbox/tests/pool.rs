@@ -17,7 +17,7 @@ use toolmesh_sandbox::backend::spawner::Spawner;
 use toolmesh_sandbox::backend::{Backend, SandboxLimits, LABEL_NODE};
 use toolmesh_sandbox::mirror::SyncLimits;
 use toolmesh_sandbox::pool::{OpenError, Pool, PoolSettings, SessionKey};
-use toolmesh_sandbox::registry::{Claim, SessionRegistry};
+use toolmesh_sandbox::registry::{Claim, Claimant, RedisRegistry, SessionRegistry};
 use toolmesh_sandbox::templates::{Network, Template, Templates};
 use toolmesh_testkit::{NatsServer, RedisServer};
 
@@ -130,7 +130,9 @@ impl Rig {
                 sync_limits: SyncLimits::default(),
                 disk: toolmesh_sandbox::disk::DiskPlan { mb: 64, note: None },
             },
-            SessionRegistry::new(&RedisConfig::url(redis.url()), TTL).unwrap(),
+            SessionRegistry::Redis(
+                RedisRegistry::new(&RedisConfig::url(redis.url()), TTL).unwrap(),
+            ),
             WorkspaceSync::new(nats.client().await),
         ));
         Rig {
@@ -144,7 +146,9 @@ impl Rig {
     }
 
     fn registry(&self) -> SessionRegistry {
-        SessionRegistry::new(&RedisConfig::url(self.redis.url()), TTL).unwrap()
+        SessionRegistry::Redis(
+            RedisRegistry::new(&RedisConfig::url(self.redis.url()), TTL).unwrap(),
+        )
     }
 }
 
@@ -165,9 +169,17 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
 
     // Another worker holds s1.
     let other = NodeId::parse("other-worker").unwrap();
-    let (account, s1) = key("s1");
-    let held = registry.claim(&account, &s1, &other, "sbx-elsewhere", None);
-    assert_eq!(held.await.unwrap(), Claim::Taken);
+    let held = registry
+        .claim(
+            &key("s1"),
+            &Claimant {
+                node: &other,
+                sandbox_id: "sbx-elsewhere",
+                replacing: None,
+            },
+        )
+        .await;
+    assert_eq!(held.unwrap(), Claim::Taken);
 
     let session = pool
         .open(&key("s1"), None, &dflt(pool))
@@ -184,7 +196,7 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
     );
     assert_eq!(pool.in_use(), 0);
     drop(session);
-    let placement = registry.lookup(&account, &s1).await.unwrap().unwrap();
+    let placement = registry.lookup(&key("s1")).await.unwrap().unwrap();
     assert_eq!(placement.node, other, "the holder keeps its session");
 
     // The same started sandbox serves the next new session, once its claim holds.
@@ -194,8 +206,7 @@ async fn a_lost_claim_puts_the_warm_sandbox_back_untouched() {
         .expect("opened");
     assert_eq!(next.sandbox.sandbox_id, warm_id);
     next.claimed().await.expect("s2 is nobody else's");
-    let (_, s2) = key("s2");
-    let placement = registry.lookup(&account, &s2).await.unwrap().unwrap();
+    let placement = registry.lookup(&key("s2")).await.unwrap().unwrap();
     assert_eq!((placement.node, placement.sandbox_id), (node, warm_id));
     drop(next);
     pool.shutdown().await;
@@ -230,10 +241,8 @@ async fn a_full_worker_evicts_its_least_recently_used_idle_session() {
     assert!(pool.local(&key("s1")).is_none(), "s1 was evicted");
     assert!(pool.local(&key("s2")).is_some(), "s2 stays");
     assert_eq!(pool.in_use(), 2);
-    let (account, s1) = key("s1");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while container_exists(&sandboxes[0]) || registry.lookup(&account, &s1).await.unwrap().is_some()
-    {
+    while container_exists(&sandboxes[0]) || registry.lookup(&key("s1")).await.unwrap().is_some() {
         assert!(
             std::time::Instant::now() < deadline,
             "s1's sandbox and registry entry go"

@@ -16,11 +16,24 @@ pub const HEARTBEAT_EXPIRY: Duration = Duration::from_secs(6);
 /// call it ran is not mistaken for one lost with its worker.
 pub const DEPARTED_MEMORY: Duration = Duration::from_secs(600);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClusterView {
     nodes: Mutex<HashMap<NodeId, (NodeStatus, Instant)>>,
     /// Nodes that said goodbye (`leaving`), and when.
     departed: Mutex<HashMap<NodeId, Instant>>,
+    /// When the view began: until [`HEARTBEAT_EXPIRY`] after it, it may not have heard every
+    /// live node yet.
+    started: Instant,
+}
+
+impl Default for ClusterView {
+    fn default() -> Self {
+        Self {
+            nodes: Mutex::default(),
+            departed: Mutex::default(),
+            started: Instant::now(),
+        }
+    }
 }
 
 /// What the view knows of one node right now ([`ClusterView::presence`]).
@@ -85,6 +98,17 @@ impl ClusterView {
         let mut live: Vec<NodeStatus> = nodes.values().map(|(s, _)| s.clone()).collect();
         live.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         live
+    }
+
+    /// Whether `node` may be taken for gone now: it left, or it has been silent for
+    /// [`HEARTBEAT_EXPIRY`]. A node never heard of counts as gone only once the view itself is
+    /// that old: a node that has just started has not yet heard the heartbeats of the others.
+    pub fn gone(&self, node: &NodeId) -> bool {
+        match self.presence(node) {
+            Presence::Live { .. } => false,
+            Presence::Left => true,
+            Presence::Unknown => self.started.elapsed() > HEARTBEAT_EXPIRY,
+        }
     }
 
     /// What the view knows of `node` now.
@@ -159,6 +183,25 @@ mod tests {
         assert_eq!(view.nodes_with(Role::Gateway), 2);
         view.record(beat("a", true));
         assert_eq!(view.live().len(), 1);
+    }
+
+    /// A young view takes no node it has not heard of for gone; an older one does, and a
+    /// node that left is gone at any age.
+    #[test]
+    fn a_young_view_takes_no_unheard_node_for_gone() {
+        let young = ClusterView::new();
+        let (a, b) = (NodeId::parse("a").unwrap(), NodeId::parse("b").unwrap());
+        assert!(!young.gone(&a), "not heard of yet");
+        young.record(beat("b", true));
+        assert!(young.gone(&b), "b left");
+
+        let old = ClusterView {
+            started: Instant::now() - HEARTBEAT_EXPIRY - Duration::from_millis(1),
+            ..ClusterView::new()
+        };
+        assert!(old.gone(&a), "silent for a whole expiry");
+        old.record(beat("a", false));
+        assert!(!old.gone(&a), "heard of");
     }
 
     #[test]

@@ -443,8 +443,30 @@ fn events_config(env: &RawEnv) -> Result<crate::streams::EventsConfig, ConfigErr
         max_age: Duration::from_secs(max_age_s),
         max_bytes: (max_bytes > 0).then_some(max_bytes),
         replicas: stream_replicas(env)?,
+        domain: jetstream_domain(env)?,
         durability: Default::default(),
     })
+}
+
+/// `TOOLMESH_JETSTREAM_DOMAIN`: the JetStream domain of the cluster's servers, for a node that
+/// reaches them through a leaf node (a worker site); unset, the JetStream of the server the
+/// node is connected to. Letters, digits, `-` and `_`.
+pub fn jetstream_domain(env: &RawEnv) -> Result<Option<String>, ConfigError> {
+    const KEY: &str = "TOOLMESH_JETSTREAM_DOMAIN";
+    let Some(domain) = env.get(KEY) else {
+        return Ok(None);
+    };
+    if !domain
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ConfigError::Invalid {
+            key: KEY,
+            value: domain.to_owned(),
+            reason: "a JetStream domain is letters, digits, '-' and '_'".to_owned(),
+        });
+    }
+    Ok(Some(domain.to_owned()))
 }
 
 #[cfg(test)]
@@ -504,6 +526,7 @@ mod tests {
             ("TOOLMESH_STREAM_REPLICAS", "0"),
             ("TOOLMESH_STREAM_REPLICAS", "6"),
             ("TOOLMESH_STREAM_REPLICAS", "three"),
+            ("TOOLMESH_JETSTREAM_DOMAIN", "hub.site"),
             ("TOOLMESH_NATS_URL", "nats://a:4222,"),
             ("TOOLMESH_NATS_URL", "http://a:80"),
         ];

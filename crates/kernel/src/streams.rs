@@ -106,6 +106,16 @@ fn unanswered() -> EnsureError {
     EnsureError::Unavailable(NO_ANSWER.into())
 }
 
+/// The JetStream of `domain` (`TOOLMESH_JETSTREAM_DOMAIN`), or of the server `client` is
+/// connected to. Through a leaf node, only a domain reaches the hub's JetStream: a leaf
+/// server denies the plain `$JS.API.>` and `$KV.>` across its link.
+pub fn context(client: &async_nats::Client, domain: Option<&str>) -> Context {
+    match domain {
+        Some(domain) => async_nats::jetstream::with_domain(client.clone(), domain),
+        None => async_nats::jetstream::new(client.clone()),
+    }
+}
+
 /// Creates the stream of `config`, or updates the one of that name to it, except its
 /// replicas: a stream kept on more servers than `config` asks stays so (answered in
 /// [`Ensured::kept`]); one kept on fewer is raised ([`Ensured::raised`]).
@@ -475,6 +485,9 @@ pub struct EventsConfig {
     pub max_bytes: Option<u64>,
     /// Servers of a NATS cluster keeping a copy (1 on a single server).
     pub replicas: usize,
+    /// The JetStream domain the stream lives in (`TOOLMESH_JETSTREAM_DOMAIN`), if not the
+    /// connected server's.
+    pub domain: Option<String>,
     /// What the node found at start; read by `component_status`.
     pub durability: Arc<OnceLock<Durability>>,
 }
@@ -530,7 +543,7 @@ pub async fn ensure_events(
     client: &async_nats::Client,
     config: &EventsConfig,
 ) -> Result<Durability, EnsureError> {
-    let js = async_nats::jetstream::new(client.clone());
+    let js = context(client, config.domain.as_deref());
     let durability = match ensure(&js, events_config(config)).await {
         Ok(ensured) => {
             if !ensured.kept.is_empty() {
@@ -697,6 +710,7 @@ mod tests {
             max_age: Duration::from_secs(60),
             max_bytes: None,
             replicas,
+            domain: None,
             durability: Default::default(),
         }
     }

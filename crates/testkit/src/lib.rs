@@ -8,7 +8,8 @@
 //! candidate is taken.
 
 //!
-//! The parts: `nats` ([`NatsServer`], [`AuthNats`]), `nats_cluster` ([`NatsCluster`]),
+//! The parts: `nats` ([`NatsServer`], [`AuthNats`]), `nats_cluster` ([`NatsCluster`]), `leaf`
+//! ([`LeafSite`]),
 //! `redis` ([`RedisServer`]), `node`
 //! ([`NodeSpec`], [`Node`]), `logs` ([`LogTap`], [`captured_logs`]), `client` ([`wait_until`],
 //! the request helpers), `net` ([`ClosedPort`], [`http_target`]), [`raw_http`], `egress_probe`
@@ -16,6 +17,7 @@
 
 mod client;
 mod egress_probe;
+mod leaf;
 mod logs;
 mod nats;
 mod nats_cluster;
@@ -28,8 +30,9 @@ mod sentinel;
 
 pub use client::{request_json, request_json_within, request_raw, wait_until};
 pub use egress_probe::{egress_probe_command, EGRESS_PROBE};
+pub use leaf::LeafSite;
 pub use logs::{captured_logs, LogTap};
-pub use nats::{AuthNats, NatsServer};
+pub use nats::{AuthNats, NatsServer, HUB_DOMAIN};
 pub use nats_cluster::{NatsCluster, CLUSTER_SIZE};
 pub use net::{http_target, ClosedPort};
 pub use node::{Listener, Node, NodeSpec};

@@ -5,17 +5,25 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::logs::LogTap;
+use crate::net::ClosedPort;
 use crate::process::{find_binary, temp_dir, SERVER_START};
 
 /// A `nats-server` on a port it picks itself (`-p -1`, read back from its log): JetStream off
 /// ([`NatsServer::start`]) or on, with its store in the server's own temp dir
 /// ([`NatsServer::start_jetstream`]), kept across [`NatsServer::restart`]. Its monitoring
 /// endpoint (`-m -1`) answers [`NatsServer::interest`].
+/// The JetStream domain of a [`NatsServer::start_hub`] server.
+pub const HUB_DOMAIN: &str = "toolmesh";
+
 #[derive(Debug)]
 pub struct NatsServer {
     child: Child,
     port: u16,
     monitor: u16,
+    /// Where it takes leaf node connections, when it does ([`NatsServer::start_hub`]).
+    leaf_port: Option<u16>,
+    /// The leaf port it advertises, held so that nothing listens there.
+    advertised: Option<ClosedPort>,
     options: NatsOptions,
     dir: tempfile::TempDir,
 }
@@ -57,12 +65,33 @@ impl NatsServer {
         Self::spawn(None, options, temp_dir())
     }
 
+    /// Starts with JetStream on, in the domain [`HUB_DOMAIN`], and a port for leaf nodes
+    /// ([`NatsServer::leaf_port`]): the hub of a [`LeafSite`](crate::LeafSite), whose clients
+    /// reach its JetStream through that domain. The leaf port it tells its leaves of is one
+    /// where nothing listens: a leaf reconnects only where it was told to (through its relay),
+    /// never straight to the port it learned.
+    pub fn start_hub() -> NatsServer {
+        let nowhere = ClosedPort::new();
+        let config = format!(
+            "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{ listen: \"127.0.0.1:-1\", advertise: \"127.0.0.1:{}\" }}\n",
+            nowhere.port()
+        );
+        let options = NatsOptions {
+            config: Some(config),
+            jetstream: true,
+        };
+        let mut hub = Self::spawn(None, options, temp_dir());
+        hub.advertised = Some(nowhere);
+        hub
+    }
+
     /// Kills the server (a crash) and starts it again on the same port with the same options
     /// and store: a JetStream server comes back with its streams.
     pub fn restart(&mut self) {
         self.kill();
         let dir = std::mem::replace(&mut self.dir, temp_dir());
-        let fresh = Self::spawn(Some(self.port), self.options.clone(), dir);
+        let mut fresh = Self::spawn(Some(self.port), self.options.clone(), dir);
+        fresh.advertised = self.advertised.take();
         // The old value's child is dead already; dropping it kills nothing that runs.
         *self = fresh;
     }
@@ -85,9 +114,12 @@ impl NatsServer {
                 .arg(dir.path().join("jetstream"));
         }
         let started = start_nats(command.current_dir(dir.path()));
+        let leaf_port = leaf_port(&started.log);
         NatsServer {
             child: started.child,
             port: started.port,
+            leaf_port,
+            advertised: None,
             monitor: started
                 .monitor
                 .expect("nats-server -m -1 says where it monitors"),
@@ -102,6 +134,12 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The port leaf nodes connect to (a server of [`NatsServer::start_hub`]).
+    pub fn leaf_port(&self) -> u16 {
+        self.leaf_port
+            .expect("a hub server (NatsServer::start_hub) takes leaf nodes")
     }
 
     /// A client connection to this server.
@@ -121,8 +159,7 @@ impl NatsServer {
 
     /// Kills the server now (a crash, not a shutdown).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::process::stop(&mut self.child);
     }
 }
 
@@ -140,6 +177,13 @@ pub(crate) struct Started {
     pub port: u16,
     /// Its monitoring endpoint, if it has one (`-m`).
     pub monitor: Option<u16>,
+}
+
+/// The leaf port a started server's log names, if it takes leaf nodes.
+fn leaf_port(log: &LogTap) -> Option<u16> {
+    log.find(Duration::ZERO, |l| {
+        port_after(l, "Listening for leafnode connections on ")
+    })
 }
 
 /// The port of `addr` in a log line holding `after` then `host:port`.
@@ -166,8 +210,7 @@ pub(crate) fn start_nats(command: &mut Command) -> Started {
         l.contains("Server is ready").then_some(())
     });
     let (Some(port), Some(())) = (port, ready) else {
-        let _ = child.kill();
-        let _ = child.wait();
+        crate::process::stop(&mut child);
         panic!("nats-server did not start:\n{}", log.text());
     };
     let monitor = log.find(Duration::ZERO, |l| {
@@ -213,11 +256,38 @@ pub(crate) async fn monitor_json(port: u16, path: &str) -> serde_json::Value {
 pub struct AuthNats {
     child: Child,
     port: u16,
+    /// Its leaf port and the one it advertises, held so that nothing listens there
+    /// ([`AuthNats::start_hub`]).
+    leaf: Option<(u16, ClosedPort)>,
     _dir: tempfile::TempDir,
 }
 
 impl AuthNats {
     pub fn start() -> AuthNats {
+        Self::start_with("").0
+    }
+
+    /// As [`AuthNats::start`], with a port for leaf nodes ([`AuthNats::leaf_port`]) as
+    /// `docker/nats-cluster.conf` has: the hub of a [`LeafSite::deployed`](crate::LeafSite).
+    /// Like [`NatsServer::start_hub`], it advertises a leaf port where nothing listens.
+    pub fn start_hub() -> AuthNats {
+        let nowhere = ClosedPort::new();
+        let leafnodes = format!(
+            "leafnodes {{ listen: \"127.0.0.1:-1\", advertise: \"127.0.0.1:{}\" }}\n",
+            nowhere.port()
+        );
+        let (mut hub, port) = Self::start_with(&leafnodes);
+        hub.leaf = Some((port.expect("nats-server names its leaf port"), nowhere));
+        hub
+    }
+
+    /// The port leaf nodes connect to (an [`AuthNats::start_hub`] server).
+    pub fn leaf_port(&self) -> u16 {
+        self.leaf.as_ref().expect("a hub (AuthNats::start_hub)").0
+    }
+
+    /// docker/nats.conf with `extra` appended; and its leaf port, if it has one.
+    fn start_with(extra: &str) -> (AuthNats, Option<u16>) {
         let dir = temp_dir();
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -235,6 +305,7 @@ impl AuthNats {
         for (variable, password) in [
             ("$TOOLMESH_NODE_PASSWORD", "node-pw"),
             ("$PROVIDER_PASSWORD", "provider-pw"),
+            ("$SITE_PASSWORD", "site-pw"),
             ("$ACME_PASSWORD", "acme-pw"),
             ("$GLOBEX_PASSWORD", "globex-pw"),
             ("$APPROVER_PASSWORD", "approver-pw"),
@@ -243,6 +314,7 @@ impl AuthNats {
         ] {
             text = text.replace(variable, &format!("{password:?}"));
         }
+        text.push_str(extra);
         let config = dir.path().join("nats.conf");
         std::fs::write(&config, text).expect("write the config");
         let started = start_nats(
@@ -250,11 +322,14 @@ impl AuthNats {
                 .args(["-a", "127.0.0.1", "-p", "-1", "-c"])
                 .arg(&config),
         );
-        AuthNats {
+        let leaf_port = leaf_port(&started.log);
+        let nats = AuthNats {
             child: started.child,
             port: started.port,
+            leaf: None,
             _dir: dir,
-        }
+        };
+        (nats, leaf_port)
     }
 
     pub fn port(&self) -> u16 {
@@ -300,8 +375,7 @@ impl AuthNats {
 
 impl Drop for AuthNats {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::process::stop(&mut self.child);
     }
 }
 

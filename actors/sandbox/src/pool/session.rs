@@ -64,6 +64,11 @@ impl Drop for SessionUse {
 }
 
 impl Session {
+    /// Its `(account, session)`, as the registry knows it.
+    pub fn key(&self) -> SessionKey {
+        (self.account.clone(), self.session_id.clone())
+    }
+
     pub(super) fn touch(&self) {
         *self.last_used.lock().expect("session clock") =
             (Instant::now(), toolmesh_kernel::time::now_ms());

@@ -18,7 +18,7 @@ use crate::pool::error::PoolError;
 use crate::pool::folders::remove_folder_of;
 use crate::pool::session::{OpenError, Session, SessionClaim, SessionKey, SessionUse};
 use crate::pool::state::{new_sandbox_id, Busy, Pool, Reservation};
-use crate::registry::Claim;
+use crate::registry::{Claim, Claimant};
 use crate::tasks::TaskTable;
 use crate::templates::Template;
 
@@ -101,11 +101,7 @@ impl Pool {
                     // the pool by then.
                     Ok((sandbox, _busy)) => sandbox,
                     Err(e) => {
-                        if let Err(e) = self
-                            .registry
-                            .release(&key.0, &key.1, &self.settings.node)
-                            .await
-                        {
+                        if let Err(e) = self.registry.release(key, &self.settings.node).await {
                             tracing::warn!(error = %DisplayChain(&e), "cannot release a session whose sandbox was not made");
                         }
                         return Err(e.into());
@@ -151,12 +147,12 @@ impl Pool {
         replacing: Option<&NodeId>,
         sandbox_id: &str,
     ) -> Result<(), OpenError> {
-        let node = &self.settings.node;
-        match self
-            .registry
-            .claim(&key.0, &key.1, node, sandbox_id, replacing)
-            .await
-        {
+        let by = Claimant {
+            node: &self.settings.node,
+            sandbox_id,
+            replacing,
+        };
+        match self.registry.claim(key, &by).await {
             Ok(Claim::Taken) => Ok(()),
             Ok(Claim::HeldBy(node)) => Err(OpenError::HeldBy(node)),
             Err(e) => Err(e.into()),
@@ -323,7 +319,7 @@ impl Pool {
         // elsewhere) while the old sandbox goes, and a claim made meanwhile is not released.
         if let Err(e) = self
             .registry
-            .release(&session.account, &session.session_id, &self.settings.node)
+            .release(&session.key(), &self.settings.node)
             .await
         {
             tracing::warn!(error = %DisplayChain(&e), sandbox = %session.sandbox.sandbox_id, "cannot release a removed session in the registry");
@@ -360,7 +356,7 @@ impl Pool {
             }
             match self
                 .registry
-                .touch(&session.account, &session.session_id, &self.settings.node)
+                .touch(&session.key(), &self.settings.node)
                 .await
             {
                 Ok(true) => {}

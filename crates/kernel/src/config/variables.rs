@@ -37,8 +37,9 @@ pub const VARIABLES: &[Variable] = &[
         "TOOLMESH_REDIS_URL",
         Node,
         "`redis://127.0.0.1:6379`",
-        "Redis, where approvals, workspace read state and the sandbox registry live. With \
-         `TOOLMESH_REDIS_SENTINELS`, only its user, password and database are used.",
+        "Redis, where approvals, workspace read state and the sandbox registry (unless \
+         `TOOLMESH_SANDBOX_REGISTRY=jetstream`) live. With `TOOLMESH_REDIS_SENTINELS`, only its \
+         user, password and database are used.",
     ),
     var(
         "TOOLMESH_REDIS_SENTINELS",
@@ -134,6 +135,14 @@ pub const VARIABLES: &[Variable] = &[
         "Servers of a NATS cluster that keep a copy of `TOOLMESH_EVENTS` and `TOOLMESH_AUDIT` \
          (1–5; 3 on a three-server cluster). A node raises a stream kept on fewer servers, and \
          leaves one kept on more as it is (logged).",
+    ),
+    var(
+        "TOOLMESH_JETSTREAM_DOMAIN",
+        Events,
+        "unset (the connected server's JetStream)",
+        "The JetStream domain of the cluster's servers (`jetstream { domain }`), for a node at a \
+         worker site that reaches them through a NATS leaf node: its RunEvents stream and the \
+         sandbox registry bucket are found there.",
     ),
     var(
         "TOOLMESH_AUDIT_MAX_AGE_S",
