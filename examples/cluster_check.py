@@ -64,27 +64,41 @@ def compose(*args, check=True):
 
 
 class Conn:
-    """One NATS connection as one user, with the errors the server sent it."""
+    """One NATS connection as one user (to `servers`, or URL), with the errors the server sent
+    it and how long each reconnection took (`gaps`, seconds)."""
 
-    def __init__(self, user):
+    def __init__(self, user, servers=None):
         self.user = user
+        self.servers = servers or [URL]
         self.errors = []
+        self.gaps = []
+        self.lost_at = None
         self.nc = None
 
     async def open(self):
         async def on_error(e):
             self.errors.append(str(e))
 
+        async def disconnected():
+            self.lost_at = time.monotonic()
+
+        async def reconnected():
+            if self.lost_at is not None:
+                self.gaps.append(time.monotonic() - self.lost_at)
+                self.lost_at = None
+
         inbox = "_INBOX" if self.user == "toolmesh" else f"_INBOX.{self.user}"
         self.nc = await nats.connect(
-            URL,
+            servers=self.servers,
             user=self.user,
             password=PASSWORDS[self.user],
             inbox_prefix=inbox,
             name=f"cluster-check-{self.user}",
             error_cb=on_error,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
+            reconnect_time_wait=0.2 if len(self.servers) > 1 else 0.5,
         )
         return self
 
@@ -724,6 +738,31 @@ def audit_sha256(entry):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+async def audit_entries(conn, account):
+    """Every entry of `account`'s audit trail, read as `conn` page by page."""
+    entries, since = [], None
+    while True:
+        body = {"limit": 1000, **({"since": since} if since else {})}
+        page = await conn.request(f"toolmesh.v1.audit.{account}.query", body, timeout=30)
+        if page.get("ok") is not True:
+            raise CheckFailed(f"the audit query failed: {page}")
+        entries += page["entries"]
+        if not page.get("more"):
+            return entries
+        since = page["entries"][-1]["seq"]
+
+
+def verify_chain(entries):
+    """Each entry's sha256 is the hash of its body, and links to the one before it."""
+    prev = None
+    for e in entries:
+        if e["sha256"] != audit_sha256(e):
+            raise CheckFailed(f"entry {e['seq']}: its sha256 is not the hash of its body: {e}")
+        if prev is not None and e["prev_sha256"] != prev:
+            raise CheckFailed(f"entry {e['seq']}: prev_sha256 is not the entry before it")
+        prev = e["sha256"]
+
+
 async def check_audit(c):
     """acme reads its own audit trail (its broker permissions allow the query) and checks
     every hash and link with an implementation of its own; the call it just made is on it."""
@@ -734,26 +773,12 @@ async def check_audit(c):
     gated = await acme.call("acme", "run_command", {"command": "echo audit"}, session="audit-check")
     expect(gated.get("error") == "approval_required", "and one that waits for approval", gated)
     invocation = replies[-1]["invocation_id"]
-    entries, since = [], None
-    while True:
-        page = await acme.request("toolmesh.v1.audit.acme.query", {"limit": 1000, **({"since": since} if since else {})}, timeout=30)
-        if page.get("ok") is not True:
-            raise CheckFailed(f"the audit query failed: {page}")
-        entries += page["entries"]
-        if not page.get("more"):
-            break
-        since = page["entries"][-1]["seq"]
+    entries = await audit_entries(acme, "acme")
     expect(any(e["invocation_id"] == invocation and e["kind"] == "call" and e["status"] == "finished" for e in entries),
            f"the call is on the trail ({len(entries)} entries)", entries[-3:])
     expect(any(e["kind"] == "approval" and e["status"] == "requested" and e["invocation_id"] == gated["invocation_id"]
                for e in entries) and len(entries) >= 6, "so is the requested approval", entries[-3:])
-    prev = None
-    for e in entries:
-        if e["sha256"] != audit_sha256(e):
-            raise CheckFailed(f"entry {e['seq']}: its sha256 is not the hash of its body: {e}")
-        if prev is not None and e["prev_sha256"] != prev:
-            raise CheckFailed(f"entry {e['seq']}: prev_sha256 is not the entry before it")
-        prev = e["sha256"]
+    verify_chain(entries)
     expect(True, "every hash and link checks out in Python")
 
 

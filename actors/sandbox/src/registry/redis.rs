@@ -94,25 +94,34 @@ impl RedisRegistry {
         self.link.connection().await.map_err(unreachable)
     }
 
+    /// Runs `command` on the link's connection, and once more on a fresh one after an error
+    /// that a reconnect (Redis restarted) or the new primary (a failover) may cure. Only for
+    /// commands that may run twice.
+    async fn once_more<T, F, Fut>(&self, command: F) -> Result<T, RegistryError>
+    where
+        F: Fn(RedisConn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        match command(self.conn().await?).await {
+            Err(e) if retryable(&e) => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                command(self.conn().await?).await.map_err(unreachable)
+            }
+            done => done.map_err(unreachable),
+        }
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis().max(1) as u64
     }
 
     pub async fn lookup(&self, key: &SessionKey) -> Result<Option<Placement>, RegistryError> {
-        let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(redis_key(key)).arg("node").arg("sandbox");
-        let (node, sandbox): (Option<String>, Option<String>) =
-            match cmd.query_async(&mut conn).await {
-                Ok(found) => found,
-                // A connection Redis dropped (a restart) fails once, then reconnects.
-                Err(e) if retryable(&e) => {
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    let mut conn = self.conn().await?;
-                    cmd.query_async(&mut conn).await.map_err(unreachable)?
-                }
-                Err(e) => return Err(unreachable(e)),
-            };
+        let cmd = &cmd;
+        let (node, sandbox): (Option<String>, Option<String>) = self
+            .once_more(|mut conn| async move { cmd.query_async(&mut conn).await })
+            .await?;
         Ok(match (node.and_then(|n| NodeId::parse(n).ok()), sandbox) {
             (Some(node), Some(sandbox_id)) => Some(Placement { node, sandbox_id }),
             _ => None,
@@ -121,7 +130,6 @@ impl RedisRegistry {
 
     /// Takes the session for `by.node` unless a holder other than `by.replacing` has it.
     pub async fn claim(&self, key: &SessionKey, by: &Claimant<'_>) -> Result<Claim, RegistryError> {
-        let mut conn = self.conn().await?;
         let mut claim = self.claim.key(redis_key(key));
         claim
             .arg(by.node.as_str())
@@ -130,15 +138,10 @@ impl RedisRegistry {
             .arg(self.ttl_ms());
         // The script is idempotent for this node, so running it again after a dropped
         // connection is safe.
-        let holder: String = match claim.invoke_async(&mut conn).await {
-            Ok(holder) => holder,
-            Err(e) if retryable(&e) => {
-                tokio::time::sleep(RETRY_PAUSE).await;
-                let mut conn = self.conn().await?;
-                claim.invoke_async(&mut conn).await.map_err(unreachable)?
-            }
-            Err(e) => return Err(unreachable(e)),
-        };
+        let claim = &claim;
+        let holder: String = self
+            .once_more(|mut conn| async move { claim.invoke_async(&mut conn).await })
+            .await?;
         if holder.is_empty() {
             return Ok(Claim::Taken);
         }
