@@ -87,6 +87,23 @@ fn ids(session: &str) -> SessionKey {
     )
 }
 
+/// A claim by `node` for its sandbox `sandbox_id`, replacing nobody.
+fn by<'a>(node: &'a NodeId, sandbox_id: &'a str) -> Claimant<'a> {
+    Claimant {
+        node,
+        sandbox_id,
+        replacing: None,
+    }
+}
+
+/// [`by`], in place of `gone`.
+fn instead_of<'a>(node: &'a NodeId, sandbox_id: &'a str, gone: &'a NodeId) -> Claimant<'a> {
+    Claimant {
+        replacing: Some(gone),
+        ..by(node, sandbox_id)
+    }
+}
+
 fn node(name: &str) -> NodeId {
     NodeId::parse(name).unwrap()
 }
@@ -98,28 +115,10 @@ async fn claims_are_compare_and_set(kind: &str) {
     let (a, b, c) = (node("worker-a"), node("worker-b"), node("worker-c"));
 
     assert_eq!(w1.lookup(&key).await.unwrap(), None);
-    let taken = w1
-        .claim(
-            &key,
-            &Claimant {
-                node: &a,
-                sandbox_id: "sbx-a",
-                replacing: None,
-            },
-        )
-        .await;
+    let taken = w1.claim(&key, &by(&a, "sbx-a")).await;
     assert_eq!(taken.unwrap(), Claim::Taken, "{kind}: nobody held it");
     // Again by its holder (a retried claim, a new sandbox): still taken, the entry follows.
-    let again = w1
-        .claim(
-            &key,
-            &Claimant {
-                node: &a,
-                sandbox_id: "sbx-a2",
-                replacing: None,
-            },
-        )
-        .await;
+    let again = w1.claim(&key, &by(&a, "sbx-a2")).await;
     assert_eq!(again.unwrap(), Claim::Taken, "{kind}: its own holder");
     let seen = w2.lookup(&key).await.unwrap();
     assert_eq!(
@@ -132,42 +131,15 @@ async fn claims_are_compare_and_set(kind: &str) {
     );
 
     // A live holder is not replaced; one believed gone is, by the worker that believes it.
-    let held = w2
-        .claim(
-            &key,
-            &Claimant {
-                node: &b,
-                sandbox_id: "sbx-b",
-                replacing: None,
-            },
-        )
-        .await;
+    let held = w2.claim(&key, &by(&b, "sbx-b")).await;
     assert_eq!(held.unwrap(), Claim::HeldBy(a.clone()), "{kind}");
-    let wrong = w2
-        .claim(
-            &key,
-            &Claimant {
-                node: &b,
-                sandbox_id: "sbx-b",
-                replacing: Some(&c),
-            },
-        )
-        .await;
+    let wrong = w2.claim(&key, &instead_of(&b, "sbx-b", &c)).await;
     assert_eq!(
         wrong.unwrap(),
         Claim::HeldBy(a.clone()),
         "{kind}: c never held it"
     );
-    let over = w2
-        .claim(
-            &key,
-            &Claimant {
-                node: &b,
-                sandbox_id: "sbx-b",
-                replacing: Some(&a),
-            },
-        )
-        .await;
+    let over = w2.claim(&key, &instead_of(&b, "sbx-b", &a)).await;
     assert_eq!(over.unwrap(), Claim::Taken, "{kind}: a was gone");
     assert_eq!(w1.lookup(&key).await.unwrap().unwrap().node, b);
 
@@ -183,16 +155,7 @@ async fn claims_are_compare_and_set(kind: &str) {
     w2.release(&key, &b).await.unwrap();
     assert_eq!(w1.lookup(&key).await.unwrap(), None, "{kind}");
     // Released, it is free again for anyone.
-    let next = w1
-        .claim(
-            &key,
-            &Claimant {
-                node: &c,
-                sandbox_id: "sbx-c",
-                replacing: None,
-            },
-        )
-        .await;
+    let next = w1.claim(&key, &by(&c, "sbx-c")).await;
     assert_eq!(next.unwrap(), Claim::Taken, "{kind}: free after a release");
 }
 
@@ -212,14 +175,7 @@ async fn one_of_racing_claims_wins(kind: &str) {
         async move {
             let me = node(&format!("worker-{i}"));
             let claim = registry
-                .claim(
-                    &key,
-                    &Claimant {
-                        node: &me,
-                        sandbox_id: &format!("sbx-{i}"),
-                        replacing: None,
-                    },
-                )
+                .claim(&key, &by(&me, &format!("sbx-{i}")))
                 .await
                 .unwrap();
             (me, claim)
@@ -251,16 +207,7 @@ async fn touched_entries_live_and_others_lapse(kind: &str) {
     let (kept, lapsed) = (ids("kept"), ids("lapsed"));
     let me = node("worker-a");
     for key in [&kept, &lapsed] {
-        let claim = registry
-            .claim(
-                key,
-                &Claimant {
-                    node: &me,
-                    sandbox_id: "sbx",
-                    replacing: None,
-                },
-            )
-            .await;
+        let claim = registry.claim(key, &by(&me, "sbx")).await;
         assert_eq!(claim.unwrap(), Claim::Taken, "{kind}");
     }
     let start = Instant::now();
@@ -299,16 +246,7 @@ async fn the_jetstream_registry_is_a_plain_key_value_bucket() {
     let js = async_nats::jetstream::new(client);
     let registry = KvRegistry::start(&js, TTL, 1).await.unwrap();
     let key = ids("plain");
-    let claim = registry
-        .claim(
-            &key,
-            &Claimant {
-                node: &node("worker-a"),
-                sandbox_id: "sbx-1",
-                replacing: None,
-            },
-        )
-        .await;
+    let claim = registry.claim(&key, &by(&node("worker-a"), "sbx-1")).await;
     assert_eq!(claim.unwrap(), Claim::Taken);
     // A second start (another worker) finds the bucket as it is.
     KvRegistry::start(&js, TTL, 1).await.unwrap();

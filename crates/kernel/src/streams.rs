@@ -63,12 +63,14 @@ pub enum EnsureError {
 }
 
 impl EnsureError {
-    /// Whether asking again may help: JetStream has no leader yet, or, from a server in a
-    /// cluster, did not answer (a forming cluster's servers ignore JetStream requests).
-    fn leaderless(&self, clustered: bool) -> bool {
+    /// Whether asking again may help: JetStream has no leader yet, or did not answer (a
+    /// forming cluster's servers ignore JetStream requests). Whether the server is in a
+    /// cluster is not asked: a node that connected while its server was starting may not
+    /// know it yet, and a server without JetStream answers at once (no responders).
+    fn leaderless(&self) -> bool {
         match self {
             EnsureError::NoLeader(_) => true,
-            EnsureError::Unavailable(reason) => clustered && reason == NO_ANSWER,
+            EnsureError::Unavailable(reason) => reason == NO_ANSWER,
             EnsureError::Refused { .. } => false,
         }
     }
@@ -76,20 +78,15 @@ impl EnsureError {
 
 /// Runs `attempt` again while JetStream has no leader ([`EnsureError::leaderless`]), for up to
 /// [`FORMING_WAIT`].
-async fn patiently<T, Fut>(
-    js: &Context,
-    stream: &str,
-    mut attempt: impl FnMut() -> Fut,
-) -> Result<T, EnsureError>
+async fn patiently<T, Fut>(stream: &str, mut attempt: impl FnMut() -> Fut) -> Result<T, EnsureError>
 where
     Fut: Future<Output = Result<T, EnsureError>>,
 {
-    let clustered = js.client().server_info().cluster.is_some();
     let deadline = Instant::now() + FORMING_WAIT;
     let mut said = false;
     loop {
         match attempt().await {
-            Err(e) if e.leaderless(clustered) && Instant::now() < deadline => {
+            Err(e) if e.leaderless() && Instant::now() < deadline => {
                 if !said {
                     tracing::info!(stream, error = %e, "JetStream has no leader yet; asking again");
                     said = true;
@@ -121,7 +118,7 @@ pub fn context(client: &async_nats::Client, domain: Option<&str>) -> Context {
 /// [`Ensured::kept`]); one kept on fewer is raised ([`Ensured::raised`]).
 pub async fn ensure(js: &Context, config: Config) -> Result<Ensured, EnsureError> {
     let stream = config.name.clone();
-    patiently(js, &stream, || ensure_once(js, &config)).await
+    patiently(&stream, || ensure_once(js, &config)).await
 }
 
 async fn ensure_once(js: &Context, config: &Config) -> Result<Ensured, EnsureError> {
@@ -407,7 +404,7 @@ pub fn append_only_merge(
 /// raise is no error: the stream exists and runs as it is ([`Ensured::not_raised`]).
 pub async fn ensure_append_only(js: &Context, wanted: Config) -> Result<Ensured, EnsureError> {
     let name = wanted.name.clone();
-    patiently(js, &name, || ensure_append_only_once(js, &wanted)).await
+    patiently(&name, || ensure_append_only_once(js, &wanted)).await
 }
 
 async fn ensure_append_only_once(js: &Context, wanted: &Config) -> Result<Ensured, EnsureError> {
