@@ -198,42 +198,54 @@ async def verify_audit(conns, account):
     expect(True, f"{account}'s audit chain verifies whole ({len(entries)} entries)")
 
 
+async def replay(js, subject):
+    """Every RunEvent kept on `subject`, in stream order."""
+    sub = await js.subscribe(subject, ordered_consumer=True)
+    events, done = [], None
+    try:
+        # Until every number up to `finished`'s is in, or a second brings nothing more.
+        while done is None or len(events) <= done:
+            events.append(json.loads((await sub.next_msg(timeout=1)).data))
+            if events[-1].get("kind") == "finished":
+                done = events[-1]["seq"]
+    except Exception:  # noqa: BLE001 - no more within a second
+        pass
+    await sub.unsubscribe()
+    return events
+
+
 async def verify_events(node, finished, around=None):
     """Every call answered ok has its `finished` RunEvent in TOOLMESH_EVENTS; for the calls
-    answered within 10 s of `around` (a fault), every event, `seq` 1 to `finished`'s."""
+    answered within 10 s of `around` (a fault), every event, `seq` 0 to `finished`'s. Events
+    of one call come from several nodes, so a worker's last `stdout` may be kept after the
+    gateway's `finished`: their `seq` orders them, not the stream."""
     js = node.nc.jetstream()
     missing, gaps, checked = [], [], 0
     for account, invocation, at in finished:
         subject = f"toolmesh.v1.events.{account}.{invocation}"
         try:
             last = json.loads((await js.get_last_msg("TOOLMESH_EVENTS", subject)).data)
-        except Exception as e:  # noqa: BLE001 - not found
-            if not missing:
-                log(f"  no finished event of {invocation}: {type(e).__name__}: {e}")
+        except Exception:  # noqa: BLE001 - not found
+            last = None
+        near = around is not None and abs(at - around) <= 10
+        if last is not None and last.get("kind") == "finished" and not near:
+            continue
+        events = await replay(js, subject)
+        done = [e for e in events if e.get("kind") == "finished"]
+        if not done:
             missing.append((invocation, at))
             continue
-        if last.get("kind") != "finished":
-            missing.append((invocation, at))
-            continue
-        if around is None or abs(at - around) > 10:
-            continue
-        checked += 1
-        sub = await js.subscribe(subject, ordered_consumer=True)
-        seqs = []
-        while len(seqs) < last["seq"]:
-            try:
-                seqs.append(json.loads((await sub.next_msg(timeout=2)).data)["seq"])
-            except Exception:  # noqa: BLE001 - no more
-                break
-        await sub.unsubscribe()
-        if seqs != list(range(1, last["seq"] + 1)):
-            gaps.append((invocation, seqs))
+        if near:
+            checked += 1
+            seqs = sorted(e["seq"] for e in events)
+            if seqs != list(range(done[0]["seq"] + 1)):
+                gaps.append((invocation, seqs))
     if missing:
         log(f"  {len(missing)} of {len(finished)} without their finished event, answered between "
             f"{min(a for _, a in missing) - T0:.1f} s and {max(a for _, a in missing) - T0:.1f} s")
     expect(not missing, f"the replay has the finished event of each of {len(finished)} ok calls",
            [i for i, _ in missing[:5]])
-    expect(not gaps, f"and every event of the {checked} answered around the fault", gaps[:3])
+    expect(not gaps, f"and every event of the {checked} answered within 10 s of the fault", gaps[:3])
 
 
 async def events_leader(node):
