@@ -240,6 +240,10 @@ mod tests {
         ("TOOLMESH_AUDIT", "the audit trail's JetStream stream"),
         ("TOOLMESH_EVENTS", "the RunEvents' JetStream stream"),
         (
+            "TOOLMESH_NODE_PASSWORD",
+            "the node user's password in docker/nats.conf and docker/nats-leaf.conf",
+        ),
+        (
             "TOOLMESH_SANDBOX_SESSIONS",
             "the sandbox registry's JetStream key-value bucket",
         ),
