@@ -27,6 +27,7 @@ import collections
 import json
 import sys
 import time
+import urllib.parse
 import uuid
 
 from nats.errors import TimeoutError as NatsTimeout
@@ -258,7 +259,8 @@ async def drill_nats(conns, seconds):
     load = Load(conns).start()
     await asyncio.sleep(seconds / 2)
     host = conns["acme"].nc.connected_url.hostname
-    victim = next(s for s in ("nats-1", "nats-2", "nats-3") if host in servers()[int(s[-1]) - 1])
+    urls = dict(zip(("nats-1", "nats-2", "nats-3"), servers()))
+    victim = next(name for name, url in urls.items() if urllib.parse.urlparse(url).hostname == host)
     log(f"  docker kill {victim} (acme's caller is connected to it; the events' leader is "
         f"{await events_leader(conns['node'])})")
     killed = time.monotonic()
