@@ -300,7 +300,7 @@ async fn gather(client: &Client) -> Vec<Seen> {
         if msg.status.is_some() {
             continue; // "no responders": nobody serves anything
         }
-        match serde_json::from_slice::<Info>(&msg.payload) {
+        match parse_info(&msg.payload) {
             Ok(info) => seen.push(Seen {
                 info,
                 latency: started.elapsed(),
@@ -312,4 +312,43 @@ async fn gather(client: &Client) -> Vec<Seen> {
     }
     let _ = sub.unsubscribe().await;
     seen
+}
+
+/// A `$SRV.INFO` reply. A service registered without a description (nats.py's default) says
+/// `"description": null` or nothing: it counts as an empty one, not as a reply to ignore.
+fn parse_info(payload: &[u8]) -> Result<Info, serde_json::Error> {
+    let mut reply: serde_json::Value = serde_json::from_slice(payload)?;
+    if let Some(fields) = reply.as_object_mut() {
+        let description = fields
+            .entry("description")
+            .or_insert(serde_json::Value::Null);
+        if description.is_null() {
+            *description = serde_json::Value::String(String::new());
+        }
+    }
+    serde_json::from_value(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_info;
+
+    #[test]
+    fn a_service_without_a_description_is_still_a_service() {
+        let reply = |description: &str| {
+            format!(
+                r#"{{"type":"io.nats.micro.v1.info_response","name":"calc","id":"x1",{description}"version":"1.0.0","metadata":{{}},"endpoints":[]}}"#
+            )
+        };
+        for missing in ["", r#""description":null,"#] {
+            let info = parse_info(reply(missing).as_bytes()).expect("an info reply");
+            assert_eq!(
+                (info.name.as_str(), info.description.as_str()),
+                ("calc", "")
+            );
+        }
+        let described = parse_info(reply(r#""description":"adds","#).as_bytes()).unwrap();
+        assert_eq!(described.description, "adds");
+        assert!(parse_info(br#"{"type":"io.nats.micro.v1.ping_response"}"#).is_err());
+    }
 }
