@@ -10,7 +10,7 @@ use toolmesh_kernel::{Account, NodeId, SessionId};
 use toolmesh_sandbox::pool::SessionKey;
 use toolmesh_sandbox::registry::kv::{KvRegistry, BUCKET};
 use toolmesh_sandbox::registry::{Claim, Claimant, Placement, RedisRegistry, SessionRegistry};
-use toolmesh_testkit::{LeafSite, NatsServer, RedisServer, HUB_DOMAIN};
+use toolmesh_testkit::{wait_until, LeafSite, NatsServer, RedisServer, HUB_DOMAIN};
 
 /// Short, so that expiry is seen within a test.
 const TTL: Duration = Duration::from_secs(2);
@@ -211,18 +211,13 @@ async fn touched_entries_live_and_others_lapse(kind: &str) {
         assert_eq!(claim.unwrap(), Claim::Taken, "{kind}");
     }
     let start = Instant::now();
-    // Touch `kept` at a third of the TTL until `lapsed` is gone.
-    loop {
+    // Its holder keeps touching `kept` (at each look) until `lapsed` is gone.
+    let lapsed_went = wait_until(TTL * 4, || async {
         assert!(registry.touch(&kept, &me).await.unwrap(), "{kind}");
-        if registry.lookup(&lapsed).await.unwrap().is_none() {
-            break;
-        }
-        assert!(
-            start.elapsed() < TTL * 4,
-            "{kind}: an untouched entry outlived four TTLs"
-        );
-        tokio::time::sleep(TTL / 3).await;
-    }
+        registry.lookup(&lapsed).await.unwrap().is_none()
+    })
+    .await;
+    assert!(lapsed_went, "{kind}: an untouched entry outlived four TTLs");
     assert!(
         start.elapsed() >= TTL / 2,
         "{kind}: the entry went before its TTL ({:?})",

@@ -71,11 +71,8 @@ impl NatsServer {
     /// where nothing listens: a leaf reconnects only where it was told to (through its relay),
     /// never straight to the port it learned.
     pub fn start_hub() -> NatsServer {
-        let nowhere = ClosedPort::new();
-        let config = format!(
-            "jetstream {{ domain: {HUB_DOMAIN} }}\nleafnodes {{ listen: \"127.0.0.1:-1\", advertise: \"127.0.0.1:{}\" }}\n",
-            nowhere.port()
-        );
+        let (leafnodes, nowhere) = hub_leafnodes();
+        let config = format!("jetstream {{ domain: {HUB_DOMAIN} }}\n{leafnodes}");
         let options = NatsOptions {
             config: Some(config),
             jetstream: true,
@@ -179,6 +176,17 @@ pub(crate) struct Started {
     pub monitor: Option<u16>,
 }
 
+/// A hub's `leafnodes` block: a port it picks, and an advertised one where nothing listens
+/// (held by the [`ClosedPort`]), so that a leaf reconnects only where it was told to.
+fn hub_leafnodes() -> (String, ClosedPort) {
+    let nowhere = ClosedPort::new();
+    let block = format!(
+        "leafnodes {{ listen: \"127.0.0.1:-1\", advertise: \"127.0.0.1:{}\" }}\n",
+        nowhere.port()
+    );
+    (block, nowhere)
+}
+
 /// The leaf port a started server's log names, if it takes leaf nodes.
 fn leaf_port(log: &LogTap) -> Option<u16> {
     log.find(Duration::ZERO, |l| {
@@ -271,11 +279,7 @@ impl AuthNats {
     /// `docker/nats-cluster.conf` has: the hub of a [`LeafSite::deployed`](crate::LeafSite).
     /// Like [`NatsServer::start_hub`], it advertises a leaf port where nothing listens.
     pub fn start_hub() -> AuthNats {
-        let nowhere = ClosedPort::new();
-        let leafnodes = format!(
-            "leafnodes {{ listen: \"127.0.0.1:-1\", advertise: \"127.0.0.1:{}\" }}\n",
-            nowhere.port()
-        );
+        let (leafnodes, nowhere) = hub_leafnodes();
         let (mut hub, port) = Self::start_with(&leafnodes);
         hub.leaf = Some((port.expect("nats-server names its leaf port"), nowhere));
         hub

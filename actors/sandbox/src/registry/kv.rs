@@ -90,11 +90,16 @@ fn unreachable(e: impl std::error::Error + Send + Sync + 'static) -> RegistryErr
     }
 }
 
-fn timed_out() -> RegistryError {
-    unreachable(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "no answer from JetStream in time",
-    ))
+/// `request`'s own outcome, or "not reachable" when it takes longer than [`REQUEST_TIMEOUT`].
+async fn bounded<T>(request: impl std::future::Future<Output = T>) -> Result<T, RegistryError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, request)
+        .await
+        .map_err(|_| {
+            unreachable(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer from JetStream in time",
+            ))
+        })
 }
 
 /// What one attempt at a change came to.
@@ -102,6 +107,33 @@ enum Step<T> {
     Done(T),
     /// Another worker changed the entry since it was read: read again.
     Raced,
+}
+
+impl Step<()> {
+    /// A change's outcome: done, a lost race (an error `raced` says is one), or a failure.
+    fn of<T, E>(outcome: Result<T, E>, raced: impl Fn(&E) -> bool) -> Result<Self, RegistryError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        match outcome {
+            Ok(_) => Ok(Step::Done(())),
+            Err(e) if raced(&e) => Ok(Step::Raced),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    /// Done with `value`, or raced still.
+    fn then<T>(self, value: T) -> Step<T> {
+        match self {
+            Step::Done(()) => Step::Done(value),
+            Step::Raced => Step::Raced,
+        }
+    }
+}
+
+/// An update or delete that named a revision another worker has replaced.
+fn stale(e: &kv::UpdateError) -> bool {
+    e.kind() == UpdateErrorKind::WrongLastRevision
 }
 
 impl KvRegistry {
@@ -123,10 +155,7 @@ impl KvRegistry {
 
     /// The entry of `key`, if one is live (not deleted), with its revision.
     async fn read(&self, key: &str) -> Result<Option<(Holder, u64)>, RegistryError> {
-        let entry = tokio::time::timeout(REQUEST_TIMEOUT, self.store.entry(key))
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(unreachable)?;
+        let entry = bounded(self.store.entry(key)).await?.map_err(unreachable)?;
         let Some(entry) = entry.filter(|e| e.operation == Operation::Put) else {
             return Ok(None);
         };
@@ -136,12 +165,8 @@ impl KvRegistry {
 
     /// A new entry where none is live.
     async fn create(&self, key: &str, value: Bytes) -> Result<Step<()>, RegistryError> {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.store.create(key, value)).await {
-            Err(_) => Err(timed_out()),
-            Ok(Ok(_)) => Ok(Step::Done(())),
-            Ok(Err(e)) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Step::Raced),
-            Ok(Err(e)) => Err(unreachable(e)),
-        }
+        let created = bounded(self.store.create(key, value)).await?;
+        Step::of(created, |e| e.kind() == CreateErrorKind::AlreadyExists)
     }
 
     /// `value` in place of revision `revision`.
@@ -151,12 +176,10 @@ impl KvRegistry {
         value: Bytes,
         revision: u64,
     ) -> Result<Step<()>, RegistryError> {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.store.update(key, value, revision)).await {
-            Err(_) => Err(timed_out()),
-            Ok(Ok(_)) => Ok(Step::Done(())),
-            Ok(Err(e)) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Step::Raced),
-            Ok(Err(e)) => Err(unreachable(e)),
-        }
+        Step::of(
+            bounded(self.store.update(key, value, revision)).await?,
+            stale,
+        )
     }
 
     /// Runs `attempt` until it is done, for up to [`ATTEMPTS`] lost races.
@@ -194,18 +217,15 @@ impl KvRegistry {
         let value = encode(node, sandbox_id)?;
         self.settle(|| async {
             match self.read(&key).await? {
-                None => Ok(match self.create(&key, value.clone()).await? {
-                    Step::Done(()) => Step::Done(Claim::Taken),
-                    Step::Raced => Step::Raced,
-                }),
+                None => Ok(self.create(&key, value.clone()).await?.then(Claim::Taken)),
                 Some((holder, revision))
                     if holder.node == node.as_str()
                         || replacing.is_some_and(|gone| holder.node == gone.as_str()) =>
                 {
-                    Ok(match self.update(&key, value.clone(), revision).await? {
-                        Step::Done(()) => Step::Done(Claim::Taken),
-                        Step::Raced => Step::Raced,
-                    })
+                    Ok(self
+                        .update(&key, value.clone(), revision)
+                        .await?
+                        .then(Claim::Taken))
                 }
                 Some((holder, _)) => NodeId::parse(holder.node)
                     .map(|held| Step::Done(Claim::HeldBy(held)))
@@ -222,10 +242,7 @@ impl KvRegistry {
             match self.read(&key).await? {
                 Some((holder, revision)) if holder.node == node.as_str() => {
                     let value = encode(node, &holder.sandbox)?;
-                    Ok(match self.update(&key, value, revision).await? {
-                        Step::Done(()) => Step::Done(true),
-                        Step::Raced => Step::Raced,
-                    })
+                    Ok(self.update(&key, value, revision).await?.then(true))
                 }
                 _ => Ok(Step::Done(false)),
             }
@@ -239,19 +256,9 @@ impl KvRegistry {
         self.settle(|| async {
             match self.read(&key).await? {
                 Some((holder, revision)) if holder.node == node.as_str() => {
-                    let deleted = tokio::time::timeout(
-                        REQUEST_TIMEOUT,
-                        self.store.delete_expect_revision(&key, Some(revision)),
-                    )
-                    .await
-                    .map_err(|_| timed_out())?;
-                    match deleted {
-                        Ok(()) => Ok(Step::Done(())),
-                        Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => {
-                            Ok(Step::Raced)
-                        }
-                        Err(e) => Err(unreachable(e)),
-                    }
+                    let deleted = self.store.delete_expect_revision(&key, Some(revision));
+                    // A delete's error is an update's (`DeleteError` is `UpdateError`).
+                    Step::of(bounded(deleted).await?, stale)
                 }
                 _ => Ok(Step::Done(())),
             }
