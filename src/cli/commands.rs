@@ -121,6 +121,7 @@ pub(super) async fn run_client(
                     format!("mcp-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
                 })),
                 name: None,
+                user_id: None,
             };
             let settings = toolmesh_mcp::front_settings(&RawEnv::from_process())?;
             toolmesh_mcp::serve_stdio(mesh.client, mesh.refusals, settings, caller)

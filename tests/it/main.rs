@@ -15,6 +15,7 @@ mod gateway;
 mod http_limits;
 mod leaf;
 mod mcp;
+mod mcp_oauth;
 mod mcp_tasks;
 mod metrics;
 mod micro;

@@ -196,7 +196,7 @@ impl Front {
         let list = self
             .request(
                 public::call(&caller.account),
-                json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "list", "profile": caller.profile}}),
+                caller.stamp(json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "list", "profile": caller.profile}})),
                 Duration::from_secs(30),
             )
             .await;
@@ -221,7 +221,7 @@ impl Front {
         let described = futures::future::join_all(names.iter().map(|name| {
             self.request(
                 subject.clone(),
-                json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "describe", "tool_name": name, "profile": caller.profile}}),
+                caller.stamp(json!({"tool": TOOL_DISPATCHER, "arguments": {"action": "describe", "tool_name": name, "profile": caller.profile}})),
                 Duration::from_secs(30),
             )
         }))

@@ -6,11 +6,11 @@
 //! requests on the gateway's call subject, like the command line's.
 //!
 //! Over HTTP a request passes, in this order, the Origin check ([`origins`]: a browser origin
-//! not in `TOOLMESH_MCP_ALLOWED_ORIGINS` is 403), the bearer token (401 without a known one)
-//! and the token's session binding (403 when the token names a session and the
-//! `X-Toolmesh-Session` header another, unless the token has `"sessions": "any"`). The
-//! listener is the kernel's ([`toolmesh_kernel::listener::serve`]), with its header timeout
-//! and connection cap.
+//! not in `TOOLMESH_MCP_ALLOWED_ORIGINS` is 403), the bearer token (401 without a known one:
+//! a tokens-file token, or an OAuth access token when [`oauth`] is configured) and the token's
+//! session binding (403 when the token names a session and the `X-Toolmesh-Session` header
+//! another, unless the token has `"sessions": "any"`). The listener is the kernel's
+//! ([`toolmesh_kernel::listener::serve`]), with its header timeout and connection cap.
 //!
 //! Several HTTP front nodes may run at once. The HTTP side is stateless (rmcp's stateless
 //! mode: no `Mcp-Session-Id`, each POST served on its own); a call's progress travels on that
@@ -21,6 +21,7 @@
 
 mod front;
 mod listing;
+pub mod oauth;
 pub mod origins;
 mod request;
 pub mod tasks;
@@ -77,6 +78,10 @@ pub struct McpConfig {
     pub listen: SocketAddr,
     /// Bearer token → what it grants.
     pub tokens: HashMap<String, Arc<Token>>,
+    /// `TOOLMESH_MCP_PUBLIC_URL`: the front's own URL ([`oauth::Resource`]).
+    pub public_url: Option<url::Url>,
+    /// OAuth access tokens, when configured.
+    pub oauth: Option<oauth::OAuthConfig>,
     /// `TOOLMESH_MCP_ALLOWED_ORIGINS`: the browser origins served.
     pub allowed_origins: AllowedOrigins,
     /// The listener's header timeout and connection cap.
@@ -127,6 +132,8 @@ impl McpConfig {
         Ok(McpConfig {
             listen,
             tokens,
+            public_url: oauth::public_url(env)?,
+            oauth: oauth::OAuthConfig::from_env(env)?,
             allowed_origins,
             http: HttpLimits::from_env(env)?,
             front: front_settings(env)?,
@@ -203,6 +210,12 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, String> {
                         "name {name:?}: use 1 to {MAX_TOKEN_NAME} ASCII letters, digits, '.', '_', '-' or '@'"
                     ));
                 }
+                if name.starts_with(oauth::NAME_PREFIX) {
+                    return Err(format!(
+                        "name {name:?}: names beginning {:?} are OAuth access tokens'",
+                        oauth::NAME_PREFIX
+                    ));
+                }
                 name
             }
             None => toolmesh_kernel::canonical::sha256_hex(token.as_bytes())[..8].to_owned(),
@@ -220,6 +233,7 @@ pub fn parse_tokens(text: &str) -> Result<HashMap<String, Arc<Token>>, String> {
                     profile,
                     session,
                     name: Some(name),
+                    user_id: None,
                 },
                 any_session,
             }),
@@ -334,10 +348,12 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndSignal<R> {
     }
 }
 
-/// The HTTP router: `/mcp` behind the Origin check, then the bearer-token check.
+/// The HTTP router: `/mcp` behind the Origin check, then the bearer-token check; with
+/// `oauth`, also its metadata document (served to anyone: [`oauth::routes`]).
 pub fn router(
     nats: async_nats::Client,
     config: &McpConfig,
+    oauth: Option<Arc<oauth::Verifier>>,
     stop: CancellationToken,
 ) -> axum::Router {
     let settings = Arc::new(config.front.clone());
@@ -355,26 +371,76 @@ pub fn router(
         Arc::new(NeverSessionManager::default()),
         http_config,
     );
-    let tokens = Arc::new(config.tokens.clone());
+    let gate = Arc::new(Gate {
+        tokens: config.tokens.clone(),
+        oauth: oauth.clone(),
+    });
     let origins = Arc::new(config.allowed_origins.clone());
     // The last layer runs first: the Origin is checked before the token is looked at.
-    axum::Router::new()
+    let mcp = axum::Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(tokens, authorize))
+        .layer(axum::middleware::from_fn_with_state(gate, authorize))
         .layer(axum::middleware::from_fn_with_state(
             origins,
             origins::check_origin,
-        ))
+        ));
+    match oauth {
+        // Merged after the layers: they guard `/mcp` alone.
+        Some(verifier) => mcp.merge(oauth::routes(&verifier)),
+        None => mcp,
+    }
 }
 
-/// 401 without a known bearer token; 403 when the token is bound to a session and the
-/// `X-Toolmesh-Session` header names another. Otherwise the caller goes with the request, its
-/// session the header's or else the token's own.
-async fn authorize(
-    State(tokens): State<Arc<HashMap<String, Arc<Token>>>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// What the HTTP front takes as a bearer token.
+struct Gate {
+    tokens: HashMap<String, Arc<Token>>,
+    oauth: Option<Arc<oauth::Verifier>>,
+}
+
+impl Gate {
+    /// The grant of a request's bearer `token`, or the 401 answering it.
+    async fn grant(&self, token: Option<&str>) -> Result<Arc<Token>, Response> {
+        if let Some(grant) = token.and_then(|t| self.tokens.get(t)) {
+            return Ok(grant.clone());
+        }
+        let Some(verifier) = &self.oauth else {
+            return Err(unauthorized(
+                "Bearer".to_owned(),
+                r#"{"error":"unauthorized","error_description":"a known bearer token is required (TOOLMESH_MCP_TOKENS)"}"#.to_owned(),
+            ));
+        };
+        let Some(token) = token else {
+            let body = serde_json::json!({"error": "unauthorized", "error_description":
+                "a bearer token is required: one of TOOLMESH_MCP_TOKENS, or an OAuth access token (see resource_metadata)"});
+            return Err(unauthorized(verifier.challenge(None), body.to_string()));
+        };
+        match verifier.verify(token).await {
+            Ok(grant) => Ok(Arc::new(grant)),
+            Err(e) => {
+                tracing::debug!(error = %oauth::chain(&e), "refused an MCP bearer token");
+                let body = serde_json::json!({"error": "invalid_token", "error_description": e.description()});
+                Err(unauthorized(verifier.challenge(Some(&e)), body.to_string()))
+            }
+        }
+    }
+}
+
+fn unauthorized(challenge: String, body: String) -> Response {
+    (
+        http::StatusCode::UNAUTHORIZED,
+        [
+            (http::header::WWW_AUTHENTICATE, challenge),
+            (http::header::CONTENT_TYPE, "application/json".to_owned()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// 401 without a known bearer token or a valid access token; 403 when the token is bound to a
+/// session and the `X-Toolmesh-Session` header names another. Otherwise the caller goes with
+/// the request, its session the header's or else the token's own.
+async fn authorize(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
     let token = request
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -382,17 +448,12 @@ async fn authorize(
         .and_then(|v| {
             let (scheme, token) = v.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-    let Some(grant) = token.and_then(|t| tokens.get(t)) else {
-        return (
-            http::StatusCode::UNAUTHORIZED,
-            [
-                (http::header::WWW_AUTHENTICATE, "Bearer"),
-                (http::header::CONTENT_TYPE, "application/json"),
-            ],
-            r#"{"error":"unauthorized","error_description":"a known bearer token is required (TOOLMESH_MCP_TOKENS)"}"#,
-        )
-            .into_response();
+        })
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned);
+    let grant = match gate.grant(token.as_deref()).await {
+        Ok(grant) => grant,
+        Err(refused) => return refused,
     };
     let mut caller = grant.caller.clone();
     if let Some(session) = request.headers().get(SESSION_HEADER) {
@@ -434,11 +495,35 @@ pub async fn spawn(
 ) -> std::io::Result<(ActorHandle, SocketAddr)> {
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    if config.tokens.is_empty() {
+    let verifier = match &config.oauth {
+        Some(settings) => {
+            let resource = oauth::Resource::new(config.public_url.as_ref(), addr);
+            let verifier =
+                Arc::new(oauth::Verifier::new(settings, resource).map_err(std::io::Error::other)?);
+            if config.public_url.is_none() && addr.ip().is_unspecified() {
+                tracing::warn!(
+                    resource = %verifier.resource().resource(),
+                    "TOOLMESH_MCP_PUBLIC_URL is unset and the front listens on every address: \
+                     the OAuth resource (and the default audience) names no address a client uses"
+                );
+            }
+            tracing::info!(
+                issuer = %verifier.issuer(),
+                audience = %verifier.audience(),
+                metadata = %verifier.resource().metadata_url(),
+                "MCP takes OAuth access tokens"
+            );
+            let fetching = verifier.clone();
+            tokio::spawn(async move { fetching.prefetch().await });
+            Some(verifier)
+        }
+        None => None,
+    };
+    if config.tokens.is_empty() && verifier.is_none() {
         tracing::warn!("TOOLMESH_MCP_TOKENS names no token: every MCP request gets 401");
     }
     let stop = lifecycle.stop.child_token();
-    let app = router(nats, &config, stop.clone());
+    let app = router(nats, &config, verifier, stop.clone());
     let drained = lifecycle.drain.clone().cancelled_owned();
     let handle = ActorHandle::spawn(Role::Mcp, serve(listener, app, config.http, drained));
     tracing::info!(%addr, "MCP over streamable HTTP at /mcp");
@@ -511,6 +596,10 @@ mod tests {
             (
                 r#"{"t1": {"account": "acme", "name": "two words"}}"#,
                 "name \"two words\"",
+            ),
+            (
+                r#"{"t1": {"account": "acme", "name": "oauth.alice"}}"#,
+                "name \"oauth.alice\": names beginning \"oauth.\"",
             ),
             (
                 r#"{"t1": {"account": "acme", "name": "same"}, "t2": {"account": "acme", "name": "same"}}"#,

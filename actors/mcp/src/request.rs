@@ -16,11 +16,22 @@ pub struct Caller {
     pub profile: String,
     pub session: Option<String>,
     /// The bearer token's name over HTTP (its `"name"`, else the first 8 hex digits of its
-    /// sha256): an in-band decision records `decided_by: "mcp:<name>"`. `None` over stdio.
+    /// sha256; `oauth.<sub>` for an OAuth access token, [`crate::oauth`]): an in-band decision
+    /// records `decided_by: "mcp:<name>"`. `None` over stdio.
     pub name: Option<String>,
+    /// The ToolRequest's `user_id`: an OAuth access token's `sub`. `None` otherwise.
+    pub user_id: Option<String>,
 }
 
 impl Caller {
+    /// `request` (a call of this caller's) with the caller's `user_id`, when it has one.
+    pub(crate) fn stamp(&self, mut request: Value) -> Value {
+        if let Some(user) = &self.user_id {
+            request["user_id"] = json!(user);
+        }
+        request
+    }
+
     /// What an in-band decision of this caller records as `decided_by`: `mcp:<token name>`
     /// over HTTP, `mcp` over stdio.
     fn decided_by(&self) -> String {
@@ -62,6 +73,7 @@ pub(crate) fn tool_request(
     if let Some(session) = &caller.session {
         request["session_id"] = json!(session);
     }
+    let mut request = caller.stamp(request);
     match approval {
         None => {}
         Some(Grant::Use(id)) => request["approval"] = json!({"id": id}),
