@@ -646,15 +646,16 @@ async fn a_stdio_client_that_leaves_cancels_its_calls() {
     assert_eq!(end["error"], "cancelled", "{end:#}");
 }
 
-/// A provider tool is listed once its provider starts (`examples/provider.py`, a NATS micro
-/// service), and calls go to it; when it goes, a stdio client is told the list changed.
+/// A provider tool is listed once its provider starts (`tests/python/provider_fixture.py`, a
+/// NATS micro service), and calls go to it; when it goes, a stdio client is told the list
+/// changed.
 #[tokio::test]
 async fn a_provider_tool_appears_in_the_list() {
     let f = Front::start("gateway,approval,mcp", &[]).await;
     let lines = client(f.http("tok-a", "v1"), json!({"steps": [{"list": true}]})).await;
     let before = step(&lines, 0)["tools"].as_array().unwrap().clone();
     assert!(tool(&before, "mcp_echo").is_none(), "{before:#?}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/provider_fixture.py");
     let mut provider = tokio::process::Command::new(venv_bin("python"))
         .arg(script)
         .args([
@@ -669,7 +670,7 @@ async fn a_provider_tool_appears_in_the_list() {
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("start examples/provider.py");
+        .expect("start tests/python/provider_fixture.py");
     let lines = client(
         f.http("tok-a", "v1"),
         json!({"steps": [

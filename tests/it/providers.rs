@@ -1,6 +1,6 @@
 //! Tool providers (PROTOCOL.md "Tool providers"): the Python provider of
-//! `examples/provider.py` (nats-py's `nats.micro`) behind real nodes, found by `$SRV.INFO`,
-//! validated, gated, routed, normalised, cancelled and dropped when it goes.
+//! `tests/python/provider_fixture.py` (nats-py's `nats.micro`) behind real nodes, found by
+//! `$SRV.INFO`, validated, gated, routed, normalised, cancelled and dropped when it goes.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,7 +18,7 @@ const FOUND_WITHIN: Duration = Duration::from_secs(5);
 /// PROTOCOL.md: its tools go within 15 s of its last instance going away.
 const GONE_WITHIN: Duration = Duration::from_secs(15);
 
-/// One `examples/provider.py` process, killed on drop.
+/// One `tests/python/provider_fixture.py` process, killed on drop.
 pub(crate) struct Provider {
     child: tokio::process::Child,
     /// The micro service's instance id.
@@ -47,7 +47,7 @@ impl Provider {
     pub(crate) async fn start_on(url: &str, name: &str, args: &[&str]) -> Provider {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/provider.py");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/provider_fixture.py");
         let mut child = tokio::process::Command::new(venv_bin("python"))
             .arg(script)
             .args(["--nats", url, "--name", name])
@@ -56,7 +56,7 @@ impl Provider {
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("start examples/provider.py");
+            .expect("start tests/python/provider_fixture.py");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
             .await
