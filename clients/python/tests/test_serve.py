@@ -172,6 +172,37 @@ async def test_a_served_tool_is_found_and_called_through_the_gateway(
     }
 
 
+async def test_a_micro_service_without_a_description_is_found(
+    node: NodeInfo, client: toolmesh.Client, suffix: str
+) -> None:
+    """nats.py's `add_service` sets no description unless told: its `$SRV.INFO` then has none,
+    and the gateway still finds the service's tools (it once ignored such a service)."""
+    import nats
+    from nats.micro import add_service
+
+    name = f"plain_{suffix}"
+    meta = {"description": "Say hello.", "input_schema": {"type": "object"}, "risk_level": "low"}
+
+    async def hello(req) -> None:
+        await req.respond(json.dumps({"ok": True, "hello": json.loads(req.data)["account"]}).encode())
+
+    raw = await nats.connect(node.nats_url)
+    try:
+        service = await add_service(raw, name=f"raw{suffix}", version="1.0.0")
+        info = await raw.request(f"$SRV.INFO.raw{suffix}", b"", timeout=WITHIN)
+        assert not json.loads(info.data).get("description"), info.data
+        await service.add_endpoint(name=name, subject=f"providers.raw{suffix}.{name}",
+                                   handler=hello, metadata={"toolmesh.tool": json.dumps(meta)})
+        await raw.publish("toolmesh.v1.providers.announce", b"{}")
+        described = await known(client, name)
+        assert described["execution"] == f"provider:raw{suffix}"
+        reply = await client.call(name, {})
+        assert reply["ok"] is True and reply["hello"] == node.account, reply
+        await service.stop()
+    finally:
+        await raw.close()
+
+
 async def test_bad_arguments_never_reach_the_tool(
     node: NodeInfo, client: toolmesh.Client, suffix: str
 ) -> None:
