@@ -417,7 +417,7 @@ impl Gate {
         match verifier.verify(token).await {
             Ok(grant) => Ok(Arc::new(grant)),
             Err(e) => {
-                tracing::debug!(error = %oauth::chain(&e), "refused an MCP bearer token");
+                tracing::debug!(error = %toolmesh_kernel::error::DisplayChain(&e), "refused an MCP bearer token");
                 let body = serde_json::json!({"error": "invalid_token", "error_description": e.description()});
                 Err(unauthorized(verifier.challenge(Some(&e)), body.to_string()))
             }

@@ -49,6 +49,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, P
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use toolmesh_kernel::error::DisplayChain;
 use url::{Host, Url};
 
 use toolmesh_kernel::config::{ConfigError, RawEnv};
@@ -345,18 +346,6 @@ pub enum JwksError {
     NoKeys { url: Url },
 }
 
-/// `error` and its causes, joined, for a log line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// A key of the set, with the one algorithm it verifies.
 struct Key {
     alg: Algorithm,
@@ -416,7 +405,7 @@ impl KeyCache {
         match self.fetch(&mut last).await {
             Ok(set) => set.keys.get(kid).cloned().ok_or_else(unknown),
             Err(e) => {
-                tracing::warn!(error = %chain(&e), "cannot fetch the OAuth issuer's keys; keeping those held");
+                tracing::warn!(error = %DisplayChain(&e), "cannot fetch the OAuth issuer's keys; keeping those held");
                 match held.and_then(|s| s.keys.get(kid).cloned()) {
                     Some(key) => Ok(key),
                     None => Err(OAuthError::Jwks(e)),
@@ -650,7 +639,7 @@ impl Verifier {
             return;
         }
         if let Err(e) = self.keys.fetch(&mut last).await {
-            tracing::warn!(error = %chain(&e), "cannot fetch the OAuth issuer's keys yet");
+            tracing::warn!(error = %DisplayChain(&e), "cannot fetch the OAuth issuer's keys yet");
         }
     }
 

@@ -213,7 +213,7 @@ async fn check(verifier: &Verifier, cases: Vec<Case>) {
             Err(e) => assert!(
                 refused(&e),
                 "{case}: refused for another reason: {}",
-                chain(&e)
+                DisplayChain(&e)
             ),
         }
     }
@@ -240,7 +240,7 @@ async fn rs256_and_es256_tokens_grant_the_account_user_and_session_of_their_clai
         (&*EC, json!({"exp": now - 30, "nbf": now + 30})),
     ] {
         let grant = verifier.verify(&token(key, &claims(changes.clone()))).await;
-        let grant = grant.unwrap_or_else(|e| panic!("{changes}: {}", chain(&e)));
+        let grant = grant.unwrap_or_else(|e| panic!("{changes}: {}", DisplayChain(&e)));
         let caller = &grant.caller;
         assert_eq!(caller.account.as_str(), "acme");
         assert_eq!(caller.user_id.as_deref(), Some("user-1"));
@@ -525,7 +525,7 @@ async fn an_unknown_kid_fetches_the_key_set_again_at_most_once_per_floor() {
         assert!(
             matches!(refused, OAuthError::UnknownKey { .. }),
             "{kid}: {}",
-            chain(&refused)
+            DisplayChain(&refused)
         );
     }
     assert_eq!(jwks.fetches(), 1, "no fetch before the floor has passed");
@@ -548,7 +548,7 @@ async fn an_unknown_kid_fetches_the_key_set_again_at_most_once_per_floor() {
     assert!(
         matches!(refused, OAuthError::UnknownKey { .. }),
         "{}",
-        chain(&refused)
+        DisplayChain(&refused).to_string()
     );
 }
 
@@ -588,12 +588,14 @@ async fn an_unreachable_key_set_refuses_and_keeps_the_keys_held() {
     assert!(
         matches!(&refused, OAuthError::Jwks(JwksError::Syntax { .. })),
         "{}",
-        chain(&refused)
+        DisplayChain(&refused).to_string()
     );
     assert!(
-        chain(&refused).contains(jwks.url.as_str()),
+        DisplayChain(&refused)
+            .to_string()
+            .contains(jwks.url.as_str()),
         "{}",
-        chain(&refused)
+        DisplayChain(&refused).to_string()
     );
     assert!(verifier.verify(&token).await.is_ok());
 }
