@@ -36,8 +36,7 @@ async def main() -> int:
     import toolmesh.adk
 
     async with await agent_cli.connect(args) as client:
-        tools = await toolmesh.adk.get_tools(
-            client, include=args.include, approve=agent_cli.approver(client, args.approvals))
+        tools = await agent_cli.tools(client, args, toolmesh.adk)
         agent = Agent(name="toolmesh_agent", model=args.model,
                       instruction=agent_cli.INSTRUCTIONS, tools=tools)
         sessions = InMemorySessionService()

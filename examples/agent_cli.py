@@ -74,15 +74,19 @@ def require_module(module: str, install: str) -> None:
 
 async def connect(args: argparse.Namespace) -> toolmesh.Client:
     """The client: `TOOLMESH_NATS_URL` (and `TOOLMESH_NATS_INBOX_PREFIX` for a NATS user
-    confined to a private inbox, as in the compose cluster)."""
-    options = {}
-    if os.environ.get("TOOLMESH_NATS_INBOX_PREFIX"):
-        options["inbox_prefix"] = os.environ["TOOLMESH_NATS_INBOX_PREFIX"]
+    confined to a private inbox, as in the compose cluster), read by the package."""
     session = args.session or "agent-" + uuid.uuid4().hex[:8]
     client = await toolmesh.connect(account=args.account, session=session,
-                                    agent_id="example-agent", **options)
+                                    agent_id="example-agent")
     print(f"toolmesh: account {args.account}, session {session}", file=sys.stderr)
     return client
+
+
+async def tools(client: toolmesh.Client, args: argparse.Namespace, adapter):
+    """`adapter.get_tools` (`toolmesh.langchain`, `.adk` or `.openai_agents`) for `--include`,
+    approvals decided as `--approvals` says."""
+    return await adapter.get_tools(client, include=args.include,
+                                   approve=approver(client, args.approvals))
 
 
 def approver(client: toolmesh.Client, mode: str):

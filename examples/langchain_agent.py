@@ -47,8 +47,7 @@ async def main() -> int:
 
     model = init_chat_model(args.model)
     async with await agent_cli.connect(args) as client:
-        tools = await toolmesh.langchain.get_tools(
-            client, include=args.include, approve=agent_cli.approver(client, args.approvals))
+        tools = await agent_cli.tools(client, args, toolmesh.langchain)
         agent = make_agent(model, tools)
         result = await agent.ainvoke({"messages": [{"role": "user", "content": args.prompt}]})
         for message in result["messages"]:

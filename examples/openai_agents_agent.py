@@ -29,8 +29,7 @@ async def main() -> int:
     import toolmesh.openai_agents
 
     async with await agent_cli.connect(args) as client:
-        tools = await toolmesh.openai_agents.get_tools(
-            client, include=args.include, approve=agent_cli.approver(client, args.approvals))
+        tools = await agent_cli.tools(client, args, toolmesh.openai_agents)
         agent = Agent(name="toolmesh_agent", instructions=agent_cli.INSTRUCTIONS,
                       model=args.model, tools=tools)
         result = await Runner.run(agent, args.prompt)

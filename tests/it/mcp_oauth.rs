@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use toolmesh_testkit::wait_until;
 
 use crate::mcp::{client, reply};
-use crate::support::{tokens_file, Cluster, Recorder};
+use crate::support::{mcp_body, tokens_file, Cluster, Recorder};
 
 /// The issuer the node trusts (a name only: its keys come from [`Issuer::jwks`]).
 const ISSUER: &str = "https://login.test/realms/tools";
@@ -216,12 +216,7 @@ impl Front {
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
         let text = response.text().await.unwrap();
-        let json = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .rfind(|d| !d.trim().is_empty())
-            .unwrap_or(&text);
-        let body = serde_json::from_str(json.trim()).unwrap_or(Value::String(text.clone()));
+        let body = serde_json::from_str(mcp_body(&text)).unwrap_or(Value::String(text.clone()));
         (status, challenge, body)
     }
 
@@ -438,12 +433,7 @@ async fn rs256_and_es256_access_tokens_list_and_call_tools_as_their_claims_say()
     assert!(seen.iter().all(|e| e["user_id"] == "alice"), "{seen:#?}");
 
     // ES256, as a 2026-07-28 client.
-    let lines = client(
-        f.client(&es256, "s2"),
-        json!({"steps": [{"call": "workspace_status"}]}),
-    )
-    .await;
-    let status = reply(&lines, 0);
+    let status = one_status(&f, &es256, "s2").await;
     assert!(
         root(&status).ends_with("accounts/globex/sessions/s2/workspace"),
         "{status:#}"
@@ -452,12 +442,7 @@ async fn rs256_and_es256_access_tokens_list_and_call_tools_as_their_claims_say()
     assert!(seen.iter().all(|e| e["user_id"] == "bob"), "{seen:#?}");
 
     // The tokens file's token still works, as its own account.
-    let lines = client(
-        f.client("tok-a", "s3"),
-        json!({"steps": [{"call": "workspace_status"}]}),
-    )
-    .await;
-    let status = reply(&lines, 0);
+    let status = one_status(&f, "tok-a", "s3").await;
     assert!(
         root(&status).ends_with("accounts/acme/sessions/s3/workspace"),
         "{status:#}"
@@ -542,4 +527,10 @@ async fn a_new_signing_key_is_fetched_on_its_first_token_and_made_up_kids_cannot
     for token in [&first, &rotated] {
         assert_eq!(f.workspace_status(token, Some("r1")).await.0, 200);
     }
+}
+
+/// The reply of `workspace_status`, the one step of a client run with `token` and `session`.
+async fn one_status(f: &Front, token: &str, session: &str) -> Value {
+    let steps = json!({"steps": [{"call": "workspace_status"}]});
+    reply(&client(f.client(token, session), steps).await, 0)
 }

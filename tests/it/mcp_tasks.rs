@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolmesh_testkit::{wait_until, Listener};
 
-use crate::support::{mcp_front_env, ok, tokens_file, Cluster};
+use crate::support::{mcp_body, mcp_front_env, ok, tokens_file, Cluster};
 
 const PROTOCOL: &str = "2026-07-28";
 const TASKS: &str = "io.modelcontextprotocol/tasks";
@@ -104,13 +104,7 @@ impl Client {
             .expect("the front answers");
         let status = response.status();
         let text = response.text().await.unwrap();
-        // A JSON body, or an event stream whose last `data:` line is the response.
-        let json = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .rfind(|d| !d.trim().is_empty())
-            .unwrap_or(&text);
-        let reply: Value = serde_json::from_str(json.trim())
+        let reply: Value = serde_json::from_str(mcp_body(&text))
             .unwrap_or_else(|e| panic!("{method}: HTTP {status}, not JSON ({e}): {text}"));
         assert_eq!(reply["id"], id, "{method}: {reply:#}");
         reply

@@ -362,6 +362,16 @@ impl<T: Clone> Recorder<T> {
     }
 }
 
+/// The JSON of an MCP HTTP response body: the body itself, or the last `data:` line of an
+/// event stream.
+pub fn mcp_body(text: &str) -> &str {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .rfind(|d| !d.trim().is_empty())
+        .unwrap_or(text)
+        .trim()
+}
+
 /// The entries of `trail`, an audit query's reply.
 pub fn trail_entries(trail: &Value) -> &[Value] {
     trail["entries"]

@@ -118,17 +118,27 @@ class Process:
             self.proc.wait()
 
 
-class NatsServer:
-    """A nats-server on 127.0.0.1 at a port it picks, JetStream on, storing under `dir`."""
+class Server:
+    """A server process listening on 127.0.0.1:`port`, reached at `<scheme>://`."""
 
-    def __init__(self, process: Process, port: int, dir: Path) -> None:
+    scheme = ""
+
+    def __init__(self, process: Process, port: int) -> None:
         self.process = process
         self.port = port
-        self.dir = dir
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class NatsServer(Server):
+    """A nats-server on 127.0.0.1 at a port it picks, JetStream on, storing under `dir`."""
+
+    scheme = "nats"
 
     @classmethod
     def start(cls, dir: Path) -> "NatsServer":
@@ -154,10 +164,7 @@ class NatsServer:
         except BaseException:
             process.kill()
             raise
-        return cls(process, found, dir)
-
-    def stop(self) -> None:
-        self.process.stop()
+        return cls(process, found)
 
 
 def candidate_port() -> int:
@@ -171,17 +178,11 @@ def candidate_port() -> int:
     return random.randrange(10000, top)
 
 
-class RedisServer:
+class RedisServer(Server):
     """A redis-server on 127.0.0.1 without persistence, on a random candidate port (retried
     while taken: redis-server cannot pick its own)."""
 
-    def __init__(self, process: Process, port: int) -> None:
-        self.process = process
-        self.port = port
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+    scheme = "redis"
 
     @classmethod
     def start(cls, dir: Path, tries: int = 50) -> "RedisServer":
@@ -214,9 +215,6 @@ class RedisServer:
                 return cls(process, port)
             process.kill()
         raise RuntimeError(f"redis-server found no free port in {tries} tries")
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 def toolmesh_binary() -> Path:

@@ -1,19 +1,6 @@
-"""Tools written in Python: a `Tool` subclass per tool, its arguments a pydantic model.
-
-    class Params(BaseModel):
-        title: str = Field(description="What is wrong.")
-
-    class TicketCreate(toolmesh.Tool):
-        name = "ticket_create"
-        description = "Open a ticket."
-        params = Params
-        risk_level = "medium"
-        side_effects = ["network_egress"]
-
-        async def __call__(self, params: Params, ctx: toolmesh.ToolContext) -> toolmesh.ToolResult:
-            return toolmesh.ToolOk(output={"id": "T-1", "title": params.title})
-
-`toolmesh.serve([TicketCreate()], service="tickets")` puts it on the mesh.
+"""Tools written in Python: a `Tool` subclass per tool, its arguments a pydantic model, put on
+the mesh by `toolmesh.serve([MyTool()], service="…")`. The package README ("Serve tools") and
+`examples/provider.py` show a whole one.
 """
 
 from __future__ import annotations
