@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use toolmesh_kernel::budget;
 use toolmesh_kernel::cluster::{ClusterView, HEARTBEAT_INTERVAL};
 use toolmesh_kernel::config::{NodeConfig, RawEnv};
-use toolmesh_kernel::host::{connect_node, respond, ActorHandle, Cancels, InFlight, Lifecycle};
+use toolmesh_kernel::host::{connect_node, respond, ActorHandle, InFlight, Lifecycle};
 use toolmesh_kernel::metrics::{Metrics, MetricsConfig, SandboxState, METRICS_LISTEN_VAR};
 use toolmesh_kernel::policy::LivePolicy;
 use toolmesh_kernel::subjects::{internal, public, queue};
@@ -293,12 +293,6 @@ pub async fn run(
         cluster.clone(),
     ));
 
-    // One subscription for the cancels of everything this node runs, made before the status
-    // subjects: a node that answers there hears cancels (one connection is processed in order).
-    let cancels = Cancels::start(&nats)
-        .await
-        .context("cannot subscribe to this node's cancels")?;
-
     let mut handles = Vec::new();
     for role in &roles {
         // Each role counts its own work (`toolmesh_in_flight{role}`) into the node's; the MCP
@@ -320,7 +314,6 @@ pub async fn run(
                     actors.gateway.clone(),
                     registry.clone(),
                     cluster.clone(),
-                    cancels.clone(),
                     lifecycle.clone(),
                     toolmesh_gateway::Accounting {
                         in_flight: in_flight.clone(),
@@ -392,7 +385,6 @@ pub async fn run(
                             toolmesh_sandbox::templates::Templates::only_default(&actors.sandbox)
                         }),
                         metrics: metrics.clone(),
-                        cancels: cancels.clone(),
                     },
                     cluster.clone(),
                     lifecycle.clone(),
@@ -460,7 +452,6 @@ pub async fn run(
                         config: actors.web.clone(),
                         budget_chars: config.result_budget_chars,
                         metrics: metrics.clone(),
-                        cancels: cancels.clone(),
                     },
                     lifecycle.clone(),
                     in_flight.clone(),

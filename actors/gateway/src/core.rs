@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
-use toolmesh_kernel::host::{Cancels, InFlight, Lifecycle, ReplyInbox};
+use toolmesh_kernel::host::{InFlight, Lifecycle, ReplyInbox};
 use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::wire::ApprovalRequest;
 use toolmesh_kernel::{ErrorCode, ToolError};
@@ -32,11 +32,8 @@ pub struct GatewayCore {
     /// The node's metrics: each call's outcome and duration.
     pub metrics: Metrics,
     pub status_cache: builtin::StatusCache,
-    /// Reply subjects of calls to long-running roles (claims, then the reply), and of the
-    /// nodes' answers to a cancel.
+    /// Reply subjects of calls to long-running roles (claims, then the reply).
     pub replies: ReplyInbox,
-    /// The node's cancels: each call is held there from its arrival until its reply.
-    pub cancels: Cancels,
     /// The audit trail (off without JetStream).
     pub audit: toolmesh_kernel::audit::AuditTrail,
     /// What the NATS server refused this node's connection.

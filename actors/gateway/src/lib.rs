@@ -31,7 +31,7 @@ use tokio::sync::broadcast;
 
 use toolmesh_kernel::cluster::ClusterView;
 use toolmesh_kernel::host::{
-    confirm_subscriptions, drainable, ActorHandle, Cancels, InFlight, Lifecycle, ReplyInbox,
+    confirm_subscriptions, drainable, ActorHandle, InFlight, Lifecycle, ReplyInbox,
 };
 use toolmesh_kernel::metrics::Metrics;
 use toolmesh_kernel::subjects::{internal, public, queue};
@@ -72,13 +72,12 @@ pub struct Accounting {
 }
 
 /// Starts the gateway actor (inside an actix `System`) and returns once its subscriptions are
-/// live on the server. Its calls are held in the node's `cancels` from their arrival.
+/// live on the server.
 pub async fn spawn(
     client: async_nats::Client,
     config: Arc<GatewayConfig>,
     registry: Arc<ToolRegistry>,
     cluster: Arc<ClusterView>,
-    cancels: Cancels,
     lifecycle: Lifecycle,
     accounting: Accounting,
 ) -> Result<ActorHandle, GatewayStartError> {
@@ -102,7 +101,7 @@ pub async fn spawn(
         }
     };
     let calls = subscribe(public::CALL_ANY, true).await?;
-    let cancel_requests = subscribe(public::CANCEL_ANY, true).await?;
+    let cancels = subscribe(public::CANCEL_ANY, true).await?;
     // Every gateway hears every decision: a parked call may be on any of them.
     let decided = subscribe(public::APPROVALS_DECIDED_ANY, false).await?;
     // Any one gateway answers an account's audit query.
@@ -150,7 +149,6 @@ pub async fn spawn(
         metrics,
         status_cache: Default::default(),
         replies,
-        cancels,
         audit,
         refusals,
     });
@@ -166,7 +164,7 @@ pub async fn spawn(
         );
         ctx.add_stream(
             replies
-                .screen(drainable(cancel_requests, drain.clone()))
+                .screen(drainable(cancels, drain.clone()))
                 .map(CancelReceived),
         );
         ctx.add_stream(drainable(decided, drain.clone()).map(ApprovalDecided));

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt;
 use toolmesh_kernel::events::EventSink;
-use toolmesh_kernel::host::CancelHold;
+use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::wire::RunEventKind;
 
 use tokio::sync::mpsc;
@@ -121,7 +121,7 @@ pub async fn run_to_end(
     stdin: Option<Bytes>,
     timeout: Duration,
     events: &EventSink<'_>,
-    cancel: &CancelHold,
+    cancel: &mut CancelWatch,
     mut decisions: Option<&mut mpsc::Receiver<Decision>>,
 ) -> CommandOutcome {
     let started = Instant::now();

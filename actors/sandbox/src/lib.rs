@@ -62,8 +62,6 @@ pub struct SandboxSettings {
     pub templates: Templates,
     /// The node's metrics: egress decisions of the sandboxes' proxy.
     pub metrics: toolmesh_kernel::metrics::Metrics,
-    /// The node's cancels: a command is held there from its preparation until it ends.
-    pub cancels: toolmesh_kernel::host::Cancels,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -259,7 +257,6 @@ pub async fn spawn(
         ),
         handovers: crate::output::Handover::worker_slots(),
         skill_runner: config.skill_runner.clone(),
-        cancels: settings.cancels.clone(),
     });
     let [shared, own] = listen(
         &client,

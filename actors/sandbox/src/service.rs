@@ -16,7 +16,7 @@ use async_nats::Client;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::budget;
-use toolmesh_kernel::host::Cancels;
+use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::outputs::Whole;
 use toolmesh_kernel::tools::{Entry, Listed, RunFn, Runnable, Tool, ToolCall, ToolResult};
 use toolmesh_kernel::{ErrorCode, ToolError};
@@ -186,8 +186,6 @@ pub struct SandboxService {
     pub handovers: Arc<tokio::sync::Semaphore>,
     /// `TOOLMESH_SKILL_RUNNER_COMMAND`.
     pub skill_runner: Option<String>,
-    /// The node's cancels, where a foreground command is held ([`Self::run_foreground`]).
-    pub cancels: Cancels,
 }
 
 impl std::fmt::Debug for SandboxService {
@@ -413,8 +411,7 @@ impl SandboxService {
 
     /// Runs one foreground process to its end: pull, exec (under the worker's concurrency
     /// cap), push; its output streams as the call's events. Returns the outcome and the sync
-    /// report. The call is held in the node's cancels from the pull on: a cancel before the
-    /// command starts means it never does, one while it runs kills it.
+    /// report.
     pub(crate) async fn run_foreground(
         &self,
         call: &ToolCall<'_>,
@@ -423,23 +420,21 @@ impl SandboxService {
         stdin: Option<Bytes>,
         timeout: Duration,
     ) -> Result<(CommandOutcome, Value), ToolError> {
-        let cancel = self
-            .cancels
-            .hold(&call.ctx.account, &call.ctx.invocation_id);
         let before = async {
             self.pull(session).await?;
+            let mut cancel =
+                CancelWatch::listen(&self.client, &call.ctx.account, &call.ctx.invocation_id).await;
             // Wait for a slot in arrival order (a burst is queued, not failed).
             let permit = tokio::select! {
-                biased;
-                () = cancel.requested() => return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before the command started")),
                 permit = self.pool.permits.clone().acquire_owned() => permit.map_err(|_| ToolError::new(ErrorCode::Cancelled, "the sandbox worker is shutting down"))?,
+                _ = cancel.requested() => return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before the command started")),
             };
-            Ok(permit)
+            Ok((cancel, permit))
         };
         let label = spec.exec_id.clone();
         // Listening before the command starts, so its first request is heard.
         let mut decisions = self.pool.decisions_of(&session.sandbox.sandbox_id);
-        let (permit, execution) = self.start_after(session, spec, before).await?;
+        let ((mut cancel, permit), execution) = self.start_after(session, spec, before).await?;
         let spool = self.spool_settings(call, session);
         let outcome = run_to_end(
             execution,
@@ -448,13 +443,12 @@ impl SandboxService {
             stdin,
             timeout,
             &call.events,
-            &cancel,
+            &mut cancel,
             decisions.as_mut().map(|d| &mut d.rx),
         )
         .await;
         drop(decisions);
         drop(permit);
-        drop(cancel);
         let sync = self.push(session).await;
         Ok((outcome, sync))
     }

@@ -33,8 +33,6 @@ pub struct WebSettings {
     pub budget_chars: usize,
     /// The node's metrics.
     pub metrics: toolmesh_kernel::metrics::Metrics,
-    /// The node's cancels, where a fetch is held while it runs.
-    pub cancels: toolmesh_kernel::host::Cancels,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +67,6 @@ pub async fn spawn(
         fetcher: fetch::Fetcher::new(policy, config.max_bytes)?,
         search,
         metrics: settings.metrics,
-        cancels: settings.cancels,
     });
     let [calls] = listen(
         &client,

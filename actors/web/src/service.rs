@@ -26,6 +26,4 @@ pub struct WebService {
     pub search: Option<SearchProvider>,
     /// The node's metrics: `web_fetch`'s egress decisions.
     pub metrics: toolmesh_kernel::metrics::Metrics,
-    /// The node's cancels, where `web_fetch` holds its call while it runs.
-    pub cancels: toolmesh_kernel::host::Cancels,
 }

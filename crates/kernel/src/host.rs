@@ -1,7 +1,6 @@
 //! Host glue every actor uses: connecting to NATS, draining subscriptions, replying, counting
 //! in-flight work, and the shutdown signal.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -565,172 +564,49 @@ async fn demultiplex(
     let _ = subscriber.unsubscribe().await;
 }
 
-/// The cancels of what this node runs: one subscription to `toolmesh.internal.v1.cancel.>`
-/// for the whole node, and a map from each invocation held here ([`Cancels::hold`]) to what
-/// stops it. No invocation subscribes on its own, so a call costs the server no SUB and UNSUB.
-///
-/// A gateway answers `toolmesh.v1.cancel.<account>` by asking
-/// `toolmesh.internal.v1.cancel.<account>.<invocation_id>`. Every node answers: `{"cancelled":
-/// true}` when it holds that invocation (which then stops), `{"cancelled": false}` otherwise,
-/// so the gateway knows the answer once every node of its cluster view has spoken. A message
-/// without a reply subject (a gateway telling an actor to stop) stops the invocation unanswered.
-///
-/// Whoever runs an invocation holds it from the moment it takes it on, before the first step
-/// it cannot undo, and looks at the hold before each such step: a cancel that arrives early is
-/// not lost but found there. The gateway holds a call from its arrival, before it is checked,
-/// gated, parked or sent on, so a cancel sent right after the call stops it (it reaches this
-/// node through the gateway that took it and the server once more, after the call). A cancel
-/// that finds no hold is answered `false` and forgotten: the node keeps no cancels of
-/// invocations it does not run, so an id used again later is not cancelled in advance.
-#[derive(Debug, Clone)]
-pub struct Cancels {
-    holds: Arc<Holds>,
-    _stop: Arc<tokio_util::sync::DropGuard>,
-}
-
-impl Cancels {
-    /// Subscribes `toolmesh.internal.v1.cancel.>` and starts the task that answers each
-    /// cancel from the map; both end when the last clone is dropped. Confirm the subscription
-    /// ([`confirm_subscriptions`]) before the node counts as ready.
-    pub async fn start(client: &Client) -> Result<Cancels, async_nats::SubscribeError> {
-        let subscriber = client.subscribe(subjects::internal::CANCEL_ANY).await?;
-        let holds = Arc::new(Holds::default());
-        let stop = CancellationToken::new();
-        tokio::spawn(answer_cancels(
-            client.clone(),
-            subscriber,
-            holds.clone(),
-            stop.clone(),
-        ));
-        Ok(Cancels {
-            holds,
-            _stop: Arc::new(stop.drop_guard()),
-        })
-    }
-
-    /// A map no subscription feeds: nothing cancels its holds from outside (unit tests).
-    pub fn detached() -> Cancels {
-        Cancels {
-            holds: Arc::default(),
-            _stop: Arc::new(CancellationToken::new().drop_guard()),
-        }
-    }
-
-    /// Holds `invocation` of `account` on this node until the hold drops: a cancel for it from
-    /// now on is answered `true` and resolves [`CancelHold::requested`]. Holds of one
-    /// invocation share one stop.
-    pub fn hold(&self, account: &Account, invocation: &InvocationId) -> CancelHold {
-        let subject = subjects::internal::cancel(account, invocation);
-        let stop = self.holds.take(&subject);
-        CancelHold {
-            holds: self.holds.clone(),
-            subject,
-            stop,
-        }
-    }
-}
-
-/// The invocations held on this node, by their cancel subject.
-#[derive(Debug, Default)]
-struct Holds(std::sync::Mutex<HashMap<String, Held>>);
-
-/// One invocation held on this node: its stop, shared by its holds, and how many there are.
+/// Makes one running invocation cancellable: listens on
+/// `toolmesh.internal.v1.cancel.<account>.<invocation_id>` until dropped. Whoever runs an
+/// invocation that can take a while (a parked call, a command in a sandbox) holds one; the
+/// gateway's `toolmesh.v1.cancel.<account>` handler asks that subject, and "no responders"
+/// there means nothing of that account runs under that id.
 #[derive(Debug)]
-struct Held {
-    stop: CancellationToken,
-    holds: usize,
-}
-
-impl Holds {
-    /// Counts one more hold of `subject`; its stop.
-    fn take(&self, subject: &str) -> CancellationToken {
-        let mut held = self.0.lock().expect("cancels lock");
-        let entry = held.entry(subject.to_owned()).or_insert_with(|| Held {
-            stop: CancellationToken::new(),
-            holds: 0,
-        });
-        entry.holds += 1;
-        entry.stop.clone()
-    }
-
-    /// Counts one hold of `subject` less; the last one forgets the invocation.
-    fn release(&self, subject: &str) {
-        // Runs in `Drop`: a poisoned lock is no reason to panic there.
-        let Ok(mut held) = self.0.lock() else {
-            return;
-        };
-        if let Some(invocation) = held.get_mut(subject) {
-            invocation.holds -= 1;
-            if invocation.holds == 0 {
-                held.remove(subject);
-            }
-        }
-    }
-
-    /// Stops the invocation whose cancel subject is `subject`; false when none is held here.
-    fn cancel(&self, subject: &str) -> bool {
-        let held = self.0.lock().expect("cancels lock");
-        match held.get(subject) {
-            Some(invocation) => {
-                invocation.stop.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-async fn answer_cancels(
+pub struct CancelWatch {
     client: Client,
-    mut subscriber: Subscriber,
-    holds: Arc<Holds>,
-    stop: CancellationToken,
-) {
-    loop {
-        let msg = tokio::select! {
-            _ = stop.cancelled() => break,
-            msg = subscriber.next() => match msg {
-                Some(msg) => msg,
-                None => {
-                    tracing::warn!("the cancel subscription ended; nothing on this node can be cancelled");
-                    break;
-                }
-            },
+    subscription: Option<Subscriber>,
+}
+
+impl CancelWatch {
+    /// Starts listening. If the subscription fails the invocation simply cannot be cancelled
+    /// (logged), which is no reason to fail the invocation itself.
+    pub async fn listen(client: &Client, account: &Account, invocation: &InvocationId) -> Self {
+        let subject = subjects::internal::cancel(account, invocation);
+        let subscription = match client.subscribe(subject).await {
+            Ok(sub) => Some(sub),
+            Err(e) => {
+                tracing::warn!(error = %e, "invocation cannot be cancelled: subscribe failed");
+                None
+            }
         };
-        let cancelled = holds.cancel(msg.subject.as_str());
-        if msg.reply.is_some() {
-            let ack = serde_json::to_vec(&CancelAck { cancelled }).expect("an ack serializes");
-            respond(&client, msg.reply.as_ref(), ack).await;
+        Self {
+            client: client.clone(),
+            subscription,
         }
     }
-    let _ = subscriber.unsubscribe().await;
-}
 
-/// One invocation held on this node ([`Cancels::hold`]). Drop it once the invocation can no
-/// longer be stopped here, before its reply goes out: a cancel after the reply is `false`.
-#[derive(Debug)]
-pub struct CancelHold {
-    holds: Arc<Holds>,
-    subject: String,
-    stop: CancellationToken,
-}
-
-impl CancelHold {
-    /// Whether a cancel arrived since the hold began.
-    pub fn is_requested(&self) -> bool {
-        self.stop.is_cancelled()
-    }
-
-    /// Resolves once a cancel arrives, at once if one arrived already. It owns what it needs,
-    /// so it can wait beside work that borrows the holder.
-    pub fn requested(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-        self.stop.clone().cancelled_owned()
-    }
-}
-
-impl Drop for CancelHold {
-    fn drop(&mut self) {
-        self.holds.release(&self.subject);
+    /// Resolves when a cancel request arrives, after answering it `{"cancelled": true}`.
+    /// Never resolves when the subscription could not be made.
+    pub async fn requested(&mut self) {
+        let Some(sub) = self.subscription.as_mut() else {
+            return futures::future::pending().await;
+        };
+        match sub.next().await {
+            Some(msg) => {
+                let ack =
+                    serde_json::to_vec(&CancelAck { cancelled: true }).expect("an ack serializes");
+                respond(&self.client, msg.reply.as_ref(), ack).await;
+            }
+            None => futures::future::pending().await,
+        }
     }
 }
 
@@ -854,47 +730,7 @@ impl Lifecycle {
 mod tests {
     use std::time::Duration;
 
-    use super::{reconnect_delay, Cancels, InFlight, MAX_RECONNECT_DELAY};
-    use crate::ids::{Account, InvocationId};
-    use crate::subjects;
-
-    /// A cancel finds every hold of its invocation, of its account only, and nothing once the
-    /// last hold dropped: an id used again starts uncancelled.
-    #[test]
-    fn a_cancel_stops_the_holds_of_its_invocation_while_they_last() {
-        let cancels = Cancels::detached();
-        let acme = Account::parse("acme").unwrap();
-        let globex = Account::parse("globex").unwrap();
-        let inv = InvocationId::parse("inv-1").unwrap();
-        let subject = |account| subjects::internal::cancel(account, &inv);
-
-        let first = cancels.hold(&acme, &inv);
-        let second = cancels.hold(&acme, &inv);
-        let other = cancels.hold(&globex, &inv);
-        assert!(cancels.holds.cancel(&subject(&acme)));
-        assert!(first.is_requested() && second.is_requested());
-        assert!(
-            !other.is_requested(),
-            "another account's invocation of that id runs on"
-        );
-        // A hold taken after the cancel, while the invocation is still held, sees it too.
-        assert!(cancels.hold(&acme, &inv).is_requested());
-
-        drop((first, second));
-        assert!(
-            !cancels.holds.cancel(&subject(&acme)),
-            "nothing holds it any more"
-        );
-        let again = cancels.hold(&acme, &inv);
-        assert!(
-            !again.is_requested(),
-            "a new call under the same id starts uncancelled"
-        );
-        assert!(futures::FutureExt::now_or_never(again.requested()).is_none());
-        assert!(cancels.holds.cancel(&subject(&acme)));
-        assert!(futures::FutureExt::now_or_never(again.requested()).is_some());
-        drop(other);
-    }
+    use super::{reconnect_delay, InFlight, MAX_RECONNECT_DELAY};
 
     #[test]
     fn a_part_counts_into_the_whole() {

@@ -234,13 +234,10 @@ pub mod internal {
     /// queue group of the gateway role.
     pub const GATEWAY_CHECK: &str = "toolmesh.internal.v1.gateway.check";
 
-    /// Cancels of one invocation: a gateway asks every node here, and the node that holds the
-    /// invocation stops it ([`crate::host::Cancels`]).
+    /// An actor running an invocation that can be cancelled listens here for its duration.
     pub fn cancel(account: &Account, invocation: &InvocationId) -> String {
         format!("{PREFIX}.cancel.{account}.{invocation}")
     }
-    /// Every invocation's cancels: one subscription per node ([`crate::host::Cancels`]).
-    pub const CANCEL_ANY: &str = "toolmesh.internal.v1.cancel.>";
 
     /// The endpoint subject of one MCP tool the bridge serves: `…mcp.<server>.<endpoint>`
     /// (both names are `[A-Za-z0-9_-]`, so each is one token). Gateways route provider calls

@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 
 use toolmesh_kernel::budget;
 use toolmesh_kernel::canonical::arguments_sha256;
+use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::subjects::{internal, public};
 use toolmesh_kernel::tools::RegisteredTool;
 use toolmesh_kernel::trace;
@@ -218,8 +219,8 @@ impl Call<'_> {
     ) -> Result<Option<Value>, ToolError> {
         let core = self.core;
         let mut decided = core.decided.subscribe();
-        let cancelled = self.cancel_requested();
-        tokio::pin!(cancelled);
+        let mut cancel =
+            CancelWatch::listen(&core.client, &self.ctx.account, &self.ctx.invocation_id).await;
         let deadline = tokio::time::sleep(wait);
         tokio::pin!(deadline);
         // The decision wakes the call: no polling, so a thousand parked calls cost Redis
@@ -242,7 +243,7 @@ impl Call<'_> {
                     _ = core.lifecycle.drain.cancelled() => {
                         return Err(still_pending(&approval, "the gateway node is shutting down"))
                     }
-                    () = &mut cancelled => {
+                    _ = cancel.requested() => {
                         // Nobody waits for the request any more: it is withdrawn (rejected).
                         let withdrawn = self.withdraw(&approval.id).await;
                         return Err(ToolError::new(
@@ -379,7 +380,7 @@ impl Call<'_> {
     }
 
     /// Sends the release; true only when the approval actor answered that it released it.
-    pub(super) async fn release(&self, id: &str) -> bool {
+    async fn release(&self, id: &str) -> bool {
         let release = ApprovalRelease {
             account: self.ctx.account.clone(),
             approval_id: id.to_owned(),

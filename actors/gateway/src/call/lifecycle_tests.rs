@@ -39,7 +39,6 @@ async fn a_call_future_stays_small() {
         metrics: Default::default(),
         status_cache: Default::default(),
         replies: ReplyInbox::start(&client).await.expect("lazy inbox"),
-        cancels: toolmesh_kernel::host::Cancels::detached(),
         audit: toolmesh_kernel::audit::AuditTrail::off("n", "test"),
         refusals: toolmesh_kernel::permissions::Refusals::none(),
     });

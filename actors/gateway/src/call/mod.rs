@@ -5,12 +5,6 @@
 //! `review.rs` (the pre-reviewer), `gate.rs` (approval), `route.rs` (actors, claims, direct
 //! replies) and `provider.rs`;
 //! `error.rs` says why a request to an actor failed on the gateway's side.
-//!
-//! A call is held in the node's cancels ([`toolmesh_kernel::host::Cancels`]) from the start of
-//! its task, before its first await, until its reply: a cancel that arrives while it is checked
-//! or gated stops it before it runs, one while it is parked or with a provider ends the wait.
-//! A call routed to an actor is let go as it is sent: the actor holds it from then on and
-//! answers its cancels.
 
 pub(crate) mod edit;
 mod error;
@@ -27,7 +21,7 @@ use serde_json::{Map, Value};
 use tracing::{field, Instrument};
 
 use toolmesh_kernel::budget;
-use toolmesh_kernel::host::{respond, CancelHold};
+use toolmesh_kernel::host::respond;
 use toolmesh_kernel::metrics::UNKNOWN_TOOL;
 use toolmesh_kernel::policy::{Decision, Facts, Policy, Rule};
 use toolmesh_kernel::subjects::public;
@@ -76,8 +70,6 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             return;
         }
     };
-    // Held before anything of the call can wait, so no cancel sent after it is lost.
-    let cancel = core.cancels.hold(&account, &request.invocation_id);
     let span = tracing::info_span!(
         "call",
         otel.kind = "server",
@@ -112,11 +104,8 @@ pub async fn handle_call(core: Arc<GatewayCore>, msg: Message) {
             grant_id: None,
             edited: false,
             reviewed: None,
-            cancel: Some(cancel),
         };
         let result = call.run(&request).await;
-        // Nothing of it runs any more: a cancel from now on finds nothing to stop.
-        call.cancel = None;
         let body = call.finish(result).await;
         // Counted before the reply goes out: a caller that scrapes after its reply sees it.
         let tool = metric_tool(&registry, call.dispatched.unwrap_or(&request.tool));
@@ -169,8 +158,6 @@ struct Call<'a> {
     edited: bool,
     /// What the pre-reviewer decided, when it let the call run or refused it.
     reviewed: Option<review::Reviewed>,
-    /// The call's hold in the node's cancels, until it ends or an actor takes it over.
-    cancel: Option<CancelHold>,
 }
 
 /// The `tool` label of a call: a name of the registry, or [`UNKNOWN_TOOL`] (bounded labels).
@@ -457,9 +444,6 @@ impl<'a> Call<'a> {
         arguments: Value,
     ) -> Result<Answer, ToolError> {
         let core = self.core;
-        if self.cancel.as_ref().is_some_and(CancelHold::is_requested) {
-            return Err(self.cancelled_before_running().await);
-        }
         match &target.spec.runs {
             // The dispatcher never gets here (`run` takes it before the gate), so every other
             // gateway tool is an entry of the table.
@@ -468,38 +452,8 @@ impl<'a> Call<'a> {
                     .ok_or_else(|| builtin::unknown_tool(&target.spec.name))?;
                 (tool.run)(core, self.registry, &self.ctx, &arguments)
             }
-            Runs::Actor(role) => {
-                // The actor holds the call once it takes it.
-                self.cancel = None;
-                Box::pin(self.route(target, *role, arguments)).await
-            }
+            Runs::Actor(role) => Box::pin(self.route(target, *role, arguments)).await,
             Runs::Provider(route) => Box::pin(self.call_provider(target, route, arguments)).await,
-        }
-    }
-}
-
-impl Call<'_> {
-    /// Resolves once the call is cancelled; never once it is not held here.
-    fn cancel_requested(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let requested = self.cancel.as_ref().map(CancelHold::requested);
-        async move {
-            match requested {
-                Some(requested) => requested.await,
-                None => futures::future::pending().await,
-            }
-        }
-    }
-
-    /// `cancelled` for a call cancelled before it ran; an approval it used is given back.
-    async fn cancelled_before_running(&mut self) -> ToolError {
-        let cancelled =
-            ToolError::new(ErrorCode::Cancelled, "the call was cancelled before it ran");
-        match self.consumed_approval.take() {
-            Some(id) => {
-                let released = self.release(&id).await;
-                cancelled.with("approval_released", released)
-            }
-            None => cancelled,
         }
     }
 }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::outputs::{Keeper, Whole};
 use toolmesh_kernel::subjects::public;
 use toolmesh_kernel::tools::{ProviderRoute, RegisteredTool};
@@ -43,7 +44,7 @@ impl Call<'_> {
         });
         let body = serde_json::to_vec(&envelope).map_err(|e| ToolError::internal(e.to_string()))?;
         core.check_payload(&body, "sent to the provider")?;
-        let cancelled = self.cancel_requested();
+        let mut cancel = CancelWatch::listen(&core.client, &ctx.account, &ctx.invocation_id).await;
         let request = async_nats::Request::new()
             .payload(Bytes::from(body))
             .timeout(Some(timeout));
@@ -62,7 +63,7 @@ impl Call<'_> {
                     format!("every instance of the provider {service} went away while the call ran; it may have run in part, repeat it once the provider is back"),
                 ));
             }
-            () = cancelled => {
+            () = cancel.requested() => {
                 self.cancel_provider(target, route).await;
                 return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled; the provider was told"));
             }

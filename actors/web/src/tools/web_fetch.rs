@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use toolmesh_kernel::error::DisplayChain;
+use toolmesh_kernel::host::CancelWatch;
 use toolmesh_kernel::metrics::EgressSource;
 use toolmesh_kernel::outputs::Whole;
 use toolmesh_kernel::tools::{Tool, ToolCall, ToolDef, ToolResult};
@@ -20,12 +21,11 @@ impl Tool<WebService> for WebFetch {
     const DEF: &'static ToolDef = &crate::service::WEB.named("web_fetch");
 
     async fn run(self, service: &WebService, call: &ToolCall<'_>) -> ToolResult {
-        let cancel = service
-            .cancels
-            .hold(&call.ctx.account, &call.ctx.invocation_id);
         let url = Url::parse(self.url.trim())
             .map_err(|e| ToolError::invalid_argument("/url", format!("not a URL: {e}")))?;
         let timeout = Duration::from_secs(self.timeout);
+        let mut cancel =
+            CancelWatch::listen(&service.client, &call.ctx.account, &call.ctx.invocation_id).await;
         let fetched = tokio::select! {
             outcome = tokio::time::timeout(timeout, service.fetcher.fetch(url)) => match outcome {
                 Ok(fetched) => {
@@ -51,8 +51,6 @@ impl Tool<WebService> for WebFetch {
                 return Err(ToolError::new(ErrorCode::Cancelled, "web_fetch was cancelled"));
             }
         };
-        // Fetched: what is left cannot be stopped, so a cancel from now on is `false`.
-        drop(cancel);
         let budget_chars = self
             .max_chars
             .map_or(call.outputs.budget_chars, |m| m.min(MAX_CHARS_CAP) as usize);
