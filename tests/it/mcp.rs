@@ -303,6 +303,84 @@ async fn http_lists_per_profile_calls_and_refuses_unknown_tokens() {
     }
 }
 
+/// A plain `tools/call` (no progress token) is answered by the front itself, any other by
+/// rmcp's service (`toolmesh_mcp::plain`): the same calls through both get the same answers, in
+/// either revision: a reply, a refused argument and a `requestState` the front did not make.
+#[tokio::test]
+async fn a_plain_call_is_answered_as_rmcp_answers_it() {
+    let f = Front::start("gateway,approval,workspace,mcp", &[]).await;
+    let approved = json!({"approved": true});
+    let written = write_on_nats(&f.c, "s1", "notes.md", "hello plain", approved).await;
+    assert_eq!(written["ok"], true, "{written}");
+    let modern_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    for (version, meta) in [("2025-11-25", json!({})), ("2026-07-28", modern_meta)] {
+        for params in [
+            json!({"name": "read_workspace_file", "arguments": {"path": "notes.md"}}),
+            json!({"name": "read_workspace_file", "arguments": {"path": 7}}),
+            json!({"name": "read_workspace_file", "arguments": {"path": "notes.md"},
+                   "requestState": "not-ours"}),
+        ] {
+            let mut plain = params.clone();
+            plain["_meta"] = meta.clone();
+            let mut through_rmcp = params.clone();
+            through_rmcp["_meta"] = meta.clone();
+            through_rmcp["_meta"]["progressToken"] = json!("p1");
+            let (plain, through_rmcp) = (
+                post_call(&f.url, version, plain).await,
+                post_call(&f.url, version, through_rmcp).await,
+            );
+            assert_eq!(plain, through_rmcp, "{version} {params}");
+            assert_eq!(plain.0, 200, "{plain:?}");
+        }
+    }
+}
+
+/// POSTs a `tools/call` with `params` as a client of protocol `version` (tok-a, session s1);
+/// the status, the content type and the JSON answer, with what differs from call to call
+/// (the invocation id, times) taken out.
+async fn post_call(url: &str, version: &str, params: Value) -> (u16, String, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params});
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth("tok-a")
+        .header("x-toolmesh-session", "s1")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", version);
+    if version >= "2026-07-28" {
+        let name = params["name"].as_str().unwrap().to_owned();
+        request = request
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name);
+    }
+    let response = request.body(body.to_string()).send().await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let mut answer: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    if let Some(result) = answer.get_mut("result") {
+        let text: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            text, result["structuredContent"],
+            "the text is the reply's JSON"
+        );
+        result["content"][0]["text"] = json!("(the reply)");
+        if let Some(reply) = result["structuredContent"].as_object_mut() {
+            reply.retain(|key, _| !matches!(key.as_str(), "invocation_id" | "duration_ms"));
+        }
+    }
+    (status, content_type, answer)
+}
+
 /// Elicitation accepted (file written, `decided_by` the token's name over HTTP, `mcp` over
 /// stdio) and declined (nothing written, `approval_rejected`), over HTTP (an
 /// `InputRequiredResult`, 2026-07-28) and over stdio (an `elicitation/create` request,
