@@ -2,35 +2,25 @@
 //!
 //! `cargo bench --bench mcp` starts a nats-server, a redis-server and one
 //! `toolmesh node --roles gateway,approval,workspace,mcp` (mode off), writes a 1 KiB file in a
-//! session, and times `read_workspace_file` of it four ways in alternating rounds: a direct
-//! request on `toolmesh.v1.call.<account>`, `tools/call` over streamable HTTP from a bare
-//! kept-alive client, the same from rmcp's client, and `tools/call` over stdio (`toolmesh mcp`,
-//! rmcp's client on its pipes). It prints p50/p99 of each and the milliseconds each MCP
-//! transport adds; then, in alternating rounds of a second each, the calls/s of 16 concurrent
-//! HTTP clients of each kind against 16 direct requests in flight, with their ratios to the
-//! direct rate and their p50/p99 under that load.
-//!
-//! The bare client is to HTTP what the direct path is to NATS: one kept-alive connection, a
-//! pre-serialised request, the answer parsed as JSON. It measures the front. rmcp's client opens
-//! a new TCP connection for every request (its default reqwest client keeps no idle
-//! connection) and costs the shared cores several times what the bare client does; its rows
-//! say what an rmcp client sees.
+//! session, and times `read_workspace_file` of it three ways in alternating rounds: a direct
+//! request on `toolmesh.v1.call.<account>`, `tools/call` over streamable HTTP (rmcp's client),
+//! and `tools/call` over stdio (`toolmesh mcp`, rmcp's client on its pipes). It prints p50/p99
+//! of each and the milliseconds each MCP transport adds, then calls/s with 16 concurrent HTTP
+//! clients against 16 direct requests in flight.
 #![allow(clippy::print_stdout)]
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt as _};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use toolmesh_testkit::{Listener, NatsServer, RedisServer};
 
 mod support;
@@ -41,128 +31,42 @@ const WARMUP: usize = 200;
 const ROUNDS: usize = 5;
 const SAMPLES_PER_ROUND: usize = 200;
 const CLIENTS: usize = 16;
-/// Throughput: alternating rounds of a slot each for the direct, kept-alive and rmcp callers.
-const THROUGHPUT_ROUNDS: usize = 5;
-const THROUGHPUT_SLOT: Duration = Duration::from_secs(1);
+const THROUGHPUT_FOR: Duration = Duration::from_secs(5);
 const ACCOUNT: &str = "bench";
 const SESSION: &str = "bench";
-const TOKEN: &str = "bench-token";
 
-/// One caller of the bench: makes its call, one at a time.
-trait Caller: Send + 'static {
-    /// One call; how long it took.
-    fn call(&mut self) -> impl Future<Output = Duration> + Send;
+type Client = RunningService<RoleClient, ()>;
+
+fn read_params() -> CallToolRequestParams {
+    let args = json!({"path": "one-kib.txt"});
+    CallToolRequestParams::new("read_workspace_file")
+        .with_arguments(args.as_object().unwrap().clone())
 }
 
-/// rmcp's client (over HTTP or stdio).
-struct Rmcp(Arc<RunningService<RoleClient, ()>>);
-
-impl Caller for Rmcp {
-    async fn call(&mut self) -> Duration {
-        let args = json!({"path": "one-kib.txt"});
-        let params = CallToolRequestParams::new("read_workspace_file")
-            .with_arguments(args.as_object().unwrap().clone());
-        let started = Instant::now();
-        let result = self.0.call_tool(params).await.expect("tools/call answers");
-        assert_ne!(result.is_error, Some(true), "{result:?}");
-        started.elapsed()
-    }
+async fn mcp_call(client: &Client) -> Duration {
+    let started = Instant::now();
+    let result = client
+        .call_tool(read_params())
+        .await
+        .expect("tools/call answers");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    started.elapsed()
 }
 
-/// The request on `toolmesh.v1.call.<account>`, pre-serialised.
-struct Direct {
-    nats: async_nats::Client,
-    body: Bytes,
+async fn direct_call(nats: &async_nats::Client, body: &Bytes) -> Duration {
+    let started = Instant::now();
+    let reply = nats
+        .request(format!("toolmesh.v1.call.{ACCOUNT}"), body.clone())
+        .await
+        .expect("the gateway answers");
+    let v: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    started.elapsed()
 }
 
-impl Caller for Direct {
-    async fn call(&mut self) -> Duration {
-        let started = Instant::now();
-        let reply = self
-            .nats
-            .request(format!("toolmesh.v1.call.{ACCOUNT}"), self.body.clone())
-            .await
-            .expect("the gateway answers");
-        let v: Value = serde_json::from_slice(&reply.payload).unwrap();
-        assert_eq!(v["ok"], true, "{v}");
-        started.elapsed()
-    }
-}
-
-/// A bare MCP client over HTTP/1.1: one kept-alive connection and one pre-serialised
-/// `tools/call` POST (protocol 2025-11-25, as rmcp's client negotiates; the front serves each
-/// POST statelessly). The answer must be 200 with a Content-Length; its body is parsed.
-struct BareHttp {
-    stream: tokio::net::TcpStream,
-    request: Vec<u8>,
-    read: Vec<u8>,
-}
-
-impl BareHttp {
-    async fn connect(addr: SocketAddr) -> BareHttp {
-        let stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("the front accepts");
-        stream.set_nodelay(true).unwrap();
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "read_workspace_file", "arguments": {"path": "one-kib.txt"}}})
-        .to_string();
-        let request = format!(
-            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\n\
-             accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n\
-             mcp-protocol-version: {}\r\nx-toolmesh-session: {SESSION}\r\n\
-             content-length: {}\r\n\r\n{body}",
-            ProtocolVersion::V_2025_11_25.as_str(),
-            body.len()
-        );
-        BareHttp {
-            stream,
-            request: request.into_bytes(),
-            read: Vec::with_capacity(8192),
-        }
-    }
-
-    /// Reads into `self.read` until it holds `at_least` bytes.
-    async fn fill(&mut self, at_least: usize) {
-        while self.read.len() < at_least {
-            let n = self.stream.read_buf(&mut self.read).await.unwrap();
-            assert!(n > 0, "the front closed the connection");
-        }
-    }
-}
-
-impl Caller for BareHttp {
-    async fn call(&mut self) -> Duration {
-        let started = Instant::now();
-        self.stream.write_all(&self.request).await.unwrap();
-        self.read.clear();
-        let head = loop {
-            if let Some(end) = self.read.windows(4).position(|w| w == b"\r\n\r\n") {
-                break end + 4;
-            }
-            let more = self.read.len() + 1;
-            self.fill(more).await;
-        };
-        let text = std::str::from_utf8(&self.read[..head]).unwrap();
-        assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
-        let length: usize = text
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().unwrap())
-            })
-            .expect("a Content-Length");
-        self.fill(head + length).await;
-        let v: Value = serde_json::from_slice(&self.read[head..head + length]).unwrap();
-        assert_eq!(v["result"]["isError"], false, "{v}");
-        started.elapsed()
-    }
-}
-
-async fn http_client(url: &str) -> Rmcp {
+async fn http_client(url: &str) -> Client {
     let config = StreamableHttpClientTransportConfig::with_uri(url)
-        .auth_header(TOKEN)
+        .auth_header("bench-token")
         .custom_headers(
             [(
                 http::HeaderName::from_static("x-toolmesh-session"),
@@ -171,71 +75,9 @@ async fn http_client(url: &str) -> Rmcp {
             .into_iter()
             .collect(),
         );
-    let client =
-        ().serve(StreamableHttpClientTransport::from_config(config))
-            .await
-            .expect("the HTTP front answers the handshake");
-    Rmcp(Arc::new(client))
-}
-
-/// [`SAMPLES_PER_ROUND`] sequential calls of `caller`, their times appended to `out`.
-async fn sequential(caller: &mut impl Caller, out: &mut Vec<Duration>) {
-    for _ in 0..SAMPLES_PER_ROUND {
-        out.push(caller.call().await);
-    }
-}
-
-/// `callers` for [`THROUGHPUT_SLOT`], each making its call again and again, one at a time;
-/// the callers back, to `load` their calls' times and how long the slot took.
-async fn burst<C: Caller>(callers: Vec<C>, load: &mut Load) -> Vec<C> {
-    let started = Instant::now();
-    let until = started + THROUGHPUT_SLOT;
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .map(|mut caller| {
-            tokio::spawn(async move {
-                let mut times = Vec::new();
-                while Instant::now() < until {
-                    times.push(caller.call().await);
-                }
-                (caller, times)
-            })
-        })
-        .collect();
-    let mut back = Vec::new();
-    for task in tasks {
-        let (caller, times) = task.await.unwrap();
-        back.push(caller);
-        load.times.extend(times);
-    }
-    load.took += started.elapsed();
-    back
-}
-
-/// The calls of one kind of caller under load.
-#[derive(Default)]
-struct Load {
-    times: Vec<Duration>,
-    took: Duration,
-}
-
-impl Load {
-    fn rate(&self) -> f64 {
-        self.times.len() as f64 / self.took.as_secs_f64()
-    }
-
-    fn print(&mut self, name: &str, base: Option<f64>) {
-        self.times.sort();
-        let ratio = base
-            .map(|b| format!(" (ratio {:.2})", self.rate() / b))
-            .unwrap_or_default();
-        println!(
-            "{name:<28} {:>6.0} calls/s{ratio:<13} p50 {:>7.3} ms  p99 {:>7.3} ms",
-            self.rate(),
-            ms(percentile(&self.times, 0.5)),
-            ms(percentile(&self.times, 0.99)),
-        );
-    }
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the HTTP front answers the handshake")
 }
 
 fn summary(name: &str, samples: &mut [Duration], base: Option<(Duration, Duration)>) {
@@ -277,8 +119,7 @@ fn main() {
             .env("TOOLMESH_MCP_TOKENS", tokens.display().to_string())
             .start(&client)
             .await;
-        let addr = node.addr(Listener::Mcp);
-        let url = format!("http://{addr}/mcp");
+        let url = format!("http://{}/mcp", node.addr(Listener::Mcp));
         let write = json!({"tool": "write_workspace_file", "session_id": SESSION,
             "arguments": {"path": "one-kib.txt", "content": "x".repeat(1023) + "\n"}});
         let reply = client
@@ -294,13 +135,8 @@ fn main() {
                    "arguments": {"path": "one-kib.txt"}})
             .to_string(),
         );
-        let direct = || Direct {
-            nats: client.clone(),
-            body: direct_body.clone(),
-        };
 
-        let mut http = http_client(&url).await;
-        let mut bare = BareHttp::connect(addr).await;
+        let http = http_client(&url).await;
         let mut child = tokio::process::Command::new(BIN)
             .args(["--nats-url", &nats.url(), "mcp", "--account", ACCOUNT])
             .args(["--session", SESSION])
@@ -310,79 +146,98 @@ fn main() {
             .spawn()
             .expect("toolmesh mcp starts");
         let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-        let mut stdio = Rmcp(Arc::new(
-            ().serve(io).await.expect("the stdio front answers"),
-        ));
+        let stdio: Client = ().serve(io).await.expect("the stdio front answers");
         println!(
             "protocol: http {:?}, stdio {:?}",
-            http.0
-                .peer()
+            http.peer()
                 .peer_info()
                 .map(|i| i.protocol_version.to_string()),
             stdio
-                .0
                 .peer()
                 .peer_info()
                 .map(|i| i.protocol_version.to_string())
         );
 
-        let mut one = direct();
         for _ in 0..WARMUP {
-            one.call().await;
-            bare.call().await;
-            http.call().await;
-            stdio.call().await;
+            direct_call(&client, &direct_body).await;
+            mcp_call(&http).await;
+            mcp_call(&stdio).await;
         }
-        let (mut over_nats, mut over_bare) = (Vec::new(), Vec::new());
-        let (mut over_http, mut over_stdio) = (Vec::new(), Vec::new());
+        let (mut direct, mut over_http, mut over_stdio) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            sequential(&mut one, &mut over_nats).await;
-            sequential(&mut bare, &mut over_bare).await;
-            sequential(&mut http, &mut over_http).await;
-            sequential(&mut stdio, &mut over_stdio).await;
+            for _ in 0..SAMPLES_PER_ROUND {
+                direct.push(direct_call(&client, &direct_body).await);
+            }
+            for _ in 0..SAMPLES_PER_ROUND {
+                over_http.push(mcp_call(&http).await);
+            }
+            for _ in 0..SAMPLES_PER_ROUND {
+                over_stdio.push(mcp_call(&stdio).await);
+            }
         }
         println!(
             "read_workspace_file of 1 KiB, {} sequential calls each, {ROUNDS} alternating rounds",
             ROUNDS * SAMPLES_PER_ROUND
         );
-        over_nats.sort();
-        let base = (percentile(&over_nats, 0.5), percentile(&over_nats, 0.99));
-        summary("direct on NATS", &mut over_nats, None);
-        summary("MCP HTTP, kept-alive", &mut over_bare, Some(base));
-        summary("MCP HTTP, rmcp client", &mut over_http, Some(base));
+        direct.sort();
+        let base = (percentile(&direct, 0.5), percentile(&direct, 0.99));
+        summary("direct on NATS", &mut direct, None);
+        summary("MCP streamable HTTP", &mut over_http, Some(base));
         summary("MCP stdio (toolmesh mcp)", &mut over_stdio, Some(base));
 
-        // Throughput: 16 HTTP clients of each kind, each one call at a time, against 16 direct
-        // requests in flight, in alternating rounds.
-        let mut directs: Vec<_> = (0..CLIENTS).map(|_| direct()).collect();
-        let mut bares = Vec::new();
+        // Throughput: 16 HTTP clients, each one call at a time, against 16 direct requests
+        // in flight.
         let mut clients = Vec::new();
         for _ in 0..CLIENTS {
-            bares.push(BareHttp::connect(addr).await);
-            clients.push(http_client(&url).await);
+            clients.push(Arc::new(http_client(&url).await));
         }
-        let handles: Vec<_> = clients.iter().map(|c| c.0.clone()).collect();
-        let (mut on_nats, mut on_bare, mut on_rmcp) =
-            (Load::default(), Load::default(), Load::default());
-        for _ in 0..THROUGHPUT_ROUNDS {
-            directs = burst(directs, &mut on_nats).await;
-            bares = burst(bares, &mut on_bare).await;
-            clients = burst(clients, &mut on_rmcp).await;
+        let count = Arc::new(AtomicU64::new(0));
+        let until = Instant::now() + THROUGHPUT_FOR;
+        let tasks: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let (c, count) = (c.clone(), count.clone());
+                tokio::spawn(async move {
+                    while Instant::now() < until {
+                        mcp_call(&c).await;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
         }
+        let http_rate = count.load(Ordering::Relaxed) as f64 / THROUGHPUT_FOR.as_secs_f64();
+        let count = Arc::new(AtomicU64::new(0));
+        let until = Instant::now() + THROUGHPUT_FOR;
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let (nats, body, count) = (client.clone(), direct_body.clone(), count.clone());
+                tokio::spawn(async move {
+                    while Instant::now() < until {
+                        direct_call(&nats, &body).await;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let direct_rate = count.load(Ordering::Relaxed) as f64 / THROUGHPUT_FOR.as_secs_f64();
         println!(
-            "{CLIENTS} concurrent callers, {THROUGHPUT_ROUNDS} alternating rounds of {} s each",
-            THROUGHPUT_SLOT.as_secs()
+            "{CLIENTS} concurrent callers, {} s: MCP HTTP {http_rate:.0} calls/s, direct {direct_rate:.0} calls/s (ratio {:.2})",
+            THROUGHPUT_FOR.as_secs(),
+            http_rate / direct_rate
         );
-        let base = on_nats.rate();
-        on_nats.print("direct on NATS", None);
-        on_bare.print("MCP HTTP, kept-alive", Some(base));
-        on_rmcp.print("MCP HTTP, rmcp client", Some(base));
-        drop(clients);
-        for c in handles.into_iter().chain([http.0, stdio.0]) {
+        for c in clients {
             if let Ok(c) = Arc::try_unwrap(c) {
                 let _ = c.cancel().await;
             }
         }
+        let _ = http.cancel().await;
+        let _ = stdio.cancel().await;
         let _ = child.kill().await;
     });
 }

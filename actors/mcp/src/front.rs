@@ -14,7 +14,7 @@
 //! approval role takes in-band decisions. A `requestState` naming someone else's approval is
 //! then just a call that does not match it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,10 +28,10 @@ use rmcp::model::{
     ServerConfig, TaskPayload, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument as _, Span};
+use tracing::Instrument as _;
 
 use toolmesh_kernel::permissions::Refusals;
 use toolmesh_kernel::subjects::public;
@@ -62,39 +62,6 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 pub struct FrontSettings {
     /// `TOOLMESH_MCP_APPROVAL_WAIT_S`: how long a call waits for an out-of-band decision.
     pub approval_wait_s: u64,
-}
-
-/// What a call needs of the request it answers: its cancellation, what the client declared,
-/// and, when rmcp serves the request, the peer that progress and a legacy elicitation go to.
-pub(crate) struct CallContext {
-    /// Cancelled when the request is: an MCP cancellation, the client gone, the node stopping.
-    pub(crate) ct: CancellationToken,
-    /// The request's progress token: its RunEvents become progress notifications.
-    pub(crate) progress: Option<ProgressToken>,
-    pub(crate) peer: Option<Peer<RoleServer>>,
-    /// The client takes `elicitation/create`.
-    pub(crate) can_elicit: bool,
-    /// The request's protocol has no `initialize` (2026-07-28 and later): an approval
-    /// question is an `InputRequiredResult`.
-    pub(crate) modern: bool,
-    /// The client declares the tasks extension.
-    pub(crate) speaks_tasks: bool,
-}
-
-impl CallContext {
-    fn of(ctx: &RequestContext<RoleServer>) -> CallContext {
-        let capabilities = ctx.client_capabilities();
-        CallContext {
-            ct: ctx.ct.clone(),
-            progress: ctx.meta.get_progress_token(),
-            peer: Some(ctx.peer.clone()),
-            can_elicit: capabilities
-                .as_ref()
-                .is_some_and(|c| c.elicitation.is_some()),
-            modern: ctx.protocol_version().is_some_and(|v| !v.has_initialize()),
-            speaks_tasks: capabilities.as_ref().is_some_and(|c| c.supports_tasks()),
-        }
-    }
 }
 
 /// The handler. Over stdio it serves one fixed caller; over HTTP the caller comes with each
@@ -160,7 +127,7 @@ impl Front {
         }
     }
 
-    /// The handler of a node's HTTP requests, cloned for each; `tasks` are the node's.
+    /// The handler of one HTTP request; `tasks` are the node's.
     pub fn http(nats: async_nats::Client, settings: Arc<FrontSettings>, tasks: Tasks) -> Front {
         Front {
             nats,
@@ -267,25 +234,16 @@ impl Front {
             .collect())
     }
 
-    /// A `tools/call` of `caller`, over rmcp's service or straight from HTTP
-    /// ([`crate::plain`]).
-    pub(crate) async fn call(
+    async fn call(
         &self,
         caller: &Caller,
         params: CallToolRequestParams,
-        cx: CallContext,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let CallToolRequestParams {
-            name,
-            arguments,
-            input_responses,
-            request_state,
-            ..
-        } = params;
-        let arguments = Value::Object(arguments.unwrap_or_default());
-        let tool = name.into_owned();
+        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        let tool = params.name.to_string();
         // A retry after the approval question: the answer rides on the call itself.
-        if let Some(state) = request_state.as_deref() {
+        if let Some(state) = params.request_state.as_deref() {
             let Some(id) = state
                 .strip_prefix("approval:")
                 .filter(|id| toolmesh_kernel::wire::is_approval_id(id))
@@ -295,28 +253,34 @@ impl Front {
                     None,
                 ));
             };
-            let answer = input_responses
+            let answer = params
+                .input_responses
                 .as_ref()
                 .and_then(|r| r.get(APPROVAL_INPUT))
                 .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok());
             let reply = self
-                .answer(caller, &tool, &arguments, id, answer.as_ref(), &cx)
+                .answer(caller, &tool, &arguments, id, answer.as_ref(), &ctx)
                 .await;
             return Ok(reply_result(reply).into());
         }
-        let modern = cx.modern;
-        if cx.speaks_tasks && modern && self.settings.approval_wait_s > 0 {
-            return self.call_as_task(caller, &tool, &arguments, &cx).await;
+        let capabilities = ctx.client_capabilities();
+        let can_elicit = capabilities
+            .as_ref()
+            .is_some_and(|c| c.elicitation.is_some());
+        let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        let speaks_tasks = capabilities.as_ref().is_some_and(|c| c.supports_tasks());
+        if speaks_tasks && modern && self.settings.approval_wait_s > 0 {
+            return self.call_as_task(caller, &tool, &arguments, &ctx).await;
         }
-        if cx.can_elicit && (modern || !self.http) {
-            let reply = self.run(caller, &tool, &arguments, None, 0, &cx).await;
+        if can_elicit && (modern || !self.http) {
+            let reply = self.run(caller, &tool, &arguments, None, 0, &ctx).await;
             let Some(approval) = approval_required(&reply) else {
                 return Ok(reply_result(reply).into());
             };
             if !approval.in_band {
                 // The client's answer would count for nothing: wait for an approver.
                 let reply = self
-                    .wait_for_decision(caller, &tool, &arguments, &approval.id, &cx)
+                    .wait_for_decision(caller, &tool, &arguments, &approval.id, &ctx)
                     .await;
                 return Ok(reply_result(reply).into());
             }
@@ -337,15 +301,7 @@ impl Front {
             }
             let params: ElicitRequestParams = serde_json::from_value(question)
                 .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-            // A client that can elicit and is not modern speaks to this front over stdio,
-            // where rmcp serves every request: the peer is there.
-            let answer = match &cx.peer {
-                Some(peer) => peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| e.to_string()),
-                None => Err("no connection to ask on".to_owned()),
-            };
+            let answer = ctx.peer.create_elicitation(params).await;
             if let Err(e) = &answer {
                 tracing::info!(error = %e, "the elicitation failed; the call counts as rejected");
             }
@@ -356,7 +312,7 @@ impl Front {
                     &arguments,
                     &approval.id,
                     answer.as_ref().ok(),
-                    &cx,
+                    &ctx,
                 )
                 .await;
             return Ok(reply_result(reply).into());
@@ -368,7 +324,7 @@ impl Front {
                 &arguments,
                 None,
                 self.settings.approval_wait_s,
-                &cx,
+                &ctx,
             )
             .await;
         Ok(reply_result(reply).into())
@@ -384,7 +340,7 @@ impl Front {
         arguments: &Value,
         id: &str,
         answer: Option<&ElicitResult>,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
     ) -> Value {
         let approved = answer.is_some_and(|a| {
             a.action == ElicitationAction::Accept
@@ -401,13 +357,13 @@ impl Front {
                 arguments,
                 Some(Grant::Answer { id, approved }),
                 0,
-                cx,
+                ctx,
             )
             .await;
         if reply["error"].as_str() != Some("approval_pending") {
             return reply;
         }
-        self.wait_for_decision(caller, tool, arguments, id, cx)
+        self.wait_for_decision(caller, tool, arguments, id, ctx)
             .await
     }
 
@@ -419,7 +375,7 @@ impl Front {
         tool: &str,
         arguments: &Value,
         id: &str,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
     ) -> Value {
         self.run(
             caller,
@@ -427,7 +383,7 @@ impl Front {
             arguments,
             Some(Grant::Use(id)),
             self.settings.approval_wait_s,
-            cx,
+            ctx,
         )
         .await
     }
@@ -442,11 +398,11 @@ impl Front {
         arguments: &Value,
         approval: Option<Grant<'_>>,
         wait_s: u64,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
     ) -> Value {
         let _in_flight = self.calls.token();
         let (request, invocation) = tool_request(caller, tool, arguments, approval, wait_s);
-        let reply = self.ask(caller, request, &invocation, wait_s, cx).await;
+        let reply = self.ask(caller, request, &invocation, wait_s, ctx).await;
         session_hint(reply, caller, tool)
     }
 
@@ -471,7 +427,7 @@ impl Front {
         caller: &Caller,
         tool: &str,
         arguments: &Value,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let in_flight = self.calls.token();
         let wait_s = self.settings.approval_wait_s;
@@ -490,7 +446,7 @@ impl Front {
             let subject = public::call(&caller.account);
             async move { front.request(subject, request, timeout).await }
         });
-        let token = cx.progress.clone();
+        let token = ctx.meta.get_progress_token();
         let mut progress = 0.0_f64;
         loop {
             tokio::select! {
@@ -498,7 +454,7 @@ impl Front {
                     let reply = joined.unwrap_or_else(|e| failure("internal", &format!("the call failed: {e}")));
                     return Ok(reply_result(session_hint(reply, caller, tool)).into());
                 }
-                _ = cancelled(&cx.ct, &self.gone) => {
+                _ = cancelled(&ctx.ct, &self.gone) => {
                     self.cancel_invocation(caller, &invocation).await;
                     let reply = match tokio::time::timeout(CANCEL_GRACE, &mut reply).await {
                         Ok(Ok(reply)) => reply,
@@ -545,7 +501,7 @@ impl Front {
                         "stdout" | "stderr" => {
                             if let (Some(data), Some(token)) = (event["data"].as_str(), &token) {
                                 progress += 1.0;
-                                self.progress(cx, token, progress, data.to_owned()).await;
+                                self.progress(ctx, token, progress, data.to_owned()).await;
                             }
                         }
                         _ => {}
@@ -646,9 +602,9 @@ impl Front {
         request: Value,
         invocation: &str,
         wait_s: u64,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
     ) -> Value {
-        let token = cx.progress.clone();
+        let token = ctx.meta.get_progress_token();
         let mut events = match token {
             Some(_) => self
                 .nats
@@ -667,16 +623,12 @@ impl Front {
         tokio::pin!(reply);
         let mut progress = 0.0_f64;
         let mut waiting: Option<String> = None;
-        // Only a request with a progress token hears that it waits.
-        let mut ticker = token.as_ref().map(|_| {
-            let mut ticker = tokio::time::interval(WAIT_PROGRESS_INTERVAL);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker
-        });
+        let mut ticker = tokio::time::interval(WAIT_PROGRESS_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 reply = &mut reply => return reply,
-                _ = cancelled(&cx.ct, &self.gone) => {
+                _ = cancelled(&ctx.ct, &self.gone) => {
                     self.cancel_invocation(caller, invocation).await;
                     return tokio::time::timeout(CANCEL_GRACE, &mut reply)
                         .await
@@ -704,13 +656,13 @@ impl Front {
                     };
                     if let (Some(message), Some(token)) = (message, &token) {
                         progress += 1.0;
-                        self.progress(cx, token, progress, message).await;
+                        self.progress(ctx, token, progress, message).await;
                     }
                 }
-                _ = tick(&mut ticker), if waiting.is_some() => {
+                _ = ticker.tick(), if waiting.is_some() && token.is_some() => {
                     if let (Some(message), Some(token)) = (&waiting, &token) {
                         progress += 1.0;
-                        self.progress(cx, token, progress, message.clone()).await;
+                        self.progress(ctx, token, progress, message.clone()).await;
                     }
                 }
             }
@@ -719,14 +671,11 @@ impl Front {
 
     async fn progress(
         &self,
-        cx: &CallContext,
+        ctx: &RequestContext<RoleServer>,
         token: &ProgressToken,
         progress: f64,
         message: String,
     ) {
-        let Some(peer) = &cx.peer else {
-            return;
-        };
         let param: Result<ProgressNotificationParam, _> = serde_json::from_value(json!({
             "progressToken": token,
             "progress": progress,
@@ -736,8 +685,8 @@ impl Front {
             // The send waits for the transport's word, which never comes once the client is
             // gone: a cancellation must not wait behind it.
             tokio::select! {
-                _ = peer.notify_progress(param) => {}
-                _ = cancelled(&cx.ct, &self.gone) => {}
+                _ = ctx.peer.notify_progress(param) => {}
+                _ = cancelled(&ctx.ct, &self.gone) => {}
             }
         }
     }
@@ -769,16 +718,6 @@ async fn next_event(events: &mut Option<async_nats::Subscriber>) -> Option<Value
     }
 }
 
-/// The next tick of `ticker`; never without one.
-async fn tick(ticker: &mut Option<tokio::time::Interval>) {
-    match ticker {
-        Some(ticker) => {
-            ticker.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
 /// An MCP cancellation of the request, or the client gone.
 async fn cancelled(request: &CancellationToken, gone: &CancellationToken) {
     tokio::select! {
@@ -787,29 +726,8 @@ async fn cancelled(request: &CancellationToken, gone: &CancellationToken) {
     }
 }
 
-/// The span of one `tools/call`; an HTTP client's `traceparent` among `headers` makes the call
-/// part of its trace.
-pub(crate) fn call_span(caller: &Caller, tool: &str, headers: Option<&http::HeaderMap>) -> Span {
-    let span = tracing::info_span!(
-        "mcp_call",
-        otel.name = "mcp tools/call",
-        otel.kind = "server",
-        account = %caller.account,
-        tool = %toolmesh_kernel::text::DisplaySafe(tool),
-        session_id = caller.session.as_deref(),
-    );
-    let traced = headers.and_then(|headers| {
-        let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-        trace::headers_from(text(trace::TRACEPARENT)?, text(trace::TRACESTATE))
-    });
-    trace::follow(&span, traced.as_ref());
-    span
-}
-
-/// What the server says of itself, made once: rmcp asks for it on every request over HTTP.
-fn server_config() -> &'static ServerConfig {
-    static CONFIG: OnceLock<ServerConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| {
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
@@ -823,12 +741,6 @@ fn server_config() -> &'static ServerConfig {
             .with_instructions(
                 "toolmesh: workspace, sandbox, skills, web and provider tools behind the mesh's approvals",
             )
-    })
-}
-
-impl ServerHandler for Front {
-    fn get_info(&self) -> ServerConfig {
-        server_config().clone()
     }
 
     async fn list_tools(
@@ -860,13 +772,24 @@ impl ServerHandler for Front {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&ctx)?;
-        let headers = ctx
+        let span = tracing::info_span!(
+            "mcp_call",
+            otel.name = "mcp tools/call",
+            otel.kind = "server",
+            account = %caller.account,
+            tool = %toolmesh_kernel::text::DisplaySafe(&request.name),
+            session_id = caller.session.as_deref(),
+        );
+        // An HTTP client's `traceparent` makes the call part of its trace.
+        let traced = ctx
             .extensions
             .get::<http::request::Parts>()
-            .map(|parts| &parts.headers);
-        let span = call_span(&caller, &request.name, headers);
-        let cx = CallContext::of(&ctx);
-        self.call(&caller, request, cx).instrument(span).await
+            .and_then(|parts| {
+                let text = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+                trace::headers_from(text(trace::TRACEPARENT)?, text(trace::TRACESTATE))
+            });
+        trace::follow(&span, traced.as_ref());
+        self.call(&caller, request, ctx).instrument(span).await
     }
 
     /// `tasks/get`: a task of this caller made on this node.

@@ -10,9 +10,7 @@
 //! a tokens-file token, or an OAuth access token when [`oauth`] is configured) and the token's
 //! session binding (403 when the token names a session and the `X-Toolmesh-Session` header
 //! another, unless the token has `"sessions": "any"`). The listener is the kernel's
-//! ([`toolmesh_kernel::listener::serve`]), with its header timeout and connection cap. Past
-//! the checks, a plain `tools/call` is answered by [`plain`] without rmcp's per-request
-//! service; any other request by rmcp's streamable HTTP service.
+//! ([`toolmesh_kernel::listener::serve`]), with its header timeout and connection cap.
 //!
 //! Several HTTP front nodes may run at once. The HTTP side is stateless (rmcp's stateless
 //! mode: no `Mcp-Session-Id`, each POST served on its own); a call's progress travels on that
@@ -25,7 +23,6 @@ mod front;
 mod listing;
 pub mod oauth;
 pub mod origins;
-mod plain;
 mod request;
 pub mod tasks;
 pub mod variables;
@@ -36,10 +33,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler as _, ServiceExt as _};
+use rmcp::ServiceExt as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -358,107 +356,38 @@ pub fn router(
     oauth: Option<Arc<oauth::Verifier>>,
     stop: CancellationToken,
 ) -> axum::Router {
-    let http_config = http_config(stop.clone());
-    // One handler for the node, cloned for each request: it shares the node's tasks (`tasks`:
-    // they live on this node).
-    let front = Front::http(
-        nats,
-        Arc::new(config.front.clone()),
-        tasks::Tasks::default(),
-    );
-    let endpoint = Arc::new(Endpoint {
-        served: front.supported_protocol_versions(),
-        body_limit: http_config.max_request_body_bytes,
-        rmcp: StreamableHttpService::new(
-            {
-                let front = front.clone();
-                move || Ok(front.clone())
-            },
-            Arc::new(NeverSessionManager::default()),
-            http_config,
-        ),
-        front,
-        stop,
-        origins: config.allowed_origins.clone(),
-        gate: Gate {
-            tokens: config.tokens.clone(),
-            oauth: oauth.clone(),
-        },
-    });
-    // `/mcp`, and any path but the OAuth metadata, behind the Origin and token checks.
-    let mcp = axum::Router::new()
-        .nest_service(
-            "/mcp",
-            axum::routing::any(serve_mcp).with_state(endpoint.clone()),
-        )
-        .fallback(not_found)
-        .with_state(endpoint);
-    match oauth {
-        // Served to anyone.
-        Some(verifier) => mcp.merge(oauth::routes(&verifier)),
-        None => mcp,
-    }
-}
-
-/// rmcp's streamable HTTP service as the front uses it: stateless (no `Mcp-Session-Id`), a
-/// JSON answer where one message is the whole answer, stopping with the node. [`plain`]
-/// answers as this service does.
-fn http_config(stop: CancellationToken) -> StreamableHttpServerConfig {
-    StreamableHttpServerConfig::default()
+    let settings = Arc::new(config.front.clone());
+    let http_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         // The Host is not checked: every request needs a bearer token, and a browser's request
         // (as DNS rebinding makes) carries an Origin, checked before the token (`origins`).
         .disable_allowed_hosts()
-        .with_cancellation_token(stop)
-}
-
-/// `/mcp`: the checks every request passes, then the MCP service.
-struct Endpoint {
-    /// `TOOLMESH_MCP_ALLOWED_ORIGINS`.
-    origins: AllowedOrigins,
-    /// The bearer tokens.
-    gate: Gate,
-    rmcp: StreamableHttpService<Front, NeverSessionManager>,
-    /// The handler of a plain call.
-    front: Front,
-    /// The protocol versions it speaks.
-    served: std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]>,
-    /// rmcp's limit on a request body.
-    body_limit: usize,
-    /// The node stops.
-    stop: CancellationToken,
-}
-
-impl Endpoint {
-    /// The Origin check, then the token check (which gives the request its caller); the
-    /// refusal of a request that does not pass.
-    async fn admit(&self, request: &mut Request) -> Result<(), Response> {
-        if let Some(refused) = origins::refused(&self.origins, request.headers()) {
-            return Err(refused);
-        }
-        authorize(&self.gate, request).await
-    }
-}
-
-/// Past the checks, a plain `tools/call` is answered here ([`plain`]); any other request by
-/// rmcp.
-async fn serve_mcp(State(endpoint): State<Arc<Endpoint>>, mut request: Request) -> Response {
-    if let Err(refused) = endpoint.admit(&mut request).await {
-        return refused;
-    }
-    match plain::take(request, &endpoint.served, endpoint.body_limit).await {
-        plain::Taken::Plain(call) => plain::serve(&endpoint.front, *call, &endpoint.stop).await,
-        plain::Taken::Failed(response) => response,
-        plain::Taken::Other(request) => endpoint.rmcp.handle(request).await.into_response(),
-    }
-}
-
-/// Any other path: 404, once past the same checks.
-async fn not_found(State(endpoint): State<Arc<Endpoint>>, mut request: Request) -> Response {
-    match endpoint.admit(&mut request).await {
-        Ok(()) => http::StatusCode::NOT_FOUND.into_response(),
-        Err(refused) => refused,
+        .with_cancellation_token(stop);
+    // Every request's handler shares the node's tasks (`tasks`: they live on this node).
+    let tasks = tasks::Tasks::default();
+    let service = StreamableHttpService::new(
+        move || Ok(Front::http(nats.clone(), settings.clone(), tasks.clone())),
+        Arc::new(NeverSessionManager::default()),
+        http_config,
+    );
+    let gate = Arc::new(Gate {
+        tokens: config.tokens.clone(),
+        oauth: oauth.clone(),
+    });
+    let origins = Arc::new(config.allowed_origins.clone());
+    // The last layer runs first: the Origin is checked before the token is looked at.
+    let mcp = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, authorize))
+        .layer(axum::middleware::from_fn_with_state(
+            origins,
+            origins::check_origin,
+        ));
+    match oauth {
+        // Merged after the layers: they guard `/mcp` alone.
+        Some(verifier) => mcp.merge(oauth::routes(&verifier)),
+        None => mcp,
     }
 }
 
@@ -511,7 +440,7 @@ fn unauthorized(challenge: String, body: String) -> Response {
 /// 401 without a known bearer token or a valid access token; 403 when the token is bound to a
 /// session and the `X-Toolmesh-Session` header names another. Otherwise the caller goes with
 /// the request, its session the header's or else the token's own.
-async fn authorize(gate: &Gate, request: &mut Request) -> Result<(), Response> {
+async fn authorize(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
     let token = request
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -522,7 +451,10 @@ async fn authorize(gate: &Gate, request: &mut Request) -> Result<(), Response> {
         })
         .filter(|t| !t.is_empty())
         .map(str::to_owned);
-    let grant = gate.grant(token.as_deref()).await?;
+    let grant = match gate.grant(token.as_deref()).await {
+        Ok(grant) => grant,
+        Err(refused) => return refused,
+    };
     let mut caller = grant.caller.clone();
     if let Some(session) = request.headers().get(SESSION_HEADER) {
         match session.to_str().map(str::trim) {
@@ -533,26 +465,26 @@ async fn authorize(gate: &Gate, request: &mut Request) -> Result<(), Response> {
                         token = caller.name.as_deref().unwrap_or_default(),
                         "refused an MCP request naming a session its token is not bound to"
                     );
-                    return Err((
+                    return (
                         http::StatusCode::FORBIDDEN,
                         [(http::header::CONTENT_TYPE, "application/json")],
                         r#"{"error":"forbidden","error_description":"this token is bound to its own session; X-Toolmesh-Session names another"}"#,
                     )
-                        .into_response());
+                        .into_response();
                 }
                 _ => caller.session = Some(s.to_owned()),
             },
             Err(_) => {
-                return Err((
+                return (
                     http::StatusCode::BAD_REQUEST,
                     "X-Toolmesh-Session must be visible ASCII",
                 )
-                    .into_response())
+                    .into_response()
             }
         }
     }
     request.extensions_mut().insert(Arc::new(caller));
-    Ok(())
+    next.run(request).await
 }
 
 /// Starts the role `mcp`: streamable HTTP on `config.listen` until the node stops.
@@ -678,20 +610,6 @@ mod tests {
             assert!(err.contains(names), "{text}: {err}");
             assert!(!err.contains("t1") && !err.contains("t2"), "{text}: {err}");
         }
-    }
-
-    /// `plain` answers as rmcp's service does with this configuration: stateless, JSON
-    /// answers, no session store, no per-request metadata required, rmcp's own Origin check
-    /// off (the front's comes first).
-    #[test]
-    fn the_plain_path_assumes_the_http_config() {
-        let config = http_config(CancellationToken::new());
-        assert!(!config.legacy_session_mode);
-        assert!(config.json_response);
-        assert!(config.session_store.is_none());
-        assert!(!config.stateless_protocol_metadata_required);
-        assert!(config.allowed_hosts.is_empty());
-        assert!(config.allowed_origins.is_empty());
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! token check, and an entry without a port there matches every port. Here an origin is listed
 //! only when scheme, host and port (the scheme's default when absent) all match an entry.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use url::{Origin, Url};
 
@@ -56,22 +60,23 @@ fn parse_origin(text: &str) -> Option<Origin> {
     bare.then(|| url.origin())
 }
 
-/// The 403 answering a request whose `Origin` header is present and not listed; none for any
-/// other request.
-pub(crate) fn refused(allowed: &AllowedOrigins, headers: &http::HeaderMap) -> Option<Response> {
-    let mut origins = headers.get_all(http::header::ORIGIN).iter();
+/// 403 when an `Origin` header is present and not listed; otherwise the request goes on.
+pub(crate) async fn check_origin(
+    State(allowed): State<Arc<AllowedOrigins>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut origins = request.headers().get_all(http::header::ORIGIN).iter();
     if origins.all(|origin| allowed.allows(origin)) {
-        return None;
+        return next.run(request).await;
     }
     tracing::warn!("refused an MCP request from a browser origin not in {ALLOWED_ORIGINS_VAR}");
-    Some(
-        (
-            http::StatusCode::FORBIDDEN,
-            [(http::header::CONTENT_TYPE, "application/json")],
-            r#"{"error":"forbidden","error_description":"requests from this Origin are not served (TOOLMESH_MCP_ALLOWED_ORIGINS)"}"#,
-        )
-            .into_response(),
+    (
+        http::StatusCode::FORBIDDEN,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        r#"{"error":"forbidden","error_description":"requests from this Origin are not served (TOOLMESH_MCP_ALLOWED_ORIGINS)"}"#,
     )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -186,11 +186,15 @@ pub(crate) fn elicitation(approval: &Pending) -> Value {
 /// A ToolReply as an MCP tool result: the reply as structured content and as JSON text,
 /// `isError` for `ok: false`.
 pub fn reply_result(reply: Value) -> CallToolResult {
-    if reply.get("ok") == Some(&Value::Bool(true)) {
-        CallToolResult::structured(reply)
-    } else {
-        CallToolResult::structured_error(reply)
-    }
+    let ok = reply.get("ok") == Some(&Value::Bool(true));
+    let text = serde_json::to_string(&reply).unwrap_or_default();
+    serde_json::from_value(json!({
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": reply,
+        "isError": !ok,
+    }))
+    .expect("a CallToolResult of this shape parses")
 }
 
 /// A described tool as MCP lists it. Annotations from the policy (PROTOCOL.md "MCP front").
